@@ -1,0 +1,45 @@
+"""torchjob's extensions of the PyTorchJob API, carried as annotations so Kubeflow tooling ignores them safely.
+
+Kubeflow's CRD prunes unknown spec fields, so anything torchjob adds lives in ``metadata.annotations``:
+the same file stays valid for Kubeflow's operator and keeps its meaning under torchjob.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+PREFIX = "torchjob.io/"
+
+# Which replicas must succeed for the job to succeed. `Default` is Kubeflow's rule (the Master, or every
+# Worker when there is no Master); `AllReplicas` waits for every replica (kubeflow/trainer #1982).
+SUCCESS_POLICY = PREFIX + "success-policy"
+SUCCESS_POLICIES = ("Default", "AllReplicas")
+
+# Seconds to wait after SIGTERM before SIGKILL when stopping a replica.
+TERMINATION_GRACE = PREFIX + "termination-grace-seconds"
+DEFAULT_TERMINATION_GRACE = 10.0
+
+# Restarts allowed when spec.runPolicy.backoffLimit is unset. Kubeflow restarts forever then; a crash-looping
+# script would hold its machines indefinitely, so torchjob follows batch/v1 Job's default instead.
+DEFAULT_BACKOFF_LIMIT = 6
+
+
+def _one_of(allowed: tuple[str, ...]) -> Callable[[str], str | None]:
+    def check(value: str) -> str | None:
+        return None if value in allowed else f"must be one of {', '.join(allowed)}, got {value!r}"
+
+    return check
+
+
+def _non_negative_number(value: str) -> str | None:
+    try:
+        ok = float(value) >= 0
+    except ValueError:
+        ok = False
+    return None if ok else f"must be a non-negative number of seconds, got {value!r}"
+
+
+ANNOTATION_RULES: dict[str, Callable[[str], str | None]] = {
+    SUCCESS_POLICY: _one_of(SUCCESS_POLICIES),
+    TERMINATION_GRACE: _non_negative_number,
+}

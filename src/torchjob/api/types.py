@@ -1,0 +1,203 @@
+"""Typed models of the Kubeflow ``PyTorchJob`` (kubeflow.org/v1) wire format.
+
+Attributes are snake_case in Python and camelCase on the wire (``model_dump(by_alias=True)``). The pod
+template is kept as the raw mapping it was given: it is a Kubernetes PodTemplateSpec, and every field of it
+(volumes, resources, tolerations, fields newer than this code...) must survive a round trip untouched.
+Fields of the job spec itself are strict: a typo there is an error, as with ``kubectl --validate=strict``.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic.alias_generators import to_camel
+
+API_VERSION = "kubeflow.org/v1"
+KIND = "PyTorchJob"
+DEFAULT_CONTAINER_NAME = "pytorch"
+DEFAULT_PORT_NAME = "pytorchjob-port"
+DEFAULT_PORT = 23456
+
+
+class ReplicaType(str, Enum):
+    """The two replica types a PyTorchJob has; the Master is rank 0 when present."""
+
+    MASTER = "Master"
+    WORKER = "Worker"
+
+    @property
+    def lower(self) -> str:
+        return self.value.lower()
+
+
+class RestartPolicy(str, Enum):
+    ALWAYS = "Always"
+    ON_FAILURE = "OnFailure"
+    NEVER = "Never"
+    EXIT_CODE = "ExitCode"
+
+
+class CleanPodPolicy(str, Enum):
+    NONE = "None"
+    RUNNING = "Running"
+    ALL = "All"
+
+
+class ConditionType(str, Enum):
+    CREATED = "Created"
+    RUNNING = "Running"
+    RESTARTING = "Restarting"
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+    SUSPENDED = "Suspended"
+
+
+class _Wire(BaseModel):
+    """Base of every spec model: camelCase on the wire, unknown fields rejected."""
+
+    model_config = ConfigDict(
+        alias_generator=to_camel, populate_by_name=True, extra="forbid", use_enum_values=False
+    )
+
+
+class _OpenWire(_Wire):
+    """Base of models whose unknown fields are kept (metadata, status): they belong to someone else."""
+
+    model_config = ConfigDict(extra="allow")
+
+
+class ReplicaSpec(_Wire):
+    replicas: int | None = None
+    restart_policy: RestartPolicy | None = None
+    template: dict[str, Any] = Field(default_factory=dict)
+
+
+class SchedulingPolicy(_Wire):
+    min_available: int | None = None
+    queue: str | None = None
+    min_resources: dict[str, Any] | None = None
+    priority_class: str | None = None
+    schedule_timeout_seconds: int | None = None
+
+
+class RunPolicy(_Wire):
+    clean_pod_policy: CleanPodPolicy | None = None
+    ttl_seconds_after_finished: int | None = Field(default=None, ge=0)
+    active_deadline_seconds: int | None = Field(default=None, ge=0)
+    backoff_limit: int | None = Field(default=None, ge=0)
+    scheduling_policy: SchedulingPolicy | None = None
+    suspend: bool | None = None
+    managed_by: str | None = None
+
+
+class RdzvConf(_Wire):
+    key: str
+    value: str
+
+
+class ElasticPolicy(_Wire):
+    min_replicas: int | None = Field(default=None, ge=1)
+    max_replicas: int | None = Field(default=None, ge=1)
+    rdzv_backend: Literal["c10d", "etcd", "etcd-v2"] | None = None
+    rdzv_port: int | None = Field(default=None, ge=1, le=65535)
+    rdzv_host: str | None = None
+    rdzv_id: str | None = None
+    rdzv_conf: list[RdzvConf] | None = None
+    standalone: bool | None = None
+    n_proc_per_node: int | None = Field(default=None, ge=1)
+    max_restarts: int | None = Field(default=None, ge=0)
+    metrics: list[dict[str, Any]] | None = None
+
+
+class PyTorchJobSpec(_Wire):
+    pytorch_replica_specs: dict[ReplicaType, ReplicaSpec]
+    run_policy: RunPolicy = Field(default_factory=RunPolicy)
+    elastic_policy: ElasticPolicy | None = None
+    nproc_per_node: str | None = None
+
+    @field_validator("pytorch_replica_specs", mode="before")
+    @classmethod
+    def _replica_types_are_case_insensitive(cls, value: Any) -> Any:
+        # Kubeflow accepts `worker` and `master` as well as the canonical spelling.
+        if not isinstance(value, dict):
+            return value
+        canonical = {t.value.lower(): t.value for t in ReplicaType}
+        return {canonical.get(str(k).lower(), k): v for k, v in value.items()}
+
+    @field_validator("nproc_per_node", mode="before")
+    @classmethod
+    def _nproc_per_node_is_a_string(cls, value: Any) -> Any:
+        # The wire type is a string, but YAML authors write `nprocPerNode: 2`.
+        return str(value) if isinstance(value, int) and not isinstance(value, bool) else value
+
+
+class ObjectMeta(_OpenWire):
+    name: str | None = None
+    namespace: str | None = None
+    labels: dict[str, str] | None = None
+    annotations: dict[str, str] | None = None
+    uid: str | None = None
+    creation_timestamp: str | None = None
+
+
+class JobCondition(_OpenWire):
+    type: ConditionType
+    status: Literal["True", "False", "Unknown"]
+    reason: str = ""
+    message: str = ""
+    last_update_time: str | None = None
+    last_transition_time: str | None = None
+
+
+class ReplicaStatus(_OpenWire):
+    active: int | None = None
+    succeeded: int | None = None
+    failed: int | None = None
+    selector: str | None = None
+
+
+class AttemptRecord(_OpenWire):
+    """One attempt of the whole replica group (a torchjob extension of the status)."""
+
+    attempt: int
+    start_time: str
+    end_time: str | None = None
+    # Why the attempt ended: the root cause of its first failure, or "succeeded".
+    outcome: str | None = None
+
+
+class JobStatus(_OpenWire):
+    conditions: list[JobCondition] = Field(default_factory=list)
+    replica_statuses: dict[ReplicaType, ReplicaStatus] = Field(default_factory=dict)
+    start_time: str | None = None
+    completion_time: str | None = None
+    last_reconcile_time: str | None = None
+    # torchjob extensions; Kubeflow clients ignore them.
+    attempt: int = 0
+    restart_count: int = 0
+    attempts: list[AttemptRecord] = Field(default_factory=list)
+
+
+class PyTorchJob(_Wire):
+    api_version: str = Field(default=API_VERSION, alias="apiVersion")
+    kind: str = KIND
+    metadata: ObjectMeta = Field(default_factory=ObjectMeta)
+    spec: PyTorchJobSpec
+    status: JobStatus = Field(default_factory=JobStatus)
+
+    @property
+    def name(self) -> str:
+        return self.metadata.name or ""
+
+    @property
+    def namespace(self) -> str:
+        return self.metadata.namespace or "default"
+
+    def annotation(self, key: str) -> str | None:
+        return (self.metadata.annotations or {}).get(key)
+
+    def to_wire(self) -> dict[str, Any]:
+        """The object as Kubeflow writes it: camelCase keys, no nulls."""
+        return self.model_dump(by_alias=True, exclude_none=True, mode="json")

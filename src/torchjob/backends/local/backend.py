@@ -1,0 +1,305 @@
+"""The local backend's I/O side: start, watch and stop replica processes; keep their records on disk.
+
+Each replica runs under ``shim.py`` as the leader of its own process group, with its output in a log file.
+Stopping a replica signals the whole group (SIGTERM, then SIGKILL after the grace period), so nothing a
+training script forked survives it. The controller is the shims' parent: if it dies, the kernel tells
+each shim, which takes its group down (see shim.py).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import selectors
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from datetime import datetime, timezone
+from pathlib import Path
+
+from torchjob.api import extensions
+from torchjob.api.types import PyTorchJob, ReplicaType
+from torchjob.backends.local import mapping, shim
+from torchjob.backends.local.logs import failure_summary
+from torchjob.backends.local.store import JobStore, LocalState, ProcessRecord
+from torchjob.core.actions import Action, CreateReplica, DeleteJob, DeleteReplica, Event
+from torchjob.core.envs import Addressing
+from torchjob.core.observed import Phase, ReplicaObservation
+from torchjob.core.replicas import ReplicaId
+
+LOCALHOST = "127.0.0.1"
+# The longest the controller sleeps without a reason; it is woken sooner by any replica's exit.
+MAX_IDLE_SECONDS = 1.0
+
+
+def free_port() -> int:
+    """A TCP port nobody listens on now. Fresh per attempt, so a restart never meets 'address in use'."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((LOCALHOST, 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def parse_replica(text: str) -> ReplicaId:
+    kind, _, index = text.rpartition("-")
+    return ReplicaId(ReplicaType(kind.capitalize()), int(index))
+
+
+class LocalBackend:
+    """Runs the replicas of one job as local processes. One instance per controller process."""
+
+    def __init__(
+        self,
+        store: JobStore,
+        job: PyTorchJob,
+        on_event: Callable[[Event], None] | None = None,
+    ) -> None:
+        self.store = store
+        self.name = job.name
+        self.state: LocalState = store.read_state(job.name)
+        self.grace = float(job.annotation(extensions.TERMINATION_GRACE) or extensions.DEFAULT_TERMINATION_GRACE)
+        self.on_event = on_event or (lambda event: None)
+        self._popens: dict[tuple[str, int], subprocess.Popen[bytes]] = {}
+        self._pidfds: dict[int, int] = {}
+        self.deleted = False
+
+    # -- Backend interface ----------------------------------------------------------------------------
+
+    def observe(self, job: PyTorchJob) -> list[ReplicaObservation]:
+        changed = False
+        observations = []
+        for record in self.state.processes:
+            if record.removed:
+                continue
+            result = self._exit_status(record)
+            if record.stopping_since is not None:
+                if result is None and time.time() - record.stopping_since >= self.grace:
+                    _signal_group(record.pid, signal.SIGKILL)
+                if result is not None:
+                    # A replica we stopped is gone: it is no longer part of the job.
+                    record.removed = True
+                    changed = True
+                    continue
+            observations.append(self._observation(record, result))
+        if changed:
+            self._save_state()
+        return observations
+
+    def execute(self, job: PyTorchJob, actions: list[Action]) -> None:
+        for action in actions:
+            if isinstance(action, CreateReplica):
+                self._start(job, action.replica, action.attempt)
+            elif isinstance(action, DeleteReplica):
+                self._stop(str(action.replica), action.attempt)
+            elif isinstance(action, DeleteJob):
+                self.deleted = True
+        if actions:
+            self._save_state()
+
+    def record_status(self, job: PyTorchJob, events: list[Event]) -> None:
+        if not self.deleted:
+            self.store.write_job(job)
+        for event in events:
+            self.on_event(event)
+
+    def wait(self, until: datetime | None) -> None:
+        timeout = MAX_IDLE_SECONDS
+        if until is not None:
+            timeout = min(timeout, max(0.0, (until - datetime.now(timezone.utc)).total_seconds()))
+        if any(r.stopping_since is not None and not r.removed for r in self.state.processes):
+            timeout = min(timeout, 0.1)
+        selector = selectors.DefaultSelector()
+        try:
+            for popen in self._popens.values():
+                if popen.returncode is None:
+                    fd = self._pidfd(popen.pid)
+                    if fd is not None:
+                        selector.register(fd, selectors.EVENT_READ)
+            if selector.get_map():
+                selector.select(timeout)
+            else:
+                time.sleep(timeout)
+        finally:
+            selector.close()
+
+    # -- beyond the interface -------------------------------------------------------------------------
+
+    def stop_everything(self, grace: float | None = None) -> None:
+        """Stop every live replica of the job and wait until all are gone (Ctrl-C, SIGTERM, delete)."""
+        grace = self.grace if grace is None else grace
+        live = [r for r in self.state.processes if not r.removed and self._exit_status(r) is None]
+        for record in live:
+            _signal_group(record.pid, signal.SIGTERM)
+            record.stopping_since = record.stopping_since or time.time()
+        deadline = time.time() + grace
+        while time.time() < deadline and any(self._exit_status(r) is None for r in live):
+            time.sleep(0.05)
+        for record in live:
+            if self._exit_status(record) is None:
+                _signal_group(record.pid, signal.SIGKILL)
+        for record in live:
+            self._reap(record, timeout=5.0)
+            record.removed = True
+        self._save_state()
+
+    def live_pids(self) -> list[int]:
+        return [r.pid for r in self.state.processes if not r.removed and self._exit_status(r) is None]
+
+    # -- processes ------------------------------------------------------------------------------------
+
+    def _addressing(self, attempt: int) -> Addressing:
+        ports = self.state.ports.get(str(attempt))
+        if ports is None:
+            ports = {"master": free_port(), "rdzv": free_port()}
+            self.state.ports[str(attempt)] = ports
+        return Addressing(
+            master_addr=LOCALHOST,
+            master_port=ports["master"],
+            rdzv_host=LOCALHOST,
+            rdzv_port=ports["rdzv"],
+            rdzv_id=f"{self.name}-{attempt}",
+        )
+
+    def _start(self, job: PyTorchJob, replica: ReplicaId, attempt: int) -> None:
+        spec = mapping.process_spec(
+            job,
+            replica,
+            attempt,
+            self._addressing(attempt),
+            job_file_dir=self.state.job_file_dir,
+            output_dir=str(self.store.output_dir(self.name)),
+            python_dir=str(Path(sys.executable).parent),
+            inherited_path=os.environ.get("PATH", ""),
+        )
+        log_path = self.store.log_path(self.name, attempt, str(replica))
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        status_path = str(log_path.with_suffix(".exit.json"))
+        argv = [sys.executable, shim.__file__, status_path, str(self.grace), str(os.getpid()), "--", *spec.argv]
+        with open(log_path, "ab") as log:
+            try:
+                popen = subprocess.Popen(
+                    argv,
+                    env={**os.environ, **spec.env},
+                    cwd=spec.cwd,
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                )
+            except OSError as err:
+                # Recorded as a failed replica, so the planner reports it like any other failure.
+                log.write(f"torchjob: cannot start {spec.argv[0]!r} in {spec.cwd}: {err.strerror}\n".encode())
+                Path(status_path).write_text(json.dumps({"exitCode": 127, "finishedAt": time.time()}))
+                pid = 0
+            else:
+                pid = popen.pid
+                self._popens[(str(replica), attempt)] = popen
+        self.state.processes.append(
+            ProcessRecord(
+                replica=str(replica),
+                attempt=attempt,
+                pid=pid,
+                log_path=str(log_path),
+                status_path=status_path,
+                started_at=time.time(),
+            )
+        )
+
+    def _stop(self, replica: str, attempt: int) -> None:
+        for record in self.state.processes:
+            if record.replica == replica and record.attempt == attempt and not record.removed:
+                if self._exit_status(record) is not None:
+                    record.removed = True
+                elif record.stopping_since is None:
+                    _signal_group(record.pid, signal.SIGTERM)
+                    record.stopping_since = time.time()
+
+    def _exit_status(self, record: ProcessRecord) -> dict[str, float] | None:
+        """How the replica ended, or None while it runs."""
+        popen = self._popens.get((record.replica, record.attempt))
+        if popen is not None and popen.poll() is None:
+            return None
+        if popen is None and record.pid and _alive(record.pid):
+            return None
+        self._forget(record)
+        try:
+            result: dict[str, float] = json.loads(Path(record.status_path).read_text())
+            return result
+        except (OSError, ValueError):
+            # The shim itself was killed before it could write: its own fate is the replica's.
+            code = popen.returncode if popen is not None else None
+            if code is not None and code < 0:
+                return {"signal": -code, "finishedAt": time.time()}
+            return {"exitCode": 137 if code is None else code, "finishedAt": time.time()}
+
+    def _observation(self, record: ProcessRecord, result: dict[str, float] | None) -> ReplicaObservation:
+        replica = parse_replica(record.replica)
+        stopping = record.stopping_since is not None
+        if result is None:
+            return ReplicaObservation(replica, record.attempt, Phase.RUNNING, stopping=stopping)
+        finished = datetime.fromtimestamp(result.get("finishedAt", time.time()), timezone.utc)
+        if "signal" in result:
+            sig = int(result["signal"])
+            return ReplicaObservation(
+                replica, record.attempt, Phase.FAILED, signal=sig, finished_at=finished,
+                message=failure_summary(Path(record.log_path)), stopping=stopping,
+            )
+        code = int(result.get("exitCode", 0))
+        if code == 0:
+            return ReplicaObservation(replica, record.attempt, Phase.SUCCEEDED, exit_code=0, finished_at=finished)
+        return ReplicaObservation(
+            replica, record.attempt, Phase.FAILED, exit_code=code, finished_at=finished,
+            message=failure_summary(Path(record.log_path)), stopping=stopping,
+        )
+
+    def _pidfd(self, pid: int) -> int | None:
+        if pid not in self._pidfds:
+            try:
+                self._pidfds[pid] = os.pidfd_open(pid)
+            except (OSError, AttributeError):
+                return None
+        return self._pidfds[pid]
+
+    def _forget(self, record: ProcessRecord) -> None:
+        self._popens.pop((record.replica, record.attempt), None)
+        fd = self._pidfds.pop(record.pid, None)
+        if fd is not None:
+            os.close(fd)
+
+    def _reap(self, record: ProcessRecord, timeout: float) -> None:
+        popen = self._popens.get((record.replica, record.attempt))
+        if popen is not None:
+            try:
+                popen.wait(timeout)
+            except subprocess.TimeoutExpired:
+                pass
+
+    def _save_state(self) -> None:
+        self.store.write_state(self.name, self.state)
+
+
+def _signal_group(pid: int, signum: int) -> None:
+    if pid <= 0:
+        return
+    try:
+        os.killpg(pid, signum)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # A zombie is dead for our purposes.
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return True

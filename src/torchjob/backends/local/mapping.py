@@ -1,0 +1,123 @@
+"""From a replica of a job to the process that runs it locally: argv, environment, working directory.
+
+Pure (no I/O): the same inputs give the same ProcessSpec, so ``torchjob run --dry-run`` prints exactly what
+would run, and tests can check it without starting anything.
+
+Local meaning of the pod template: only the ``pytorch`` container runs; its ``command`` + ``args`` (with
+Kubernetes' ``$(VAR)`` expansion), ``env`` values and ``workingDir`` apply. A relative ``workingDir``, and
+the default working directory, are the job file's folder. ``python`` means the interpreter torchjob runs in.
+Fields that only mean something on a cluster (image, resources, volumes...) are reported as ignored.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from torchjob.api.types import DEFAULT_CONTAINER_NAME, PyTorchJob, ReplicaType
+from torchjob.core.envs import Addressing, replica_env
+from torchjob.core.replicas import ReplicaId
+
+ENV_OUTPUT_DIR = "TORCHJOB_OUTPUT_DIR"
+_VAR_REF = re.compile(r"\$\$|\$\(([A-Za-z_][A-Za-z0-9_.-]*)\)")
+_CLUSTER_ONLY_POD_FIELDS = (
+    "volumes", "nodeSelector", "affinity", "tolerations", "serviceAccountName", "imagePullSecrets",
+    "initContainers", "priorityClassName", "schedulerName", "hostNetwork", "securityContext",
+)
+_CLUSTER_ONLY_CONTAINER_FIELDS = (
+    "image", "imagePullPolicy", "resources", "volumeMounts", "securityContext", "livenessProbe",
+    "readinessProbe", "ports",
+)
+
+
+@dataclass(frozen=True)
+class ProcessSpec:
+    """Everything needed to start one replica process."""
+
+    replica: str
+    argv: list[str]
+    env: dict[str, str]  # set over the caller's environment
+    cwd: str
+
+
+def pytorch_container(job: PyTorchJob, replica_type: ReplicaType) -> dict[str, Any]:
+    template = job.spec.pytorch_replica_specs[replica_type].template
+    containers = template.get("spec", {}).get("containers") or []
+    return next(c for c in containers if isinstance(c, dict) and c.get("name") == DEFAULT_CONTAINER_NAME)
+
+
+def local_problems(job: PyTorchJob) -> list[str]:
+    """What stops a valid job from running locally, one line each with the field to fix."""
+    problems = []
+    for rtype in job.spec.pytorch_replica_specs:
+        container = pytorch_container(job, rtype)
+        if not container.get("command"):
+            problems.append(
+                f"spec.pytorchReplicaSpecs.{rtype.value}.template.spec.containers[{DEFAULT_CONTAINER_NAME}]"
+                ".command: required to run locally (there is no image to take an entrypoint from); "
+                "add e.g. command: [python, train.py]"
+            )
+    return problems
+
+
+def ignored_fields(job: PyTorchJob) -> list[str]:
+    """Fields of the job that have no local meaning, e.g. ``image``, ``resources``, ``volumes``."""
+    found: set[str] = set()
+    for replica in job.spec.pytorch_replica_specs.values():
+        pod = replica.template.get("spec", {})
+        found.update(f for f in _CLUSTER_ONLY_POD_FIELDS if pod.get(f))
+        for container in pod.get("containers") or []:
+            if not isinstance(container, dict):
+                continue
+            if container.get("name") != DEFAULT_CONTAINER_NAME:
+                found.add(f"container {container.get('name')!r}")
+                continue
+            # The default port is added by defaulting; only a user's own extra ports are worth a note.
+            fields = [f for f in _CLUSTER_ONLY_CONTAINER_FIELDS if container.get(f) and f != "ports"]
+            found.update(fields)
+            if any("valueFrom" in e for e in container.get("env") or []):
+                found.add("env valueFrom")
+    if job.spec.run_policy.scheduling_policy is not None:
+        found.add("schedulingPolicy")
+    return sorted(found)
+
+
+def process_spec(
+    job: PyTorchJob,
+    replica: ReplicaId,
+    attempt: int,
+    addressing: Addressing,
+    job_file_dir: str,
+    output_dir: str,
+    python_dir: str,
+    inherited_path: str,
+) -> ProcessSpec:
+    container = pytorch_container(job, replica.replica_type)
+    env: dict[str, str] = {}
+    for entry in container.get("env") or []:
+        if "value" in entry or "valueFrom" not in entry:
+            env[entry["name"]] = _expand(str(entry.get("value", "")), env)
+    # The contract comes after the user's env, so it wins, as on Kubernetes (Kubeflow appends it).
+    env.update(replica_env(job, replica, attempt, addressing))
+    env[ENV_OUTPUT_DIR] = output_dir
+    # torchrun does the same: one thread per process unless told otherwise, or ranks fight for cores.
+    env.setdefault("OMP_NUM_THREADS", "1")
+    env["PATH"] = python_dir + (":" + inherited_path if inherited_path else "")
+    argv = [_expand(a, env) for a in [*container.get("command", []), *container.get("args", [])]]
+    working_dir = container.get("workingDir")
+    cwd = str(Path(job_file_dir, working_dir)) if working_dir else job_file_dir
+    return ProcessSpec(replica=str(replica), argv=argv, env=env, cwd=cwd)
+
+
+def _expand(text: str, env: dict[str, str]) -> str:
+    """Kubernetes' ``$(VAR)`` expansion: defined variables are replaced, ``$$`` escapes, others stay."""
+
+    def replace(match: re.Match[str]) -> str:
+        if match.group(0) == "$$":
+            return "$"
+        name = match.group(1)
+        return env.get(name, match.group(0))
+
+    return _VAR_REF.sub(replace, text)

@@ -1,0 +1,111 @@
+"""Runs one replica's command and makes sure it cannot outlive torchjob.
+
+Started by the local backend as the leader of a new process group, it:
+- asks the kernel to send it SIGTERM when its parent (the torchjob controller) dies (PR_SET_PDEATHSIG);
+- runs the replica's command as its child, in the same process group;
+- when the controller is gone, passes SIGTERM to the whole group, then SIGKILL after the grace period;
+- writes how the command ended (exit code or signal, and when) to a status file, atomically.
+
+It runs as a plain file (``python shim.py``), importing nothing of torchjob, so it starts in milliseconds.
+Usage: ``shim.py STATUS_FILE GRACE_SECONDS PARENT_PID -- COMMAND [ARG...]``
+"""
+
+import ctypes
+import json
+import os
+import signal
+import sys
+import time
+
+PR_SET_PDEATHSIG = 1
+
+
+def main() -> int:
+    status_file, grace, parent = sys.argv[1], float(sys.argv[2]), int(sys.argv[3])
+    command = sys.argv[sys.argv.index("--") + 1 :]
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    except (OSError, AttributeError):
+        pass  # not Linux: the controller's own cleanup still applies
+    if os.getppid() != parent:
+        return 1  # the controller died before we could watch it
+
+    forwarded = False
+
+    def on_term(signum: int, _frame: object) -> None:
+        # A SIGTERM sent to the group by the controller reached the child already. Only when the
+        # controller itself is gone must the shim pass it on (once), and enforce the grace period.
+        nonlocal forwarded
+        if os.getppid() == parent or forwarded:
+            return
+        forwarded = True
+        _signal_group(signal.SIGTERM)
+        signal.signal(signal.SIGALRM, lambda *_: _signal_group(signal.SIGKILL))
+        signal.setitimer(signal.ITIMER_REAL, max(grace, 0.01))
+
+    signal.signal(signal.SIGTERM, on_term)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+
+    pid = os.fork()
+    if pid == 0:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        signal.signal(signal.SIGHUP, signal.SIG_DFL)
+        try:
+            os.execvp(command[0], command)
+        except OSError as err:
+            print(f"torchjob: cannot run {command[0]!r}: {err.strerror}", file=sys.stderr, flush=True)
+            os._exit(127)
+
+    _write_json(status_file + ".pid", {"pid": pid})
+    while True:
+        try:
+            _, wait_status = os.waitpid(pid, 0)
+            break
+        except InterruptedError:
+            continue
+    result: dict[str, object] = {"finishedAt": time.time()}
+    if os.WIFSIGNALED(wait_status):
+        result["signal"] = os.WTERMSIG(wait_status)
+        code = 128 + os.WTERMSIG(wait_status)
+    else:
+        result["exitCode"] = os.WEXITSTATUS(wait_status)
+        code = os.WEXITSTATUS(wait_status)
+    _write_json(status_file, result)
+    # Leave nothing of the group behind (a command's own children, say).
+    _signal_group(signal.SIGKILL, spare_self=True)
+    return code
+
+
+def _signal_group(signum: int, spare_self: bool = False) -> None:
+    if spare_self:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        # SIGKILL cannot be ignored, so kill the others one by one.
+        me = os.getpid()
+        group = os.getpgid(0)
+        for entry in os.listdir("/proc") if os.path.isdir("/proc") else []:
+            if entry.isdigit() and int(entry) != me:
+                try:
+                    if os.getpgid(int(entry)) == group:
+                        os.kill(int(entry), signum)
+                except (ProcessLookupError, PermissionError):
+                    pass
+        return
+    try:
+        os.killpg(0, signum)
+    except ProcessLookupError:
+        pass
+
+
+def _write_json(path: str, data: dict[str, object]) -> None:
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(data, f)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,21 @@
+"""``torchjob list``: every local job with its state, age and restarts, like ``kubectl get pytorchjobs``."""
+
+from __future__ import annotations
+
+import argparse
+
+from torchjob.cli.common import client, human_age
+
+
+def add_parser(verbs: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = verbs.add_parser("list", help="list jobs")
+    p.set_defaults(handler=handle)
+
+
+def handle(args: argparse.Namespace) -> int:
+    rows = [("NAME", "STATE", "AGE", "RESTARTS")]
+    rows += [(s.name, s.state, human_age(s.age_seconds), str(s.restarts)) for s in client(args).list()]
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    for row in rows:
+        print("   ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip())
+    return 0

@@ -1,0 +1,31 @@
+"""Entry point of a detached controller (``torchjob run --detach``): ``python -m torchjob.controller.daemon NAME``.
+
+It supervises one job from the state directory in ``$TORCHJOB_HOME`` and writes what happens to
+``controller.log`` in the job's folder (its stdout, set up by whoever started it).
+"""
+
+from __future__ import annotations
+
+import sys
+
+from torchjob.backends.local.store import JobStore
+from torchjob.controller.local import Interrupted, supervise
+from torchjob.core.actions import Event
+
+
+def main(argv: list[str]) -> int:
+    name = argv[0]
+
+    def log_event(event: Event) -> None:
+        print(f"{event.type} {event.reason}: {event.message}", flush=True)
+
+    try:
+        supervise(JobStore(), name, on_event=log_event)
+    except Interrupted as interrupted:
+        print(f"stopped by {interrupted}", flush=True)
+        return 128 + interrupted.signum
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

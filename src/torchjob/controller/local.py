@@ -1,0 +1,98 @@
+"""Supervising a job on the local backend from this process, until it ends or is interrupted.
+
+Ctrl-C, SIGTERM or SIGHUP stop every replica (SIGTERM to each process group, SIGKILL after the grace
+period), record the job as Failed with the signal in the message, and re-raise as :class:`Interrupted`.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from types import FrameType
+
+from torchjob.api.types import ConditionType, PyTorchJob
+from torchjob.backends.local.backend import LocalBackend
+from torchjob.backends.local.store import JobStore
+from torchjob.controller.clock import SystemClock
+from torchjob.controller.loop import PassResult, run_until_done
+from torchjob.core import conditions
+from torchjob.core.actions import Event
+from torchjob.core.times import timestamp
+
+_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+class Interrupted(Exception):
+    """The controller was told to stop by a signal; the job's replicas have been stopped."""
+
+    def __init__(self, signum: int) -> None:
+        self.signum = signum
+        super().__init__(signal.Signals(signum).name)
+
+
+def supervise(
+    store: JobStore,
+    name: str,
+    on_event: Callable[[Event], None] | None = None,
+    on_pass: Callable[[PassResult], None] | None = None,
+) -> PyTorchJob | None:
+    """Run job ``name`` to its end. Returns the finished job, or None when its TTL removed it."""
+    job = store.read_job(name)
+    backend = LocalBackend(store, job, on_event=on_event)
+    backend.state.controller_pid = os.getpid()
+    backend.state.controller_started_at = time.time()
+    store.write_state(name, backend.state)
+    try:
+        with _signals_raise_interrupted():
+            job = run_until_done(job, backend, on_pass=on_pass)
+    except Interrupted as interrupted:
+        with _signals_ignored():
+            backend.stop_everything()
+            job = store.read_job(name)
+            _record_interruption(job, interrupted.signum)
+            store.write_job(job)
+        raise
+    if backend.deleted:
+        store.remove(name)
+        return None
+    return job
+
+
+def _record_interruption(job: PyTorchJob, signum: int) -> None:
+    if conditions.is_finished(job.status):
+        return
+    now = SystemClock().now()
+    message = (
+        f"PyTorchJob {job.namespace}/{job.name} has failed because it was interrupted "
+        f"({signal.Signals(signum).name}); every replica was stopped"
+    )
+    conditions.set_condition(job.status, ConditionType.FAILED, "True", conditions.REASON_FAILED, message, now)
+    job.status.completion_time = timestamp(now)
+    for replica_status in job.status.replica_statuses.values():
+        replica_status.active = 0
+
+
+@contextmanager
+def _signals_raise_interrupted() -> Iterator[None]:
+    def handler(signum: int, _frame: FrameType | None) -> None:
+        raise Interrupted(signum)
+
+    previous = {s: signal.signal(s, handler) for s in _STOP_SIGNALS}
+    try:
+        yield
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)
+
+
+@contextmanager
+def _signals_ignored() -> Iterator[None]:
+    previous = {s: signal.signal(s, signal.SIG_IGN) for s in _STOP_SIGNALS}
+    try:
+        yield
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)

@@ -1,0 +1,54 @@
+"""What the planner asks a backend to do, and the plan that carries it with the job's new status."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from torchjob.api.types import JobStatus
+from torchjob.core.replicas import ReplicaId
+
+
+@dataclass(frozen=True)
+class CreateReplica:
+    """Start one replica (a process, or a Pod and its headless Service) for an attempt."""
+
+    replica: ReplicaId
+    attempt: int
+
+
+@dataclass(frozen=True)
+class DeleteReplica:
+    """Stop and remove one replica: SIGTERM, then SIGKILL after the grace period. Its logs are kept."""
+
+    replica: ReplicaId
+    attempt: int
+    reason: str
+
+
+@dataclass(frozen=True)
+class DeleteJob:
+    """Remove the job itself (ttlSecondsAfterFinished passed)."""
+
+    reason: str
+
+
+@dataclass(frozen=True)
+class Event:
+    """Something a person should see: a Kubernetes Event, or a line in ``torchjob run``'s output."""
+
+    type: str  # Normal | Warning
+    reason: str
+    message: str
+
+
+Action = CreateReplica | DeleteReplica | DeleteJob
+
+
+@dataclass
+class Plan:
+    actions: list[Action]
+    status: JobStatus
+    events: list[Event] = field(default_factory=list)
+    # When the planner must run again even if nothing is observed to change (deadline, TTL).
+    requeue_at: datetime | None = None

@@ -1,0 +1,92 @@
+"""The environment every replica gets: Kubeflow's contract (MASTER_*, WORLD_SIZE, RANK, PET_*).
+
+Addresses are parameters: on Kubernetes they are Service names and the declared port; locally they are
+127.0.0.1 and a free port chosen per attempt. Everything else follows from the job alone.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from torchjob.api.types import DEFAULT_CONTAINER_NAME, DEFAULT_PORT, DEFAULT_PORT_NAME, PyTorchJob, ReplicaType
+from torchjob.core.replicas import ReplicaId, node_rank, total_replicas
+
+# torchjob's own variables, read by torchjob.train (never needed by a plain Kubeflow script).
+ENV_JOB_NAME = "TORCHJOB_JOB_NAME"
+ENV_REPLICA = "TORCHJOB_REPLICA"
+ENV_ATTEMPT = "TORCHJOB_ATTEMPT"
+
+
+@dataclass(frozen=True)
+class Addressing:
+    """Where the group meets: the master's address and port, and the elastic rendezvous endpoint."""
+
+    master_addr: str
+    master_port: int
+    rdzv_host: str
+    rdzv_port: int
+    rdzv_id: str | None = None
+
+
+def declared_port(job: PyTorchJob, replica_type: ReplicaType) -> int:
+    """The ``pytorchjob-port`` of the ``pytorch`` container of a replica type (23456 by default)."""
+    spec = job.spec.pytorch_replica_specs.get(replica_type)
+    containers = (spec.template.get("spec", {}).get("containers") or []) if spec else []
+    for container in containers:
+        if isinstance(container, dict) and container.get("name") == DEFAULT_CONTAINER_NAME:
+            for port in container.get("ports") or []:
+                if isinstance(port, dict) and port.get("name") == DEFAULT_PORT_NAME:
+                    return int(port.get("containerPort", DEFAULT_PORT))
+    return DEFAULT_PORT
+
+
+def world_size(job: PyTorchJob) -> int:
+    nproc = job.spec.nproc_per_node or ""
+    return total_replicas(job) * (int(nproc) if nproc.isdigit() else 1)
+
+
+def replica_env(job: PyTorchJob, replica: ReplicaId, attempt: int, addressing: Addressing) -> list[tuple[str, str]]:
+    """The contract variables for one replica, in the order they are appended to the container's env."""
+    env: list[tuple[str, str]] = [
+        ("PYTHONUNBUFFERED", "1"),
+        ("MASTER_ADDR", addressing.master_addr),
+        ("PET_MASTER_ADDR", addressing.master_addr),
+        ("MASTER_PORT", str(addressing.master_port)),
+        ("PET_MASTER_PORT", str(addressing.master_port)),
+    ]
+    elastic = job.spec.elastic_policy
+    if elastic is None:
+        rank = node_rank(job, replica)
+        env += [
+            ("WORLD_SIZE", str(world_size(job))),
+            ("RANK", str(rank)),
+            ("PET_NODE_RANK", str(rank)),
+            ("PET_NNODES", str(total_replicas(job))),
+        ]
+    else:
+        # Ranks of an elastic job are assigned by the rendezvous, not by the controller.
+        env += [
+            ("PET_NNODES", f"{elastic.min_replicas}:{elastic.max_replicas}"),
+            ("PET_RDZV_ENDPOINT", f"{addressing.rdzv_host}:{addressing.rdzv_port}"),
+            ("PET_RDZV_BACKEND", elastic.rdzv_backend or "c10d"),
+        ]
+        if elastic.max_restarts is not None:
+            env.append(("PET_MAX_RESTARTS", str(elastic.max_restarts)))
+        rdzv_id = addressing.rdzv_id or elastic.rdzv_id
+        if rdzv_id:
+            env.append(("PET_RDZV_ID", rdzv_id))
+        if elastic.rdzv_conf:
+            env.append(("PET_RDZV_CONF", ",".join(f"{c.key}={c.value}" for c in elastic.rdzv_conf)))
+        if elastic.standalone:
+            env.append(("PET_STANDALONE", ""))
+    nproc = job.spec.nproc_per_node
+    if nproc is None and elastic is not None and elastic.n_proc_per_node is not None:
+        nproc = str(elastic.n_proc_per_node)
+    if nproc is not None:
+        env.append(("PET_NPROC_PER_NODE", nproc))
+    env += [
+        (ENV_JOB_NAME, job.name),
+        (ENV_REPLICA, str(replica)),
+        (ENV_ATTEMPT, str(attempt)),
+    ]
+    return env

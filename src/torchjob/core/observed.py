@@ -1,0 +1,74 @@
+"""What a backend observed of a job's replicas: the planner's only input besides the job and the clock."""
+
+from __future__ import annotations
+
+import signal
+from dataclasses import dataclass
+from datetime import datetime
+from enum import Enum
+
+from torchjob.core.replicas import ReplicaId
+
+
+class Phase(str, Enum):
+    """A replica's lifecycle, as a Pod phase: Pending → Running → Succeeded | Failed."""
+
+    PENDING = "Pending"
+    RUNNING = "Running"
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+
+    @property
+    def live(self) -> bool:
+        return self in (Phase.PENDING, Phase.RUNNING)
+
+
+@dataclass(frozen=True)
+class ReplicaObservation:
+    """One replica (process or Pod) of one attempt, as it is now."""
+
+    replica: ReplicaId
+    attempt: int
+    phase: Phase
+    exit_code: int | None = None
+    # The signal that ended it, when it was killed by one (a Pod reports these as exit code 128+N).
+    signal: int | None = None
+    # A platform reason such as OOMKilled, Evicted or Preempted.
+    reason: str | None = None
+    # The last lines of its output, or the exception it raised.
+    message: str | None = None
+    finished_at: datetime | None = None
+    # A stop was already requested; the planner does not ask again.
+    stopping: bool = False
+
+    @property
+    def effective_exit_code(self) -> int | None:
+        """The exit code as a container reports it: 128+N for death by signal N."""
+        if self.signal is not None:
+            return 128 + self.signal
+        return self.exit_code
+
+    def describe(self) -> str:
+        """The root cause in words, e.g. ``worker-1 exited with code 3: ValueError: bad input``."""
+        if self.reason in ("OOMKilled", "Evicted", "Preempted"):
+            what = f"{self.replica} was {self.reason}"
+            if self.effective_exit_code is not None:
+                what += f" (exit code {self.effective_exit_code})"
+        elif self.signal is not None:
+            what = f"{self.replica} was killed by {_signal_name(self.signal)}"
+        elif self.exit_code is not None and self.exit_code > 128 and self.exit_code - 128 < 65:
+            what = f"{self.replica} exited with code {self.exit_code} ({_signal_name(self.exit_code - 128)})"
+        elif self.exit_code is not None:
+            what = f"{self.replica} exited with code {self.exit_code}"
+        else:
+            what = f"{self.replica} failed" + (f" ({self.reason})" if self.reason else "")
+        if self.message:
+            what += f": {self.message}"
+        return what
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"

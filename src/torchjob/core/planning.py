@@ -1,0 +1,218 @@
+"""``plan(job, observed, now)``: the one place where a PyTorchJob's lifecycle is decided.
+
+Pure: it reads the job (spec and current status), what a backend observed of its replicas and the time it
+is given, and returns actions plus the new status. Both backends (local processes, Kubernetes pods) run the
+same function, so every policy has the same meaning on a laptop and on a cluster.
+
+The group model: a DDP group cannot survive the loss of a member, so a retryable failure ends the whole
+attempt. Every replica of it is stopped, ``status.attempt`` advances, and the next attempt's replicas are
+created once the old ones are gone (a replica's name is free again only then — on Kubernetes the Pod
+name, locally the rendezvous must not see stale members).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+
+from torchjob.api.types import (
+    AttemptRecord,
+    ConditionType,
+    JobStatus,
+    PyTorchJob,
+    ReplicaStatus,
+)
+from torchjob.core import conditions
+from torchjob.core.actions import Action, CreateReplica, DeleteReplica, Event, Plan
+from torchjob.core.observed import Phase, ReplicaObservation
+from torchjob.core.policies import backoff, cleanup, deadline, restart, success
+from torchjob.core.replicas import expected_replicas, selector
+from torchjob.core.times import timestamp
+
+
+def plan(job: PyTorchJob, observed: Sequence[ReplicaObservation], now: datetime) -> Plan:
+    """Decide what to do next for ``job`` given its ``observed`` replicas at time ``now``."""
+    planner = _Planner(job, list(observed), now)
+    planner.run()
+    status = planner.status
+    if status != job.status:
+        status.last_reconcile_time = timestamp(now)
+    return Plan(actions=planner.actions, status=status, events=planner.events, requeue_at=planner.requeue_at)
+
+
+class _Planner:
+    """One planning pass. Holds the working copy of the status and the actions decided so far."""
+
+    def __init__(self, job: PyTorchJob, observed: list[ReplicaObservation], now: datetime) -> None:
+        self.job = job
+        self.observed = observed
+        self.now = now
+        self.status: JobStatus = job.status.model_copy(deep=True)
+        self.actions: list[Action] = []
+        self.events: list[Event] = []
+        self.requeue_at: datetime | None = None
+
+    # -- the pass -------------------------------------------------------------------------------------
+
+    def run(self) -> None:
+        if conditions.find(self.status, ConditionType.CREATED) is None:
+            self._condition(ConditionType.CREATED, conditions.REASON_CREATED, f"{self._kind_name()} is created.")
+        if conditions.is_finished(self.status):
+            self._finished()
+            return
+        if self.job.spec.run_policy.suspend:
+            self._suspend()
+            return
+        if conditions.is_true(self.status, ConditionType.SUSPENDED):
+            self._condition(
+                ConditionType.SUSPENDED, conditions.REASON_RESUMED, f"{self._kind_name()} is resumed.", "False"
+            )
+            self.events.append(Event("Normal", "Resumed", f"{self._kind_name()} is resumed."))
+
+        if deadline.deadline_passed(self.job, self.status, self.now):
+            seconds = self.job.spec.run_policy.active_deadline_seconds
+            self._fail(f"it was active longer than the specified deadline ({seconds}s)", event="DeadlineExceeded")
+            return
+        self._wake_at(deadline.deadline(self.job, self.status))
+
+        self._remove_stale_attempts()
+        current = self._current()
+        verdict = restart.judge_failures(self.job, current)
+        if verdict is not None:
+            self._on_failure(verdict)
+            return
+        if success.job_succeeded(self.job, current):
+            self._succeed()
+            return
+        self._create_missing(current)
+        self._mark_running(current)
+        self._count_replicas(current)
+
+    # -- phases ---------------------------------------------------------------------------------------
+
+    def _finished(self) -> None:
+        self.actions += cleanup.replicas_to_remove(self.job, self.status, self.observed)
+        delete_job, expiry = cleanup.ttl_action(self.job, self.status, self.now)
+        if delete_job is not None:
+            self.actions.append(delete_job)
+        self._wake_at(expiry)
+
+    def _suspend(self) -> None:
+        self._stop_all(self.observed, "the job is suspended")
+        if conditions.is_true(self.status, ConditionType.SUSPENDED):
+            return
+        message = f"{self._kind_name()} is suspended."
+        self._condition(ConditionType.SUSPENDED, conditions.REASON_SUSPENDED, message)
+        if conditions.is_true(self.status, ConditionType.RUNNING):
+            self._condition(ConditionType.RUNNING, conditions.REASON_SUSPENDED, message, "False")
+        self.events.append(Event("Normal", "Suspended", message))
+        # Resuming starts a fresh group and a fresh deadline (Kubeflow resets startTime on resume).
+        self._close_attempt("suspended")
+        self.status.attempt += 1
+        self.status.start_time = None
+        self._count_replicas([])
+
+    def _on_failure(self, verdict: restart.FailureVerdict) -> None:
+        cause = verdict.root_cause.describe()
+        if not verdict.retryable:
+            self._fail(f"{cause}", event="Failed")
+            return
+        counted = verdict.root_cause.reason not in restart.PLATFORM_REASONS
+        if counted and not backoff.may_restart(self.job, self.status.restart_count):
+            limit = backoff.backoff_limit(self.job)
+            self._fail(f"it has reached the specified backoff limit ({limit} restarts); last failure: {cause}",
+                       event="BackoffLimitExceeded")
+            return
+        self._restart(cause, counted)
+
+    def _restart(self, cause: str, counted: bool) -> None:
+        attempt = self.status.attempt
+        message = f"{self._kind_name()} is restarting (attempt {attempt + 1} ended) because {cause}"
+        self._condition(ConditionType.RESTARTING, conditions.REASON_RESTARTING, message)
+        self.events.append(Event("Warning", "Restarting", message))
+        self._close_attempt(cause)
+        self._stop_all(self._current(), f"group restart after attempt {attempt + 1}")
+        self.status.attempt += 1
+        if counted:
+            self.status.restart_count += 1
+        self._count_replicas([])
+
+    def _fail(self, cause: str, event: str) -> None:
+        message = f"{self._kind_name()} has failed because {cause}"
+        self._condition(ConditionType.FAILED, conditions.REASON_FAILED, message)
+        self.events.append(Event("Warning", event, message))
+        self.status.completion_time = timestamp(self.now)
+        self._close_attempt(cause)
+        self._count_replicas(self._current())
+        self._finished()
+
+    def _succeed(self) -> None:
+        message = f"{self._kind_name()} successfully completed."
+        self._condition(ConditionType.SUCCEEDED, conditions.REASON_SUCCEEDED, message)
+        self.events.append(Event("Normal", "Succeeded", message))
+        self.status.completion_time = timestamp(self.now)
+        self._close_attempt("succeeded")
+        self._count_replicas(self._current())
+        self._finished()
+
+    # -- replicas -------------------------------------------------------------------------------------
+
+    def _current(self) -> list[ReplicaObservation]:
+        return [o for o in self.observed if o.attempt == self.status.attempt]
+
+    def _remove_stale_attempts(self) -> None:
+        stale = [o for o in self.observed if o.attempt != self.status.attempt]
+        self._stop_all(stale, "it belongs to an earlier attempt")
+
+    def _stop_all(self, replicas: list[ReplicaObservation], reason: str) -> None:
+        self.actions += [DeleteReplica(o.replica, o.attempt, reason) for o in replicas if not o.stopping]
+
+    def _create_missing(self, current: list[ReplicaObservation]) -> None:
+        present = {o.replica for o in current}
+        # A name still held by a replica of an earlier attempt is not reused until that one is gone.
+        occupied = {o.replica for o in self.observed}
+        missing = [r for r in expected_replicas(self.job) if r not in present and r not in occupied]
+        self.actions += [CreateReplica(r, self.status.attempt) for r in missing]
+        if missing or current:
+            if self.status.start_time is None:
+                self.status.start_time = timestamp(self.now)
+                self._wake_at(deadline.deadline(self.job, self.status))
+            if not any(a.attempt == self.status.attempt for a in self.status.attempts):
+                self.status.attempts.append(AttemptRecord(attempt=self.status.attempt, start_time=timestamp(self.now)))
+
+    def _mark_running(self, current: list[ReplicaObservation]) -> None:
+        phases = {o.replica: o.phase for o in current}
+        expected = expected_replicas(self.job)
+        group_up = all(phases.get(r) in (Phase.RUNNING, Phase.SUCCEEDED) for r in expected)
+        if group_up and any(p is Phase.RUNNING for p in phases.values()):
+            self._condition(ConditionType.RUNNING, conditions.REASON_RUNNING, f"{self._kind_name()} is running.")
+
+    def _count_replicas(self, current: list[ReplicaObservation]) -> None:
+        statuses = {}
+        for rtype in self.job.spec.pytorch_replica_specs:
+            of_type = [o for o in current if o.replica.replica_type is rtype]
+            statuses[rtype] = ReplicaStatus(
+                active=sum(o.phase.live for o in of_type),
+                succeeded=sum(o.phase is Phase.SUCCEEDED for o in of_type),
+                failed=sum(o.phase is Phase.FAILED for o in of_type),
+                selector=selector(self.job, rtype),
+            )
+        self.status.replica_statuses = statuses
+
+    # -- helpers --------------------------------------------------------------------------------------
+
+    def _kind_name(self) -> str:
+        return f"PyTorchJob {self.job.namespace}/{self.job.name}"
+
+    def _condition(self, ctype: ConditionType, reason: str, message: str, value: str = "True") -> None:
+        conditions.set_condition(self.status, ctype, value, reason, message, self.now)
+
+    def _close_attempt(self, outcome: str) -> None:
+        for record in self.status.attempts:
+            if record.attempt == self.status.attempt and record.end_time is None:
+                record.end_time = timestamp(self.now)
+                record.outcome = outcome
+
+    def _wake_at(self, when: datetime | None) -> None:
+        if when is not None and (self.requeue_at is None or when < self.requeue_at):
+            self.requeue_at = when

@@ -1,0 +1,26 @@
+"""Success policy: when has the job as a whole succeeded?
+
+Kubeflow's rule (the default): with a Master, when master-0 succeeds; without one, when every Worker has
+succeeded; for an elastic job, when any Worker has (the agents finish together). The torchjob annotation
+``torchjob.io/success-policy: AllReplicas`` waits for every replica instead (kubeflow/trainer #1982).
+"""
+
+from __future__ import annotations
+
+from torchjob.api import extensions
+from torchjob.api.types import PyTorchJob, ReplicaType
+from torchjob.core.observed import Phase, ReplicaObservation
+from torchjob.core.replicas import expected_replicas, has_master
+
+
+def job_succeeded(job: PyTorchJob, current: list[ReplicaObservation]) -> bool:
+    done = {o.replica for o in current if o.phase is Phase.SUCCEEDED}
+    expected = expected_replicas(job)
+    if job.annotation(extensions.SUCCESS_POLICY) == "AllReplicas":
+        return all(r in done for r in expected)
+    if has_master(job):
+        return any(r.replica_type is ReplicaType.MASTER for r in done)
+    workers = [r for r in expected if r.replica_type is ReplicaType.WORKER]
+    if job.spec.elastic_policy is not None:
+        return any(r in done for r in workers)
+    return bool(workers) and all(r in done for r in workers)

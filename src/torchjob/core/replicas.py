@@ -1,0 +1,93 @@
+"""Replica identity: which replicas a job has, their names, labels and ranks (the Kubeflow contract)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from torchjob.api.types import PyTorchJob, ReplicaType
+
+LABEL_PREFIX = "training.kubeflow.org/"
+OPERATOR_NAME = "pytorchjob-controller"
+LABEL_OPERATOR = LABEL_PREFIX + "operator-name"
+LABEL_JOB_NAME = LABEL_PREFIX + "job-name"
+LABEL_REPLICA_TYPE = LABEL_PREFIX + "replica-type"
+LABEL_REPLICA_INDEX = LABEL_PREFIX + "replica-index"
+LABEL_JOB_ROLE = LABEL_PREFIX + "job-role"
+# torchjob's own: which attempt of the group a replica belongs to.
+LABEL_ATTEMPT = "torchjob.io/attempt"
+
+# Master first, so rank 0 always comes first in every listing.
+REPLICA_ORDER = (ReplicaType.MASTER, ReplicaType.WORKER)
+
+
+@dataclass(frozen=True, order=True)
+class ReplicaId:
+    """One replica slot of a job, e.g. ``worker-1``; stable across attempts."""
+
+    replica_type: ReplicaType
+    index: int
+
+    def __str__(self) -> str:
+        return f"{self.replica_type.lower}-{self.index}"
+
+    def pod_name(self, job_name: str) -> str:
+        return f"{job_name}-{self}"
+
+
+def expected_replicas(job: PyTorchJob) -> list[ReplicaId]:
+    """Every replica slot the job's spec asks for, Master first."""
+    slots = []
+    for rtype in REPLICA_ORDER:
+        spec = job.spec.pytorch_replica_specs.get(rtype)
+        if spec is not None:
+            slots += [ReplicaId(rtype, i) for i in range(spec.replicas or 0)]
+    return slots
+
+
+def total_replicas(job: PyTorchJob) -> int:
+    return sum(spec.replicas or 0 for spec in job.spec.pytorch_replica_specs.values())
+
+
+def has_master(job: PyTorchJob) -> bool:
+    return ReplicaType.MASTER in job.spec.pytorch_replica_specs
+
+
+def rendezvous_replica(job: PyTorchJob) -> ReplicaId:
+    """The replica whose address is MASTER_ADDR: master-0, or worker-0 in a worker-only job.
+
+    Kubeflow gives a worker-only job no MASTER_ADDR at all (kubeflow/trainer #1988); torchjob makes
+    worker-0 the master then, which is what such scripts expect of torchrun.
+    """
+    return ReplicaId(ReplicaType.MASTER if has_master(job) else ReplicaType.WORKER, 0)
+
+
+def node_rank(job: PyTorchJob, replica: ReplicaId) -> int:
+    """Master is 0; Worker i is i+1 behind a Master, i in a worker-only job."""
+    if replica.replica_type is ReplicaType.MASTER:
+        return 0
+    return replica.index + 1 if has_master(job) else replica.index
+
+
+def labels(job: PyTorchJob, replica: ReplicaId, attempt: int) -> dict[str, str]:
+    result = {
+        LABEL_OPERATOR: OPERATOR_NAME,
+        LABEL_JOB_NAME: job.name,
+        LABEL_REPLICA_TYPE: replica.replica_type.lower,
+        LABEL_REPLICA_INDEX: str(replica.index),
+        LABEL_ATTEMPT: str(attempt),
+    }
+    if replica == rendezvous_replica(job):
+        result[LABEL_JOB_ROLE] = "master"
+    return result
+
+
+def selector(job: PyTorchJob, replica_type: ReplicaType) -> str:
+    """The label selector string Kubeflow writes into ``status.replicaStatuses.<type>.selector``."""
+    return ",".join(
+        f"{k}={v}"
+        for k, v in (
+            (LABEL_JOB_NAME, job.name),
+            (LABEL_OPERATOR, OPERATOR_NAME),
+            (LABEL_REPLICA_TYPE, replica_type.lower),
+        )
+    )

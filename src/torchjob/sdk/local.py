@@ -1,0 +1,306 @@
+"""``LocalClient``: jobs run as processes on this machine, their records in the local state directory.
+
+Works from any shell, after the fact: everything it reads is on disk. A job whose controller died without
+recording an end (machine rebooted, ``kill -9``) is found out on read: its leftover processes are stopped
+and it is marked Failed with the reason, so no job shows Running forever.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+import psutil
+
+from torchjob.api.loading import load_job_file
+from torchjob.api.types import ConditionType, PyTorchJob
+from torchjob.backends.local import mapping
+from torchjob.backends.local.logs import read_tail
+from torchjob.backends.local.store import JobStore, LocalState
+from torchjob.controller.local import supervise
+from torchjob.controller.loop import PassResult
+from torchjob.core import conditions
+from torchjob.core.actions import Event
+from torchjob.core.policies import cleanup
+from torchjob.core.times import parse_timestamp, timestamp
+from torchjob.sdk.errors import JobExistsError, JobNotFoundError, SdkError
+
+
+@dataclass(frozen=True)
+class JobSummary:
+    name: str
+    state: str
+    age_seconds: float
+    attempt: int
+    restarts: int
+    message: str
+
+
+class LocalClient:
+    def __init__(self, home: Path | None = None) -> None:
+        self.store = JobStore(home)
+
+    # -- submitting -----------------------------------------------------------------------------------
+
+    def load(self, path: str | Path) -> PyTorchJob:
+        """Load and validate a job file, including what it needs to run locally."""
+        job = load_job_file(path)
+        problems = mapping.local_problems(job)
+        if problems:
+            from torchjob.api.errors import ValidationError
+
+            raise ValidationError(problems)
+        return job
+
+    def create(self, job: PyTorchJob, job_file_dir: str | Path, replace: bool = False) -> PyTorchJob:
+        """Record a new job (not yet started). ``replace`` deletes a finished job of the same name first."""
+        if self.store.exists(job.name):
+            existing = self._read(job.name)
+            if not replace:
+                raise JobExistsError(job.name, conditions.state(existing.status))
+            self.delete(job.name)
+        job = job.model_copy(deep=True)
+        job.metadata.creation_timestamp = timestamp(datetime.now(timezone.utc))
+        self.store.create(job, LocalState(job_file_dir=str(Path(job_file_dir).resolve())))
+        return job
+
+    def run(
+        self,
+        name: str,
+        on_event: Callable[[Event], None] | None = None,
+        on_pass: Callable[[PassResult], None] | None = None,
+    ) -> PyTorchJob | None:
+        """Supervise a created job in this process until it ends (raises ``Interrupted`` on a signal)."""
+        return supervise(self.store, name, on_event=on_event, on_pass=on_pass)
+
+    def start_detached(self, name: str) -> int:
+        """Start a controller for a created job in the background; returns its pid."""
+        log = open(self.store.job_dir(name) / "controller.log", "ab")  # noqa: SIM115 - handed to the child
+        with log:
+            process = subprocess.Popen(
+                [sys.executable, "-m", "torchjob.controller.daemon", name],
+                env={**os.environ, "TORCHJOB_HOME": str(self.store.home)},
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        return process.pid
+
+    # -- reading --------------------------------------------------------------------------------------
+
+    def get(self, name: str) -> PyTorchJob:
+        self._settle(name)
+        return self._read(name)
+
+    def list(self) -> list[JobSummary]:
+        summaries = []
+        now = datetime.now(timezone.utc)
+        for name in self.store.names():
+            try:
+                self._settle(name)
+                job = self._read(name)
+            except (JobNotFoundError, OSError, ValueError):
+                continue  # removed meanwhile (TTL, delete from another shell), or being written
+            created = job.metadata.creation_timestamp
+            age = (now - parse_timestamp(created)).total_seconds() if created else 0.0
+            last = job.status.conditions[-1] if job.status.conditions else None
+            summaries.append(
+                JobSummary(
+                    name=name,
+                    state=conditions.state(job.status),
+                    age_seconds=age,
+                    attempt=job.status.attempt,
+                    restarts=job.status.restart_count,
+                    message=last.message if last else "",
+                )
+            )
+        return summaries
+
+    def state(self, name: str) -> LocalState:
+        try:
+            return self.store.read_state(name)
+        except FileNotFoundError:
+            raise JobNotFoundError(name) from None
+
+    def log_files(self, name: str, attempt: int | None = None) -> dict[str, Path]:
+        """Replica name → log file, for one attempt (default: the current one)."""
+        job = self._read(name)
+        attempt = job.status.attempt if attempt is None else attempt
+        folder = self.store.job_dir(name) / "logs" / str(attempt)
+        if not folder.is_dir():
+            # The current attempt may not have started yet (being restarted): show the previous one.
+            earlier = sorted((int(p.name) for p in folder.parent.glob("*") if p.name.isdigit()), reverse=True)
+            folder = folder.parent / str(earlier[0]) if earlier else folder
+        return {p.stem: p for p in sorted(folder.glob("*.log"))}
+
+    def logs(self, name: str, replica: str | None = None, attempt: int | None = None) -> str:
+        files = self.log_files(name, attempt)
+        if replica is not None and replica not in files:
+            raise SdkError(f"job {name!r} has no replica {replica!r}; it has {', '.join(files) or 'none yet'}")
+        chosen = {replica: files[replica]} if replica else files
+        out = []
+        for rname, path in chosen.items():
+            text = path.read_text(errors="replace")
+            out += [line if replica else f"[{rname}] {line}" for line in text.splitlines()]
+        return "\n".join(out)
+
+    def follow(self, name: str, replica: str | None = None, poll: float = 0.2) -> Iterator[tuple[str, str]]:
+        """Yield (replica, line) as replicas write, across attempts, until the job ends and is idle."""
+        follower = LogFollower(self.store.job_dir(name) / "logs", replica)
+        while True:
+            yield from follower.poll()
+            if not self.store.exists(name) or self._is_over(name):
+                yield from follower.poll(final=True)
+                return
+            time.sleep(poll)
+
+    def wait(self, name: str, timeout: float | None = None, poll: float = 0.2) -> PyTorchJob:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            if self._is_over(name):
+                return self._read(name)
+            if deadline is not None and time.monotonic() > deadline:
+                raise SdkError(f"job {name!r} did not finish within {timeout}s")
+            time.sleep(poll)
+
+    # -- deleting -------------------------------------------------------------------------------------
+
+    def delete(self, name: str, grace: float = 10.0) -> None:
+        """Stop a running job's controller (which stops its replicas), then remove its records and logs."""
+        if not self.store.exists(name):
+            raise JobNotFoundError(name)
+        state = self.state(name)
+        controller = _live_process(state.controller_pid, state.controller_started_at)
+        if controller is not None:
+            controller.send_signal(signal.SIGTERM)
+            try:
+                controller.wait(grace + 5)
+            except psutil.TimeoutExpired:
+                controller.kill()
+        self._kill_leftovers(state)
+        self.store.remove(name)
+
+    # -- internals ------------------------------------------------------------------------------------
+
+    def _read(self, name: str) -> PyTorchJob:
+        try:
+            return self.store.read_job(name)
+        except FileNotFoundError:
+            raise JobNotFoundError(name) from None
+
+    def _is_over(self, name: str) -> bool:
+        """Finished and its controller gone (so every replica has been dealt with)."""
+        if not self.store.exists(name):
+            return True
+        self._settle(name)
+        job = self._read(name)
+        state = self.state(name)
+        return conditions.is_finished(job.status) and (
+            _live_process(state.controller_pid, state.controller_started_at) is None
+        )
+
+    def _settle(self, name: str) -> None:
+        """Bring a record up to date with reality: an orphaned job fails, an expired one goes (TTL)."""
+        if not self.store.exists(name):
+            raise JobNotFoundError(name)
+        job = self._read(name)
+        now = datetime.now(timezone.utc)
+        if conditions.is_finished(job.status):
+            expired, _ = cleanup.ttl_action(job, job.status, now)
+            if expired is not None:
+                self.delete(name)
+                raise JobNotFoundError(name)
+            return
+        state = self.state(name)
+        if state.controller_pid is None:
+            return  # created, controller not started yet
+        if _live_process(state.controller_pid, state.controller_started_at) is not None:
+            return
+        self._kill_leftovers(state)
+        message = (
+            f"PyTorchJob {job.namespace}/{job.name} has failed because its controller "
+            f"(pid {state.controller_pid}) ended without finishing it"
+        )
+        conditions.set_condition(job.status, ConditionType.FAILED, "True", conditions.REASON_FAILED, message, now)
+        job.status.completion_time = timestamp(now)
+        self.store.write_job(job)
+
+    def _kill_leftovers(self, state: LocalState) -> None:
+        """SIGKILL every process still in a replica's process group (the shim may be gone, its child not)."""
+        groups = {r.pid: r.started_at for r in state.processes if r.pid and not r.removed}
+        if not groups:
+            return
+        for process in psutil.process_iter(["create_time"]):
+            try:
+                started = groups.get(os.getpgid(process.pid))
+            except (ProcessLookupError, PermissionError):
+                continue
+            # Group ids are pids, and pids get reused: only what started after the replica is ours.
+            if started is not None and process.info["create_time"] >= started - 2.0:
+                try:
+                    process.kill()
+                except psutil.NoSuchProcess:
+                    pass
+
+
+class LogFollower:
+    """Reads new complete lines from every replica log of every attempt, in the order they appear."""
+
+    def __init__(self, logs_dir: Path, replica: str | None = None) -> None:
+        self.logs_dir = logs_dir
+        self.replica = replica
+        self._offsets: dict[Path, int] = {}
+        self._partial: dict[Path, bytes] = {}
+
+    def poll(self, final: bool = False) -> Iterator[tuple[str, str]]:
+        if not self.logs_dir.is_dir():
+            return
+        for path in sorted(self.logs_dir.glob("*/*.log"), key=lambda p: (int(p.parent.name), p.stem)):
+            if self.replica and path.stem != self.replica:
+                continue
+            try:
+                with open(path, "rb") as f:
+                    f.seek(self._offsets.get(path, 0))
+                    data = f.read()
+            except OSError:
+                continue
+            if not data and not (final and self._partial.get(path)):
+                continue
+            self._offsets[path] = self._offsets.get(path, 0) + len(data)
+            data = self._partial.pop(path, b"") + data
+            lines = data.split(b"\n")
+            rest = lines.pop()
+            if rest and not final:
+                self._partial[path] = rest
+            elif rest:
+                lines.append(rest)
+            attempt = int(path.parent.name)
+            label = path.stem if attempt == 0 else f"{path.stem}#{attempt}"
+            for line in lines:
+                yield label, line.decode("utf-8", errors="replace")
+
+
+def _live_process(pid: int | None, started_at: float | None) -> psutil.Process | None:
+    """The process with this pid if it is still the one we started (pids get reused)."""
+    if not pid:
+        return None
+    try:
+        process = psutil.Process(pid)
+        if process.status() == psutil.STATUS_ZOMBIE:
+            return None
+        if started_at is not None and process.create_time() > started_at + 2.0:
+            return None
+        return process
+    except psutil.NoSuchProcess:
+        return None
+
+
+__all__ = ["JobSummary", "LocalClient", "LogFollower", "read_tail"]
