@@ -44,8 +44,11 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--log-interval", type=int, default=20, help="batches between progress lines")
-    p.add_argument("--data", default=os.environ.get("MNIST_DATA", ""),
-                   help="folder or URL with the MNIST IDX files; default: 5,000 digits shipped offline")
+    p.add_argument(
+        "--data",
+        default=os.environ.get("MNIST_DATA", ""),
+        help="folder or URL with the MNIST IDX files; default: 5,000 digits shipped offline",
+    )
     p.add_argument("--model-dir", default=os.environ.get("TORCHJOB_OUTPUT_DIR", "output"))
     p.add_argument("--backend", default="gloo")
     return p.parse_args()
@@ -68,8 +71,11 @@ def main() -> None:
     loader = DataLoader(train_set, batch_size=args.batch_size, sampler=sampler)
     model = DDP(Net())
     optimizer = torch.optim.Adam(model.parameters(), lr=args.lr)
-    print(f"Rank {rank}: world size {world}, {len(sampler)} samples per rank, "
-          f"mini-batch size {args.batch_size}, effective batch {args.batch_size * world}", flush=True)
+    print(
+        f"Rank {rank}: world size {world}, {len(sampler)} samples per rank, "
+        f"mini-batch size {args.batch_size}, effective batch {args.batch_size * world}",
+        flush=True,
+    )
 
     started = time.time()
     samples = 0
@@ -86,9 +92,15 @@ def main() -> None:
             batches += 1
             samples += x.size(0)
             if batch % args.log_interval == 0 or batch == len(loader):
-                print(f"Rank {rank}: epoch: {epoch}/{args.epochs}, batch: {batch}/{len(loader)}, "
-                      f"mini-batch size: {x.size(0)}", flush=True)
-        print(f"Rank {rank}: epoch {epoch}/{args.epochs}, average epoch loss={total_loss / batches:.4f}", flush=True)
+                print(
+                    f"Rank {rank}: epoch: {epoch}/{args.epochs}, batch: {batch}/{len(loader)}, "
+                    f"mini-batch size: {x.size(0)}",
+                    flush=True,
+                )
+        print(
+            f"Rank {rank}: epoch {epoch}/{args.epochs}, average epoch loss={total_loss / batches:.4f}",
+            flush=True,
+        )
     elapsed = time.time() - started
 
     if rank == 0:
@@ -97,8 +109,16 @@ def main() -> None:
         os.makedirs(args.model_dir, exist_ok=True)
         torch.save(model.module.state_dict(), os.path.join(args.model_dir, "mnist_cnn.pt"))
         with open(os.path.join(args.model_dir, "metrics.json"), "w") as f:
-            json.dump({"accuracy": accuracy, "world_size": world, "epochs": args.epochs,
-                       "samples_per_second_rank0": samples / elapsed, "train_seconds": elapsed}, f)
+            json.dump(
+                {
+                    "accuracy": accuracy,
+                    "world_size": world,
+                    "epochs": args.epochs,
+                    "samples_per_second_rank0": samples / elapsed,
+                    "train_seconds": elapsed,
+                },
+                f,
+            )
     print(f"Rank {rank}: training completed.", flush=True)
     dist.destroy_process_group()
 

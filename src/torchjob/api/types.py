@@ -28,7 +28,8 @@ class ReplicaType(str, Enum):
     WORKER = "Worker"
 
     @property
-    def lower(self) -> str:
+    def label(self) -> str:
+        """The lowercase form used in names and labels: `master`, `worker`."""
         return self.value.lower()
 
 
@@ -57,9 +58,7 @@ class ConditionType(str, Enum):
 class _Wire(BaseModel):
     """Base of every spec model: camelCase on the wire, unknown fields rejected."""
 
-    model_config = ConfigDict(
-        alias_generator=to_camel, populate_by_name=True, extra="forbid", use_enum_values=False
-    )
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid", use_enum_values=False)
 
 
 class _OpenWire(_Wire):

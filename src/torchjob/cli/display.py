@@ -46,9 +46,7 @@ class RunDisplay:
         self._thread.start()
         return self
 
-    def __exit__(
-        self, kind: type[BaseException] | None, value: BaseException | None, tb: TracebackType | None
-    ) -> None:
+    def __exit__(self, kind: type[BaseException] | None, value: BaseException | None, tb: TracebackType | None) -> None:
         self._stop.set()
         self._thread.join()
         self._print_lines(final=True)

@@ -38,7 +38,9 @@ def handle(args: argparse.Namespace) -> int:
     print(f"Age:       {human_age(age)}")
     print(f"Attempt:   {status.attempt + 1} ({status.restart_count} restarts)")
     for rtype, rs in status.replica_statuses.items():
-        print(f"{rtype.value + ':':<10} {rs.active or 0} active, {rs.succeeded or 0} succeeded, {rs.failed or 0} failed")
+        print(
+            f"{rtype.value + ':':<10} {rs.active or 0} active, {rs.succeeded or 0} succeeded, {rs.failed or 0} failed"
+        )
     print("Conditions:")
     for cond in status.conditions:
         print(f"  {cond.type.value:<11} {cond.status:<6} {cond.reason:<22} {cond.message}")

@@ -73,7 +73,10 @@ def _dry_run(c: LocalClient, file: str) -> int:
     addressing = Addressing(LOCALHOST, 23456, LOCALHOST, 29400, rdzv_id=f"{job.name}-0")
     for replica in expected_replicas(job):
         spec = process_spec(
-            job, replica, 0, addressing,
+            job,
+            replica,
+            0,
+            addressing,
             job_file_dir=str(Path(file).parent.resolve()),
             output_dir=str(c.store.output_dir(job.name)),
             python_dir=str(Path(sys.executable).parent),

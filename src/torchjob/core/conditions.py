@@ -50,7 +50,7 @@ def set_condition(
     transition = current.last_transition_time if current is not None and current.status == value else stamp
     new = JobCondition(
         type=ctype,
-        status=value,  # type: ignore[arg-type]
+        status=value,
         reason=reason,
         message=message,
         last_update_time=stamp,

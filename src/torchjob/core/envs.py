@@ -8,7 +8,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from torchjob.api.types import DEFAULT_CONTAINER_NAME, DEFAULT_PORT, DEFAULT_PORT_NAME, PyTorchJob, ReplicaType
+from torchjob.api.types import (
+    DEFAULT_CONTAINER_NAME,
+    DEFAULT_PORT,
+    DEFAULT_PORT_NAME,
+    PyTorchJob,
+    ReplicaType,
+)
 from torchjob.core.replicas import ReplicaId, node_rank, total_replicas
 
 # torchjob's own variables, read by torchjob.train (never needed by a plain Kubeflow script).

@@ -65,7 +65,10 @@ class _Planner:
             return
         if conditions.is_true(self.status, ConditionType.SUSPENDED):
             self._condition(
-                ConditionType.SUSPENDED, conditions.REASON_RESUMED, f"{self._kind_name()} is resumed.", "False"
+                ConditionType.SUSPENDED,
+                conditions.REASON_RESUMED,
+                f"{self._kind_name()} is resumed.",
+                "False",
             )
             self.events.append(Event("Normal", "Resumed", f"{self._kind_name()} is resumed."))
 
@@ -91,6 +94,7 @@ class _Planner:
     # -- phases ---------------------------------------------------------------------------------------
 
     def _finished(self) -> None:
+        self._count_replicas(self._current(), finished=True)
         self.actions += cleanup.replicas_to_remove(self.job, self.status, self.observed)
         delete_job, expiry = cleanup.ttl_action(self.job, self.status, self.now)
         if delete_job is not None:
@@ -120,8 +124,10 @@ class _Planner:
         counted = verdict.root_cause.reason not in restart.PLATFORM_REASONS
         if counted and not backoff.may_restart(self.job, self.status.restart_count):
             limit = backoff.backoff_limit(self.job)
-            self._fail(f"it has reached the specified backoff limit ({limit} restarts); last failure: {cause}",
-                       event="BackoffLimitExceeded")
+            self._fail(
+                f"it has reached the specified backoff limit ({limit} restarts); last failure: {cause}",
+                event="BackoffLimitExceeded",
+            )
             return
         self._restart(cause, counted)
 
@@ -143,7 +149,6 @@ class _Planner:
         self.events.append(Event("Warning", event, message))
         self.status.completion_time = timestamp(self.now)
         self._close_attempt(cause)
-        self._count_replicas(self._current())
         self._finished()
 
     def _succeed(self) -> None:
@@ -152,7 +157,6 @@ class _Planner:
         self.events.append(Event("Normal", "Succeeded", message))
         self.status.completion_time = timestamp(self.now)
         self._close_attempt("succeeded")
-        self._count_replicas(self._current())
         self._finished()
 
     # -- replicas -------------------------------------------------------------------------------------
@@ -169,9 +173,11 @@ class _Planner:
 
     def _create_missing(self, current: list[ReplicaObservation]) -> None:
         present = {o.replica for o in current}
-        # A name still held by a replica of an earlier attempt is not reused until that one is gone.
-        occupied = {o.replica for o in self.observed}
-        missing = [r for r in expected_replicas(self.job) if r not in present and r not in occupied]
+        # A new attempt starts only once the whole earlier one is gone: its names (Pods) are free again,
+        # and no member of the old group can hold resources the new one needs.
+        if any(o.attempt != self.status.attempt for o in self.observed):
+            return
+        missing = [r for r in expected_replicas(self.job) if r not in present]
         self.actions += [CreateReplica(r, self.status.attempt) for r in missing]
         if missing or current:
             if self.status.start_time is None:
@@ -187,16 +193,23 @@ class _Planner:
         if group_up and any(p is Phase.RUNNING for p in phases.values()):
             self._condition(ConditionType.RUNNING, conditions.REASON_RUNNING, f"{self._kind_name()} is running.")
 
-    def _count_replicas(self, current: list[ReplicaObservation]) -> None:
+    def _count_replicas(self, current: list[ReplicaObservation], finished: bool = False) -> None:
+        """Replica counts of the current attempt. Once the job has finished, replicas that are cleaned up
+        vanish from what is observed, so the final succeeded/failed counts only ever grow then."""
         statuses = {}
         for rtype in self.job.spec.pytorch_replica_specs:
             of_type = [o for o in current if o.replica.replica_type is rtype]
-            statuses[rtype] = ReplicaStatus(
+            count = ReplicaStatus(
                 active=sum(o.phase.live for o in of_type),
                 succeeded=sum(o.phase is Phase.SUCCEEDED for o in of_type),
                 failed=sum(o.phase is Phase.FAILED for o in of_type),
                 selector=selector(self.job, rtype),
             )
+            before = self.status.replica_statuses.get(rtype)
+            if finished and before is not None:
+                count.succeeded = max(count.succeeded or 0, before.succeeded or 0)
+                count.failed = max(count.failed or 0, before.failed or 0)
+            statuses[rtype] = count
         self.status.replica_statuses = statuses
 
     # -- helpers --------------------------------------------------------------------------------------

@@ -28,7 +28,7 @@ class ReplicaId:
     index: int
 
     def __str__(self) -> str:
-        return f"{self.replica_type.lower}-{self.index}"
+        return f"{self.replica_type.label}-{self.index}"
 
     def pod_name(self, job_name: str) -> str:
         return f"{job_name}-{self}"
@@ -72,7 +72,7 @@ def labels(job: PyTorchJob, replica: ReplicaId, attempt: int) -> dict[str, str]:
     result = {
         LABEL_OPERATOR: OPERATOR_NAME,
         LABEL_JOB_NAME: job.name,
-        LABEL_REPLICA_TYPE: replica.replica_type.lower,
+        LABEL_REPLICA_TYPE: replica.replica_type.label,
         LABEL_REPLICA_INDEX: str(replica.index),
         LABEL_ATTEMPT: str(attempt),
     }
@@ -88,6 +88,6 @@ def selector(job: PyTorchJob, replica_type: ReplicaType) -> str:
         for k, v in (
             (LABEL_JOB_NAME, job.name),
             (LABEL_OPERATOR, OPERATOR_NAME),
-            (LABEL_REPLICA_TYPE, replica_type.lower),
+            (LABEL_REPLICA_TYPE, replica_type.label),
         )
     )

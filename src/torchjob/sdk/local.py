@@ -7,6 +7,7 @@ and it is marked Failed with the reason, so no job shows Running forever.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -245,10 +246,8 @@ class LocalClient:
                 continue
             # Group ids are pids, and pids get reused: only what started after the replica is ours.
             if started is not None and process.info["create_time"] >= started - 2.0:
-                try:
+                with contextlib.suppress(psutil.NoSuchProcess):
                     process.kill()
-                except psutil.NoSuchProcess:
-                    pass
 
 
 class LogFollower:

@@ -8,6 +8,7 @@ each shim, which takes its group down (see shim.py).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import selectors
@@ -177,7 +178,15 @@ class LocalBackend:
         log_path = self.store.log_path(self.name, attempt, str(replica))
         log_path.parent.mkdir(parents=True, exist_ok=True)
         status_path = str(log_path.with_suffix(".exit.json"))
-        argv = [sys.executable, shim.__file__, status_path, str(self.grace), str(os.getpid()), "--", *spec.argv]
+        argv = [
+            sys.executable,
+            shim.__file__,
+            status_path,
+            str(self.grace),
+            str(os.getpid()),
+            "--",
+            *spec.argv,
+        ]
         with open(log_path, "ab") as log:
             try:
                 popen = subprocess.Popen(
@@ -244,15 +253,25 @@ class LocalBackend:
         if "signal" in result:
             sig = int(result["signal"])
             return ReplicaObservation(
-                replica, record.attempt, Phase.FAILED, signal=sig, finished_at=finished,
-                message=failure_summary(Path(record.log_path)), stopping=stopping,
+                replica,
+                record.attempt,
+                Phase.FAILED,
+                signal=sig,
+                finished_at=finished,
+                message=failure_summary(Path(record.log_path)),
+                stopping=stopping,
             )
         code = int(result.get("exitCode", 0))
         if code == 0:
             return ReplicaObservation(replica, record.attempt, Phase.SUCCEEDED, exit_code=0, finished_at=finished)
         return ReplicaObservation(
-            replica, record.attempt, Phase.FAILED, exit_code=code, finished_at=finished,
-            message=failure_summary(Path(record.log_path)), stopping=stopping,
+            replica,
+            record.attempt,
+            Phase.FAILED,
+            exit_code=code,
+            finished_at=finished,
+            message=failure_summary(Path(record.log_path)),
+            stopping=stopping,
         )
 
     def _pidfd(self, pid: int) -> int | None:
@@ -272,10 +291,8 @@ class LocalBackend:
     def _reap(self, record: ProcessRecord, timeout: float) -> None:
         popen = self._popens.get((record.replica, record.attempt))
         if popen is not None:
-            try:
+            with contextlib.suppress(subprocess.TimeoutExpired):
                 popen.wait(timeout)
-            except subprocess.TimeoutExpired:
-                pass
 
     def _save_state(self) -> None:
         self.store.write_state(self.name, self.state)
@@ -284,10 +301,8 @@ class LocalBackend:
 def _signal_group(pid: int, signum: int) -> None:
     if pid <= 0:
         return
-    try:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pid, signum)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 def _alive(pid: int) -> bool:

@@ -23,12 +23,27 @@ from torchjob.core.replicas import ReplicaId
 ENV_OUTPUT_DIR = "TORCHJOB_OUTPUT_DIR"
 _VAR_REF = re.compile(r"\$\$|\$\(([A-Za-z_][A-Za-z0-9_.-]*)\)")
 _CLUSTER_ONLY_POD_FIELDS = (
-    "volumes", "nodeSelector", "affinity", "tolerations", "serviceAccountName", "imagePullSecrets",
-    "initContainers", "priorityClassName", "schedulerName", "hostNetwork", "securityContext",
+    "volumes",
+    "nodeSelector",
+    "affinity",
+    "tolerations",
+    "serviceAccountName",
+    "imagePullSecrets",
+    "initContainers",
+    "priorityClassName",
+    "schedulerName",
+    "hostNetwork",
+    "securityContext",
 )
 _CLUSTER_ONLY_CONTAINER_FIELDS = (
-    "image", "imagePullPolicy", "resources", "volumeMounts", "securityContext", "livenessProbe",
-    "readinessProbe", "ports",
+    "image",
+    "imagePullPolicy",
+    "resources",
+    "volumeMounts",
+    "securityContext",
+    "livenessProbe",
+    "readinessProbe",
+    "ports",
 )
 
 

@@ -10,6 +10,7 @@ It runs as a plain file (``python shim.py``), importing nothing of torchjob, so 
 Usage: ``shim.py STATUS_FILE GRACE_SECONDS PARENT_PID -- COMMAND [ARG...]``
 """
 
+import contextlib
 import ctypes
 import json
 import os
@@ -23,10 +24,9 @@ PR_SET_PDEATHSIG = 1
 def main() -> int:
     status_file, grace, parent = sys.argv[1], float(sys.argv[2]), int(sys.argv[3])
     command = sys.argv[sys.argv.index("--") + 1 :]
-    try:
+    # Not on Linux there is no prctl: the controller's own cleanup still applies.
+    with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
-    except (OSError, AttributeError):
-        pass  # not Linux: the controller's own cleanup still applies
     if os.getppid() != parent:
         return 1  # the controller died before we could watch it
 
@@ -92,10 +92,8 @@ def _signal_group(signum: int, spare_self: bool = False) -> None:
                 except (ProcessLookupError, PermissionError):
                     pass
         return
-    try:
+    with contextlib.suppress(ProcessLookupError):
         os.killpg(0, signum)
-    except ProcessLookupError:
-        pass
 
 
 def _write_json(path: str, data: dict[str, object]) -> None:

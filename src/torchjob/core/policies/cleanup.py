@@ -16,9 +16,7 @@ from torchjob.core.observed import ReplicaObservation
 from torchjob.core.times import parse_timestamp
 
 
-def replicas_to_remove(
-    job: PyTorchJob, status: JobStatus, observed: list[ReplicaObservation]
-) -> list[DeleteReplica]:
+def replicas_to_remove(job: PyTorchJob, status: JobStatus, observed: list[ReplicaObservation]) -> list[DeleteReplica]:
     policy = job.spec.run_policy.clean_pod_policy or CleanPodPolicy.NONE
     failed = conditions.is_true(status, ConditionType.FAILED)
     actions = []

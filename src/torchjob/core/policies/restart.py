@@ -12,7 +12,6 @@ into a permanent failure.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
 
 from torchjob.api.types import PyTorchJob, RestartPolicy
 from torchjob.core.observed import Phase, ReplicaObservation
@@ -47,14 +46,11 @@ def judge_failures(job: PyTorchJob, failed: list[ReplicaObservation]) -> Failure
     failed = [o for o in failed if o.phase is Phase.FAILED]
     if not failed:
         return None
-    earliest = min((o.finished_at for o in failed if o.finished_at), default=None)
 
-    def first_key(o: ReplicaObservation) -> tuple[datetime | None, bool, str]:
-        # Earliest first; among ties (or unknown times) a permanent failure wins, then by name for stability.
-        return (o.finished_at or earliest, is_retryable(restart_policy_of(job, o), o), str(o.replica))
+    def order(o: ReplicaObservation) -> tuple[float, bool, str]:
+        # Earliest first (unknown times last); among ties a permanent failure wins, then by name.
+        when = o.finished_at.timestamp() if o.finished_at else float("inf")
+        return (when, is_retryable(restart_policy_of(job, o), o), str(o.replica))
 
-    if earliest is None:
-        root = min(failed, key=lambda o: (is_retryable(restart_policy_of(job, o), o), str(o.replica)))
-    else:
-        root = min(failed, key=first_key)  # type: ignore[arg-type]
+    root = min(failed, key=order)
     return FailureVerdict(root_cause=root, retryable=is_retryable(restart_policy_of(job, root), root))

@@ -1,0 +1,98 @@
+"""The env contract each replica gets, for Kubernetes addressing (Service names) and locally."""
+
+from __future__ import annotations
+
+from torchjob.api.types import ReplicaType
+from torchjob.backends.local.mapping import process_spec
+from torchjob.core.envs import Addressing, replica_env
+from torchjob.core.replicas import ReplicaId, labels, rendezvous_replica
+from torchjob.testing import make_job
+
+MASTER, W0, W1 = (
+    ReplicaId(ReplicaType.MASTER, 0),
+    ReplicaId(ReplicaType.WORKER, 0),
+    ReplicaId(ReplicaType.WORKER, 1),
+)
+
+
+def kube_addressing(job_name: str, master: str) -> Addressing:
+    return Addressing(f"{job_name}-{master}", 23456, f"{job_name}-worker-0", 23456)
+
+
+def test_master_and_workers_get_kubeflow_env() -> None:
+    job = make_job("mnist").master().workers(2).build()
+    env = dict(replica_env(job, W1, 0, kube_addressing("mnist", "master-0")))
+    assert env["MASTER_ADDR"] == env["PET_MASTER_ADDR"] == "mnist-master-0"
+    assert env["MASTER_PORT"] == env["PET_MASTER_PORT"] == "23456"
+    assert env["WORLD_SIZE"] == "3"
+    assert env["RANK"] == env["PET_NODE_RANK"] == "2"
+    assert env["PET_NNODES"] == "3"
+    assert env["PET_NPROC_PER_NODE"] == "auto"
+    assert env["PYTHONUNBUFFERED"] == "1"
+    assert dict(replica_env(job, MASTER, 0, kube_addressing("mnist", "master-0")))["RANK"] == "0"
+
+
+def test_worker_only_job_makes_worker_0_the_master() -> None:
+    job = make_job("w").workers(3).build()
+    assert rendezvous_replica(job) == W0
+    env = dict(replica_env(job, W1, 0, kube_addressing("w", "worker-0")))
+    assert env["RANK"] == "1" and env["WORLD_SIZE"] == "3" and env["MASTER_ADDR"] == "w-worker-0"
+    assert labels(job, W0, 0)["training.kubeflow.org/job-role"] == "master"
+    assert "training.kubeflow.org/job-role" not in labels(job, W1, 0)
+
+
+def test_integer_nproc_per_node_multiplies_world_size() -> None:
+    job = make_job("n").master().workers(1).spec(nprocPerNode=4).build()
+    env = dict(replica_env(job, W0, 0, kube_addressing("n", "master-0")))
+    assert env["WORLD_SIZE"] == "8" and env["PET_NPROC_PER_NODE"] == "4"
+
+
+def test_elastic_env() -> None:
+    job = (
+        make_job("e")
+        .workers(2)
+        .elastic(
+            minReplicas=1,
+            maxReplicas=3,
+            maxRestarts=5,
+            rdzvConf=[{"key": "a", "value": "1"}, {"key": "b", "value": "2"}],
+        )
+        .build()
+    )
+    env = dict(replica_env(job, W1, 0, kube_addressing("e", "worker-0")))
+    assert env["PET_NNODES"] == "1:3"
+    assert env["PET_RDZV_ENDPOINT"] == "e-worker-0:23456"
+    assert env["PET_RDZV_BACKEND"] == "c10d"
+    assert env["PET_MAX_RESTARTS"] == "5"
+    assert env["PET_RDZV_CONF"] == "a=1,b=2"
+    assert "RANK" not in env  # the rendezvous assigns ranks
+
+
+def test_labels() -> None:
+    job = make_job("mnist").master().workers(1).build()
+    assert labels(job, W0, 2) == {
+        "training.kubeflow.org/operator-name": "pytorchjob-controller",
+        "training.kubeflow.org/job-name": "mnist",
+        "training.kubeflow.org/replica-type": "worker",
+        "training.kubeflow.org/replica-index": "0",
+        "torchjob.io/attempt": "2",
+    }
+
+
+def test_local_process_spec_expands_vars_and_the_contract_wins() -> None:
+    job = (
+        make_job("x")
+        .master()
+        .command("python", "train.py", "--rank=$(RANK)", "--cost=$$(RANK)", "$(UNSET)")
+        .env(GREETING="hi $(USER_NAME)", USER_NAME="ada", RANK="99")
+        .build()
+    )
+    addressing = Addressing("127.0.0.1", 40000, "127.0.0.1", 40001, rdzv_id="x-0")
+    spec = process_spec(job, MASTER, 0, addressing, "/jobs", "/out", "/venv/bin", "/usr/bin")
+    assert spec.argv == ["python", "train.py", "--rank=0", "--cost=$(RANK)", "$(UNSET)"]
+    assert spec.env["RANK"] == "0"  # appended after the user's env, as Kubeflow does
+    assert spec.env["GREETING"] == "hi $(USER_NAME)"  # only earlier variables expand, as on Kubernetes
+    assert spec.env["MASTER_ADDR"] == "127.0.0.1" and spec.env["MASTER_PORT"] == "40000"
+    assert spec.env["PATH"] == "/venv/bin:/usr/bin"
+    assert spec.env["TORCHJOB_OUTPUT_DIR"] == "/out"
+    assert spec.cwd == "/jobs"

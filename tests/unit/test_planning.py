@@ -1,0 +1,320 @@
+"""The planner, one policy at a time: (job, observed, now) → actions and status."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+from torchjob.api.types import ConditionType, PyTorchJob
+from torchjob.core import conditions
+from torchjob.core.actions import CreateReplica, DeleteJob, DeleteReplica, Plan
+from torchjob.core.observed import ReplicaObservation
+from torchjob.core.planning import plan
+from torchjob.core.times import timestamp
+from torchjob.testing import failed, make_job, pending, running, succeeded
+
+T0 = datetime(2026, 11, 22, 12, 0, 0, tzinfo=timezone.utc)
+
+
+def at(seconds: float) -> datetime:
+    return T0 + timedelta(seconds=seconds)
+
+
+def step(job: PyTorchJob, observed: list[ReplicaObservation], now: datetime = T0) -> tuple[PyTorchJob, Plan]:
+    result = plan(job, observed, now)
+    return job.model_copy(update={"status": result.status}), result
+
+
+def creates(result: Plan) -> list[str]:
+    return [f"{a.replica}@{a.attempt}" for a in result.actions if isinstance(a, CreateReplica)]
+
+
+def deletes(result: Plan) -> list[str]:
+    return sorted(f"{a.replica}@{a.attempt}" for a in result.actions if isinstance(a, DeleteReplica))
+
+
+def cond(job: PyTorchJob, ctype: ConditionType) -> tuple[str, str, str] | None:
+    c = conditions.find(job.status, ctype)
+    return None if c is None else (c.status, c.reason, c.message)
+
+
+def three() -> PyTorchJob:
+    return make_job("mnist").master().workers(2).build()
+
+
+ALL_RUNNING = [running("master-0"), running("worker-0"), running("worker-1")]
+
+
+# -- creation and running --------------------------------------------------------------------------------
+
+
+def test_new_job_creates_every_replica_master_first_and_records_created() -> None:
+    job, result = step(three(), [])
+    assert creates(result) == ["master-0@0", "worker-0@0", "worker-1@0"]
+    assert cond(job, ConditionType.CREATED) == (
+        "True",
+        "PyTorchJobCreated",
+        "PyTorchJob default/mnist is created.",
+    )
+    assert job.status.start_time == timestamp(T0)
+    assert [a.attempt for a in job.status.attempts] == [0]
+
+
+def test_running_when_the_whole_group_runs() -> None:
+    job, _ = step(three(), [])
+    job, result = step(job, [running("master-0"), pending("worker-0"), running("worker-1")], at(1))
+    assert cond(job, ConditionType.RUNNING) is None
+    job, result = step(job, ALL_RUNNING, at(2))
+    assert cond(job, ConditionType.RUNNING) == (
+        "True",
+        "PyTorchJobRunning",
+        "PyTorchJob default/mnist is running.",
+    )
+    assert conditions.state(job.status) == "Running"
+    assert job.status.replica_statuses["Worker"].active == 2  # type: ignore[index]
+    assert result.actions == []
+
+
+def test_unchanged_status_is_not_rewritten() -> None:
+    job, _ = step(three(), [])
+    job, _ = step(job, ALL_RUNNING, at(1))
+    _, result = step(job, ALL_RUNNING, at(50))
+    assert result.status == job.status
+
+
+# -- success -------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("builder", "observed", "done"),
+    [
+        (
+            make_job().master().workers(2),
+            [succeeded("master-0"), running("worker-0"), running("worker-1")],
+            True,
+        ),
+        (
+            make_job().master().workers(2),
+            [running("master-0"), succeeded("worker-0"), succeeded("worker-1")],
+            False,
+        ),
+        (make_job().workers(2), [succeeded("worker-0"), running("worker-1")], False),
+        (make_job().workers(2), [succeeded("worker-0"), succeeded("worker-1")], True),
+        (
+            make_job().master().workers(1).annotate(**{"torchjob.io/success-policy": "AllReplicas"}),
+            [succeeded("master-0"), running("worker-0")],
+            False,
+        ),
+        (
+            make_job().master().workers(1).annotate(**{"torchjob.io/success-policy": "AllReplicas"}),
+            [succeeded("master-0"), succeeded("worker-0")],
+            True,
+        ),
+        (make_job().workers(2).elastic(minReplicas=1, maxReplicas=2), [succeeded("worker-1")], True),
+    ],
+    ids=[
+        "master-decides",
+        "workers-alone-do-not",
+        "worker-only-needs-all",
+        "worker-only-all",
+        "all-replicas-waits",
+        "all-replicas-done",
+        "elastic-any-worker",
+    ],
+)
+def test_success_policies(builder: object, observed: list[ReplicaObservation], done: bool) -> None:
+    job, _ = step(builder.build(), [])  # type: ignore[attr-defined]
+    job, _ = step(job, observed, at(5))
+    assert conditions.is_true(job.status, ConditionType.SUCCEEDED) is done
+    if done:
+        assert job.status.completion_time == timestamp(at(5))
+        assert cond(job, ConditionType.SUCCEEDED)[1] == "PyTorchJobSucceeded"  # type: ignore[index]
+
+
+def test_succeeded_turns_running_false_and_keeps_workers_under_clean_pod_policy_none() -> None:
+    job, _ = step(three(), [])
+    job, _ = step(job, ALL_RUNNING, at(1))
+    job, result = step(job, [succeeded("master-0"), running("worker-0"), running("worker-1")], at(9))
+    assert cond(job, ConditionType.RUNNING)[0] == "False"  # type: ignore[index]
+    assert conditions.state(job.status) == "Succeeded"
+    assert deletes(result) == []
+
+
+@pytest.mark.parametrize(
+    ("policy", "expected"),
+    [("None", []), ("Running", ["worker-0@0"]), ("All", ["master-0@0", "worker-0@0"])],
+)
+def test_clean_pod_policy_after_success(policy: str, expected: list[str]) -> None:
+    job, _ = step(make_job().master().workers(1).run_policy(cleanPodPolicy=policy).build(), [])
+    _, result = step(job, [succeeded("master-0"), running("worker-0")], at(3))
+    assert deletes(result) == expected
+
+
+# -- failures and restarts ---------------------------------------------------------------------------------
+
+
+def test_on_failure_restarts_the_whole_group_as_a_new_attempt() -> None:
+    job, _ = step(three(), [])
+    job, _ = step(job, ALL_RUNNING, at(1))
+    observed = [
+        running("master-0"),
+        running("worker-0"),
+        failed("worker-1", exit_code=1, message="ValueError: x"),
+    ]
+    job, result = step(job, observed, at(2))
+    assert deletes(result) == ["master-0@0", "worker-0@0", "worker-1@0"]
+    assert creates(result) == []  # names are still held by the old attempt
+    assert job.status.attempt == 1 and job.status.restart_count == 1
+    status, reason, message = cond(job, ConditionType.RESTARTING)  # type: ignore[misc]
+    assert (status, reason) == ("True", "PyTorchJobRestarting")
+    assert "worker-1 exited with code 1: ValueError: x" in message
+    assert cond(job, ConditionType.RUNNING) is None  # Restarting replaced it
+    assert job.status.attempts[0].outcome == "worker-1 exited with code 1: ValueError: x"
+
+    # Old replicas still stopping: nothing new yet. Once gone: attempt 1 starts with the full group.
+    stopping = [running("master-0", stopping=True), running("worker-0", stopping=True)]
+    job, result = step(job, stopping, at(3))
+    assert creates(result) == [] and deletes(result) == []
+    job, result = step(job, [], at(4))
+    assert creates(result) == ["master-0@1", "worker-0@1", "worker-1@1"]
+    job, _ = step(job, [running("master-0", 1), running("worker-0", 1), running("worker-1", 1)], at(5))
+    assert conditions.state(job.status) == "Running"
+    assert cond(job, ConditionType.RESTARTING) is None
+
+
+@pytest.mark.parametrize(
+    ("policy", "failure", "retried", "says"),
+    [
+        ("ExitCode", failed("worker-1", exit_code=1), False, "worker-1 exited with code 1"),
+        ("ExitCode", failed("worker-1", exit_code=127), False, "exited with code 127"),
+        ("ExitCode", failed("worker-1", signal=9), True, "worker-1 was killed by SIGKILL"),
+        ("ExitCode", failed("worker-1", exit_code=137), True, "exited with code 137 (SIGKILL)"),
+        ("ExitCode", failed("master-0", exit_code=143), True, "master-0 exited with code 143 (SIGTERM)"),
+        ("ExitCode", failed("worker-0", exit_code=137, reason="OOMKilled"), True, "worker-0 was OOMKilled"),
+        ("Never", failed("worker-1", signal=9), False, "killed by SIGKILL"),
+        ("Never", failed("worker-1", exit_code=1, reason="Evicted"), True, "worker-1 was Evicted"),
+        ("OnFailure", failed("worker-1", exit_code=1), True, "exited with code 1"),
+        ("Always", failed("worker-1", exit_code=2), True, "exited with code 2"),
+    ],
+)
+def test_restart_policies(policy: str, failure: ReplicaObservation, retried: bool, says: str) -> None:
+    job, _ = step(make_job("j").master().workers(2).restart_policy(policy).build(), [])
+    others = [o for o in ALL_RUNNING if o.replica != failure.replica]
+    job, result = step(job, [*others, failure], at(3))
+    if retried:
+        assert conditions.state(job.status) == "Restarting"
+        assert says in cond(job, ConditionType.RESTARTING)[2]  # type: ignore[index]
+        assert job.status.attempt == 1
+    else:
+        assert conditions.state(job.status) == "Failed"
+        _status, reason, message = cond(job, ConditionType.FAILED)  # type: ignore[misc]
+        assert reason == "PyTorchJobFailed" and says in message
+        # A failed job's live replicas are stopped whatever cleanPodPolicy says (kubeflow/trainer #1579).
+        assert deletes(result) == sorted(f"{o.replica}@0" for o in others)
+
+
+def test_root_cause_is_the_first_failure_not_the_peers_that_followed() -> None:
+    # worker-1 is SIGKILLed; a second later master-0 dies with exit 1 (connection reset by peer).
+    # Under ExitCode the root cause is retryable, so the group restarts instead of failing.
+    job, _ = step(make_job("j").master().workers(2).restart_policy("ExitCode").build(), [])
+    observed = [
+        failed("master-0", exit_code=1, message="RuntimeError: Connection closed by peer", at=at(11)),
+        running("worker-0"),
+        failed("worker-1", signal=9, at=at(10)),
+    ]
+    job, _ = step(job, observed, at(12))
+    assert conditions.state(job.status) == "Restarting"
+    assert "worker-1 was killed by SIGKILL" in cond(job, ConditionType.RESTARTING)[2]  # type: ignore[index]
+
+
+def test_backoff_limit_counts_every_group_restart() -> None:
+    job = make_job("j").master().workers(1).restart_policy("ExitCode").run_policy(backoffLimit=1).build()
+    job, _ = step(job, [])
+    job, _ = step(job, [running("master-0"), failed("worker-0", signal=9)], at(1))
+    assert job.status.restart_count == 1
+    job, _ = step(job, [], at(2))
+    job, _ = step(job, [running("master-0", 1), failed("worker-0", 1, exit_code=137)], at(3))
+    assert conditions.state(job.status) == "Failed"
+    message = cond(job, ConditionType.FAILED)[2]  # type: ignore[index]
+    assert "reached the specified backoff limit (1 restarts)" in message
+    assert "worker-0 exited with code 137" in message
+
+
+def test_unset_backoff_limit_defaults_to_six() -> None:
+    job, _ = step(make_job("j").workers(1).build(), [])
+    job = job.model_copy(update={"status": job.status.model_copy(update={"restart_count": 6})})
+    job, _ = step(job, [failed("worker-0")], at(1))
+    assert conditions.state(job.status) == "Failed"
+
+
+def test_evictions_restart_without_counting_against_backoff() -> None:
+    job, _ = step(make_job("j").workers(1).run_policy(backoffLimit=0).build(), [])
+    job, _ = step(job, [failed("worker-0", exit_code=137, reason="Evicted")], at(1))
+    assert conditions.state(job.status) == "Restarting"
+    assert (job.status.attempt, job.status.restart_count) == (1, 0)
+
+
+def test_failed_is_sticky() -> None:
+    job, _ = step(make_job("j").workers(1).restart_policy("Never").build(), [])
+    job, _ = step(job, [failed("worker-0")], at(1))
+    job, result = step(job, [running("worker-0", 1)], at(2))
+    assert conditions.state(job.status) == "Failed"
+    assert creates(result) == []
+
+
+def test_stale_attempt_replicas_are_removed() -> None:
+    job, _ = step(three(), [])
+    job = job.model_copy(update={"status": job.status.model_copy(update={"attempt": 2})})
+    _, result = step(job, [running("worker-0", 1)], at(1))
+    assert "worker-0@1" in deletes(result)
+    assert "worker-0@2" not in creates(result)  # its name is still taken
+
+
+# -- deadline, TTL, suspend --------------------------------------------------------------------------------
+
+
+def test_active_deadline_requeues_at_the_deadline_then_fails() -> None:
+    job, result = step(make_job("j").workers(2).run_policy(activeDeadlineSeconds=30).build(), [], T0)
+    assert result.requeue_at == at(30)
+    job, result = step(job, [running("worker-0"), running("worker-1")], at(29))
+    assert result.requeue_at == at(30) and conditions.state(job.status) == "Running"
+    job, result = step(job, [running("worker-0"), running("worker-1")], at(30))
+    assert conditions.state(job.status) == "Failed"
+    assert "active longer than the specified deadline (30s)" in cond(job, ConditionType.FAILED)[2]  # type: ignore[index]
+    assert deletes(result) == ["worker-0@0", "worker-1@0"]
+    assert any(e.reason == "DeadlineExceeded" for e in result.events)
+
+
+def test_ttl_after_finished() -> None:
+    job, _ = step(make_job("j").workers(1).run_policy(ttlSecondsAfterFinished=60).build(), [])
+    job, result = step(job, [succeeded("worker-0")], at(10))
+    assert result.requeue_at == at(70)
+    _, result = step(job, [succeeded("worker-0")], at(69))
+    assert not any(isinstance(a, DeleteJob) for a in result.actions)
+    _, result = step(job, [succeeded("worker-0")], at(70))
+    assert any(isinstance(a, DeleteJob) for a in result.actions)
+
+
+def test_suspend_stops_everything_and_resume_starts_a_fresh_group() -> None:
+    builder = make_job("j").master().workers(1)
+    job, _ = step(builder.build(), [])
+    job, _ = step(job, [running("master-0"), running("worker-0")], at(1))
+    suspended = builder.run_policy(suspend=True).build().model_copy(update={"status": job.status})
+    job, result = step(suspended, [running("master-0"), running("worker-0")], at(2))
+    assert deletes(result) == ["master-0@0", "worker-0@0"]
+    assert cond(job, ConditionType.SUSPENDED) == (
+        "True",
+        "PyTorchJobSuspended",
+        "PyTorchJob default/j is suspended.",
+    )
+    assert cond(job, ConditionType.RUNNING)[0] == "False"  # type: ignore[index]
+    assert job.status.start_time is None
+    job, result = step(job, [], at(3))
+    assert result.actions == []
+
+    resumed = builder.run_policy(suspend=False).build().model_copy(update={"status": job.status})
+    job, result = step(resumed, [], at(4))
+    assert cond(job, ConditionType.SUSPENDED)[:2] == ("False", "PyTorchJobResumed")  # type: ignore[index]
+    assert creates(result) == ["master-0@1", "worker-0@1"]
+    assert job.status.start_time == timestamp(at(4)) and job.status.restart_count == 0
