@@ -4,8 +4,9 @@
 # pinned version changed. Usage: kube-rig-build.sh [BIN_DIR]
 set -euo pipefail
 
-K8S_VERSION="${K8S_VERSION:-v1.35.4}"
-KWOK_VERSION="${KWOK_VERSION:-v0.7.0}"
+# Pinned versions live in one file, read by this script and by tools/kube_rig.py.
+# shellcheck source=tools/kube-versions.env
+source "$(dirname "$0")/kube-versions.env"
 CACHE="${TORCHJOB_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/torchjob}"
 BIN="${1:-$CACHE/kube/$K8S_VERSION-kwok-$KWOK_VERSION/bin}"
 WORK="$CACHE/kube/src-$K8S_VERSION"

@@ -1,0 +1,168 @@
+"""The test control plane itself: pods on fake nodes, the exit-code hook, CRDs, logs, Jobs, RBAC."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+from tools.kube_rig import Rig, append_log_lines, bin_dir
+
+
+def wait_until(check: Any, timeout: float = 60, what: str = "condition") -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = check()
+        if value:
+            return value
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def pod(name: str, **metadata: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, **metadata},
+        "spec": {"restartPolicy": "Never", "containers": [{"name": "pytorch", "image": "example/train:1"}]},
+    }
+
+
+def phase(rig: Rig, namespace: str, name: str) -> str:
+    return str(rig.kubectl_json("get", "-n", namespace, "pod", name).get("status", {}).get("phase", ""))
+
+
+def test_a_pod_runs_on_a_fake_node_and_fails_with_the_exit_code_we_choose(rig: Rig, namespace: str) -> None:
+    rig.apply(pod("trainer"), namespace)
+    wait_until(lambda: phase(rig, namespace, "trainer") == "Running", what="the pod to run")
+    node = rig.kubectl_json("get", "-n", namespace, "pod", "trainer")["spec"]["nodeName"]
+    assert node.startswith("kwok-node-")  # placed by the real scheduler
+
+    rig.end_pod(namespace, "trainer", 137, reason="OOMKilled")
+    wait_until(lambda: phase(rig, namespace, "trainer") == "Failed", what="the pod to fail")
+    status = rig.kubectl_json("get", "-n", namespace, "pod", "trainer")["status"]
+    terminated = status["containerStatuses"][0]["state"]["terminated"]
+    assert (terminated["exitCode"], terminated["reason"]) == (137, "OOMKilled")
+
+
+def test_exit_code_zero_succeeds(rig: Rig, namespace: str) -> None:
+    rig.apply(pod("done"), namespace)
+    wait_until(lambda: phase(rig, namespace, "done") == "Running", what="the pod to run")
+    rig.end_pod(namespace, "done", 0)
+    wait_until(lambda: phase(rig, namespace, "done") == "Succeeded", what="the pod to succeed")
+
+
+def test_a_crd_and_a_custom_object(rig: Rig, namespace: str) -> None:
+    rig.apply(
+        {
+            "apiVersion": "apiextensions.k8s.io/v1",
+            "kind": "CustomResourceDefinition",
+            "metadata": {"name": "widgets.rig.torchjob.io"},
+            "spec": {
+                "group": "rig.torchjob.io",
+                "scope": "Namespaced",
+                "names": {"plural": "widgets", "singular": "widget", "kind": "Widget"},
+                "versions": [
+                    {
+                        "name": "v1",
+                        "served": True,
+                        "storage": True,
+                        "schema": {
+                            "openAPIV3Schema": {
+                                "type": "object",
+                                "properties": {"spec": {"type": "object", "properties": {"size": {"type": "integer"}}}},
+                            }
+                        },
+                    }
+                ],
+            },
+        }
+    )
+    rig.kubectl("wait", "--for=condition=Established", "crd/widgets.rig.torchjob.io", "--timeout=60s")
+    rig.apply(
+        {"apiVersion": "rig.torchjob.io/v1", "kind": "Widget", "metadata": {"name": "w"}, "spec": {"size": 3}},
+        namespace,
+    )
+    assert rig.kubectl_json("get", "-n", namespace, "widget", "w")["spec"] == {"size": 3}
+    # kubectl validates strictly, and the API server prunes unknown fields when asked not to validate.
+    extra = (
+        '{"apiVersion": "rig.torchjob.io/v1", "kind": "Widget", "metadata": {"name": "w2"},'
+        ' "spec": {"size": 1, "colour": "red"}}'
+    )
+    strict = rig.kubectl("apply", "-n", namespace, "-f", "-", input=extra, check=False)
+    assert strict.returncode != 0 and 'unknown field "spec.colour"' in strict.stderr
+    rig.kubectl("apply", "--validate=false", "-n", namespace, "-f", "-", input=extra)
+    assert rig.kubectl_json("get", "-n", namespace, "widget", "w2")["spec"] == {"size": 1}
+
+
+def test_pod_logs_through_the_api_including_follow(rig: Rig, namespace: str, tmp_path: Path) -> None:
+    rig.apply(pod("talker"), namespace)
+    wait_until(lambda: phase(rig, namespace, "talker") == "Running", what="the pod to run")
+    log_file = tmp_path / "talker.log"
+    rig.serve_logs(namespace, "talker", "pytorch", ["Rank 0: epoch 1/2", "Rank 0: epoch 2/2"], log_file)
+    logs = wait_until(
+        lambda: rig.kubectl("logs", "-n", namespace, "talker", check=False).stdout, what="logs to be served"
+    )
+    assert logs.splitlines() == ["Rank 0: epoch 1/2", "Rank 0: epoch 2/2"]
+
+    follower = subprocess.Popen(
+        [str(bin_dir() / "kubectl"), "logs", "-f", "-n", namespace, "talker"],
+        stdout=subprocess.PIPE,
+        text=True,
+        env=rig.env(),
+    )
+    try:
+        assert follower.stdout is not None
+        assert follower.stdout.readline().strip() == "Rank 0: epoch 1/2"
+        assert follower.stdout.readline().strip() == "Rank 0: epoch 2/2"
+        append_log_lines(log_file, ["Rank 0: training completed."])
+        assert follower.stdout.readline().strip() == "Rank 0: training completed."
+    finally:
+        follower.kill()
+        follower.wait()
+
+
+def test_an_indexed_job_gets_completion_indexes_from_the_job_controller(rig: Rig, namespace: str) -> None:
+    rig.apply(
+        {
+            "apiVersion": "batch/v1",
+            "kind": "Job",
+            "metadata": {"name": "indexed"},
+            "spec": {
+                "completionMode": "Indexed",
+                "completions": 3,
+                "parallelism": 3,
+                "template": {
+                    "spec": {
+                        "restartPolicy": "Never",
+                        "containers": [
+                            {"name": "pytorch", "image": "example/train:1", "command": ["torchrun", "train.py"]}
+                        ],
+                    }
+                },
+            },
+        },
+        namespace,
+    )
+
+    def pods() -> list[dict[str, Any]]:
+        items: list[dict[str, Any]] = rig.kubectl_json("get", "-n", namespace, "pods", "-l", "job-name=indexed")[
+            "items"
+        ]
+        return items if len(items) == 3 else []
+
+    found = wait_until(pods, what="3 pods of the Indexed Job")
+    indexes = sorted(p["metadata"]["annotations"]["batch.kubernetes.io/job-completion-index"] for p in found)
+    assert indexes == ["0", "1", "2"]
+    for p in found:
+        env = {e["name"]: e for e in p["spec"]["containers"][0]["env"]}
+        field = env["JOB_COMPLETION_INDEX"]["valueFrom"]["fieldRef"]["fieldPath"]
+        assert field == "metadata.labels['batch.kubernetes.io/job-completion-index']"
+    rig.kubectl("wait", "-n", namespace, "--for=condition=Complete", "job/indexed", "--timeout=90s")
+
+
+def test_rbac_is_enforced(rig: Rig, namespace: str) -> None:
+    who = f"--as=system:serviceaccount:{namespace}:default"
+    assert rig.kubectl("auth", "can-i", "list", "pods", "-n", namespace, who, check=False).stdout.strip() == "no"
+    assert rig.kubectl("auth", "can-i", "list", "pods", "-n", namespace).stdout.strip() == "yes"
