@@ -1,9 +1,14 @@
-"""``torchjob get NAME [-o json|yaml]``: one job, as a summary or as the PyTorchJob object with its status."""
+"""``torchjob get NAME [-o json|yaml]``: one job, as a summary or as the PyTorchJob object with its status.
+
+Works from the stored wire-format object, without building models, so it answers at once.
+"""
 
 from __future__ import annotations
 
 import argparse
 import json
+from datetime import datetime, timezone
+from typing import Any
 
 from torchjob.cli.common import client, human_age
 
@@ -16,36 +21,45 @@ def add_parser(verbs: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
 
 
 def handle(args: argparse.Namespace) -> int:
-    job = client(args).get(args.name)
+    wire = client(args).get_wire(args.name)
     if args.output == "json":
-        print(json.dumps(job.to_wire(), indent=2))
-        return 0
-    if args.output == "yaml":
+        print(json.dumps(wire, indent=2))
+    elif args.output == "yaml":
         import yaml
 
-        print(yaml.safe_dump(job.to_wire(), sort_keys=False), end="")
-        return 0
-    from datetime import datetime, timezone
+        print(yaml.safe_dump(wire, sort_keys=False), end="")
+    else:
+        print(summary(wire))
+    return 0
 
-    from torchjob.core.conditions import state
+
+def summary(wire: dict[str, Any]) -> str:
     from torchjob.core.times import parse_timestamp
 
-    status = job.status
-    created = job.metadata.creation_timestamp
+    status = wire.get("status", {})
+    conditions = status.get("conditions", [])
+    created = wire.get("metadata", {}).get("creationTimestamp")
     age = (datetime.now(timezone.utc) - parse_timestamp(created)).total_seconds() if created else 0
-    print(f"Name:      {job.name}")
-    print(f"State:     {state(status) or 'Pending'}")
-    print(f"Age:       {human_age(age)}")
-    print(f"Attempt:   {status.attempt + 1} ({status.restart_count} restarts)")
-    for rtype, rs in status.replica_statuses.items():
-        print(
-            f"{rtype.value + ':':<10} {rs.active or 0} active, {rs.succeeded or 0} succeeded, {rs.failed or 0} failed"
+    lines = [
+        f"Name:      {wire['metadata']['name']}",
+        f"State:     {conditions[-1]['type'] if conditions else 'Pending'}",
+        f"Age:       {human_age(age)}",
+        f"Attempt:   {status.get('attempt', 0) + 1} ({status.get('restartCount', 0)} restarts)",
+    ]
+    for rtype, counts in status.get("replicaStatuses", {}).items():
+        lines.append(
+            f"{rtype + ':':<10} {counts.get('active', 0)} active, {counts.get('succeeded', 0)} succeeded, "
+            f"{counts.get('failed', 0)} failed"
         )
-    print("Conditions:")
-    for cond in status.conditions:
-        print(f"  {cond.type.value:<11} {cond.status:<6} {cond.reason:<22} {cond.message}")
-    if len(status.attempts) > 1 or any(a.outcome and a.outcome != "succeeded" for a in status.attempts):
-        print("Attempts:")
-        for record in status.attempts:
-            print(f"  {record.attempt + 1}: {record.start_time} → {record.end_time or 'now'}  {record.outcome or ''}")
-    return 0
+    lines.append("Conditions:")
+    lines += [
+        f"  {c['type']:<11} {c['status']:<6} {c.get('reason', ''):<22} {c.get('message', '')}" for c in conditions
+    ]
+    attempts = status.get("attempts", [])
+    if len(attempts) > 1 or any(a.get("outcome") not in (None, "succeeded") for a in attempts):
+        lines.append("Attempts:")
+        lines += [
+            f"  {a['attempt'] + 1}: {a['startTime']} → {a.get('endTime') or 'now'}  {a.get('outcome') or ''}"
+            for a in attempts
+        ]
+    return "\n".join(lines)

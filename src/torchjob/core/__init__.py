@@ -1,16 +1,5 @@
-"""The pure planner: from (job, observed replicas, now) to actions and the job's new status. No I/O, no clock."""
+"""The pure planner: from (job, observed replicas, now) to actions and the job's new status. No I/O, no clock.
 
-from torchjob.core.actions import CreateReplica, DeleteJob, DeleteReplica, Event, Plan
-from torchjob.core.observed import Phase, ReplicaObservation
-from torchjob.core.planning import plan
-
-__all__ = [
-    "CreateReplica",
-    "DeleteJob",
-    "DeleteReplica",
-    "Event",
-    "Phase",
-    "Plan",
-    "ReplicaObservation",
-    "plan",
-]
+Import from the submodules (``torchjob.core.planning``, ``.actions``, ...): this package imports nothing itself,
+so a light reader such as `torchjob list` can use ``torchjob.core.times`` without loading the models.
+"""

@@ -17,21 +17,21 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-import psutil
-
-from torchjob.api.loading import load_job_file
-from torchjob.api.types import ConditionType, PyTorchJob
-from torchjob.backends.local import mapping
-from torchjob.backends.local.logs import read_tail
 from torchjob.backends.local.store import JobStore, LocalState
-from torchjob.controller.local import supervise
-from torchjob.controller.loop import PassResult
-from torchjob.core import conditions
-from torchjob.core.actions import Event
-from torchjob.core.policies import cleanup
-from torchjob.core.times import parse_timestamp, timestamp
+from torchjob.core.times import parse_timestamp
 from torchjob.sdk.errors import JobExistsError, JobNotFoundError, SdkError
+
+if TYPE_CHECKING:
+    import psutil
+
+    from torchjob.api.types import PyTorchJob
+    from torchjob.controller.loop import PassResult
+    from torchjob.core.actions import Event
+
+# Model, planner and controller code is imported inside the methods that need it: `torchjob list` and
+# `torchjob get` read plain JSON and must start fast (a few tens of milliseconds, not half a second).
 
 
 @dataclass(frozen=True)
@@ -52,20 +52,23 @@ class LocalClient:
 
     def load(self, path: str | Path) -> PyTorchJob:
         """Load and validate a job file, including what it needs to run locally."""
+        from torchjob.api.errors import ValidationError
+        from torchjob.api.loading import load_job_file
+        from torchjob.backends.local import mapping
+
         job = load_job_file(path)
         problems = mapping.local_problems(job)
         if problems:
-            from torchjob.api.errors import ValidationError
-
             raise ValidationError(problems)
         return job
 
     def create(self, job: PyTorchJob, job_file_dir: str | Path, replace: bool = False) -> PyTorchJob:
         """Record a new job (not yet started). ``replace`` deletes a finished job of the same name first."""
+        from torchjob.core.times import timestamp
+
         if self.store.exists(job.name):
-            existing = self._read(job.name)
             if not replace:
-                raise JobExistsError(job.name, conditions.state(existing.status))
+                raise JobExistsError(job.name, self._summary(job.name).get("state", ""))
             self.delete(job.name)
         job = job.model_copy(deep=True)
         job.metadata.creation_timestamp = timestamp(datetime.now(timezone.utc))
@@ -79,6 +82,8 @@ class LocalClient:
         on_pass: Callable[[PassResult], None] | None = None,
     ) -> PyTorchJob | None:
         """Supervise a created job in this process until it ends (raises ``Interrupted`` on a signal)."""
+        from torchjob.controller.local import supervise
+
         return supervise(self.store, name, on_event=on_event, on_pass=on_pass)
 
     def start_detached(self, name: str) -> int:
@@ -98,8 +103,18 @@ class LocalClient:
     # -- reading --------------------------------------------------------------------------------------
 
     def get(self, name: str) -> PyTorchJob:
+        """The job with its status, as a typed object."""
+        from torchjob.api.types import PyTorchJob
+
+        return PyTorchJob.model_validate(self.get_wire(name))
+
+    def get_wire(self, name: str) -> dict[str, Any]:
+        """The job with its status, in Kubeflow's wire format (what ``torchjob get -o json`` prints)."""
         self._settle(name)
-        return self._read(name)
+        try:
+            return self.store.read_job_data(name)
+        except FileNotFoundError:
+            raise JobNotFoundError(name) from None
 
     def list(self) -> list[JobSummary]:
         summaries = []
@@ -107,20 +122,19 @@ class LocalClient:
         for name in self.store.names():
             try:
                 self._settle(name)
-                job = self._read(name)
+                summary = self._summary(name)
             except (JobNotFoundError, OSError, ValueError):
                 continue  # removed meanwhile (TTL, delete from another shell), or being written
-            created = job.metadata.creation_timestamp
+            created = summary.get("created")
             age = (now - parse_timestamp(created)).total_seconds() if created else 0.0
-            last = job.status.conditions[-1] if job.status.conditions else None
             summaries.append(
                 JobSummary(
                     name=name,
-                    state=conditions.state(job.status),
+                    state=summary.get("state", ""),
                     age_seconds=age,
-                    attempt=job.status.attempt,
-                    restarts=job.status.restart_count,
-                    message=last.message if last else "",
+                    attempt=summary.get("attempt", 0),
+                    restarts=summary.get("restarts", 0),
+                    message=summary.get("message", ""),
                 )
             )
         return summaries
@@ -133,8 +147,9 @@ class LocalClient:
 
     def log_files(self, name: str, attempt: int | None = None) -> dict[str, Path]:
         """Replica name → log file, for one attempt (default: the current one)."""
-        job = self._read(name)
-        attempt = job.status.attempt if attempt is None else attempt
+        if not self.store.exists(name):
+            raise JobNotFoundError(name)
+        attempt = int(self._summary(name).get("attempt", 0)) if attempt is None else attempt
         folder = self.store.job_dir(name) / "logs" / str(attempt)
         if not folder.is_dir():
             # The current attempt may not have started yet (being restarted): show the previous one.
@@ -167,7 +182,7 @@ class LocalClient:
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             if self._is_over(name):
-                return self._read(name)
+                return self.get(name)
             if deadline is not None and time.monotonic() > deadline:
                 raise SdkError(f"job {name!r} did not finish within {timeout}s")
             time.sleep(poll)
@@ -178,6 +193,8 @@ class LocalClient:
         """Stop a running job's controller (which stops its replicas), then remove its records and logs."""
         if not self.store.exists(name):
             raise JobNotFoundError(name)
+        import psutil
+
         state = self.state(name)
         controller = _live_process(state.controller_pid, state.controller_started_at)
         if controller is not None:
@@ -191,9 +208,9 @@ class LocalClient:
 
     # -- internals ------------------------------------------------------------------------------------
 
-    def _read(self, name: str) -> PyTorchJob:
+    def _summary(self, name: str) -> dict[str, Any]:
         try:
-            return self.store.read_job(name)
+            return self.store.read_summary(name)
         except FileNotFoundError:
             raise JobNotFoundError(name) from None
 
@@ -202,21 +219,21 @@ class LocalClient:
         if not self.store.exists(name):
             return True
         self._settle(name)
-        job = self._read(name)
+        if not self.store.exists(name):
+            return True
         state = self.state(name)
-        return conditions.is_finished(job.status) and (
+        return bool(self._summary(name).get("finished")) and (
             _live_process(state.controller_pid, state.controller_started_at) is None
         )
 
     def _settle(self, name: str) -> None:
-        """Bring a record up to date with reality: an orphaned job fails, an expired one goes (TTL)."""
+        """Bring a record up to date with reality: an expired job goes (TTL), an orphaned one fails."""
         if not self.store.exists(name):
             raise JobNotFoundError(name)
-        job = self._read(name)
-        now = datetime.now(timezone.utc)
-        if conditions.is_finished(job.status):
-            expired, _ = cleanup.ttl_action(job, job.status, now)
-            if expired is not None:
+        summary = self._summary(name)
+        if summary.get("finished"):
+            expires = summary.get("ttlExpiresAt")
+            if expires and datetime.now(timezone.utc) >= parse_timestamp(expires):
                 self.delete(name)
                 raise JobNotFoundError(name)
             return
@@ -225,7 +242,16 @@ class LocalClient:
             return  # created, controller not started yet
         if _live_process(state.controller_pid, state.controller_started_at) is not None:
             return
+        self._fail_orphan(name, state)
+
+    def _fail_orphan(self, name: str, state: LocalState) -> None:
+        from torchjob.api.types import ConditionType
+        from torchjob.core import conditions
+        from torchjob.core.times import timestamp
+
         self._kill_leftovers(state)
+        job = self.store.read_job(name)
+        now = datetime.now(timezone.utc)
         message = (
             f"PyTorchJob {job.namespace}/{job.name} has failed because its controller "
             f"(pid {state.controller_pid}) ended without finishing it"
@@ -236,6 +262,8 @@ class LocalClient:
 
     def _kill_leftovers(self, state: LocalState) -> None:
         """SIGKILL every process still in a replica's process group (the shim may be gone, its child not)."""
+        import psutil
+
         groups = {r.pid: r.started_at for r in state.processes if r.pid and not r.removed}
         if not groups:
             return
@@ -291,6 +319,8 @@ def _live_process(pid: int | None, started_at: float | None) -> psutil.Process |
     """The process with this pid if it is still the one we started (pids get reused)."""
     if not pid:
         return None
+    import psutil
+
     try:
         process = psutil.Process(pid)
         if process.status() == psutil.STATUS_ZOMBIE:
@@ -300,6 +330,3 @@ def _live_process(pid: int | None, started_at: float | None) -> psutil.Process |
         return process
     except psutil.NoSuchProcess:
         return None
-
-
-__all__ = ["JobSummary", "LocalClient", "LogFollower", "read_tail"]

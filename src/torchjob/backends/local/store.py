@@ -3,12 +3,14 @@
 Layout under ``$TORCHJOB_HOME`` (default ``~/.torchjob``)::
 
     jobs/<name>/job.json          the PyTorchJob, with its status, in Kubeflow's wire format
+    jobs/<name>/summary.json      what `torchjob list` shows, derived from job.json whenever it is written
     jobs/<name>/local.json        controller pid, ports per attempt, one record per replica process
     jobs/<name>/logs/<attempt>/<replica>.log
     jobs/<name>/output/           TORCHJOB_OUTPUT_DIR of every replica (models, metrics)
 
 Every write is atomic (temp file, fsync, rename), so a reader in another shell never sees half a file and a
-killed controller never leaves one. ``torchjob list`` reads only ``job.json`` files.
+killed controller never leaves one. ``torchjob list`` reads only the small summaries: listing must not
+pay for parsing every job (or importing the model code at all).
 """
 
 from __future__ import annotations
@@ -19,9 +21,10 @@ import shutil
 import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from torchjob.api.types import PyTorchJob
+if TYPE_CHECKING:
+    from torchjob.api.types import PyTorchJob
 
 
 def torchjob_home() -> Path:
@@ -88,10 +91,17 @@ class JobStore:
         return data
 
     def read_job(self, name: str) -> PyTorchJob:
+        from torchjob.api.types import PyTorchJob
+
         return PyTorchJob.model_validate(self.read_job_data(name))
 
     def write_job(self, job: PyTorchJob) -> None:
         _write_atomic(self.job_dir(job.name) / "job.json", json.dumps(job.to_wire(), indent=2))
+        _write_atomic(self.job_dir(job.name) / "summary.json", json.dumps(summarize(job)))
+
+    def read_summary(self, name: str) -> dict[str, Any]:
+        data: dict[str, Any] = json.loads((self.job_dir(name) / "summary.json").read_text())
+        return data
 
     def read_state(self, name: str) -> LocalState:
         return LocalState.from_dict(json.loads((self.job_dir(name) / "local.json").read_text()))
@@ -107,6 +117,26 @@ class JobStore:
 
     def remove(self, name: str) -> None:
         shutil.rmtree(self.job_dir(name), ignore_errors=True)
+
+
+def summarize(job: PyTorchJob) -> dict[str, Any]:
+    """The few facts `torchjob list` shows and the checks it makes on read (TTL, orphaned controller)."""
+    from torchjob.core import conditions
+    from torchjob.core.policies.cleanup import ttl_expiry
+    from torchjob.core.times import timestamp
+
+    last = job.status.conditions[-1] if job.status.conditions else None
+    expiry = ttl_expiry(job, job.status)
+    return {
+        "name": job.name,
+        "state": conditions.state(job.status),
+        "finished": conditions.is_finished(job.status),
+        "created": job.metadata.creation_timestamp,
+        "attempt": job.status.attempt,
+        "restarts": job.status.restart_count,
+        "message": last.message if last else "",
+        "ttlExpiresAt": timestamp(expiry) if expiry else None,
+    }
 
 
 def _write_atomic(path: Path, text: str) -> None:

@@ -1,0 +1,100 @@
+"""``python -m bench [--quick]``: run every benchmark, print one markdown table, write it to bench/RESULTS.md.
+
+Each row: the metric, torchjob's number, the anchor's (measured in the same run), their ratio, the target,
+and whether it was met. Tests never assert times; this is where speed and memory are judged.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import platform
+from pathlib import Path
+
+from bench import cli, launch, steady_state
+
+RESULTS = Path(__file__).resolve().parent / "RESULTS.md"
+
+
+def _row(metric: str, value: str, anchor: str, ratio: float | None, target: str, met: bool) -> str:
+    shown = "" if ratio is None else f"{ratio:.2f}"
+    return f"| {metric} | {value} | {anchor} | {shown} | {target} | {'yes' if met else '**no**'} |"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--quick", action="store_true", help="fewer trials (noisier)")
+    args = parser.parse_args()
+    trials = 3 if args.quick else 5
+
+    print("launch latency ...", flush=True)
+    lat = launch.measure(trials)
+    print("steady state ...", flush=True)
+    steady = steady_state.measure(1 if args.quick else 2)
+    print("CLI ...", flush=True)
+    cli_times = cli.measure(trials + 2)
+
+    lat_ratio = lat["torchjob"] / lat["torchrun"]
+    sps_ratio = steady.torchjob_samples_per_second / steady.torchrun_samples_per_second
+    rows = [
+        "| metric | torchjob | anchor | ratio | target | met |",
+        "|---|---|---|---|---|---|",
+        _row(
+            "launch → first collective on 3 ranks (median s)",
+            f"{lat['torchjob']:.2f}",
+            f"torchrun {lat['torchrun']:.2f}",
+            lat_ratio,
+            "ratio ≤ 0.90",
+            lat_ratio <= 0.90,
+        ),
+        _row("launch floor: bare spawn of 3 processes (median s)", f"{lat['bare']:.2f}", "", None, "—", True),
+        _row(
+            "MNIST training throughput, rank 0 (samples/s)",
+            f"{steady.torchjob_samples_per_second:.0f}",
+            f"torchrun {steady.torchrun_samples_per_second:.0f}",
+            sps_ratio,
+            "ratio ≥ 0.98",
+            sps_ratio >= 0.98,
+        ),
+        _row(
+            "controller CPU while 3 replicas train (CPU s per s)",
+            f"{steady.controller_cpu_per_second:.3f}",
+            "",
+            None,
+            "≈ 0",
+            steady.controller_cpu_per_second < 0.05,
+        ),
+        _row(
+            "controller peak RSS supervising 3 replicas (MB)",
+            f"{steady.controller_peak_rss_mb:.0f}",
+            "",
+            None,
+            "< 80",
+            steady.controller_peak_rss_mb < 80,
+        ),
+    ]
+    for verb, label in (
+        ("list", "`torchjob list`, 1,000 jobs"),
+        ("get", "`torchjob get`, 1,000 jobs"),
+        ("help", "`torchjob --help`"),
+    ):
+        rows.append(
+            _row(
+                f"{label} (median s)",
+                f"{cli_times[verb]:.3f}",
+                f"python -c pass {cli_times['python']:.3f}",
+                None,
+                "< 0.3",
+                cli_times[verb] < 0.3,
+            )
+        )
+    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d")
+    machine = f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"
+    table = "\n".join([f"Measured {stamp} on {machine} (`python -m bench`):", "", *rows])
+    print(table)
+    RESULTS.write_text(table + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,109 @@
+"""Launch latency: from invoking the launcher to the first completed collective on every rank, 3 ranks.
+
+Three launchers on the same payload (scripts/first_collective.py), interleaved so machine noise hits all:
+``torchjob run`` (1 Master + 2 Workers), ``torchrun --standalone --nproc-per-node 3``, and a bare spawn of
+3 processes with the env set by hand — the floor, which is mostly ``import torch``.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import yaml
+
+from bench.measure import median
+
+PAYLOAD = Path(__file__).resolve().parent / "scripts" / "first_collective.py"
+BIN = Path(sys.executable).parent
+
+
+def _job_file(directory: Path, out: Path) -> Path:
+    container = {
+        "name": "pytorch",
+        "image": "bench:local",
+        "command": ["python", str(PAYLOAD)],
+        "env": [{"name": "BENCH_OUT", "value": str(out)}],
+    }
+    spec = {"template": {"spec": {"containers": [container]}}}
+    job = {
+        "apiVersion": "kubeflow.org/v1",
+        "kind": "PyTorchJob",
+        "metadata": {"name": "launch"},
+        "spec": {"pytorchReplicaSpecs": {"Master": {"replicas": 1, **spec}, "Worker": {"replicas": 2, **spec}}},
+    }
+    path = directory / "job.yaml"
+    path.write_text(yaml.safe_dump(job))
+    return path
+
+
+def _latency(out: Path, started: float) -> float:
+    stamps = [float(p.read_text()) for p in out.glob("rank-*.txt")]
+    if len(stamps) != 3:
+        raise RuntimeError(f"expected 3 ranks to report, got {len(stamps)}")
+    return max(stamps) - started
+
+
+def run_torchjob(work: Path) -> float:
+    out = work / "out"
+    out.mkdir()
+    job = _job_file(work, out)
+    env = {**os.environ, "TORCHJOB_HOME": str(work / "home")}
+    started = time.time()
+    subprocess.run([str(BIN / "torchjob"), "run", str(job)], env=env, check=True, capture_output=True)
+    return _latency(out, started)
+
+
+def run_torchrun(work: Path) -> float:
+    out = work / "out"
+    out.mkdir()
+    env = {**os.environ, "BENCH_OUT": str(out)}
+    started = time.time()
+    subprocess.run(
+        [str(BIN / "torchrun"), "--standalone", "--nproc-per-node", "3", str(PAYLOAD)],
+        env=env,
+        check=True,
+        capture_output=True,
+    )
+    return _latency(out, started)
+
+
+def run_bare(work: Path) -> float:
+    out = work / "out"
+    out.mkdir()
+    base = {
+        **os.environ,
+        "BENCH_OUT": str(out),
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": "29533",
+        "WORLD_SIZE": "3",
+        "OMP_NUM_THREADS": "1",
+    }
+    started = time.time()
+    procs = [subprocess.Popen([sys.executable, str(PAYLOAD)], env={**base, "RANK": str(r)}) for r in range(3)]
+    for p in procs:
+        if p.wait() != 0:
+            raise RuntimeError("bare spawn failed")
+    return _latency(out, started)
+
+
+LAUNCHERS: dict[str, Callable[[Path], float]] = {"torchjob": run_torchjob, "torchrun": run_torchrun, "bare": run_bare}
+
+
+def measure(trials: int = 5) -> dict[str, float]:
+    """Median seconds to the first collective on every rank, per launcher."""
+    results: dict[str, list[float]] = {name: [] for name in LAUNCHERS}
+    for _ in range(trials):
+        for name, launch in LAUNCHERS.items():  # interleaved
+            work = Path(tempfile.mkdtemp(prefix=f"bench-launch-{name}-"))
+            try:
+                results[name].append(launch(work))
+            finally:
+                shutil.rmtree(work, ignore_errors=True)
+    return {name: median(values) for name, values in results.items()}

@@ -1,0 +1,84 @@
+"""Steady-state overhead: MNIST training throughput under torchjob vs torchrun, and what the controller costs.
+
+The same script (examples/mnist/train.py) trains on 3 ranks under each launcher, interleaved; throughput is
+rank 0's samples/s over its training loop (from metrics.json). The torchjob controller process is watched
+for its own CPU time per second of wall time and its peak RSS while it supervises the 3 replicas.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from bench.launch import BIN
+from bench.measure import median, watch
+
+EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "mnist"
+ARGS = ["--epochs", "3", "--batch-size", "32", "--log-interval", "1000"]
+
+
+@dataclass
+class SteadyState:
+    torchjob_samples_per_second: float
+    torchrun_samples_per_second: float
+    controller_cpu_per_second: float
+    controller_peak_rss_mb: float
+
+
+def _torchjob(work: Path) -> tuple[float, float, float]:
+    container = {"name": "pytorch", "image": "bench:local", "command": ["python", "train.py"], "args": ARGS}
+    spec = {"template": {"spec": {"containers": [container]}}}
+    job = {
+        "apiVersion": "kubeflow.org/v1",
+        "kind": "PyTorchJob",
+        "metadata": {"name": "steady"},
+        "spec": {"pytorchReplicaSpecs": {"Master": {"replicas": 1, **spec}, "Worker": {"replicas": 2, **spec}}},
+    }
+    # The job file sits beside train.py, as a user's would.
+    path = EXAMPLE / f".bench-{os.getpid()}.yaml"
+    path.write_text(yaml.safe_dump(job))
+    try:
+        usage = watch([str(BIN / "torchjob"), "run", str(path)], env={**os.environ, "TORCHJOB_HOME": str(work)})
+    finally:
+        path.unlink()
+    if usage.returncode != 0:
+        raise RuntimeError("torchjob run of the MNIST example failed")
+    metrics = json.loads((work / "jobs" / "steady" / "output" / "metrics.json").read_text())
+    return metrics["samples_per_second_rank0"], usage.cpu_seconds / usage.wall_seconds, usage.peak_rss_mb
+
+
+def _torchrun(work: Path) -> float:
+    env = {**os.environ, "TORCHJOB_OUTPUT_DIR": str(work)}
+    subprocess.run(
+        [str(BIN / "torchrun"), "--standalone", "--nproc-per-node", "3", "train.py", *ARGS],
+        cwd=EXAMPLE,
+        env=env,
+        check=True,
+        capture_output=True,
+    )
+    return float(json.loads((work / "metrics.json").read_text())["samples_per_second_rank0"])
+
+
+def measure(trials: int = 2) -> SteadyState:
+    tj, tr, cpu, rss = [], [], [], []
+    for _ in range(trials):
+        for launcher in ("torchjob", "torchrun"):
+            work = Path(tempfile.mkdtemp(prefix=f"bench-steady-{launcher}-"))
+            try:
+                if launcher == "torchjob":
+                    sps, cpu_rate, peak = _torchjob(work)
+                    tj.append(sps)
+                    cpu.append(cpu_rate)
+                    rss.append(peak)
+                else:
+                    tr.append(_torchrun(work))
+            finally:
+                shutil.rmtree(work, ignore_errors=True)
+    return SteadyState(median(tj), median(tr), median(cpu), max(rss))
