@@ -28,12 +28,12 @@ def main() -> None:
     args = parser.parse_args()
     trials = 3 if args.quick else 5
 
+    print("CLI ...", flush=True)
+    cli_times = cli.measure(trials + 2)
     print("launch latency ...", flush=True)
     lat = launch.measure(trials)
     print("steady state ...", flush=True)
     steady = steady_state.measure(1 if args.quick else 2)
-    print("CLI ...", flush=True)
-    cli_times = cli.measure(trials + 2)
 
     lat_ratio = lat["torchjob"] / lat["torchrun"]
     sps_ratio = steady.torchjob_samples_per_second / steady.torchrun_samples_per_second

@@ -5,7 +5,6 @@ The anchor is a bare ``python -c pass``: the cost of starting an interpreter at 
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import subprocess
@@ -21,35 +20,27 @@ RECORDS = 1000
 
 
 def _fill(home: Path) -> None:
-    """1,000 finished jobs, written as torchjob writes them."""
+    """1,000 finished jobs, written through torchjob's own store, each with a 100 kB log."""
+    from datetime import datetime, timezone
+
+    from torchjob.api.types import ConditionType
+    from torchjob.backends.local.store import JobStore, LocalState
+    from torchjob.core import conditions
+    from torchjob.testing import make_job
+
+    store = JobStore(home)
+    now = datetime.now(timezone.utc)
+    template = make_job("job").workers(2).build()
     for i in range(RECORDS):
-        folder = home / "jobs" / f"job-{i:04d}"
-        (folder / "logs" / "0").mkdir(parents=True)
-        container = {"name": "pytorch", "image": "x", "command": ["python", "train.py"]}
-        job = {
-            "apiVersion": "kubeflow.org/v1",
-            "kind": "PyTorchJob",
-            "metadata": {"name": folder.name, "namespace": "default", "creationTimestamp": "2026-11-22T00:00:00Z"},
-            "spec": {
-                "pytorchReplicaSpecs": {
-                    "Worker": {
-                        "replicas": 2,
-                        "restartPolicy": "OnFailure",
-                        "template": {"spec": {"containers": [container]}},
-                    }
-                }
-            },
-            "status": {
-                "conditions": [
-                    {"type": "Created", "status": "True", "reason": "PyTorchJobCreated", "message": "created"},
-                    {"type": "Succeeded", "status": "True", "reason": "PyTorchJobSucceeded", "message": "done"},
-                ],
-                "completionTime": "2026-11-22T00:01:00Z",
-            },
-        }
-        (folder / "job.json").write_text(json.dumps(job))
-        (folder / "local.json").write_text(json.dumps({"job_file_dir": "/tmp", "processes": []}))
-        (folder / "logs" / "0" / "worker-0.log").write_text("x" * 100_000)  # logs must not be read to list
+        job = template.model_copy(deep=True)
+        job.metadata.name = f"job-{i:04d}"
+        job.metadata.creation_timestamp = "2026-11-22T00:00:00Z"
+        conditions.set_condition(job.status, ConditionType.CREATED, "True", conditions.REASON_CREATED, "created", now)
+        conditions.set_condition(job.status, ConditionType.SUCCEEDED, "True", conditions.REASON_SUCCEEDED, "done", now)
+        store.create(job, LocalState(job_file_dir=str(home)))
+        # Logs must not be read to list.
+        store.log_path(job.name, 0, "worker-0").parent.mkdir(parents=True, exist_ok=True)
+        store.log_path(job.name, 0, "worker-0").write_text("x" * 100_000)
 
 
 def _time(argv: list[str], env: dict[str, str], trials: int) -> float:

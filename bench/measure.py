@@ -18,25 +18,34 @@ def median(values: list[float]) -> float:
 @dataclass
 class ProcessUsage:
     wall_seconds: float
-    cpu_seconds: float  # the process itself, not its children
+    # CPU time of the process itself (not its children) per second of wall time, counted from
+    # ``settle_seconds`` after start: its steady-state cost, without its own start-up.
+    cpu_per_second: float
     peak_rss_mb: float
     returncode: int
 
 
-def watch(argv: list[str], env: dict[str, str], cwd: str | None = None, interval: float = 0.05) -> ProcessUsage:
+def watch(
+    argv: list[str], env: dict[str, str], cwd: str | None = None, interval: float = 0.05, settle_seconds: float = 3.0
+) -> ProcessUsage:
     """Run ``argv`` to completion, sampling its own CPU time and peak RSS (VmHWM) until it exits."""
     started = time.perf_counter()
     process = subprocess.Popen(argv, env=env, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     handle = psutil.Process(process.pid)
     cpu, peak = 0.0, 0.0
+    settled: tuple[float, float] | None = None  # (wall, cpu) when start-up is over
+    last_sample = started
     stop = threading.Event()
 
     def sample() -> None:
-        nonlocal cpu, peak
+        nonlocal cpu, peak, settled, last_sample
         while not stop.is_set():
             try:
                 times = handle.cpu_times()
                 cpu = times.user + times.system
+                last_sample = time.perf_counter()
+                if settled is None and last_sample - started >= settle_seconds:
+                    settled = (last_sample, cpu)
                 with open(f"/proc/{process.pid}/status") as f:
                     for line in f:
                         if line.startswith("VmHWM:"):
@@ -51,4 +60,5 @@ def watch(argv: list[str], env: dict[str, str], cwd: str | None = None, interval
     wall = time.perf_counter() - started
     stop.set()
     sampler.join()
-    return ProcessUsage(wall, cpu, peak, code)
+    rate = (cpu - settled[1]) / (last_sample - settled[0]) if settled and last_sample > settled[0] else float("nan")
+    return ProcessUsage(wall, rate, peak, code)

@@ -21,7 +21,7 @@ from bench.launch import BIN
 from bench.measure import median, watch
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "mnist"
-ARGS = ["--epochs", "3", "--batch-size", "32", "--log-interval", "1000"]
+ARGS = ["--epochs", "4", "--batch-size", "32", "--log-interval", "1000"]
 
 
 @dataclass
@@ -51,7 +51,7 @@ def _torchjob(work: Path) -> tuple[float, float, float]:
     if usage.returncode != 0:
         raise RuntimeError("torchjob run of the MNIST example failed")
     metrics = json.loads((work / "jobs" / "steady" / "output" / "metrics.json").read_text())
-    return metrics["samples_per_second_rank0"], usage.cpu_seconds / usage.wall_seconds, usage.peak_rss_mb
+    return metrics["samples_per_second_rank0"], usage.cpu_per_second, usage.peak_rss_mb
 
 
 def _torchrun(work: Path) -> float:
@@ -68,8 +68,10 @@ def _torchrun(work: Path) -> float:
 
 def measure(trials: int = 2) -> SteadyState:
     tj, tr, cpu, rss = [], [], [], []
-    for _ in range(trials):
-        for launcher in ("torchjob", "torchrun"):
+    for trial in range(trials):
+        # Alternate which launcher goes first, so a warm-up or order effect does not favour either.
+        order = ("torchjob", "torchrun") if trial % 2 == 0 else ("torchrun", "torchjob")
+        for launcher in order:
             work = Path(tempfile.mkdtemp(prefix=f"bench-steady-{launcher}-"))
             try:
                 if launcher == "torchjob":

@@ -10,6 +10,10 @@ source "$(dirname "$0")/kube-versions.env"
 CACHE="${TORCHJOB_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/torchjob}"
 BIN="${1:-$CACHE/kube/$K8S_VERSION-kwok-$KWOK_VERSION/bin}"
 WORK="$CACHE/kube/src-$K8S_VERSION"
+if ! command -v go >/dev/null 2>&1; then
+  export PATH="/usr/local/go/bin:$PATH"
+  command -v go >/dev/null 2>&1 || { echo "kube-rig: Go is needed to build the control plane; install Go first" >&2; exit 1; }
+fi
 export GOTOOLCHAIN=local CGO_ENABLED=0 GOFLAGS=-mod=mod
 export GOPATH="${GOPATH:-$CACHE/gopath}"
 mkdir -p "$BIN" "$WORK"
@@ -22,7 +26,9 @@ echo "kube-rig: building ${missing[*]} (Kubernetes $K8S_VERSION, kwok $KWOK_VERS
 
 minor="${K8S_VERSION#v1.}"; staging_tag="v0.${minor}"
 cd "$WORK"
-if [ ! -f go.mod ]; then
+if [ ! -f .generated ]; then
+  # (Re)generate the wrapper module; the marker is written only once it is complete.
+  rm -f go.mod go.sum
   go mod init torchjob.test/kuberig >/dev/null 2>&1
   # k8s.io/kubernetes requires its staging modules at v0.0.0 and replaces them with local paths; outside
   # its repo those must point at the published tags instead. Generate the replaces from its own go.mod.
@@ -31,6 +37,7 @@ if [ ! -f go.mod ]; then
     go mod edit -replace "$mod=$mod@$staging_tag"
   done
   go mod edit -require "k8s.io/kubernetes@$K8S_VERSION"
+  touch .generated
 fi
 
 ldflags="-s -w -X k8s.io/component-base/version.gitVersion=$K8S_VERSION \

@@ -89,7 +89,7 @@ class RunDisplay:
     # -- internals ------------------------------------------------------------------------------------
 
     def _follow(self) -> None:
-        while not self._stop.wait(0.1):
+        while not self._stop.wait(0.2):
             self._print_lines()
 
     def _print_lines(self, final: bool = False) -> None:

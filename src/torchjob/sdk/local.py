@@ -279,29 +279,29 @@ class LocalClient:
 
 
 class LogFollower:
-    """Reads new complete lines from every replica log of every attempt, in the order they appear."""
+    """Reads new complete lines from every replica log of every attempt, in the order they appear.
 
-    def __init__(self, logs_dir: Path, replica: str | None = None) -> None:
+    Cheap enough to poll while training runs: files stay open between polls, and the folder is listed
+    again only every ``rescan_seconds`` (new attempts and replicas appear rarely).
+    """
+
+    def __init__(self, logs_dir: Path, replica: str | None = None, rescan_seconds: float = 1.0) -> None:
         self.logs_dir = logs_dir
         self.replica = replica
-        self._offsets: dict[Path, int] = {}
+        self.rescan_seconds = rescan_seconds
+        self._files: dict[Path, Any] = {}
         self._partial: dict[Path, bytes] = {}
+        self._scanned_at = 0.0
 
     def poll(self, final: bool = False) -> Iterator[tuple[str, str]]:
-        if not self.logs_dir.is_dir():
-            return
-        for path in sorted(self.logs_dir.glob("*/*.log"), key=lambda p: (int(p.parent.name), p.stem)):
-            if self.replica and path.stem != self.replica:
-                continue
-            try:
-                with open(path, "rb") as f:
-                    f.seek(self._offsets.get(path, 0))
-                    data = f.read()
-            except OSError:
-                continue
+        now = time.monotonic()
+        if final or now - self._scanned_at >= self.rescan_seconds:
+            self._scan()
+            self._scanned_at = now
+        for path, handle in self._files.items():
+            data = handle.read()
             if not data and not (final and self._partial.get(path)):
                 continue
-            self._offsets[path] = self._offsets.get(path, 0) + len(data)
             data = self._partial.pop(path, b"") + data
             lines = data.split(b"\n")
             rest = lines.pop()
@@ -313,6 +313,27 @@ class LogFollower:
             label = path.stem if attempt == 0 else f"{path.stem}#{attempt}"
             for line in lines:
                 yield label, line.decode("utf-8", errors="replace")
+        if final:
+            self.close()
+
+    def close(self) -> None:
+        for handle in self._files.values():
+            handle.close()
+        self._files.clear()
+
+    def _scan(self) -> None:
+        if not self.logs_dir.is_dir():
+            return
+        found = sorted(self.logs_dir.glob("*/*.log"), key=lambda p: (int(p.parent.name), p.stem))
+        for path in found:
+            if path in self._files or (self.replica and path.stem != self.replica):
+                continue
+            try:
+                self._files[path] = open(path, "rb")  # noqa: SIM115 - kept open across polls
+            except OSError:
+                continue
+        # Keep attempt/replica order stable as files are added.
+        self._files = dict(sorted(self._files.items(), key=lambda kv: (int(kv[0].parent.name), kv[0].stem)))
 
 
 def _live_process(pid: int | None, started_at: float | None) -> psutil.Process | None:

@@ -32,8 +32,9 @@ from torchjob.core.observed import Phase, ReplicaObservation
 from torchjob.core.replicas import ReplicaId
 
 LOCALHOST = "127.0.0.1"
-# The longest the controller sleeps without a reason; it is woken sooner by any replica's exit.
-MAX_IDLE_SECONDS = 1.0
+# The longest the controller sleeps without a reason. It is woken at once by any replica's exit (pidfd) and
+# by the planner's own deadlines, so this only bounds how stale a missed event can get.
+MAX_IDLE_SECONDS = 5.0
 
 
 def free_port() -> int:
