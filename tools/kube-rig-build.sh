@@ -5,8 +5,8 @@
 set -euo pipefail
 
 # Pinned versions live in one file, read by this script and by tools/kube_rig.py.
-# shellcheck source=tools/kube-versions.env
-source "$(dirname "$0")/kube-versions.env"
+# shellcheck source=tools/versions.env
+source "$(dirname "$0")/versions.env"
 CACHE="${TORCHJOB_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/torchjob}"
 BIN="${1:-$CACHE/kube/$K8S_VERSION-kwok-$KWOK_VERSION/bin}"
 WORK="$CACHE/kube/src-$K8S_VERSION"

@@ -45,7 +45,7 @@ FAKE_NODE_ANNOTATION = "kwok.x-k8s.io/node"
 
 
 def versions() -> dict[str, str]:
-    pairs = (line.split("=", 1) for line in (TOOLS / "kube-versions.env").read_text().split() if "=" in line)
+    pairs = (line.split("=", 1) for line in (TOOLS / "versions.env").read_text().split() if "=" in line)
     return dict(pairs)
 
 

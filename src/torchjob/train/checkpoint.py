@@ -1,0 +1,262 @@
+"""Checkpoints a restarted job can trust: atomic, checksummed, the last K kept, optionally asynchronous.
+
+Layout in the checkpoint location (a local folder — a mounted volume — or any fsspec URL such as
+``s3://bucket/run``)::
+
+    ckpt-000000000120.pt      torch.save of the state
+    ckpt-000000000120.json    manifest: step, file, sha256, size — written *after* the data
+
+A checkpoint exists only once its manifest does, and is used only if the data matches the manifest's
+checksum. A save killed half-way leaves at most a temporary file (never a manifest), so :meth:`load`
+falls back to the previous good one. Local writes go to a temporary file, are fsynced and renamed.
+
+Saving is collective when the world has more than one rank: every rank calls :meth:`save` (each rank's
+RNG state is gathered into the checkpoint), and rank 0 alone writes. Credentials for object stores come
+from the usual environment (``AWS_ACCESS_KEY_ID``, ``AWS_ENDPOINT_URL``...) through fsspec; they are never
+logged.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import hashlib
+import io
+import json
+import os
+import random
+import re
+import signal
+import threading
+import time
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+import fsspec
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from torchjob.train.init import DistContext
+
+_MANIFEST = re.compile(r"ckpt-(\d{12})\.json$")
+PREEMPTED_EXIT_CODE = 143  # 128 + SIGTERM: retryable under every restart policy, ExitCode included
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint could not be written."""
+
+
+class Checkpointer:
+    def __init__(
+        self,
+        location: str | os.PathLike[str],
+        ctx: DistContext,
+        keep: int = 3,
+        every_steps: int | None = None,
+        async_save: bool = False,
+        storage_options: dict[str, Any] | None = None,
+    ) -> None:
+        if keep < 1:
+            raise ValueError(f"keep must be at least 1, got {keep}")
+        self.ctx = ctx
+        self.keep = keep
+        self.every_steps = every_steps
+        self.async_save = async_save
+        self.fs, self.root = fsspec.core.url_to_fs(str(location), **(storage_options or {}))
+        self.local = "file" in (self.fs.protocol if isinstance(self.fs.protocol, tuple) else (self.fs.protocol,))
+        if ctx.is_main:
+            self.fs.makedirs(self.root, exist_ok=True)
+        self.last_save_seconds = 0.0
+        self._pending: threading.Thread | None = None
+        self._pending_error: BaseException | None = None
+        self._preempted = False
+
+    # -- saving ---------------------------------------------------------------------------------------
+
+    def due(self, step: int) -> bool:
+        return bool(self.every_steps) and step % self.every_steps == 0  # type: ignore[operator]
+
+    def save(self, state: dict[str, Any], step: int) -> None:
+        """Save ``state`` as the checkpoint of ``step`` (collective; rank 0 writes).
+
+        With ``async_save`` the state is copied to CPU memory now and written by a background thread, so
+        training continues at once; a later save (or :meth:`wait`) first waits for the one in flight.
+        """
+        started = time.perf_counter()
+        state = {**state, "rng": self._gather_rng_states()}
+        if self.ctx.is_main:
+            self.wait()
+            if self.async_save:
+                snapshot = _cpu_copy(state)
+                self._pending = threading.Thread(target=self._write_guarded, args=(snapshot, step), daemon=True)
+                self._pending.start()
+            else:
+                self._write(state, step)
+        self.last_save_seconds = time.perf_counter() - started
+
+    def wait(self) -> None:
+        """Block until an asynchronous save has finished; raise its error if it failed."""
+        if self._pending is not None:
+            self._pending.join()
+            self._pending = None
+        if self._pending_error is not None:
+            error, self._pending_error = self._pending_error, None
+            raise CheckpointError(f"saving a checkpoint failed: {error}") from error
+
+    def _write_guarded(self, state: dict[str, Any], step: int) -> None:
+        try:
+            self._write(state, step)
+        except BaseException as err:  # noqa: BLE001 - handed to the training thread by wait()
+            self._pending_error = err
+
+    def _write(self, state: dict[str, Any], step: int) -> None:
+        buffer = io.BytesIO()
+        torch.save(state, buffer)
+        data = buffer.getvalue()
+        name = f"ckpt-{step:012d}"
+        manifest = {
+            "step": step,
+            "file": f"{name}.pt",
+            "sha256": hashlib.sha256(data).hexdigest(),
+            "bytes": len(data),
+            "time": time.time(),
+        }
+        self._put(f"{name}.pt", data)
+        self._put(f"{name}.json", json.dumps(manifest).encode())  # the commit point
+        self._prune()
+
+    def _put(self, name: str, data: bytes) -> None:
+        path = f"{self.root}/{name}"
+        if not self.local:
+            self.fs.pipe_file(path, data)  # object stores write whole objects atomically
+            return
+        tmp = Path(self.root) / f".{name}.tmp-{os.getpid()}"
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+        fd = os.open(self.root, os.O_RDONLY)
+        try:
+            os.fsync(fd)  # the rename itself must survive a crash
+        finally:
+            os.close(fd)
+
+    def _prune(self) -> None:
+        steps = self._manifest_steps()
+        for step in steps[: -self.keep]:
+            for suffix in (".json", ".pt"):  # manifest first: a checkpoint without one is not used
+                with contextlib.suppress(FileNotFoundError):
+                    self.fs.rm_file(f"{self.root}/ckpt-{step:012d}{suffix}")
+        if self.local:
+            for stale in Path(self.root).glob(".ckpt-*.tmp-*"):
+                if not stale.name.endswith(f"-{os.getpid()}"):
+                    stale.unlink(missing_ok=True)  # left by a save that was killed
+
+    # -- loading --------------------------------------------------------------------------------------
+
+    def _manifest_steps(self) -> list[int]:
+        try:
+            names = [Path(p).name for p in self.fs.ls(self.root, detail=False)]
+        except FileNotFoundError:
+            return []
+        return sorted(int(m.group(1)) for n in names if (m := _MANIFEST.match(n)))
+
+    def load(self, map_location: str | torch.device = "cpu") -> dict[str, Any] | None:
+        """The newest valid checkpoint's state (with ``step``), or None. Corrupt ones are skipped."""
+        for step in reversed(self._manifest_steps()):
+            base = f"{self.root}/ckpt-{step:012d}"
+            try:
+                manifest = json.loads(self.fs.cat_file(f"{base}.json"))
+                data = self.fs.cat_file(f"{self.root}/{manifest['file']}")
+            except (OSError, ValueError, KeyError) as err:
+                self._warn(f"checkpoint of step {step} is unreadable ({err}); trying an older one")
+                continue
+            if hashlib.sha256(data).hexdigest() != manifest["sha256"]:
+                self._warn(f"checkpoint of step {step} fails its checksum; trying an older one")
+                continue
+            state: dict[str, Any] = torch.load(io.BytesIO(data), map_location=map_location, weights_only=False)
+            state["step"] = step
+            return state
+        return None
+
+    def restore_rng(self, state: dict[str, Any]) -> None:
+        """Put this rank's random number generators back where they were at the checkpoint."""
+        ranks = state.get("rng") or []
+        if self.ctx.rank < len(ranks):
+            _set_rng_state(ranks[self.ctx.rank])
+
+    # -- preemption -----------------------------------------------------------------------------------
+
+    def handle_preemption(self, grace_seconds: float = 8.0) -> None:
+        """On SIGTERM (eviction, preemption, a group restart) finish the current step, checkpoint, exit.
+
+        The training loop asks :meth:`preempted` after each step; all ranks agree on the answer, so they
+        stop at the same step and save together. A rank that cannot get there (stuck in a collective whose
+        peer is gone) exits with 143 after ``grace_seconds``, before the controller's SIGKILL.
+        """
+
+        def on_sigterm(signum: int, _frame: FrameType | None) -> None:
+            if not self._preempted:
+                self._preempted = True
+                timer = threading.Timer(grace_seconds, os._exit, args=(PREEMPTED_EXIT_CODE,))
+                timer.daemon = True
+                timer.start()
+
+        signal.signal(signal.SIGTERM, on_sigterm)
+
+    def preempted(self) -> bool:
+        flag = torch.tensor([1 if self._preempted else 0])
+        if self.ctx.distributed:
+            dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+        return bool(flag.item())
+
+    def exit_preempted(self, state: dict[str, Any], step: int) -> None:
+        """Save a final checkpoint, wait for it, and exit with 143 so the controller retries the replica."""
+        self.save(state, step)
+        self.wait()
+        if self.ctx.is_main:
+            print(f"Rank 0: preempted; checkpoint of step {step} saved, exiting", flush=True)
+        raise SystemExit(PREEMPTED_EXIT_CODE)
+
+    # -- helpers --------------------------------------------------------------------------------------
+
+    def _gather_rng_states(self) -> list[dict[str, Any]]:
+        local = _rng_state()
+        if not self.ctx.distributed:
+            return [local]
+        everyone: list[Any] = [None] * self.ctx.world_size
+        dist.all_gather_object(everyone, local)
+        return everyone
+
+    def _warn(self, message: str) -> None:
+        if self.ctx.is_main:
+            print(f"Rank 0: warning: {message}", flush=True)
+
+
+def _rng_state() -> dict[str, Any]:
+    state = {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def _set_rng_state(state: dict[str, Any]) -> None:
+    torch.set_rng_state(state["torch"])
+    np.random.set_state(state["numpy"])
+    random.setstate(state["python"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def _cpu_copy(value: Any) -> Any:
+    """A deep copy with every tensor cloned to CPU memory, so training can go on changing the originals."""
+    if isinstance(value, torch.Tensor):
+        return value.detach().to("cpu", copy=True)
+    if isinstance(value, dict):
+        return {k: _cpu_copy(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_cpu_copy(v) for v in value)
+    return copy.deepcopy(value)

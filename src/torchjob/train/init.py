@@ -1,0 +1,77 @@
+"""Joining the process group: backend and device chosen for this machine, one small object back."""
+
+from __future__ import annotations
+
+import os
+import socket
+from dataclasses import dataclass
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+
+from torchjob.train.env import LaunchInfo, detect_launch
+
+
+@dataclass(frozen=True)
+class DistContext:
+    rank: int
+    local_rank: int
+    world_size: int
+    device: torch.device
+    backend: str
+    launcher: str
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    @property
+    def distributed(self) -> bool:
+        return self.world_size > 1
+
+    def log(self, message: str) -> None:
+        """Print on rank 0 only, prefixed like the ranks' own lines."""
+        if self.is_main:
+            print(f"Rank 0: {message}", flush=True)
+
+
+def init(backend: str | None = None, timeout_seconds: float = 1800.0) -> DistContext:
+    """Join the process group described by the environment (see :mod:`torchjob.train.env`).
+
+    ``backend`` defaults to nccl when this process has a CUDA device for its local rank, else gloo. A
+    single process still gets a (one-member) process group, so the same script runs everywhere.
+    """
+    info: LaunchInfo = detect_launch(os.environ)
+    cuda = torch.cuda.is_available() and torch.cuda.device_count() > info.local_rank
+    chosen = backend or ("nccl" if cuda else "gloo")
+    device = torch.device("cuda", info.local_rank) if cuda and chosen == "nccl" else torch.device("cpu")
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    if not dist.is_initialized():
+        if info.launcher in ("torchrun", "torchjob", "kubeflow"):
+            # env:// reads MASTER_ADDR/PORT, RANK and WORLD_SIZE itself, and under torchrun it reuses the
+            # agent's store (TORCHELASTIC_USE_AGENT_STORE) instead of opening a second one on its port.
+            init_method = "env://"
+        else:
+            init_method = f"tcp://{info.master_addr}:{info.master_port or _free_port()}"
+        dist.init_process_group(
+            chosen,
+            init_method=init_method,
+            rank=info.rank,
+            world_size=info.world_size,
+            timeout=timedelta(seconds=timeout_seconds),
+        )
+    return DistContext(info.rank, info.local_rank, info.world_size, device, chosen, info.launcher)
+
+
+def shutdown() -> None:
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
