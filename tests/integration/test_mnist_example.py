@@ -1,4 +1,4 @@
-"""The README's main job: examples/mnist/job.yaml trains MNIST with DDP on 3 local replicas."""
+"""The examples: MNIST on torchjob.train (the README's main job), the plain Kubeflow script, IDX data."""
 
 from __future__ import annotations
 
@@ -6,32 +6,103 @@ import gzip
 import json
 import re
 import struct
+import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
+import yaml
 
 from tests.conftest import ROOT, run_cli
 from tests.integration.helpers import condition, job_object
 
 ACCURACY_BAR = 0.90  # the README states this bar; a typical run reaches about 0.95
+EQUIVALENCE_TOLERANCE = 0.03  # world size 1 vs 3 at the same effective batch: held-out accuracy within 3 points
+
+
+@dataclass
+class Run:
+    home: Path
+    name: str
+    result: subprocess.CompletedProcess[str]
+
+    @property
+    def output(self) -> Path:
+        return self.home / "jobs" / self.name / "output"
+
+    def metrics(self) -> dict[str, Any]:
+        data: dict[str, Any] = json.loads((self.output / "metrics.json").read_text())
+        return data
+
+
+@pytest.fixture(scope="module")
+def three_replicas(tmp_path_factory: pytest.TempPathFactory) -> Run:
+    """The README's main job, run once for the tests of this module."""
+    home = tmp_path_factory.mktemp("mnist-home")
+    result = run_cli("run", str(ROOT / "examples" / "mnist" / "job.yaml"), home=home, timeout=600)
+    return Run(home, "mnist", result)
 
 
 @pytest.mark.slow
-def test_mnist_job_trains_on_three_replicas(torchjob_home: Path) -> None:
-    result = run_cli("run", str(ROOT / "examples" / "mnist" / "job.yaml"), home=torchjob_home, timeout=600)
+def test_mnist_job_trains_on_three_replicas(three_replicas: Run) -> None:
+    result = three_replicas.result
     assert result.returncode == 0, result.stderr[-3000:]
+    assert "[master-0] Rank 0: world size 3, per-rank batch 32, effective batch 96 (weak scaling)" in result.stdout
     for rank, replica in enumerate(("master-0", "worker-0", "worker-1")):
         assert f"[{replica}] Rank {rank}: epoch: 8/8, batch: 42/42, mini-batch size: 22" in result.stdout
         assert re.search(rf"\[{replica}\] Rank {rank}: epoch 8/8, average epoch loss=\d+\.\d+", result.stdout)
         assert f"[{replica}] Rank {rank}: training completed." in result.stdout
-    output = torchjob_home / "jobs" / "mnist" / "output"
-    metrics = json.loads((output / "metrics.json").read_text())
-    assert metrics["world_size"] == 3
+    metrics = three_replicas.metrics()
+    assert metrics["world_size"] == 3 and metrics["effective_batch"] == 96
     assert metrics["accuracy"] >= ACCURACY_BAR
-    assert (output / "mnist_cnn.pt").stat().st_size > 10_000
-    assert condition(job_object(torchjob_home, "mnist"), "Succeeded")["status"] == "True"  # type: ignore[index]
+    assert (three_replicas.output / "mnist_cnn.pt").stat().st_size > 10_000
+    assert len(list((three_replicas.output / "checkpoints").glob("ckpt-*.json"))) == 3  # keep-last-3
+    assert condition(job_object(three_replicas.home, "mnist"), "Succeeded")["status"] == "True"  # type: ignore[index]
+
+
+@pytest.mark.slow
+def test_metrics_summary_and_plot(three_replicas: Run, tmp_path: Path) -> None:
+    plot = tmp_path / "metrics.png"
+    result = run_cli("metrics", "mnist", "--plot", str(plot), home=three_replicas.home)
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0].split() == ["RANK", "STEPS", "LAST", "LOSS", "SAMPLES/S", "STEP", "MS", "CHECKPOINT", "S"]
+    assert [line.split()[:2] for line in lines[1:4]] == [["0", "336"], ["1", "336"], ["2", "336"]]
+    assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    beats = [json.loads(p.read_text()) for p in sorted((three_replicas.output / "heartbeat").glob("rank-*.json"))]
+    assert len(beats) == 3 and all(b["step"] > 300 for b in beats)
+
+
+@pytest.mark.slow
+def test_world_size_1_and_3_reach_comparable_accuracy(three_replicas: Run, tmp_path: Path) -> None:
+    """Strong scaling: one process with the global batch of 96 against 3 ranks of 32."""
+    job = yaml.safe_load((ROOT / "examples" / "mnist" / "job.yaml").read_text())
+    job["metadata"]["name"] = "mnist-single"
+    del job["spec"]["pytorchReplicaSpecs"]["Worker"]
+    container = job["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["containers"][0]
+    container["args"] = ["--epochs", "8", "--scaling", "strong", "--batch-size", "96"]
+    container["workingDir"] = str(ROOT / "examples" / "mnist")
+    path = tmp_path / "single.yaml"
+    path.write_text(yaml.safe_dump(job))
+    single = Run(three_replicas.home, "mnist-single", run_cli("run", str(path), home=three_replicas.home, timeout=600))
+    assert single.result.returncode == 0, single.result.stderr[-2000:]
+    assert "world size 1, per-rank batch 96, effective batch 96 (strong scaling)" in single.result.stdout
+    one, three = single.metrics()["accuracy"], three_replicas.metrics()["accuracy"]
+    assert abs(one - three) <= EQUIVALENCE_TOLERANCE, f"world size 1: {one:.4f}, world size 3: {three:.4f}"
+
+
+@pytest.mark.slow
+def test_a_plain_kubeflow_script_trains_without_torchjob_code(torchjob_home: Path) -> None:
+    script = (ROOT / "examples" / "mnist" / "train_plain.py").read_text()
+    assert "torchjob" not in script.split('"""', 2)[2]  # nothing of torchjob below the docstring
+    result = run_cli("run", str(ROOT / "examples" / "mnist" / "job-plain.yaml"), home=torchjob_home, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "[worker-1] Rank 2: training completed." in result.stdout
+    metrics = json.loads((torchjob_home / "jobs" / "mnist-plain" / "output" / "metrics.json").read_text())
+    assert metrics["accuracy"] >= ACCURACY_BAR
 
 
 def write_idx(path: Path, array: np.ndarray, gz: bool) -> None:

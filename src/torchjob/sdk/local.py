@@ -8,6 +8,7 @@ and it is marked Failed with the reason, so no job shows Running forever.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import subprocess
@@ -177,6 +178,18 @@ class LocalClient:
                 yield from follower.poll(final=True)
                 return
             time.sleep(poll)
+
+    def metrics(self, name: str) -> dict[int, list[dict[str, Any]]]:
+        """Rank → its step records, from the JSONL files torchjob.train writes into the job's output."""
+        if not self.store.exists(name):
+            raise JobNotFoundError(name)
+        found: dict[int, list[dict[str, Any]]] = {}
+        for path in sorted((self.store.output_dir(name) / "metrics").glob("rank-*.jsonl")):
+            rank = int(path.stem.removeprefix("rank-"))
+            with open(path) as f:
+                # A line being written as we read is simply not complete yet.
+                found[rank] = [json.loads(line) for line in f if line.endswith("\n")]
+        return found
 
     def wait(self, name: str, timeout: float | None = None, poll: float = 0.2) -> PyTorchJob:
         deadline = None if timeout is None else time.monotonic() + timeout
