@@ -8,6 +8,7 @@ and it is marked Failed with the reason, so no job shows Running forever.
 from __future__ import annotations
 
 import contextlib
+import builtins
 import json
 import os
 import signal
@@ -179,11 +180,11 @@ class LocalClient:
                 return
             time.sleep(poll)
 
-    def metrics(self, name: str) -> dict[int, list[dict[str, Any]]]:
+    def metrics(self, name: str) -> dict[int, builtins.list[dict[str, Any]]]:
         """Rank → its step records, from the JSONL files torchjob.train writes into the job's output."""
         if not self.store.exists(name):
             raise JobNotFoundError(name)
-        found: dict[int, list[dict[str, Any]]] = {}
+        found: dict[int, builtins.list[dict[str, Any]]] = {}
         for path in sorted((self.store.output_dir(name) / "metrics").glob("rank-*.jsonl")):
             rank = int(path.stem.removeprefix("rank-"))
             with open(path) as f:
