@@ -12,7 +12,7 @@ import os
 import platform
 from pathlib import Path
 
-from bench import cli, launch, steady_state
+from bench import checkpoint, cli, launch, steady_state
 
 RESULTS = Path(__file__).resolve().parent / "RESULTS.md"
 
@@ -33,7 +33,9 @@ def main() -> None:
     print("launch latency ...", flush=True)
     lat = launch.measure(trials)
     print("steady state ...", flush=True)
-    steady = steady_state.measure(1 if args.quick else 2)
+    steady = steady_state.measure(2 if args.quick else 4)
+    print("checkpoint overhead ...", flush=True)
+    ckpt = checkpoint.measure(2 if args.quick else 3)
 
     lat_ratio = lat["torchjob"] / lat["torchrun"]
     sps_ratio = steady.torchjob_samples_per_second / steady.torchrun_samples_per_second
@@ -72,6 +74,24 @@ def main() -> None:
             None,
             "< 80",
             steady.controller_peak_rss_mb < 80,
+        ),
+    ]
+    rows += [
+        _row(
+            f"throughput with sync checkpoints every {checkpoint.EVERY} steps ({ckpt.checkpoint_mb:.0f} MB)",
+            "",
+            f"no checkpoints {ckpt.baseline_steps_per_second:.1f} steps/s",
+            ckpt.sync_ratio,
+            "—",
+            True,
+        ),
+        _row(
+            f"throughput with async checkpoints every {checkpoint.EVERY} steps ({ckpt.checkpoint_mb:.0f} MB)",
+            "",
+            f"no checkpoints {ckpt.baseline_steps_per_second:.1f} steps/s",
+            ckpt.async_ratio,
+            "ratio ≥ 0.97",
+            ckpt.async_ratio >= 0.97,
         ),
     ]
     for verb, label in (

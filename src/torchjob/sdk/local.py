@@ -7,8 +7,8 @@ and it is marked Failed with the reason, so no job shows Running forever.
 
 from __future__ import annotations
 
-import contextlib
 import builtins
+import contextlib
 import json
 import os
 import signal

@@ -112,37 +112,39 @@ class Checkpointer:
             self._pending_error = err
 
     def _write(self, state: dict[str, Any], step: int) -> None:
-        buffer = io.BytesIO()
-        torch.save(state, buffer)
-        data = buffer.getvalue()
         name = f"ckpt-{step:012d}"
-        manifest = {
-            "step": step,
-            "file": f"{name}.pt",
-            "sha256": hashlib.sha256(data).hexdigest(),
-            "bytes": len(data),
-            "time": time.time(),
-        }
-        self._put(f"{name}.pt", data)
-        self._put(f"{name}.json", json.dumps(manifest).encode())  # the commit point
+        if self.local:
+            # Stream into the temporary file, hashing on the way: no second in-memory copy of the state.
+            digest, size = self._put_local(f"{name}.pt", lambda f: torch.save(state, f))
+        else:
+            buffer = io.BytesIO()
+            torch.save(state, buffer)
+            data = buffer.getvalue()
+            digest, size = hashlib.sha256(data).hexdigest(), len(data)
+            self.fs.pipe_file(f"{self.root}/{name}.pt", data)  # object stores write whole objects atomically
+        manifest = {"step": step, "file": f"{name}.pt", "sha256": digest, "bytes": size, "time": time.time()}
+        data = json.dumps(manifest).encode()
+        if self.local:
+            self._put_local(f"{name}.json", lambda f: f.write(data))  # the commit point
+        else:
+            self.fs.pipe_file(f"{self.root}/{name}.json", data)
         self._prune()
 
-    def _put(self, name: str, data: bytes) -> None:
-        path = f"{self.root}/{name}"
-        if not self.local:
-            self.fs.pipe_file(path, data)  # object stores write whole objects atomically
-            return
+    def _put_local(self, name: str, fill: Any) -> tuple[str, int]:
+        """Write ``name`` atomically: a temporary file, fsync, rename, fsync of the folder."""
         tmp = Path(self.root) / f".{name}.tmp-{os.getpid()}"
-        with open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
+        with open(tmp, "wb") as raw:
+            writer = _HashingWriter(raw)
+            fill(writer)
+            raw.flush()
+            os.fsync(raw.fileno())
+        os.replace(tmp, f"{self.root}/{name}")
         fd = os.open(self.root, os.O_RDONLY)
         try:
             os.fsync(fd)  # the rename itself must survive a crash
         finally:
             os.close(fd)
+        return writer.sha256.hexdigest(), writer.size
 
     def _prune(self) -> None:
         steps = self._manifest_steps()
@@ -234,6 +236,28 @@ class Checkpointer:
     def _warn(self, message: str) -> None:
         if self.ctx.is_main:
             print(f"Rank 0: warning: {message}", flush=True)
+
+
+class _HashingWriter(io.RawIOBase):
+    """A write-only file that passes bytes through to another and hashes them on the way."""
+
+    def __init__(self, target: Any) -> None:
+        self.target = target
+        self.sha256 = hashlib.sha256()
+        self.size = 0
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data: Any) -> int:
+        view = memoryview(data).cast("B")
+        self.sha256.update(view)
+        self.size += len(view)
+        written: int = self.target.write(view)
+        return written
+
+    def flush(self) -> None:
+        self.target.flush()
 
 
 def _rng_state() -> dict[str, Any]:
