@@ -150,4 +150,4 @@ def test_sigterm_saves_a_final_checkpoint_on_the_same_step_and_exits_143(tmp_pat
     assert [p.returncode for p in procs] == [143, 143]
     state = Checkpointer(tmp_path, SINGLE).load()
     assert state is not None and state["step"] >= 5
-    assert f"preempted; checkpoint of step {state['step']} saved" in outputs[0]
+    assert f"preempted (SIGTERM to rank 1); checkpoint of step {state['step']} saved" in outputs[0]

@@ -318,3 +318,56 @@ def test_suspend_stops_everything_and_resume_starts_a_fresh_group() -> None:
     assert cond(job, ConditionType.SUSPENDED)[:2] == ("False", "PyTorchJobResumed")  # type: ignore[index]
     assert creates(result) == ["master-0@1", "worker-0@1"]
     assert job.status.start_time == timestamp(at(4)) and job.status.restart_count == 0
+
+
+# -- hang detection and preemption ----------------------------------------------------------------------
+
+
+def progressing(name: str, seconds: float, step: int, attempt: int = 0) -> ReplicaObservation:
+    from dataclasses import replace
+
+    return replace(running(name, attempt), progress_at=at(seconds), progress_step=step)
+
+
+def test_a_group_without_progress_for_the_deadline_is_hung_and_restarts() -> None:
+    job = make_job("h").master().workers(2).annotate(**{"torchjob.io/progress-deadline-seconds": "30"}).build()
+    job, _ = step(job, [])
+    job, result = step(
+        job,
+        [progressing("master-0", 10, 118), progressing("worker-0", 11, 118), progressing("worker-1", 9, 117)],
+        at(20),
+    )
+    assert conditions.state(job.status) == "Running"
+    assert result.requeue_at == at(41)  # the newest heartbeat + the deadline
+    job, result = step(
+        job,
+        [progressing("master-0", 10, 118), progressing("worker-0", 11, 118), progressing("worker-1", 9, 117)],
+        at(41),
+    )
+    assert conditions.state(job.status) == "Restarting"
+    message = cond(job, ConditionType.RESTARTING)[2]  # type: ignore[index]
+    assert "Hung: no progress for 30s" in message
+    assert "worker-1 stopped at step 117, the others at step 118" in message
+    assert any(e.reason == "Hung" for e in result.events)
+    assert job.status.restart_count == 1
+    assert deletes(result) == ["master-0@0", "worker-0@0", "worker-1@0"]
+
+
+def test_start_up_counts_as_progress_and_no_deadline_means_no_hang_check() -> None:
+    job = make_job("h").workers(1).annotate(**{"torchjob.io/progress-deadline-seconds": "30"}).build()
+    job, _ = step(job, [])
+    job, result = step(job, [running("worker-0")], at(29))
+    assert conditions.state(job.status) == "Running" and result.requeue_at == at(30)
+    job, _ = step(job, [running("worker-0")], at(31))
+    assert "no rank reported any progress" in cond(job, ConditionType.RESTARTING)[2]  # type: ignore[index]
+
+    plain, _ = step(make_job("p").workers(1).build(), [])
+    plain, _ = step(plain, [running("worker-0")], at(10_000))
+    assert conditions.state(plain.status) == "Running"
+
+
+def test_preemption_restarts_without_counting_and_says_so() -> None:
+    job, _ = step(make_job("p").master().workers(1).run_policy(backoffLimit=0).build(), [])
+    job, _ = step(job, [running("master-0"), failed("worker-0", exit_code=143, reason="Preempted")], at(5))
+    assert (conditions.state(job.status), job.status.restart_count, job.status.attempt) == ("Restarting", 0, 1)
+    assert "worker-0 was preempted" in job.status.attempts[0].outcome  # type: ignore[operator]

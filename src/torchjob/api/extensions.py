@@ -19,6 +19,9 @@ SUCCESS_POLICIES = ("Default", "AllReplicas")
 TERMINATION_GRACE = PREFIX + "termination-grace-seconds"
 DEFAULT_TERMINATION_GRACE = 10.0
 
+# Seconds without progress (torchjob.train heartbeats) after which an attempt counts as hung and restarts.
+PROGRESS_DEADLINE = PREFIX + "progress-deadline-seconds"
+
 # Restarts allowed when spec.runPolicy.backoffLimit is unset. Kubeflow restarts forever then; a crash-looping
 # script would hold its machines indefinitely, so torchjob follows batch/v1 Job's default instead.
 DEFAULT_BACKOFF_LIMIT = 6
@@ -42,4 +45,5 @@ def _non_negative_number(value: str) -> str | None:
 ANNOTATION_RULES: dict[str, Callable[[str], str | None]] = {
     SUCCESS_POLICY: _one_of(SUCCESS_POLICIES),
     TERMINATION_GRACE: _non_negative_number,
+    PROGRESS_DEADLINE: _non_negative_number,
 }

@@ -40,6 +40,9 @@ class ReplicaObservation:
     finished_at: datetime | None = None
     # A stop was already requested; the planner does not ask again.
     stopping: bool = False
+    # The training progress the replica last reported (torchjob.train's heartbeat), if it reports any.
+    progress_at: datetime | None = None
+    progress_step: int | None = None
 
     @property
     def effective_exit_code(self) -> int | None:
@@ -50,7 +53,9 @@ class ReplicaObservation:
 
     def describe(self) -> str:
         """The root cause in words, e.g. ``worker-1 exited with code 3: ValueError: bad input``."""
-        if self.reason in ("OOMKilled", "Evicted", "Preempted"):
+        if self.reason == "Preempted":
+            what = f"{self.replica} was preempted (SIGTERM from outside torchjob)"
+        elif self.reason in ("OOMKilled", "Evicted"):
             what = f"{self.replica} was {self.reason}"
             if self.effective_exit_code is not None:
                 what += f" (exit code {self.effective_exit_code})"

@@ -25,9 +25,9 @@ from torchjob.api.types import (
 from torchjob.core import conditions
 from torchjob.core.actions import Action, CreateReplica, DeleteReplica, Event, Plan
 from torchjob.core.observed import Phase, ReplicaObservation
-from torchjob.core.policies import backoff, cleanup, deadline, restart, success
+from torchjob.core.policies import backoff, cleanup, deadline, progress, restart, success
 from torchjob.core.replicas import expected_replicas, selector
-from torchjob.core.times import timestamp
+from torchjob.core.times import parse_timestamp, timestamp
 
 
 def plan(job: PyTorchJob, observed: Sequence[ReplicaObservation], now: datetime) -> Plan:
@@ -87,6 +87,11 @@ class _Planner:
         if success.job_succeeded(self.job, current):
             self._succeed()
             return
+        hang = progress.check(self.job, current, self._attempt_start(), self.now)
+        if hang.hung:
+            self._on_hang(hang.message)
+            return
+        self._wake_at(hang.check_at)
         self._create_missing(current)
         self._mark_running(current)
         self._count_replicas(current)
@@ -130,6 +135,17 @@ class _Planner:
             )
             return
         self._restart(cause, counted)
+
+    def _on_hang(self, message: str) -> None:
+        self.events.append(Event("Warning", "Hung", message))
+        if not backoff.may_restart(self.job, self.status.restart_count):
+            limit = backoff.backoff_limit(self.job)
+            self._fail(
+                f"it has reached the specified backoff limit ({limit} restarts); last failure: {message}",
+                event="BackoffLimitExceeded",
+            )
+            return
+        self._restart(message, counted=True)
 
     def _restart(self, cause: str, counted: bool) -> None:
         attempt = self.status.attempt
@@ -219,6 +235,10 @@ class _Planner:
 
     def _condition(self, ctype: ConditionType, reason: str, message: str, value: str = "True") -> None:
         conditions.set_condition(self.status, ctype, value, reason, message, self.now)
+
+    def _attempt_start(self) -> datetime | None:
+        record = next((a for a in self.status.attempts if a.attempt == self.status.attempt), None)
+        return parse_timestamp(record.start_time) if record is not None else None
 
     def _close_attempt(self, outcome: str) -> None:
         for record in self.status.attempts:

@@ -72,6 +72,7 @@ class Checkpointer:
         self._pending: threading.Thread | None = None
         self._pending_error: BaseException | None = None
         self._preempted = False
+        self._signalled_ranks: list[int] = []
 
     # -- saving ---------------------------------------------------------------------------------------
 
@@ -210,17 +211,21 @@ class Checkpointer:
         signal.signal(signal.SIGTERM, on_sigterm)
 
     def preempted(self) -> bool:
-        flag = torch.tensor([1 if self._preempted else 0])
+        """Whether any rank has been told to stop (collective: call it on every rank after each step)."""
+        flags = [torch.tensor([1 if self._preempted else 0])]
         if self.ctx.distributed:
-            dist.all_reduce(flag, op=dist.ReduceOp.MAX)
-        return bool(flag.item())
+            local, flags = flags[0], [torch.zeros(1, dtype=torch.long) for _ in range(self.ctx.world_size)]
+            dist.all_gather(flags, local)
+        self._signalled_ranks = [rank for rank, flag in enumerate(flags) if flag.item()]
+        return bool(self._signalled_ranks)
 
     def exit_preempted(self, state: dict[str, Any], step: int) -> None:
         """Save a final checkpoint, wait for it, and exit with 143 so the controller retries the replica."""
         self.save(state, step)
         self.wait()
         if self.ctx.is_main:
-            print(f"Rank 0: preempted; checkpoint of step {step} saved, exiting", flush=True)
+            ranks = ", ".join(map(str, self._signalled_ranks)) or "?"
+            print(f"Rank 0: preempted (SIGTERM to rank {ranks}); checkpoint of step {step} saved, exiting", flush=True)
         raise SystemExit(PREEMPTED_EXIT_CODE)
 
     # -- helpers --------------------------------------------------------------------------------------

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
+import sys
 from dataclasses import dataclass
 from datetime import timedelta
+from types import TracebackType
 
 import torch
 import torch.distributed as dist
@@ -43,6 +46,7 @@ def init(backend: str | None = None, timeout_seconds: float = 1800.0) -> DistCon
     single process still gets a (one-member) process group, so the same script runs everywhere.
     """
     info: LaunchInfo = detect_launch(os.environ)
+    _record_uncaught_exceptions()
     cuda = torch.cuda.is_available() and torch.cuda.device_count() > info.local_rank
     chosen = backend or ("nccl" if cuda else "gloo")
     device = torch.device("cuda", info.local_rank) if cuda and chosen == "nccl" else torch.device("cpu")
@@ -63,6 +67,24 @@ def init(backend: str | None = None, timeout_seconds: float = 1800.0) -> DistCon
             timeout=timedelta(seconds=timeout_seconds),
         )
     return DistContext(info.rank, info.local_rank, info.world_size, device, chosen, info.launcher)
+
+
+def _record_uncaught_exceptions() -> None:
+    """Write an uncaught exception to ``TORCHELASTIC_ERROR_FILE`` (torchelastic's format, as ``@record``
+    does), so the controller can put the exception in the job's status even if the output is lost."""
+    if not os.environ.get("TORCHELASTIC_ERROR_FILE") or getattr(sys.excepthook, "torchjob", False):
+        return
+    from torch.distributed.elastic.multiprocessing.errors import ErrorHandler
+
+    previous = sys.excepthook
+
+    def hook(kind: type[BaseException], value: BaseException, tb: TracebackType | None) -> None:
+        with contextlib.suppress(OSError, ValueError, TypeError):
+            ErrorHandler().record_exception(value)
+        previous(kind, value, tb)
+
+    hook.torchjob = True  # type: ignore[attr-defined]
+    sys.excepthook = hook
 
 
 def shutdown() -> None:

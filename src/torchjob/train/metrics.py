@@ -3,7 +3,9 @@
 Files, in the job's output folder (``TORCHJOB_OUTPUT_DIR``)::
 
     metrics/rank-<r>.jsonl      one line per logged step: step, epoch, loss, samples/s, step and checkpoint time
-    heartbeat/rank-<r>.json     {"step": N, "time": unix seconds}, rewritten atomically at most once a second
+    heartbeat/rank-<r>.json     {"step": N, "time": when step N completed}, rewritten atomically by a small
+                                background thread at most once a ``heartbeat_seconds``, and only when the step
+                                moved: a hung rank's heartbeat stays exactly where it stopped
 
 ``torchjob metrics NAME`` summarises the JSONL files and can plot them; hang detection reads heartbeats.
 """
@@ -12,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -31,7 +34,11 @@ class MetricsLogger:
         self.heartbeat_path = root / "heartbeat" / f"rank-{ctx.rank}.json"
         self.heartbeat_seconds = heartbeat_seconds
         self._file = open(self.path, "a", buffering=1)  # noqa: SIM115 - line-buffered for the whole run
-        self._last_beat = 0.0
+        self._latest: tuple[int, float] | None = None
+        self._written: tuple[int, float] | None = None
+        self._stop = threading.Event()
+        self._writer = threading.Thread(target=self._write_heartbeats, name="torchjob-heartbeat", daemon=True)
+        self._writer.start()
 
     def step(
         self,
@@ -58,14 +65,24 @@ class MetricsLogger:
         self.beat(step)
 
     def beat(self, step: int) -> None:
-        """Record progress (cheap: at most one small atomic write a second)."""
-        now = time.time()
-        if now - self._last_beat < self.heartbeat_seconds:
-            return
-        self._last_beat = now
-        tmp = self.heartbeat_path.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"step": step, "time": now}))
-        os.replace(tmp, self.heartbeat_path)
+        """Record that ``step`` has completed (free: the writer thread persists it)."""
+        self._latest = (step, time.time())
 
     def close(self) -> None:
+        self._stop.set()
+        self._writer.join()
         self._file.close()
+
+    def _write_heartbeats(self) -> None:
+        while not self._stop.wait(self.heartbeat_seconds):
+            self._flush_heartbeat()
+        self._flush_heartbeat()
+
+    def _flush_heartbeat(self) -> None:
+        latest = self._latest
+        if latest is None or latest == self._written:
+            return
+        tmp = self.heartbeat_path.with_suffix(".tmp")
+        tmp.write_text(json.dumps({"step": latest[0], "time": latest[1]}))
+        os.replace(tmp, self.heartbeat_path)
+        self._written = latest

@@ -29,7 +29,7 @@ from torchjob.backends.local.store import JobStore, LocalState, ProcessRecord
 from torchjob.core.actions import Action, CreateReplica, DeleteJob, DeleteReplica, Event
 from torchjob.core.envs import Addressing
 from torchjob.core.observed import Phase, ReplicaObservation
-from torchjob.core.replicas import ReplicaId
+from torchjob.core.replicas import ReplicaId, node_rank
 
 LOCALHOST = "127.0.0.1"
 # The longest the controller sleeps without a reason. It is woken at once by any replica's exit (pidfd) and
@@ -85,7 +85,7 @@ class LocalBackend:
                     record.removed = True
                     changed = True
                     continue
-            observations.append(self._observation(record, result))
+            observations.append(self._observation(job, record, result))
         if changed:
             self._save_state()
         return observations
@@ -179,6 +179,7 @@ class LocalBackend:
         log_path = self.store.log_path(self.name, attempt, str(replica))
         log_path.parent.mkdir(parents=True, exist_ok=True)
         status_path = str(log_path.with_suffix(".exit.json"))
+        spec.env[mapping.ENV_ERROR_FILE] = str(log_path.with_suffix(".error.json"))
         argv = [
             sys.executable,
             shim.__file__,
@@ -245,35 +246,49 @@ class LocalBackend:
                 return {"signal": -code, "finishedAt": time.time()}
             return {"exitCode": 137 if code is None else code, "finishedAt": time.time()}
 
-    def _observation(self, record: ProcessRecord, result: dict[str, float] | None) -> ReplicaObservation:
+    def _observation(
+        self, job: PyTorchJob, record: ProcessRecord, result: dict[str, float] | None
+    ) -> ReplicaObservation:
         replica = parse_replica(record.replica)
         stopping = record.stopping_since is not None
         if result is None:
-            return ReplicaObservation(replica, record.attempt, Phase.RUNNING, stopping=stopping)
-        finished = datetime.fromtimestamp(result.get("finishedAt", time.time()), timezone.utc)
-        if "signal" in result:
-            sig = int(result["signal"])
+            progress_at, progress_step = self._progress(job, replica)
             return ReplicaObservation(
                 replica,
                 record.attempt,
-                Phase.FAILED,
-                signal=sig,
-                finished_at=finished,
-                message=failure_summary(Path(record.log_path)),
+                Phase.RUNNING,
                 stopping=stopping,
+                progress_at=progress_at,
+                progress_step=progress_step,
             )
+        finished = datetime.fromtimestamp(result.get("finishedAt", time.time()), timezone.utc)
         code = int(result.get("exitCode", 0))
-        if code == 0:
+        sig = int(result["signal"]) if "signal" in result else None
+        if sig is None and code == 0:
             return ReplicaObservation(replica, record.attempt, Phase.SUCCEEDED, exit_code=0, finished_at=finished)
+        # A SIGTERM torchjob did not send came from outside: an eviction or preemption, not the program's fault.
+        preempted = not stopping and (sig == signal.SIGTERM or (sig is None and code == 128 + signal.SIGTERM))
+        log = Path(record.log_path)
         return ReplicaObservation(
             replica,
             record.attempt,
             Phase.FAILED,
-            exit_code=code,
+            exit_code=None if sig is not None else code,
+            signal=sig,
             finished_at=finished,
-            message=failure_summary(Path(record.log_path)),
+            reason="Preempted" if preempted else None,
             stopping=stopping,
+            message=failure_summary(log, error_file=log.with_suffix(".error.json")),
         )
+
+    def _progress(self, job: PyTorchJob, replica: ReplicaId) -> tuple[datetime | None, int | None]:
+        """The heartbeat torchjob.train writes for this replica's rank, if any."""
+        path = self.store.output_dir(self.name) / "heartbeat" / f"rank-{node_rank(job, replica)}.json"
+        try:
+            beat = json.loads(path.read_text())
+            return datetime.fromtimestamp(float(beat["time"]), timezone.utc), int(beat["step"])
+        except (OSError, ValueError, KeyError):
+            return None, None
 
     def _pidfd(self, pid: int) -> int | None:
         if pid not in self._pidfds:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -23,8 +24,15 @@ def read_tail(path: Path, size: int = _TAIL_BYTES) -> str:
         return ""
 
 
-def failure_summary(path: Path, lines: int = 3) -> str | None:
-    """The exception a failed replica raised (``ValueError: bad input``), else its last few output lines."""
+def failure_summary(path: Path, lines: int = 3, error_file: Path | None = None) -> str | None:
+    """The exception a failed replica raised (``ValueError: bad input``), else its last few output lines.
+
+    The torchelastic error file, when the replica wrote one, is the most reliable source: it holds the
+    exception even when the output was redirected or cut.
+    """
+    recorded = _error_file_message(error_file) if error_file is not None else None
+    if recorded:
+        return _clip(recorded)
     text = read_tail(path)
     all_lines = [line.rstrip() for line in text.splitlines()]
     exception = _last_exception(all_lines)
@@ -32,6 +40,20 @@ def failure_summary(path: Path, lines: int = 3) -> str | None:
         return _clip(exception)
     last = [line.strip() for line in all_lines if line.strip()][-lines:]
     return _clip(" | ".join(last)) if last else None
+
+
+def _error_file_message(path: Path) -> str | None:
+    """The message of a torchelastic error file: ``{"message": {"message": "...", "extraInfo": {...}}}``."""
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    message = data.get("message") if isinstance(data, dict) else None
+    if isinstance(message, dict):
+        message = message.get("message")
+    if not isinstance(message, str) or not message.strip():
+        return None
+    return message.strip().splitlines()[0]
 
 
 def _last_exception(lines: list[str]) -> str | None:

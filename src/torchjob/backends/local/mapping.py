@@ -21,6 +21,9 @@ from torchjob.core.envs import Addressing, replica_env
 from torchjob.core.replicas import ReplicaId
 
 ENV_OUTPUT_DIR = "TORCHJOB_OUTPUT_DIR"
+# torchelastic's error-file protocol: a script decorated with @record (or using torchjob.train) writes its
+# exception there, and the controller puts it in the job's condition.
+ENV_ERROR_FILE = "TORCHELASTIC_ERROR_FILE"
 _VAR_REF = re.compile(r"\$\$|\$\(([A-Za-z_][A-Za-z0-9_.-]*)\)")
 _CLUSTER_ONLY_POD_FIELDS = (
     "volumes",
@@ -108,6 +111,7 @@ def process_spec(
     output_dir: str,
     python_dir: str,
     inherited_path: str,
+    error_file: str | None = None,
 ) -> ProcessSpec:
     container = pytorch_container(job, replica.replica_type)
     env: dict[str, str] = {}
@@ -117,6 +121,8 @@ def process_spec(
     # The contract comes after the user's env, so it wins, as on Kubernetes (Kubeflow appends it).
     env.update(replica_env(job, replica, attempt, addressing))
     env[ENV_OUTPUT_DIR] = output_dir
+    if error_file:
+        env[ENV_ERROR_FILE] = error_file
     # torchrun does the same: one thread per process unless told otherwise, or ranks fight for cores.
     env.setdefault("OMP_NUM_THREADS", "1")
     env["PATH"] = python_dir + (":" + inherited_path if inherited_path else "")

@@ -1,0 +1,42 @@
+"""A DDP loop that reports progress; on the first attempt one rank hangs (the others then wait forever)."""
+
+import argparse
+import os
+import sys
+import time
+
+import torch
+from torch import nn
+
+from torchjob.train import MetricsLogger, init, shutdown, wrap
+
+p = argparse.ArgumentParser()
+p.add_argument("--steps", type=int, default=30)
+p.add_argument("--hang-rank", type=int, default=-1)
+p.add_argument("--hang-step", type=int, default=5)
+p.add_argument("--hide-and-raise", action="store_true", help="silence stderr, then raise")
+args = p.parse_args()
+
+ctx = init()
+if args.hide_and_raise:
+    os.dup2(os.open(os.devnull, os.O_WRONLY), 2)  # the traceback reaches no log: only the error file has it
+    raise ValueError("hidden from the logs")
+attempt = int(os.environ["TORCHJOB_ATTEMPT"])
+model = wrap(nn.Linear(4, 1), ctx)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+metrics = MetricsLogger(ctx, heartbeat_seconds=0.2)
+for step in range(1, args.steps + 1):
+    started = time.perf_counter()
+    optimizer.zero_grad()
+    model(torch.randn(2, 4)).sum().backward()
+    optimizer.step()
+    if attempt == 0 and ctx.rank == args.hang_rank and step == args.hang_step:
+        # Stuck between collectives: the others complete this step and wait in the next all_reduce.
+        print(f"rank {ctx.rank}: hanging after step {step - 1}", flush=True)
+        time.sleep(3600)
+    metrics.step(step, 1, 0.0, 2, time.perf_counter() - started)
+    time.sleep(0.05)
+print(f"rank {ctx.rank}: done", flush=True)
+metrics.close()
+shutdown()
+sys.exit(0)

@@ -1,0 +1,94 @@
+"""Fault tolerance end to end: hang detection, root causes from error files, preemption that is not a failure."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import psutil
+import yaml
+
+from tests.conftest import ROOT, run_cli
+from tests.integration.helpers import condition, job_object, wait_for
+from torchjob.testing import make_job
+
+SCRIPTS = Path(__file__).resolve().parent / "scripts"
+
+
+def write(tmp_path: Path, builder: object) -> Path:
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(builder.wire()))  # type: ignore[attr-defined]
+    return path
+
+
+def test_a_hung_rank_is_detected_named_and_the_group_recovers(tmp_path: Path, torchjob_home: Path) -> None:
+    job = (
+        make_job("hang")
+        .master()
+        .workers(2)
+        .command("python", str(SCRIPTS / "hang_train.py"), "--hang-rank", "2", "--hang-step", "5")
+        .annotate(**{"torchjob.io/progress-deadline-seconds": "25", "torchjob.io/termination-grace-seconds": "2"})
+    )
+    result = run_cli("run", str(write(tmp_path, job)), home=torchjob_home)
+    assert result.returncode == 0, result.stderr[-2000:]
+    status = job_object(torchjob_home, "hang")["status"]
+    assert status["restartCount"] == 1
+    outcome = status["attempts"][0]["outcome"]
+    assert outcome.startswith("Hung: no progress for 25s")
+    assert "worker-1 stopped at step 4" in outcome  # rank 2 finished step 4 and never step 5
+    assert "Hung" in result.stderr
+    assert "[worker-1#1] rank 2: done" in result.stdout
+
+
+def test_the_exception_reaches_the_status_through_the_error_file(tmp_path: Path, torchjob_home: Path) -> None:
+    job = (
+        make_job("hidden")
+        .workers(1)
+        .restart_policy("Never")
+        .command("python", str(SCRIPTS / "hang_train.py"), "--hide-and-raise")
+    )
+    result = run_cli("run", str(write(tmp_path, job)), home=torchjob_home)
+    assert result.returncode == 1
+    log = (torchjob_home / "jobs" / "hidden" / "logs" / "0" / "worker-0.log").read_text()
+    assert "hidden from the logs" not in log
+    failed = condition(job_object(torchjob_home, "hidden"), "Failed")
+    assert failed is not None and "worker-0 exited with code 1: ValueError: hidden from the logs" in failed["message"]
+
+
+def trainer_of(home: Path, job: str, replica: str, attempt: int = 0) -> psutil.Process:
+    state = yaml.safe_load((home / "jobs" / job / "local.json").read_text())
+    shim = next(p["pid"] for p in state["processes"] if p["replica"] == replica and p["attempt"] == attempt)
+    return psutil.Process(shim).children()[0]
+
+
+def test_preemption_checkpoints_restarts_and_is_not_counted(tmp_path: Path, torchjob_home: Path) -> None:
+    job = yaml.safe_load((ROOT / "examples" / "mnist" / "job.yaml").read_text())
+    job["metadata"]["name"] = "preempted"
+    job["spec"]["runPolicy"] = {"backoffLimit": 0}  # a counted restart would fail the job
+    for spec in job["spec"]["pytorchReplicaSpecs"].values():
+        container = spec["template"]["spec"]["containers"][0]
+        container["args"] = ["--epochs", "2", "--log-interval", "5", "--checkpoint-every", "10"]
+        container["workingDir"] = str(ROOT / "examples" / "mnist")
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(job))
+    run = subprocess.Popen(
+        [sys.executable, "-m", "torchjob.cli.main", "run", str(path)],
+        env={**os.environ, "TORCHJOB_HOME": str(torchjob_home)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    log = torchjob_home / "jobs" / "preempted" / "logs" / "0" / "worker-0.log"
+    wait_for(lambda: log.exists() and "batch: 15/" in log.read_text(), what="worker-0 at batch 15")
+    trainer_of(torchjob_home, "preempted", "worker-0").send_signal(signal.SIGTERM)  # an eviction
+    stdout, stderr = run.communicate(timeout=300)
+    assert run.returncode == 0, stderr[-2000:]
+    status = job_object(torchjob_home, "preempted")["status"]
+    assert (status["restartCount"], status["attempt"]) == (0, 1)
+    # Every rank leaves together; the one that was told is named.
+    assert "was preempted" in status["attempts"][0]["outcome"]
+    assert "preempted (SIGTERM to rank 1); checkpoint of step" in stdout  # saved before leaving
+    assert "[master-0#1] Rank 0: resumed from the checkpoint of step" in stdout
