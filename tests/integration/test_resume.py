@@ -1,8 +1,8 @@
 """Kill a rank mid-training: the group restarts from the newest checkpoint and ends with the same model.
 
-Uses the MNIST example (torchjob.train) on 2 replicas: one uninterrupted run, one where worker-0's training
-process is SIGKILLed mid-epoch. Same seed, same data order, restored optimizer and RNG state: the final
-parameters must match, and at most one checkpoint interval of work is redone.
+Uses the MNIST example (torchjob.train) on 2 replicas: one uninterrupted run, and runs where the worker's
+or the master's training process is SIGKILLed mid-epoch. Same seed, same data order, restored optimizer and
+RNG state: the final parameters must match, and at most one checkpoint interval of work is redone.
 """
 
 from __future__ import annotations
@@ -45,11 +45,20 @@ def final_model(home: Path, name: str) -> dict[str, torch.Tensor]:
     return state
 
 
-@pytest.mark.slow
-def test_kill_and_resume_ends_with_the_same_model(tmp_path: Path, torchjob_home: Path) -> None:
-    straight = run_cli("run", str(mnist_job(tmp_path, "straight")), home=torchjob_home)
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The same job run once without interruption; returns its state directory."""
+    home = tmp_path_factory.mktemp("straight")
+    straight = run_cli("run", str(mnist_job(home, "straight")), home=home)
     assert straight.returncode == 0, straight.stderr[-2000:]
+    return home
 
+
+@pytest.mark.slow
+@pytest.mark.parametrize("victim", ["worker-0", "master-0"])
+def test_kill_and_resume_ends_with_the_same_model(
+    victim: str, uninterrupted: Path, tmp_path: Path, torchjob_home: Path
+) -> None:
     run = subprocess.Popen(
         [sys.executable, "-m", "torchjob.cli.main", "run", str(mnist_job(tmp_path, "killed"))],
         env={**os.environ, "TORCHJOB_HOME": str(torchjob_home)},
@@ -57,11 +66,11 @@ def test_kill_and_resume_ends_with_the_same_model(tmp_path: Path, torchjob_home:
         stderr=subprocess.PIPE,
         text=True,
     )
-    log = torchjob_home / "jobs" / "killed" / "logs" / "0" / "worker-0.log"
+    log = torchjob_home / "jobs" / "killed" / "logs" / "0" / f"{victim}.log"
     # Past the first checkpoint and mid-epoch (63 batches an epoch on 2 ranks).
-    wait_for(lambda: log.exists() and "epoch: 1/2, batch: 25/" in log.read_text(), what="worker-0 at batch 25")
+    wait_for(lambda: log.exists() and "epoch: 1/2, batch: 25/" in log.read_text(), what=f"{victim} at batch 25")
     records = (torchjob_home / "jobs" / "killed" / "local.json").read_text()
-    shim = next(p for p in yaml.safe_load(records)["processes"] if p["replica"] == "worker-0")["pid"]
+    shim = next(p for p in yaml.safe_load(records)["processes"] if p["replica"] == victim)["pid"]
     trainer = psutil.Process(shim).children()[0]
     trainer.send_signal(signal.SIGKILL)
     stdout, stderr = run.communicate(timeout=300)
@@ -69,12 +78,12 @@ def test_kill_and_resume_ends_with_the_same_model(tmp_path: Path, torchjob_home:
 
     job = job_object(torchjob_home, "killed")
     assert job["status"]["restartCount"] == 1
-    assert "worker-0 was killed by SIGKILL" in job["status"]["attempts"][0]["outcome"]
+    assert f"{victim} was killed by SIGKILL" in job["status"]["attempts"][0]["outcome"]
     resumed = re.search(r"\[master-0#1\] Rank 0: resumed from the checkpoint of step (\d+)", stdout)
     assert resumed, stdout[-3000:]
     killed_at = max(int(m) for m in re.findall(r"epoch: 1/2, batch: (\d+)/", log.read_text()))
     assert killed_at - int(resumed.group(1)) <= INTERVAL + 5  # at most one interval (+ the log granularity) redone
 
-    a, b = final_model(torchjob_home, "straight"), final_model(torchjob_home, "killed")
+    a, b = final_model(uninterrupted, "straight"), final_model(torchjob_home, "killed")
     for key in a:
         assert torch.allclose(a[key], b[key], atol=1e-6), f"{key} differs after kill and resume"
