@@ -12,7 +12,7 @@ import os
 import platform
 from pathlib import Path
 
-from bench import checkpoint, cli, launch, steady_state
+from bench import checkpoint, cli, launch, recovery, steady_state
 
 RESULTS = Path(__file__).resolve().parent / "RESULTS.md"
 
@@ -34,6 +34,9 @@ def main() -> None:
     lat = launch.measure(trials)
     print("steady state ...", flush=True)
     steady = steady_state.measure(2 if args.quick else 4)
+    print("recovery ...", flush=True)
+    recovered = recovery.measure(3)
+    floor = recovery.cold_ddp_start_seconds()
     print("checkpoint overhead ...", flush=True)
     ckpt = checkpoint.measure(2 if args.quick else 3)
 
@@ -75,6 +78,24 @@ def main() -> None:
             "< 80",
             steady.controller_peak_rss_mb < 80,
         ),
+    ]
+    tj, tj_failed = recovered["torchjob"]
+    tr, tr_failed = recovered["torchrun"]
+
+    def shown(value: float | None, failed: int) -> str:
+        text = "did not recover" if value is None else f"{value:.2f}"
+        return text + (f" ({failed} of 3 trials did not recover in {recovery.TIMEOUT:.0f} s)" if failed else "")
+
+    rows += [
+        _row(
+            "recovery: SIGKILL of a rank → first step of the next attempt (median s)",
+            shown(tj, tj_failed),
+            f"torchrun --max-restarts {shown(tr, tr_failed)}",
+            tj / tr if tj and tr else None,
+            f"≤ floor + 3 s ({floor + 3:.1f})",
+            tj is not None and tj <= floor + 3 and not tj_failed,
+        ),
+        _row("recovery floor: cold process, import torch + build DDP (median s)", f"{floor:.2f}", "", None, "—", True),
     ]
     rows += [
         _row(
