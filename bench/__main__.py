@@ -38,7 +38,7 @@ def main() -> None:
     recovered = recovery.measure(3)
     floor = recovery.cold_ddp_start_seconds()
     print("checkpoint overhead ...", flush=True)
-    ckpt = checkpoint.measure(2 if args.quick else 3)
+    ckpt = checkpoint.measure(8 if args.quick else 16)
 
     lat_ratio = lat["torchjob"] / lat["torchrun"]
     sps_ratio = steady.torchjob_samples_per_second / steady.torchrun_samples_per_second

@@ -19,27 +19,16 @@ from pathlib import Path
 import yaml
 
 from bench.measure import median
+from torchjob.testing import make_job
 
 PAYLOAD = Path(__file__).resolve().parent / "scripts" / "first_collective.py"
 BIN = Path(sys.executable).parent
 
 
 def _job_file(directory: Path, out: Path) -> Path:
-    container = {
-        "name": "pytorch",
-        "image": "bench:local",
-        "command": ["python", str(PAYLOAD)],
-        "env": [{"name": "BENCH_OUT", "value": str(out)}],
-    }
-    spec = {"template": {"spec": {"containers": [container]}}}
-    job = {
-        "apiVersion": "kubeflow.org/v1",
-        "kind": "PyTorchJob",
-        "metadata": {"name": "launch"},
-        "spec": {"pytorchReplicaSpecs": {"Master": {"replicas": 1, **spec}, "Worker": {"replicas": 2, **spec}}},
-    }
+    job = make_job("launch").master().workers(2).command("python", str(PAYLOAD)).env(BENCH_OUT=str(out))
     path = directory / "job.yaml"
-    path.write_text(yaml.safe_dump(job))
+    path.write_text(yaml.safe_dump(job.wire()))
     return path
 
 

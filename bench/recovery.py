@@ -24,6 +24,7 @@ import yaml
 
 from bench.launch import BIN
 from bench.measure import median
+from torchjob.testing import make_job
 
 PAYLOAD = Path(__file__).resolve().parent / "scripts" / "recovery_train.py"
 TIMEOUT = 60.0
@@ -44,19 +45,16 @@ def _trial(launcher: str, work: Path) -> float | None:
     out.mkdir()
     env = {**os.environ, "BENCH_OUT": str(out), "TORCHJOB_HOME": str(work / "home"), "OMP_NUM_THREADS": "1"}
     if launcher == "torchjob":
-        container = {
-            "name": "pytorch",
-            "image": "bench:local",
-            "command": ["python", str(PAYLOAD)],
-            "env": [{"name": "BENCH_OUT", "value": str(out)}],
-        }
-        spec = {"restartPolicy": "OnFailure", "template": {"spec": {"containers": [container]}}}
-        job = {
-            "apiVersion": "kubeflow.org/v1",
-            "kind": "PyTorchJob",
-            "metadata": {"name": "recovery", "annotations": {"torchjob.io/termination-grace-seconds": "2"}},
-            "spec": {"pytorchReplicaSpecs": {"Master": {"replicas": 1, **spec}, "Worker": {"replicas": 1, **spec}}},
-        }
+        job = (
+            make_job("recovery")
+            .master()
+            .workers(1)
+            .command("python", str(PAYLOAD))
+            .env(BENCH_OUT=str(out))
+            .restart_policy("OnFailure")
+            .annotate(**{"torchjob.io/termination-grace-seconds": "2"})
+            .wire()
+        )
         (work / "job.yaml").write_text(yaml.safe_dump(job))
         argv = [str(BIN / "torchjob"), "run", str(work / "job.yaml")]
     else:

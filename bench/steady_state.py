@@ -19,6 +19,7 @@ import yaml
 
 from bench.launch import BIN
 from bench.measure import median, watch
+from torchjob.testing import make_job
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "mnist"
 ARGS = ["--epochs", "4", "--batch-size", "32", "--log-interval", "1000"]
@@ -33,14 +34,7 @@ class SteadyState:
 
 
 def _torchjob(work: Path) -> tuple[float, float, float]:
-    container = {"name": "pytorch", "image": "bench:local", "command": ["python", "train.py"], "args": ARGS}
-    spec = {"template": {"spec": {"containers": [container]}}}
-    job = {
-        "apiVersion": "kubeflow.org/v1",
-        "kind": "PyTorchJob",
-        "metadata": {"name": "steady"},
-        "spec": {"pytorchReplicaSpecs": {"Master": {"replicas": 1, **spec}, "Worker": {"replicas": 2, **spec}}},
-    }
+    job = make_job("steady").master().workers(2).command("python", "train.py", *ARGS).wire()
     # The job file sits beside train.py, as a user's would.
     path = EXAMPLE / f".bench-{os.getpid()}.yaml"
     path.write_text(yaml.safe_dump(job))

@@ -20,25 +20,9 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from mnist_data import load
-from torch import nn
-from torch.utils.data import DataLoader, TensorDataset
+from model import Net, evaluate, to_dataset
 
 from torchjob.train import BatchPlan, Checkpointer, MetricsLogger, SyncCheck, init, shard, shutdown, wrap
-
-
-class Net(nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.conv1 = nn.Conv2d(1, 16, 5)
-        self.conv2 = nn.Conv2d(16, 32, 5)
-        self.fc1 = nn.Linear(32 * 4 * 4, 64)
-        self.fc2 = nn.Linear(64, 10)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = F.max_pool2d(F.relu(self.conv1(x)), 2)
-        x = F.max_pool2d(F.relu(self.conv2(x)), 2)
-        x = F.relu(self.fc1(x.flatten(1)))
-        return self.fc2(x)
 
 
 def parse_args() -> argparse.Namespace:
@@ -66,11 +50,6 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--async-checkpoint", action="store_true")
     p.add_argument("--backend", default=None, help="default: nccl with GPUs, else gloo")
     return p.parse_args()
-
-
-def to_dataset(images: Any, labels: Any) -> TensorDataset:
-    x = torch.as_tensor(images, dtype=torch.float32).unsqueeze(1) / 255.0
-    return TensorDataset((x - 0.1307) / 0.3081, torch.as_tensor(labels))
 
 
 def main() -> None:
@@ -171,15 +150,6 @@ def main() -> None:
             )
     print(f"Rank {rank}: training completed.", flush=True)
     shutdown()
-
-
-@torch.no_grad()
-def evaluate(model: nn.Module, dataset: TensorDataset, device: torch.device) -> float:
-    model.eval()
-    correct = 0
-    for x, y in DataLoader(dataset, batch_size=500):
-        correct += int((model(x.to(device)).argmax(1) == y.to(device)).sum())
-    return correct / len(dataset)
 
 
 if __name__ == "__main__":

@@ -16,25 +16,10 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 from mnist_data import load
-from torch import nn
+from model import Net, evaluate, to_dataset
 from torch.nn.parallel import DistributedDataParallel as DDP
-from torch.utils.data import DataLoader, TensorDataset
+from torch.utils.data import DataLoader
 from torch.utils.data.distributed import DistributedSampler
-
-
-class Net(nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.conv1 = nn.Conv2d(1, 16, 5)
-        self.conv2 = nn.Conv2d(16, 32, 5)
-        self.fc1 = nn.Linear(32 * 4 * 4, 64)
-        self.fc2 = nn.Linear(64, 10)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = F.max_pool2d(F.relu(self.conv1(x)), 2)
-        x = F.max_pool2d(F.relu(self.conv2(x)), 2)
-        x = F.relu(self.fc1(x.flatten(1)))
-        return self.fc2(x)
 
 
 def parse_args() -> argparse.Namespace:
@@ -52,11 +37,6 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--model-dir", default=os.environ.get("TORCHJOB_OUTPUT_DIR", "output"))
     p.add_argument("--backend", default="gloo")
     return p.parse_args()
-
-
-def to_dataset(images: torch.Tensor, labels: torch.Tensor) -> TensorDataset:
-    x = torch.as_tensor(images, dtype=torch.float32).unsqueeze(1) / 255.0
-    return TensorDataset((x - 0.1307) / 0.3081, torch.as_tensor(labels))
 
 
 def main() -> None:
@@ -121,15 +101,6 @@ def main() -> None:
             )
     print(f"Rank {rank}: training completed.", flush=True)
     dist.destroy_process_group()
-
-
-@torch.no_grad()
-def evaluate(model: nn.Module, dataset: TensorDataset) -> float:
-    model.eval()
-    correct = 0
-    for x, y in DataLoader(dataset, batch_size=500):
-        correct += int((model(x).argmax(1) == y).sum())
-    return correct / len(dataset)
 
 
 if __name__ == "__main__":
