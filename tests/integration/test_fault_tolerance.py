@@ -28,19 +28,19 @@ def test_a_hung_rank_is_detected_named_and_the_group_recovers(tmp_path: Path, to
     job = (
         make_job("hang")
         .master()
-        .workers(2)
-        .command("python", str(SCRIPTS / "hang_train.py"), "--hang-rank", "2", "--hang-step", "5")
-        .annotate(**{"torchjob.io/progress-deadline-seconds": "25", "torchjob.io/termination-grace-seconds": "2"})
+        .workers(1)
+        .command("python", str(SCRIPTS / "hang_train.py"), "--hang-rank", "1", "--hang-step", "5")
+        .annotate(**{"torchjob.io/progress-deadline-seconds": "40", "torchjob.io/termination-grace-seconds": "2"})
     )
     result = run_cli("run", str(write(tmp_path, job)), home=torchjob_home)
     assert result.returncode == 0, result.stderr[-2000:]
     status = job_object(torchjob_home, "hang")["status"]
     assert status["restartCount"] == 1
     outcome = status["attempts"][0]["outcome"]
-    assert outcome.startswith("Hung: no progress for 25s")
-    assert "worker-1 stopped at step 4" in outcome  # rank 2 finished step 4 and never step 5
+    assert outcome.startswith("Hung: no progress for 40s")
+    assert "worker-0 stopped at step 4, the others at step 5" in outcome  # rank 1 never finished step 5
     assert "Hung" in result.stderr
-    assert "[worker-1#1] rank 2: done" in result.stdout
+    assert "[worker-0#1] rank 1: done" in result.stdout
 
 
 def test_the_exception_reaches_the_status_through_the_error_file(tmp_path: Path, torchjob_home: Path) -> None:
