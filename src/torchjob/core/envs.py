@@ -8,13 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from torchjob.api.types import (
-    DEFAULT_CONTAINER_NAME,
-    DEFAULT_PORT,
-    DEFAULT_PORT_NAME,
-    PyTorchJob,
-    ReplicaType,
-)
+from torchjob.api.types import PyTorchJob
 from torchjob.core.replicas import ReplicaId, node_rank, total_replicas
 
 # torchjob's own variables, read by torchjob.train (never needed by a plain Kubeflow script).
@@ -32,18 +26,6 @@ class Addressing:
     rdzv_host: str
     rdzv_port: int
     rdzv_id: str | None = None
-
-
-def declared_port(job: PyTorchJob, replica_type: ReplicaType) -> int:
-    """The ``pytorchjob-port`` of the ``pytorch`` container of a replica type (23456 by default)."""
-    spec = job.spec.pytorch_replica_specs.get(replica_type)
-    containers = (spec.template.get("spec", {}).get("containers") or []) if spec else []
-    for container in containers:
-        if isinstance(container, dict) and container.get("name") == DEFAULT_CONTAINER_NAME:
-            for port in container.get("ports") or []:
-                if isinstance(port, dict) and port.get("name") == DEFAULT_PORT_NAME:
-                    return int(port.get("containerPort", DEFAULT_PORT))
-    return DEFAULT_PORT
 
 
 def world_size(job: PyTorchJob) -> int:

@@ -123,8 +123,7 @@ class LocalClient:
         now = datetime.now(timezone.utc)
         for name in self.store.names():
             try:
-                self._settle(name)
-                summary = self._summary(name)
+                summary = self._settle(name)
             except (JobNotFoundError, OSError, ValueError):
                 continue  # removed meanwhile (TTL, delete from another shell), or being written
             created = summary.get("created")
@@ -230,18 +229,18 @@ class LocalClient:
 
     def _is_over(self, name: str) -> bool:
         """Finished and its controller gone (so every replica has been dealt with)."""
-        if not self.store.exists(name):
-            return True
-        self._settle(name)
-        if not self.store.exists(name):
-            return True
-        state = self.state(name)
-        return bool(self._summary(name).get("finished")) and (
+        try:
+            summary = self._settle(name)
+            state = self.state(name)
+        except JobNotFoundError:
+            return True  # deleted, or removed by its TTL
+        return bool(summary.get("finished")) and (
             _live_process(state.controller_pid, state.controller_started_at) is None
         )
 
-    def _settle(self, name: str) -> None:
-        """Bring a record up to date with reality: an expired job goes (TTL), an orphaned one fails."""
+    def _settle(self, name: str) -> dict[str, Any]:
+        """Bring a record up to date with reality: an expired job goes (TTL), an orphaned one fails.
+        Returns the job's summary as it is afterwards."""
         if not self.store.exists(name):
             raise JobNotFoundError(name)
         summary = self._summary(name)
@@ -250,13 +249,12 @@ class LocalClient:
             if expires and datetime.now(timezone.utc) >= parse_timestamp(expires):
                 self.delete(name)
                 raise JobNotFoundError(name)
-            return
+            return summary
         state = self.state(name)
-        if state.controller_pid is None:
-            return  # created, controller not started yet
-        if _live_process(state.controller_pid, state.controller_started_at) is not None:
-            return
+        if state.controller_pid is None or _live_process(state.controller_pid, state.controller_started_at):
+            return summary  # not started yet, or its controller is alive
         self._fail_orphan(name, state)
+        return self._summary(name)
 
     def _fail_orphan(self, name: str, state: LocalState) -> None:
         from torchjob.api.types import ConditionType

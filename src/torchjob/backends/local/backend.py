@@ -147,9 +147,6 @@ class LocalBackend:
             record.removed = True
         self._save_state()
 
-    def live_pids(self) -> list[int]:
-        return [r.pid for r in self.state.processes if not r.removed and self._exit_status(r) is None]
-
     # -- processes ------------------------------------------------------------------------------------
 
     def _addressing(self, attempt: int) -> Addressing:
