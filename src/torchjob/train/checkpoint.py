@@ -226,6 +226,10 @@ class Checkpointer:
         if self.ctx.is_main:
             ranks = ", ".join(map(str, self._signalled_ranks)) or "?"
             print(f"Rank 0: preempted (SIGTERM to rank {ranks}); checkpoint of step {step} saved, exiting", flush=True)
+        # Leave the group before exiting: interpreter shutdown with a live gloo group can abort (SIGABRT),
+        # which would turn a clean preemption (143) into a crash.
+        if dist.is_initialized():
+            dist.destroy_process_group()
         raise SystemExit(PREEMPTED_EXIT_CODE)
 
     # -- helpers --------------------------------------------------------------------------------------
