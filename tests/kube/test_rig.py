@@ -166,3 +166,33 @@ def test_rbac_is_enforced(rig: Rig, namespace: str) -> None:
     who = f"--as=system:serviceaccount:{namespace}:default"
     assert rig.kubectl("auth", "can-i", "list", "pods", "-n", namespace, who, check=False).stdout.strip() == "no"
     assert rig.kubectl("auth", "can-i", "list", "pods", "-n", namespace).stdout.strip() == "yes"
+
+
+def test_a_rendered_indexed_job_runs_on_the_cluster(rig: Rig, namespace: str) -> None:
+    """`torchjob render --to indexed-job` output, applied as is: pods get their completion index."""
+    import yaml
+
+    from tests.conftest import ROOT
+    from torchjob.api.loading import load_job_file
+    from torchjob.backends.kubernetes.indexed_job import render
+
+    manifests, _ = render(load_job_file(ROOT / "examples" / "mnist" / "job.yaml"))
+    for manifest in manifests:
+        manifest["metadata"]["namespace"] = namespace
+    rig.apply(yaml.safe_dump_all(manifests), namespace)
+
+    def pods() -> list[dict[str, Any]]:
+        items: list[dict[str, Any]] = rig.kubectl_json("get", "-n", namespace, "pods", "-l", "job-name=mnist")["items"]
+        return items if len(items) == 3 else []
+
+    found = wait_until(pods, what="3 pods of the rendered Indexed Job")
+    assert sorted(p["metadata"]["annotations"]["batch.kubernetes.io/job-completion-index"] for p in found) == [
+        "0",
+        "1",
+        "2",
+    ]
+    for p in found:
+        assert p["spec"]["subdomain"] == "mnist"
+        assert "--node-rank=$(JOB_COMPLETION_INDEX)" in p["spec"]["containers"][0]["args"]
+    assert rig.kubectl_json("get", "-n", namespace, "service", "mnist")["spec"]["clusterIP"] == "None"
+    rig.kubectl("wait", "-n", namespace, "--for=condition=Complete", "job/mnist", "--timeout=90s")

@@ -10,10 +10,10 @@ import argparse
 import sys
 
 from torchjob import __version__
-from torchjob.cli import delete, get, listing, logs, metrics, run, validate
+from torchjob.cli import delete, get, listing, logs, metrics, render, run, validate
 
 EXIT_OK, EXIT_FAILED, EXIT_INVALID = 0, 1, 2
-VERBS = (run, validate, listing, get, logs, metrics, delete)
+VERBS = (run, validate, render, listing, get, logs, metrics, delete)
 
 
 def build_parser() -> argparse.ArgumentParser:

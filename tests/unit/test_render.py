@@ -1,0 +1,76 @@
+"""`torchjob render`: the normalized PyTorchJob, the Indexed Job mapping, and Jinja2 values."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import yaml
+
+from tests.conftest import DATA, ROOT, run_cli
+from torchjob.api.loading import load_job_file
+from torchjob.backends.kubernetes.indexed_job import render
+
+
+def test_indexed_job_runs_torchrun_with_the_completion_index_as_node_rank() -> None:
+    (service, job), notes = render(load_job_file(ROOT / "examples" / "mnist" / "job.yaml"))
+    assert notes == []
+    assert service["spec"]["clusterIP"] == "None"
+    assert service["spec"]["selector"] == {"training.kubeflow.org/job-name": "mnist"}
+    spec = job["spec"]
+    assert (spec["completionMode"], spec["completions"], spec["parallelism"]) == ("Indexed", 3, 3)
+    pod = spec["template"]["spec"]
+    assert pod["subdomain"] == "mnist" and pod["restartPolicy"] == "Never"
+    container = pod["containers"][0]
+    assert container["command"] == ["torchrun"]
+    assert container["args"] == [
+        "--nnodes=3",
+        "--nproc-per-node=1",
+        "--node-rank=$(JOB_COMPLETION_INDEX)",
+        "--master-addr=mnist-0.mnist",
+        "--master-port=23456",
+        "train.py",
+        "--epochs",
+        "8",
+        "--batch-size",
+        "32",
+    ]
+    assert spec["template"]["metadata"]["labels"] == {"training.kubeflow.org/job-name": "mnist"}
+
+
+def test_what_an_indexed_job_cannot_express_is_reported() -> None:
+    _, notes = render(load_job_file(DATA / "valid" / "elastic-imagenet.yaml"))
+    assert any("elasticPolicy is not carried over" in n for n in notes)
+
+
+def test_render_to_pytorchjob_prints_the_defaulted_job(tmp_path: Path) -> None:
+    result = run_cli("render", str(DATA / "valid" / "worker-only.yaml"), home=tmp_path)
+    assert result.returncode == 0, result.stderr
+    job = yaml.safe_load(result.stdout)
+    worker = job["spec"]["pytorchReplicaSpecs"]["Worker"]
+    assert worker["restartPolicy"] == "OnFailure" and job["spec"]["runPolicy"]["cleanPodPolicy"] == "None"
+    assert "status" not in job
+
+
+def test_values_fill_jinja2_placeholders_and_a_missing_one_is_a_clear_error(tmp_path: Path) -> None:
+    template = (ROOT / "examples" / "mnist" / "job.yaml").read_text()
+    template = template.replace("name: mnist", "name: {{ name }}").replace("replicas: 2", "replicas: {{ workers }}")
+    (tmp_path / "job.yaml").write_text(template)
+    (tmp_path / "values.json").write_text(json.dumps({"name": "mnist-large", "workers": 7}))
+    result = run_cli(
+        "render",
+        str(tmp_path / "job.yaml"),
+        "--to",
+        "indexed-job",
+        "--values",
+        str(tmp_path / "values.json"),
+        home=tmp_path,
+    )
+    assert result.returncode == 0, result.stderr
+    _, job = yaml.safe_load_all(result.stdout)
+    assert job["metadata"]["name"] == "mnist-large" and job["spec"]["completions"] == 8
+
+    (tmp_path / "partial.json").write_text(json.dumps({"name": "x"}))
+    result = run_cli("render", str(tmp_path / "job.yaml"), "--values", str(tmp_path / "partial.json"), home=tmp_path)
+    assert result.returncode == 2
+    assert "'workers' is undefined; give it in" in result.stderr and "Traceback" not in result.stderr
