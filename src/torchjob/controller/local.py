@@ -13,14 +13,13 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from types import FrameType
 
-from torchjob.api.types import ConditionType, PyTorchJob
+from torchjob.api.types import PyTorchJob
 from torchjob.backends.local.backend import LocalBackend
 from torchjob.backends.local.store import JobStore
 from torchjob.controller.clock import SystemClock
 from torchjob.controller.loop import PassResult, run_until_done
 from torchjob.core import conditions
 from torchjob.core.actions import Event
-from torchjob.core.times import timestamp
 
 _STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
@@ -69,8 +68,7 @@ def _record_interruption(job: PyTorchJob, signum: int) -> None:
         f"PyTorchJob {job.namespace}/{job.name} has failed because it was interrupted "
         f"({signal.Signals(signum).name}); every replica was stopped"
     )
-    conditions.set_condition(job.status, ConditionType.FAILED, "True", conditions.REASON_FAILED, message, now)
-    job.status.completion_time = timestamp(now)
+    conditions.mark_failed(job.status, message, now)
     for replica_status in job.status.replica_statuses.values():
         replica_status.active = 0
 

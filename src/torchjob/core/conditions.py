@@ -66,3 +66,9 @@ def set_condition(
             cond = cond.model_copy(update={"status": "False"})
         kept.append(cond)
     status.conditions = [*kept, new]
+
+
+def mark_failed(status: JobStatus, message: str, now: datetime) -> None:
+    """Record the job as Failed (reason PyTorchJobFailed) and finished at ``now``."""
+    set_condition(status, ConditionType.FAILED, "True", REASON_FAILED, message, now)
+    status.completion_time = timestamp(now)

@@ -161,9 +161,8 @@ class _Planner:
 
     def _fail(self, cause: str, event: str) -> None:
         message = f"{self._kind_name()} has failed because {cause}"
-        self._condition(ConditionType.FAILED, conditions.REASON_FAILED, message)
+        conditions.mark_failed(self.status, message, self.now)
         self.events.append(Event("Warning", event, message))
-        self.status.completion_time = timestamp(self.now)
         self._close_attempt(cause)
         self._finished()
 

@@ -257,9 +257,7 @@ class LocalClient:
         return self._summary(name)
 
     def _fail_orphan(self, name: str, state: LocalState) -> None:
-        from torchjob.api.types import ConditionType
         from torchjob.core import conditions
-        from torchjob.core.times import timestamp
 
         self._kill_leftovers(state)
         job = self.store.read_job(name)
@@ -268,8 +266,7 @@ class LocalClient:
             f"PyTorchJob {job.namespace}/{job.name} has failed because its controller "
             f"(pid {state.controller_pid}) ended without finishing it"
         )
-        conditions.set_condition(job.status, ConditionType.FAILED, "True", conditions.REASON_FAILED, message, now)
-        job.status.completion_time = timestamp(now)
+        conditions.mark_failed(job.status, message, now)
         self.store.write_job(job)
 
     def _kill_leftovers(self, state: LocalState) -> None:

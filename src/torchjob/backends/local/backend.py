@@ -163,6 +163,8 @@ class LocalBackend:
         )
 
     def _start(self, job: PyTorchJob, replica: ReplicaId, attempt: int) -> None:
+        log_path = self.store.log_path(self.name, attempt, str(replica))
+        log_path.parent.mkdir(parents=True, exist_ok=True)
         spec = mapping.process_spec(
             job,
             replica,
@@ -172,11 +174,9 @@ class LocalBackend:
             output_dir=str(self.store.output_dir(self.name)),
             python_dir=str(Path(sys.executable).parent),
             inherited_path=os.environ.get("PATH", ""),
+            error_file=str(_error_file(log_path)),
         )
-        log_path = self.store.log_path(self.name, attempt, str(replica))
-        log_path.parent.mkdir(parents=True, exist_ok=True)
         status_path = str(log_path.with_suffix(".exit.json"))
-        spec.env[mapping.ENV_ERROR_FILE] = str(log_path.with_suffix(".error.json"))
         argv = [
             sys.executable,
             shim.__file__,
@@ -275,7 +275,7 @@ class LocalBackend:
             finished_at=finished,
             reason="Preempted" if preempted else None,
             stopping=stopping,
-            message=failure_summary(log, error_file=log.with_suffix(".error.json")),
+            message=failure_summary(log, error_file=_error_file(log)),
         )
 
     def _progress(self, job: PyTorchJob, replica: ReplicaId) -> tuple[datetime | None, int | None]:
@@ -309,6 +309,11 @@ class LocalBackend:
 
     def _save_state(self) -> None:
         self.store.write_state(self.name, self.state)
+
+
+def _error_file(log_path: Path) -> Path:
+    """Where a replica's torchelastic error file goes: beside its log."""
+    return log_path.with_suffix(".error.json")
 
 
 def _signal_group(pid: int, signum: int) -> None:
