@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 
 import pytest
@@ -371,3 +372,18 @@ def test_preemption_restarts_without_counting_and_says_so() -> None:
     job, _ = step(job, [running("master-0"), failed("worker-0", exit_code=143, reason="Preempted")], at(5))
     assert (conditions.state(job.status), job.status.restart_count, job.status.attempt) == ("Restarting", 0, 1)
     assert "worker-0 was preempted" in job.status.attempts[0].outcome  # type: ignore[operator]
+
+
+def test_a_peer_crashing_while_a_preempted_replica_saves_is_collateral_not_the_root_cause() -> None:
+    job, _ = step(make_job("p").master().workers(2).run_policy(backoffLimit=0).build(), [])
+    saving = replace(running("worker-0"), reason="Preempted", disrupted_at=at(3))
+    crashed = failed("worker-1", signal=6, at=at(4))  # SIGABRT: the group went away under it
+    job, _ = step(job, [running("master-0"), saving, crashed], at(5))
+    assert (conditions.state(job.status), job.status.restart_count, job.status.attempt) == ("Restarting", 0, 1)
+    assert "worker-0 was preempted" in job.status.attempts[0].outcome  # type: ignore[operator]
+
+    # Without the notice, the same crash is the root cause and counts against backoffLimit 0.
+    job, _ = step(make_job("q").master().workers(2).run_policy(backoffLimit=0).build(), [])
+    job, _ = step(job, [running("master-0"), running("worker-0"), crashed], at(5))
+    assert conditions.state(job.status) == "Failed"
+    assert "worker-1 was killed by SIGABRT" in cond(job, ConditionType.FAILED)[2]  # type: ignore[index]

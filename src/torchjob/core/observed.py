@@ -43,6 +43,15 @@ class ReplicaObservation:
     # The training progress the replica last reported (torchjob.train's heartbeat), if it reports any.
     progress_at: datetime | None = None
     progress_step: int | None = None
+    # When the platform told the replica to stop (a preemption notice, a Pod's DisruptionTarget condition).
+    # Its failure began then, not when it finally exited after checkpointing; peers that crash meanwhile
+    # are collateral damage.
+    disrupted_at: datetime | None = None
+
+    @property
+    def failure_onset(self) -> datetime | None:
+        """When this replica's failure began: its disruption notice if it had one, else its exit."""
+        return self.disrupted_at or self.finished_at
 
     @property
     def effective_exit_code(self) -> int | None:

@@ -27,6 +27,7 @@ import os
 import random
 import re
 import signal
+import sys
 import threading
 import time
 from pathlib import Path
@@ -204,11 +205,24 @@ class Checkpointer:
         def on_sigterm(signum: int, _frame: FrameType | None) -> None:
             if not self._preempted:
                 self._preempted = True
+                self._record_notice()
                 timer = threading.Timer(grace_seconds, os._exit, args=(PREEMPTED_EXIT_CODE,))
                 timer.daemon = True
                 timer.start()
 
         signal.signal(signal.SIGTERM, on_sigterm)
+
+    def _record_notice(self) -> None:
+        """Tell the controller when the notice came: peers may crash before this rank is done saving."""
+        output = os.environ.get("TORCHJOB_OUTPUT_DIR")
+        if not output:
+            return
+        path = Path(output) / "preempted" / f"rank-{self.ctx.rank}.json"
+        with contextlib.suppress(OSError):
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_suffix(".tmp")
+            tmp.write_text(json.dumps({"time": time.time()}))
+            os.replace(tmp, path)
 
     def preempted(self) -> bool:
         """Whether any rank has been told to stop (collective: call it on every rank after each step)."""
@@ -226,11 +240,12 @@ class Checkpointer:
         if self.ctx.is_main:
             ranks = ", ".join(map(str, self._signalled_ranks)) or "?"
             print(f"Rank 0: preempted (SIGTERM to rank {ranks}); checkpoint of step {step} saved, exiting", flush=True)
-        # Leave the group before exiting: interpreter shutdown with a live gloo group can abort (SIGABRT),
-        # which would turn a clean preemption (143) into a crash.
-        if dist.is_initialized():
-            dist.destroy_process_group()
-        raise SystemExit(PREEMPTED_EXIT_CODE)
+        # Exit without interpreter shutdown: tearing down a gloo group (or its threads at exit) while peers
+        # leave at the same moment can abort with SIGABRT, turning a clean preemption (143) into a crash.
+        # Everything worth keeping is on disk: the checkpoint was waited for, metrics are line-buffered.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(PREEMPTED_EXIT_CODE)
 
     # -- helpers --------------------------------------------------------------------------------------
 

@@ -248,23 +248,27 @@ class LocalBackend:
     ) -> ReplicaObservation:
         replica = parse_replica(record.replica)
         stopping = record.stopping_since is not None
+        # A SIGTERM torchjob did not send came from outside: an eviction or preemption, not the program's fault.
+        disrupted_at = None if stopping else self._preemption_notice(job, replica, record)
         if result is None:
             progress_at, progress_step = self._progress(job, replica)
             return ReplicaObservation(
                 replica,
                 record.attempt,
                 Phase.RUNNING,
+                reason="Preempted" if disrupted_at else None,
                 stopping=stopping,
                 progress_at=progress_at,
                 progress_step=progress_step,
+                disrupted_at=disrupted_at,
             )
         finished = datetime.fromtimestamp(result.get("finishedAt", time.time()), timezone.utc)
         code = int(result.get("exitCode", 0))
         sig = int(result["signal"]) if "signal" in result else None
         if sig is None and code == 0:
             return ReplicaObservation(replica, record.attempt, Phase.SUCCEEDED, exit_code=0, finished_at=finished)
-        # A SIGTERM torchjob did not send came from outside: an eviction or preemption, not the program's fault.
-        preempted = not stopping and (sig == signal.SIGTERM or (sig is None and code == 128 + signal.SIGTERM))
+        terminated = sig == signal.SIGTERM or (sig is None and code == 128 + signal.SIGTERM)
+        preempted = not stopping and (terminated or disrupted_at is not None)
         log = Path(record.log_path)
         return ReplicaObservation(
             replica,
@@ -276,7 +280,18 @@ class LocalBackend:
             reason="Preempted" if preempted else None,
             stopping=stopping,
             message=failure_summary(log, error_file=_error_file(log)),
+            disrupted_at=disrupted_at,
         )
+
+    def _preemption_notice(self, job: PyTorchJob, replica: ReplicaId, record: ProcessRecord) -> datetime | None:
+        """When torchjob.train saw this attempt's replica get an outside SIGTERM (its notice file), if it did."""
+        path = self.store.output_dir(self.name) / "preempted" / f"rank-{node_rank(job, replica)}.json"
+        try:
+            when = float(json.loads(path.read_text())["time"])
+        except (OSError, ValueError, KeyError):
+            return None
+        # A notice from an earlier attempt is stale.
+        return datetime.fromtimestamp(when, timezone.utc) if when >= record.started_at else None
 
     def _progress(self, job: PyTorchJob, replica: ReplicaId) -> tuple[datetime | None, int | None]:
         """The heartbeat torchjob.train writes for this replica's rank, if any."""

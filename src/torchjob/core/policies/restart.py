@@ -6,7 +6,8 @@ Evicted and preempted replicas are always retryable: the platform took them, the
 
 The decision is taken on the attempt's *first* failure, its root cause. When one rank dies the others
 usually fail next with a connection error (exit code 1); judging by those would turn a retryable SIGKILL
-into a permanent failure.
+into a permanent failure. A replica the platform is disrupting (told to stop, still checkpointing) takes
+part from the moment of its notice, so a peer crashing while it saves does not become the root cause.
 """
 
 from __future__ import annotations
@@ -41,16 +42,17 @@ def is_retryable(policy: RestartPolicy, observation: ReplicaObservation) -> bool
     return True
 
 
-def judge_failures(job: PyTorchJob, failed: list[ReplicaObservation]) -> FailureVerdict | None:
-    """The verdict on an attempt's failures, or None when nothing failed."""
-    failed = [o for o in failed if o.phase is Phase.FAILED]
-    if not failed:
+def judge_failures(job: PyTorchJob, attempt: list[ReplicaObservation]) -> FailureVerdict | None:
+    """The verdict on an attempt's failures, or None when nothing failed (yet)."""
+    if not any(o.phase is Phase.FAILED for o in attempt):
         return None
+    candidates = [o for o in attempt if o.phase is Phase.FAILED or (o.phase.live and o.disrupted_at)]
 
     def order(o: ReplicaObservation) -> tuple[float, bool, str]:
-        # Earliest first (unknown times last); among ties a permanent failure wins, then by name.
-        when = o.finished_at.timestamp() if o.finished_at else float("inf")
+        # Earliest onset first (unknown times last); among ties a permanent failure wins, then by name.
+        onset = o.failure_onset
+        when = onset.timestamp() if onset else float("inf")
         return (when, is_retryable(restart_policy_of(job, o), o), str(o.replica))
 
-    root = min(failed, key=order)
+    root = min(candidates, key=order)
     return FailureVerdict(root_cause=root, retryable=is_retryable(restart_policy_of(job, root), root))
