@@ -190,6 +190,7 @@ class Process:
     name: str
     pid: int
     started_at: float
+    argv: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -214,7 +215,7 @@ def _start(state: RigState, name: str, argv: list[str]) -> None:
         process = subprocess.Popen(
             argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
         )
-    state.processes.append(Process(name, process.pid, time.time()))
+    state.processes.append(Process(name, process.pid, time.time(), argv))
     _save(state)
 
 
@@ -296,6 +297,24 @@ class Rig:
     def apply(self, manifest: dict[str, Any] | str, namespace: str | None = None) -> None:
         text = manifest if isinstance(manifest, str) else json.dumps(manifest)
         self.kubectl("apply", *(["-n", namespace] if namespace else []), "-f", "-", input=text)
+
+    def restart_process(self, name: str, timeout: float = 60) -> None:
+        """Stop one of the rig's processes (SIGTERM) and start it again as it was (e.g. kube-apiserver)."""
+        state = _load(self.directory)
+        process = next(p for p in state.processes if p.name == name and _alive(p))
+        os.kill(process.pid, signal.SIGTERM)
+        deadline = time.monotonic() + timeout
+        while _alive(process) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        state.processes.remove(process)
+        _start(state, name, process.argv)
+        if name == "kube-apiserver":
+            _wait(
+                "the API server after its restart",
+                lambda: self.kubectl("get", "--raw=/readyz", check=False).returncode == 0,
+                timeout,
+                state,
+            )
 
     def end_pod(self, namespace: str, pod: str, exit_code: int, reason: str | None = None) -> None:
         """Make a running pod's containers terminate with ``exit_code`` (kwok stage, see module doc)."""

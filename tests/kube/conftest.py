@@ -6,13 +6,21 @@ namespace. If the binaries cannot be built, the tests fail with the build's outp
 
 from __future__ import annotations
 
+import json
 import re
 import secrets
+import socket
+import subprocess
+import sys
 import time
+import urllib.request
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from tools import kube_rig
+
+DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -46,3 +54,89 @@ def namespace(rig: kube_rig.Rig, request: pytest.FixtureRequest) -> Iterator[str
         time.sleep(0.2)
     yield name
     rig.kubectl("delete", "namespace", name, "--wait=false", check=False)
+
+
+class OperatorProcess:
+    """``torchjob operator`` as a real process, running as the least-privilege account deploy/ creates."""
+
+    def __init__(self, rig: kube_rig.Rig, kubeconfig: Path, log: Path) -> None:
+        self.rig, self.kubeconfig, self.log = rig, kubeconfig, log
+        self.health_port = _free_port()
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        with open(self.log, "ab") as out:
+            self.process = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "torchjob.cli.main",
+                    "operator",
+                    "--all-namespaces",
+                    f"--kubeconfig={self.kubeconfig}",
+                    f"--health-port={self.health_port}",
+                ],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
+        deadline = time.monotonic() + 60
+        while not self.ready():
+            assert self.process.poll() is None, f"the operator exited: {self.log.read_text()[-2000:]}"
+            assert time.monotonic() < deadline, "the operator never became ready"
+            time.sleep(0.1)
+
+    def ready(self) -> bool:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.health_port}/readyz", timeout=2) as answer:
+                return bool(answer.status == 200)
+        except OSError:
+            return False
+
+    def kill(self) -> None:
+        """SIGKILL: no chance to tidy up, as when its node dies."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            self.process.wait(timeout=30)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="session")
+def operator(rig: kube_rig.Rig, tmp_path_factory: pytest.TempPathFactory) -> Iterator[OperatorProcess]:
+    """The CRD, namespace and RBAC from deploy/ applied as they ship, and the operator running with them."""
+    for manifest in ("namespace.yaml", "crd.yaml", "rbac.yaml"):
+        rig.kubectl("apply", "-f", str(DEPLOY / manifest))
+    rig.kubectl("wait", "--for=condition=Established", "crd/pytorchjobs.kubeflow.org", "--timeout=60s")
+    token = rig.kubectl("create", "token", "torchjob-operator", "-n", "torchjob-system", "--duration=4h").stdout
+    directory = tmp_path_factory.mktemp("operator")
+    kubeconfig = directory / "operator.kubeconfig"
+    kubeconfig.write_text(
+        json.dumps(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [
+                    {
+                        "name": "rig",
+                        "cluster": {"server": rig.server, "certificate-authority": str(rig.directory / "ca.crt")},
+                    }
+                ],
+                "users": [{"name": "torchjob-operator", "user": {"token": token.strip()}}],
+                "contexts": [{"name": "operator", "context": {"cluster": "rig", "user": "torchjob-operator"}}],
+                "current-context": "operator",
+            }
+        )
+    )
+    process = OperatorProcess(rig, kubeconfig, directory / "operator.log")
+    process.start()
+    yield process
+    process.stop()

@@ -3,15 +3,47 @@
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from torchjob.sdk.cluster import ClusterClient
     from torchjob.sdk.local import LocalClient
 
+# `export TORCHJOB_TARGET=cluster` makes every verb talk to the cluster, as `--cluster` does.
+TARGET_ENV = "TORCHJOB_TARGET"
 
-def client(args: argparse.Namespace) -> LocalClient:
+
+def add_target_options(p: argparse.ArgumentParser, cluster_only: bool = False) -> None:
+    """Where the jobs are: this machine (the default) or a Kubernetes cluster."""
+    if not cluster_only:
+        p.add_argument(
+            "--cluster",
+            action="store_true",
+            help=f"jobs on the Kubernetes cluster of the current kubeconfig context (or set {TARGET_ENV}=cluster)",
+        )
+    p.add_argument("-n", "--namespace", help="cluster namespace (default: the context's, else default)")
+    p.add_argument("--context", help="kubeconfig context to use")
+    p.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG, then ~/.kube/config)")
+
+
+def on_cluster(args: argparse.Namespace) -> bool:
+    return bool(getattr(args, "cluster", False)) or os.environ.get(TARGET_ENV, "").lower() == "cluster"
+
+
+def cluster_client(args: argparse.Namespace) -> ClusterClient:
+    from torchjob.sdk.cluster import ClusterClient
+
+    return ClusterClient(args.namespace, args.context, args.kubeconfig)
+
+
+def client(args: argparse.Namespace) -> LocalClient | ClusterClient:
     # Imported here so `torchjob --help` does not load the SDK.
+    return cluster_client(args) if on_cluster(args) else local_client(args)
+
+
+def local_client(args: argparse.Namespace) -> LocalClient:
     from torchjob.sdk.local import LocalClient
 
     home = getattr(args, "home", None)

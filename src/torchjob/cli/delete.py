@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import argparse
 
-from torchjob.cli.common import client
+from torchjob.cli.common import add_target_options, client
 
 
 def add_parser(verbs: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = verbs.add_parser("delete", help="stop and remove a job")
     p.add_argument("names", nargs="+", metavar="NAME")
+    add_target_options(p)
     p.set_defaults(handler=handle)
 
 

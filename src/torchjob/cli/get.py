@@ -10,13 +10,14 @@ import json
 from datetime import datetime, timezone
 from typing import Any
 
-from torchjob.cli.common import client, human_age
+from torchjob.cli.common import add_target_options, client, human_age
 
 
 def add_parser(verbs: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = verbs.add_parser("get", help="show one job")
     p.add_argument("name")
     p.add_argument("-o", "--output", choices=("summary", "json", "yaml"), default="summary")
+    add_target_options(p)
     p.set_defaults(handler=handle)
 
 

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import argparse
 
-from torchjob.cli.common import client, human_age
+from torchjob.cli.common import add_target_options, client, human_age
 
 
 def add_parser(verbs: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = verbs.add_parser("list", help="list jobs")
+    add_target_options(p)
     p.set_defaults(handler=handle)
 
 

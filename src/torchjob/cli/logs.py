@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from torchjob.cli.common import client
+from torchjob.cli.common import add_target_options, client
 
 
 def add_parser(verbs: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -13,6 +13,7 @@ def add_parser(verbs: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     p.add_argument("--replica", help="only this replica, e.g. master-0 or worker-1")
     p.add_argument("--attempt", type=int, help="attempt number (1 = first); default: the current one")
     p.add_argument("-f", "--follow", action="store_true", help="keep printing until the job ends")
+    add_target_options(p)
     p.set_defaults(handler=handle)
 
 

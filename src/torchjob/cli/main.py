@@ -10,16 +10,16 @@ import argparse
 import sys
 
 from torchjob import __version__
-from torchjob.cli import delete, get, listing, logs, metrics, render, run, validate
+from torchjob.cli import delete, get, listing, logs, metrics, operator, render, run, submit, validate
 
 EXIT_OK, EXIT_FAILED, EXIT_INVALID = 0, 1, 2
-VERBS = (run, validate, render, listing, get, logs, metrics, delete)
+VERBS = (run, validate, render, submit, listing, get, logs, metrics, delete, operator)
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="torchjob",
-        description="Run Kubeflow PyTorchJob files locally (processes on this machine).",
+        description="Run Kubeflow PyTorchJob files locally (processes on this machine) or on Kubernetes.",
     )
     parser.add_argument("--version", action="version", version=f"torchjob {__version__}")
     verbs = parser.add_subparsers(dest="verb", metavar="VERB")

@@ -6,7 +6,7 @@ import argparse
 import statistics
 from typing import Any
 
-from torchjob.cli.common import client
+from torchjob.cli.common import local_client
 from torchjob.sdk.errors import SdkError
 
 
@@ -18,7 +18,7 @@ def add_parser(verbs: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
 
 
 def handle(args: argparse.Namespace) -> int:
-    ranks = client(args).metrics(args.name)
+    ranks = local_client(args).metrics(args.name)
     if not ranks:
         raise SdkError(f"job {args.name!r} has no metrics (its script does not use torchjob.train.MetricsLogger)")
     rows = [("RANK", "STEPS", "LAST LOSS", "SAMPLES/S", "STEP MS", "CHECKPOINT S")]

@@ -25,9 +25,7 @@ def handle(args: argparse.Namespace) -> int:
 
     from torchjob.api.loading import parse_job_text
 
-    text = _read(args.file)
-    if args.values:
-        text = _fill(text, args.file, args.values)
+    text = read_job_text(args.file, args.values)
     job = parse_job_text(text, source=args.file)
     if args.to == "pytorchjob":
         wire = job.to_wire()
@@ -41,6 +39,12 @@ def handle(args: argparse.Namespace) -> int:
         print(f"torchjob: note: {note}", file=sys.stderr)
     print(yaml.safe_dump_all(manifests, sort_keys=False), end="")
     return 0
+
+
+def read_job_text(path: str, values_path: str | None) -> str:
+    """The job file's text, its Jinja2 placeholders filled from ``values_path`` when given."""
+    text = _read(path)
+    return _fill(text, path, values_path) if values_path else text
 
 
 def _read(path: str) -> str:

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from torchjob.cli.common import client
+from torchjob.cli.common import local_client
 
 if TYPE_CHECKING:
     from torchjob.api.types import PyTorchJob
@@ -26,7 +26,7 @@ def add_parser(verbs: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
 def handle(args: argparse.Namespace) -> int:
     from torchjob.backends.local.mapping import ignored_fields
 
-    c = client(args)
+    c = local_client(args)
     job = c.load(args.file)
     ignored = ignored_fields(job)
     if ignored:

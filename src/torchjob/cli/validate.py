@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from torchjob.cli.common import client
+from torchjob.cli.common import local_client
 
 
 def add_parser(verbs: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -14,7 +14,7 @@ def add_parser(verbs: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
 
 
 def handle(args: argparse.Namespace) -> int:
-    job = client(args).load(args.file)
+    job = local_client(args).load(args.file)
     replicas = ", ".join(f"{spec.replicas} {rtype.value}" for rtype, spec in job.spec.pytorch_replica_specs.items())
     print(f"{args.file}: valid PyTorchJob {job.name!r} ({replicas})")
     return 0

@@ -111,9 +111,10 @@ class _Planner:
         if conditions.is_true(self.status, ConditionType.SUSPENDED):
             return
         message = f"{self._kind_name()} is suspended."
-        self._condition(ConditionType.SUSPENDED, conditions.REASON_SUSPENDED, message)
+        # Running goes False first: the last condition is what `kubectl get` shows as the job's State.
         if conditions.is_true(self.status, ConditionType.RUNNING):
             self._condition(ConditionType.RUNNING, conditions.REASON_SUSPENDED, message, "False")
+        self._condition(ConditionType.SUSPENDED, conditions.REASON_SUSPENDED, message)
         self.events.append(Event("Normal", "Suspended", message))
         # Resuming starts a fresh group and a fresh deadline (Kubeflow resets startTime on resume).
         self._close_attempt("suspended")

@@ -1,0 +1,156 @@
+"""The Kubernetes backend: replicas are Pods (each with a headless Service) owned by the PyTorchJob object.
+
+It keeps no state between passes. Pod names are deterministic, so creating one that already exists is a
+no-op (409 AlreadyExists): an operator killed between "create" and "write status" converges on restart
+without ever making a duplicate. Status goes to the ``status`` subresource with a merge patch, once per pass
+and only when it changed; events are ``core/v1`` Events on the job, so ``kubectl describe`` shows them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import secrets
+import threading
+import time
+from collections import Counter
+from datetime import datetime, timezone
+from typing import Any
+
+from lightkube import ApiError, Client
+from lightkube.models.core_v1 import EventSource, ObjectReference
+from lightkube.models.meta_v1 import ObjectMeta
+from lightkube.resources.core_v1 import Event as KubeEvent
+from lightkube.resources.core_v1 import Pod, Service
+from lightkube.types import PatchType
+
+from torchjob.api import extensions
+from torchjob.api.types import PyTorchJob
+from torchjob.backends.kubernetes import crd, mapping
+from torchjob.backends.kubernetes.cluster import PyTorchJobResource
+from torchjob.core import conditions, replicas
+from torchjob.core.actions import Action, CreateReplica, DeleteJob, DeleteReplica, Event
+from torchjob.core.observed import ReplicaObservation
+from torchjob.core.times import timestamp
+
+COMPONENT = "torchjob-operator"
+
+
+class RequestCounter:
+    """How many API requests the operator made, by verb (reported by bench/)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.by_verb: Counter[str] = Counter()
+
+    def add(self, verb: str) -> None:
+        with self._lock:
+            self.by_verb[verb] += 1
+
+    @property
+    def total(self) -> int:
+        return sum(self.by_verb.values())
+
+
+class KubernetesBackend:
+    def __init__(self, client: Client, counter: RequestCounter | None = None) -> None:
+        self.client = client
+        self.counter = counter or RequestCounter()
+        # The Pods seen by the last observe(), by name: deletes check they remove the attempt they mean.
+        self._pods: dict[str, dict[str, Any]] = {}
+
+    # -- Backend --------------------------------------------------------------------------------------
+
+    def observe(self, job: PyTorchJob) -> list[ReplicaObservation]:
+        self.counter.add("list")
+        selector: dict[str, Any] = {replicas.LABEL_JOB_NAME: job.name, replicas.LABEL_OPERATOR: replicas.OPERATOR_NAME}
+        pods = [p.to_dict() for p in self.client.list(Pod, namespace=job.namespace, labels=selector)]
+        # Only Pods this job object owns: a job deleted and created again under the same name starts afresh.
+        owned = [p for p in pods if _owned_by(p, job.metadata.uid)]
+        self._pods = {p["metadata"]["name"]: p for p in owned}
+        observations = [mapping.observe_pod(p) for p in owned]
+        return [o for o in observations if o is not None]
+
+    def execute(self, job: PyTorchJob, actions: list[Action]) -> None:
+        for action in actions:
+            if isinstance(action, CreateReplica):
+                self._create(mapping.service_manifest(job, action.replica), Service)
+                self._create(mapping.pod_manifest(job, action.replica, action.attempt), Pod)
+            elif isinstance(action, DeleteReplica):
+                self._delete_pod(job, action)
+            elif isinstance(action, DeleteJob):
+                self.counter.add("delete")
+                with contextlib.suppress(ApiError):
+                    self.client.delete(PyTorchJobResource, job.name, namespace=job.namespace)
+
+    def record_status(self, job: PyTorchJob, events: list[Event]) -> None:
+        self.patch_status(job.namespace, job.name, job.to_wire()["status"])
+        for event in events:
+            self.emit(job.namespace, job.name, job.metadata.uid, event)
+
+    def wait(self, until: datetime | None) -> None:
+        # The operator is woken by watches; this is only for run_until_done on a cluster job.
+        delay = 1.0 if until is None else (until - datetime.now(timezone.utc)).total_seconds()
+        time.sleep(min(max(delay, 0.05), 1.0))
+
+    # -- helpers --------------------------------------------------------------------------------------
+
+    def patch_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
+        status = {**status, "lastReconcileTime": timestamp(datetime.now(timezone.utc))}
+        self.counter.add("patch")
+        self.client.patch(
+            PyTorchJobResource.Status, name, {"status": status}, namespace=namespace, patch_type=PatchType.MERGE
+        )
+
+    def emit(self, namespace: str, name: str, uid: str | None, event: Event) -> None:
+        """A ``core/v1`` Event on the job (best effort: a pass never fails over one)."""
+        now = timestamp(datetime.now(timezone.utc))
+        body = KubeEvent(
+            metadata=ObjectMeta(name=f"{name}.{secrets.token_hex(8)}", namespace=namespace),
+            involvedObject=ObjectReference(
+                apiVersion=f"{crd.GROUP}/{crd.VERSION}", kind=crd.KIND, name=name, namespace=namespace, uid=uid
+            ),
+            type=event.type,
+            reason=event.reason,
+            message=event.message[:1024],
+            source=EventSource(component=COMPONENT),
+            reportingComponent=COMPONENT,
+            firstTimestamp=now,  # type: ignore[arg-type]
+            lastTimestamp=now,  # type: ignore[arg-type]
+            count=1,
+        )
+        self.counter.add("create")
+        with contextlib.suppress(ApiError):
+            self.client.create(body, namespace=namespace)
+
+    def _create(self, manifest: dict[str, Any], kind: type[Any]) -> None:
+        self.counter.add("create")
+        try:
+            self.client.create(kind.from_dict(manifest), namespace=manifest["metadata"]["namespace"])
+        except ApiError as err:
+            if err.status.code != 409:  # AlreadyExists: an earlier pass (or operator) made it
+                raise
+
+    def _delete_pod(self, job: PyTorchJob, action: DeleteReplica) -> None:
+        name = action.replica.pod_name(job.name)
+        pod = self._pods.get(name)
+        identity = mapping.replica_of(pod) if pod else None
+        if identity is None or identity[1] != action.attempt:
+            return  # already gone, or the name now belongs to another attempt
+        grace = job.annotation(extensions.TERMINATION_GRACE)
+        self.counter.add("delete")
+        with contextlib.suppress(ApiError):
+            self.client.delete(
+                Pod,
+                name,
+                namespace=job.namespace,
+                grace_period=int(float(grace)) if grace is not None else None,
+            )
+        if conditions.is_finished(job.status):
+            # The job is over: its Services go with its Pods (under cleanPodPolicy, as Kubeflow does).
+            self.counter.add("delete")
+            with contextlib.suppress(ApiError):
+                self.client.delete(Service, name, namespace=job.namespace)
+
+
+def _owned_by(pod: dict[str, Any], uid: str | None) -> bool:
+    return any(ref.get("uid") == uid for ref in pod.get("metadata", {}).get("ownerReferences") or [])

@@ -1,0 +1,34 @@
+"""Connecting to a cluster: the API client and the PyTorchJob resource.
+
+lightkube is used because it is small, typed and fast to import (the operator image carries no torch and
+starts in well under a second); its watch handles 410 Gone by starting again from a fresh list.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from lightkube import Client, KubeConfig
+from lightkube.generic_resource import create_namespaced_resource
+
+from torchjob.backends.kubernetes import crd
+
+PyTorchJobResource: Any = create_namespaced_resource(crd.GROUP, crd.VERSION, crd.KIND, crd.PLURAL)
+
+
+def connect(
+    kubeconfig: str | None = None,
+    context: str | None = None,
+    namespace: str | None = None,
+    field_manager: str = "torchjob",
+) -> Client:
+    """A client for the cluster of ``kubeconfig`` (else $KUBECONFIG, ~/.kube/config, or the in-cluster account)."""
+    path = kubeconfig or os.environ.get("KUBECONFIG")
+    if path:
+        config = KubeConfig.from_file(path.split(os.pathsep)[0]).get(context_name=context)
+    elif os.path.exists(os.path.expanduser("~/.kube/config")):
+        config = KubeConfig.from_file(os.path.expanduser("~/.kube/config")).get(context_name=context)
+    else:
+        config = KubeConfig.from_service_account().get()
+    return Client(config, namespace=namespace, field_manager=field_manager)

@@ -1,0 +1,204 @@
+"""The ``pytorchjobs.kubeflow.org`` CustomResourceDefinition torchjob installs when Kubeflow's is absent.
+
+The schema is structural (every level has a type) so the API server prunes unknown fields and ``kubectl
+explain`` works, but the pod templates are kept open (``x-kubernetes-preserve-unknown-fields``): a
+PodTemplateSpec schema would be thousands of lines, and the API server validates the Pods themselves when
+the operator creates them. Rules users get wrong most often are enforced at admission with CEL, so ``kubectl
+apply`` rejects them with a clear message instead of a Failed job; the rest of Kubeflow's validation runs in
+the operator and ends up in the job's Failed condition.
+
+The status and scale subresources match Kubeflow's (``kubectl scale pytorchjob/NAME --replicas=N`` scales the
+Workers), and ``kubectl get pytorchjobs`` shows State and Age like Kubeflow's CRD does.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+GROUP = "kubeflow.org"
+VERSION = "v1"
+KIND = "PyTorchJob"
+PLURAL = "pytorchjobs"
+CRD_NAME = f"{PLURAL}.{GROUP}"
+
+_OPEN_OBJECT: dict[str, Any] = {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
+_TIME: dict[str, Any] = {"type": "string", "format": "date-time"}
+
+
+def _replica_spec() -> dict[str, Any]:
+    return {
+        "type": "object",
+        "required": ["template"],
+        "properties": {
+            "replicas": {"type": "integer", "format": "int32", "minimum": 0},
+            "restartPolicy": {"type": "string", "enum": ["Always", "OnFailure", "Never", "ExitCode"]},
+            "template": _OPEN_OBJECT,
+        },
+    }
+
+
+def _run_policy() -> dict[str, Any]:
+    return {
+        "type": "object",
+        "properties": {
+            "cleanPodPolicy": {"type": "string", "enum": ["None", "Running", "All"]},
+            "ttlSecondsAfterFinished": {"type": "integer", "format": "int32", "minimum": 0},
+            "activeDeadlineSeconds": {"type": "integer", "format": "int64", "minimum": 1},
+            "backoffLimit": {"type": "integer", "format": "int32", "minimum": 0},
+            "schedulingPolicy": _OPEN_OBJECT,
+            "suspend": {"type": "boolean"},
+            "managedBy": {"type": "string"},
+        },
+    }
+
+
+def _elastic_policy() -> dict[str, Any]:
+    return {
+        "type": "object",
+        "properties": {
+            "minReplicas": {"type": "integer", "format": "int32", "minimum": 1},
+            "maxReplicas": {"type": "integer", "format": "int32", "minimum": 1},
+            "rdzvBackend": {"type": "string"},
+            "rdzvPort": {"type": "integer", "format": "int32"},
+            "rdzvHost": {"type": "string"},
+            "rdzvId": {"type": "string"},
+            "rdzvConf": {
+                "type": "array",
+                "items": {"type": "object", "properties": {"key": {"type": "string"}, "value": {"type": "string"}}},
+            },
+            "standalone": {"type": "boolean"},
+            "nProcPerNode": {"type": "integer", "format": "int32"},
+            "maxRestarts": {"type": "integer", "format": "int32"},
+            "metrics": {"type": "array", "items": _OPEN_OBJECT},
+        },
+    }
+
+
+def _status() -> dict[str, Any]:
+    condition = {
+        "type": "object",
+        "required": ["type", "status"],
+        "properties": {
+            "type": {"type": "string"},
+            "status": {"type": "string"},
+            "reason": {"type": "string"},
+            "message": {"type": "string"},
+            "lastUpdateTime": _TIME,
+            "lastTransitionTime": _TIME,
+        },
+    }
+    replica_status = {
+        "type": "object",
+        "properties": {
+            "active": {"type": "integer", "format": "int32"},
+            "succeeded": {"type": "integer", "format": "int32"},
+            "failed": {"type": "integer", "format": "int32"},
+            "selector": {"type": "string"},
+            "labelSelector": _OPEN_OBJECT,
+        },
+    }
+    attempt = {
+        "type": "object",
+        "properties": {
+            "attempt": {"type": "integer"},
+            "startTime": _TIME,
+            "endTime": _TIME,
+            "outcome": {"type": "string"},
+        },
+    }
+    return {
+        "type": "object",
+        "properties": {
+            "conditions": {"type": "array", "items": condition},
+            "replicaStatuses": {"type": "object", "additionalProperties": replica_status},
+            "startTime": _TIME,
+            "completionTime": _TIME,
+            "lastReconcileTime": _TIME,
+            # torchjob's own: the group restart generation, the restarts counted against backoffLimit, history.
+            "attempt": {"type": "integer"},
+            "restartCount": {"type": "integer"},
+            "attempts": {"type": "array", "items": attempt},
+        },
+    }
+
+
+# Admission-time checks (CEL): the mistakes that should never get as far as a Pod.
+_SPEC_RULES = [
+    {
+        "rule": "self.all(k, k in ['Master', 'Worker', 'master', 'worker'])",
+        "message": "pytorchReplicaSpecs: only Master and Worker replicas are allowed",
+    },
+    {
+        "rule": "!has(self.Master) || !has(self.Master.replicas) || self.Master.replicas == 1",
+        "message": "pytorchReplicaSpecs.Master.replicas: must be exactly 1",
+    },
+]
+
+
+def crd_manifest() -> dict[str, Any]:
+    spec_schema = {
+        "type": "object",
+        "required": ["pytorchReplicaSpecs"],
+        "properties": {
+            "pytorchReplicaSpecs": {
+                "type": "object",
+                "minProperties": 1,
+                "additionalProperties": _replica_spec(),
+                "x-kubernetes-validations": _SPEC_RULES,
+            },
+            "runPolicy": _run_policy(),
+            "elasticPolicy": _elastic_policy(),
+            "nprocPerNode": {"type": "string"},
+        },
+    }
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": CRD_NAME, "labels": {"app.kubernetes.io/managed-by": "torchjob"}},
+        "spec": {
+            "group": GROUP,
+            "scope": "Namespaced",
+            "names": {
+                "kind": KIND,
+                "listKind": f"{KIND}List",
+                "plural": PLURAL,
+                "singular": "pytorchjob",
+                "categories": ["all", "kubeflow"],
+            },
+            "versions": [
+                {
+                    "name": VERSION,
+                    "served": True,
+                    "storage": True,
+                    "schema": {
+                        "openAPIV3Schema": {
+                            "type": "object",
+                            "properties": {
+                                "apiVersion": {"type": "string"},
+                                "kind": {"type": "string"},
+                                "metadata": {"type": "object"},
+                                "spec": spec_schema,
+                                "status": _status(),
+                            },
+                        }
+                    },
+                    "subresources": {
+                        "status": {},
+                        "scale": {
+                            "specReplicasPath": ".spec.pytorchReplicaSpecs.Worker.replicas",
+                            "statusReplicasPath": ".status.replicaStatuses.Worker.active",
+                            "labelSelectorPath": ".status.replicaStatuses.Worker.selector",
+                        },
+                    },
+                    "additionalPrinterColumns": [
+                        {
+                            "name": "State",
+                            "type": "string",
+                            "jsonPath": ".status.conditions[-1:].type",
+                        },
+                        {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+                    ],
+                }
+            ],
+        },
+    }

@@ -1,0 +1,238 @@
+"""Pure mapping between the planner's world and Kubernetes objects: Pod and Service manifests for a replica,
+and a ReplicaObservation from a Pod as the API server reports it. No I/O, so it is golden-tested.
+
+Names, labels, env and ownerReferences follow Kubeflow's contract (``<job>-master-0``, ``<job>-worker-<i>``,
+one headless Service per Pod with the Pod's name). Two deliberate differences, both invisible to training
+scripts and to clients that read Kubeflow's fields:
+
+- Pods get ``restartPolicy: Never`` whatever the replica's restartPolicy says. The replica's policy is
+  applied by the planner to the whole DDP group (a new attempt), because a container restarted in place
+  cannot rejoin a static DDP group (kubeflow/trainer #1478) and resets the restart count backoffLimit needs
+  (#2045).
+- The ``pytorch`` container gets ``terminationMessagePolicy: FallbackToLogsOnError`` unless it sets one, so
+  the kubelet keeps the last lines of a crash in the Pod status, and the job's Failed condition can say why.
+"""
+
+from __future__ import annotations
+
+import copy
+from datetime import datetime
+from typing import Any
+
+from torchjob.api import extensions
+from torchjob.api.types import DEFAULT_CONTAINER_NAME, DEFAULT_PORT, DEFAULT_PORT_NAME, PyTorchJob, ReplicaType
+from torchjob.core import replicas
+from torchjob.core.envs import Addressing, replica_env
+from torchjob.core.observed import Phase, ReplicaObservation
+from torchjob.core.replicas import ReplicaId
+
+# Pod conditions the API server or the kubelet add when the platform takes a Pod away (Kubernetes ≥ 1.26).
+_DISRUPTION_CONDITION = "DisruptionTarget"
+_PREEMPTION_REASONS = ("PreemptionByScheduler", "PreemptionByKubeScheduler")
+_EVICTION_REASONS = ("EvictionByEvictionAPI", "DeletionByTaintManager", "TerminationByKubelet", "DeletionByPodGC")
+_MAX_MESSAGE = 600
+
+
+def declared_port(job: PyTorchJob, replica_type: ReplicaType | None = None) -> int:
+    """The ``pytorchjob-port`` the replica's ``pytorch`` container declares (defaulting adds 23456)."""
+    rtype = replica_type or replicas.rendezvous_replica(job).replica_type
+    container = _pytorch_container(job.spec.pytorch_replica_specs[rtype].template)
+    for port in (container or {}).get("ports") or []:
+        if isinstance(port, dict) and port.get("name") == DEFAULT_PORT_NAME and port.get("containerPort"):
+            return int(port["containerPort"])
+    return DEFAULT_PORT
+
+
+def addressing(job: PyTorchJob, attempt: int) -> Addressing:
+    """Where the group meets on a cluster: the rendezvous replica's Service name and its declared port."""
+    master = replicas.rendezvous_replica(job).pod_name(job.name)
+    port = declared_port(job)
+    elastic = job.spec.elastic_policy
+    rdzv_host = (elastic.rdzv_host if elastic else None) or f"{job.name}-worker-0"
+    rdzv_port = (elastic.rdzv_port if elastic else None) or port
+    # A fresh rendezvous id per attempt: a restarted group never meets stragglers of the last one.
+    rdzv_id = (elastic.rdzv_id if elastic and elastic.rdzv_id else job.name) + f"-{attempt}"
+    return Addressing(master, port, rdzv_host, rdzv_port, rdzv_id)
+
+
+def owner_reference(job: PyTorchJob) -> dict[str, Any]:
+    return {
+        "apiVersion": job.api_version,
+        "kind": job.kind,
+        "name": job.name,
+        "uid": job.metadata.uid or "",
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+
+
+def service_labels(job: PyTorchJob, replica: ReplicaId) -> dict[str, str]:
+    """What a replica's Service selects: its labels without the attempt, so it serves every attempt's Pod."""
+    labels = replicas.labels(job, replica, attempt=0)
+    labels.pop(replicas.LABEL_ATTEMPT, None)
+    return labels
+
+
+def pod_manifest(job: PyTorchJob, replica: ReplicaId, attempt: int) -> dict[str, Any]:
+    """The Pod of one replica for one attempt."""
+    template = copy.deepcopy(job.spec.pytorch_replica_specs[replica.replica_type].template)
+    metadata = template.get("metadata") or {}
+    spec = template.get("spec") or {}
+    spec["restartPolicy"] = "Never"
+    grace = job.annotation(extensions.TERMINATION_GRACE)
+    if grace is not None and "terminationGracePeriodSeconds" not in spec:
+        spec["terminationGracePeriodSeconds"] = int(float(grace))
+    env = [{"name": k, "value": v} for k, v in replica_env(job, replica, attempt, addressing(job, attempt))]
+    for container in spec.get("containers") or []:
+        names = {e.get("name") for e in container.get("env") or []}
+        # The contract appends; a variable the template sets itself wins (as with Kubeflow's operator).
+        container["env"] = [*(container.get("env") or []), *(e for e in env if e["name"] not in names)]
+        if container.get("name") == DEFAULT_CONTAINER_NAME:
+            container.setdefault("terminationMessagePolicy", "FallbackToLogsOnError")
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": replica.pod_name(job.name),
+            "namespace": job.namespace,
+            "labels": {**(metadata.get("labels") or {}), **replicas.labels(job, replica, attempt)},
+            "annotations": dict(metadata.get("annotations") or {}),
+            "ownerReferences": [owner_reference(job)],
+        },
+        "spec": spec,
+    }
+
+
+def service_manifest(job: PyTorchJob, replica: ReplicaId) -> dict[str, Any]:
+    """The headless Service that gives a replica's Pod a stable DNS name (the Pod's own name)."""
+    container = _pytorch_container(job.spec.pytorch_replica_specs[replica.replica_type].template) or {}
+    ports = [
+        {"name": p["name"], "port": int(p["containerPort"]), "targetPort": int(p["containerPort"])}
+        for p in container.get("ports") or []
+        if isinstance(p, dict) and p.get("name") and p.get("containerPort")
+    ] or [{"name": DEFAULT_PORT_NAME, "port": DEFAULT_PORT, "targetPort": DEFAULT_PORT}]
+    labels = service_labels(job, replica)
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {
+            "name": replica.pod_name(job.name),
+            "namespace": job.namespace,
+            "labels": dict(labels),
+            "ownerReferences": [owner_reference(job)],
+        },
+        "spec": {"clusterIP": "None", "selector": labels, "ports": ports, "publishNotReadyAddresses": True},
+    }
+
+
+def replica_of(pod: dict[str, Any]) -> tuple[ReplicaId, int] | None:
+    """Which replica and attempt a Pod is, from its labels; None for a Pod that is not a replica."""
+    labels = (pod.get("metadata") or {}).get("labels") or {}
+    try:
+        rtype = ReplicaType(labels[replicas.LABEL_REPLICA_TYPE].capitalize())
+        return ReplicaId(rtype, int(labels[replicas.LABEL_REPLICA_INDEX])), int(labels.get(replicas.LABEL_ATTEMPT, 0))
+    except (KeyError, ValueError):
+        return None
+
+
+def observe_pod(pod: dict[str, Any]) -> ReplicaObservation | None:
+    """A Pod as the planner sees it: phase, exit code or signal, the platform's reason, the crash's last lines."""
+    identity = replica_of(pod)
+    if identity is None:
+        return None
+    replica, attempt = identity
+    metadata = pod.get("metadata") or {}
+    status = pod.get("status") or {}
+    stopping = metadata.get("deletionTimestamp") is not None
+    disruption = _condition(status, _DISRUPTION_CONDITION)
+    platform_reason: str | None = None
+    disrupted_at: datetime | None = None
+    if disruption is not None and disruption.get("status") == "True":
+        platform_reason = "Preempted" if disruption.get("reason") in _PREEMPTION_REASONS else "Evicted"
+        disrupted_at = _parse_time(disruption.get("lastTransitionTime"))
+    if status.get("reason") == "Evicted":
+        platform_reason = "Evicted"
+    phase = {"Pending": Phase.PENDING, "Running": Phase.RUNNING, "Succeeded": Phase.SUCCEEDED}.get(
+        status.get("phase") or "Pending", Phase.FAILED
+    )
+    if status.get("phase") == "Unknown":
+        phase = Phase.RUNNING  # the node is unreachable: not a failure until the Pod is evicted
+    terminated = _terminated_state(status)
+    if phase is Phase.SUCCEEDED:
+        return ReplicaObservation(
+            replica, attempt, phase, exit_code=0, finished_at=_parse_time((terminated or {}).get("finishedAt"))
+        )
+    if phase is not Phase.FAILED:
+        waiting = _waiting_message(status)
+        return ReplicaObservation(
+            replica,
+            attempt,
+            phase,
+            reason=platform_reason,
+            message=waiting,
+            stopping=stopping,
+            disrupted_at=disrupted_at,
+        )
+    terminated = terminated or {}
+    reason = platform_reason
+    if terminated.get("reason") == "OOMKilled":
+        reason = "OOMKilled"
+    exit_code = terminated.get("exitCode")
+    message = (terminated.get("message") or status.get("message") or "").strip()
+    return ReplicaObservation(
+        replica,
+        attempt,
+        Phase.FAILED,
+        exit_code=int(exit_code) if exit_code is not None else None,
+        reason=reason,
+        message=_last_lines(message) or None,
+        finished_at=_parse_time(terminated.get("finishedAt")) or _parse_time(status.get("startTime")),
+        stopping=stopping,
+        disrupted_at=disrupted_at,
+    )
+
+
+def _pytorch_container(template: dict[str, Any]) -> dict[str, Any] | None:
+    for container in (template.get("spec") or {}).get("containers") or []:
+        if container.get("name") == DEFAULT_CONTAINER_NAME:
+            return dict(container)
+    return None
+
+
+def _condition(status: dict[str, Any], kind: str) -> dict[str, Any] | None:
+    return next((c for c in status.get("conditions") or [] if c.get("type") == kind), None)
+
+
+def _terminated_state(status: dict[str, Any]) -> dict[str, Any] | None:
+    """The ``pytorch`` container's termination (or the first terminated container's)."""
+    statuses = status.get("containerStatuses") or []
+    ordered = sorted(statuses, key=lambda s: s.get("name") != DEFAULT_CONTAINER_NAME)
+    for container in ordered:
+        terminated = (container.get("state") or {}).get("terminated")
+        if terminated:
+            return dict(terminated)
+    return None
+
+
+def _waiting_message(status: dict[str, Any]) -> str | None:
+    """Why a Pod is not running yet (ErrImagePull, CreateContainerConfigError...), for the user to see."""
+    for container in status.get("containerStatuses") or []:
+        waiting = (container.get("state") or {}).get("waiting") or {}
+        if waiting.get("reason") and waiting["reason"] not in ("ContainerCreating", "PodInitializing"):
+            return f"{waiting['reason']}: {waiting.get('message', '')}".strip(": ")
+    return None
+
+
+def _last_lines(message: str) -> str:
+    lines = [line.strip() for line in message.splitlines() if line.strip()]
+    text = " | ".join(lines[-3:])
+    return text if len(text) <= _MAX_MESSAGE else "…" + text[-_MAX_MESSAGE:]
+
+
+def _parse_time(value: Any) -> datetime | None:
+    if not value:
+        return None
+    try:
+        return datetime.fromisoformat(str(value).replace("Z", "+00:00"))
+    except ValueError:
+        return None

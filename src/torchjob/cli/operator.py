@@ -1,0 +1,69 @@
+"""``torchjob operator``: run the operator that reconciles PyTorchJobs on a cluster (what deploy/ runs).
+
+``torchjob crd`` prints the CustomResourceDefinition (``torchjob crd | kubectl apply -f -``); where
+Kubeflow's own CRD is installed already, keep it: the operator works with it as it is.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+from types import FrameType
+
+from torchjob.cli.common import add_target_options
+
+
+def add_parser(verbs: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = verbs.add_parser("operator", help="run the Kubernetes operator for PyTorchJobs")
+    add_target_options(p, cluster_only=True)
+    p.add_argument("--all-namespaces", "-A", action="store_true", help="watch every namespace (the default)")
+    p.add_argument("--workers", type=int, default=4, help="jobs reconciled in parallel (default 4)")
+    p.add_argument("--health-port", type=int, help="serve /healthz and /readyz on this port")
+    p.add_argument(
+        "--managed-by",
+        action="append",
+        metavar="VALUE",
+        help="also reconcile jobs whose runPolicy.managedBy is VALUE (unset and Kubeflow's own always are)",
+    )
+    p.set_defaults(handler=handle)
+
+    c = verbs.add_parser("crd", help="print the PyTorchJob CustomResourceDefinition (YAML)")
+    c.set_defaults(handler=print_crd)
+
+
+def handle(args: argparse.Namespace) -> int:
+    from torchjob.backends.kubernetes.cluster import connect
+    from torchjob.controller.operator import DEFAULT_MANAGED_BY, OperatorSettings, run_operator
+
+    if args.workers < 1:
+        print("torchjob: --workers: must be at least 1", file=sys.stderr)
+        return 2
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("httpx2").setLevel(logging.WARNING)
+    settings = OperatorSettings(
+        namespace=None if args.all_namespaces else args.namespace,
+        workers=args.workers,
+        managed_by=(*DEFAULT_MANAGED_BY, *(args.managed_by or [])),
+        health_port=args.health_port,
+    )
+
+    def stop(signum: int, _frame: FrameType | None) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, stop)
+    try:
+        run_operator(connect(args.kubeconfig, args.context), settings)
+    except KeyboardInterrupt:
+        logging.getLogger("torchjob.operator").info("stopped")
+    return 0
+
+
+def print_crd(args: argparse.Namespace) -> int:
+    import yaml
+
+    from torchjob.backends.kubernetes.crd import crd_manifest
+
+    print(yaml.safe_dump(crd_manifest(), sort_keys=False), end="")
+    return 0

@@ -1,0 +1,47 @@
+"""``torchjob submit FILE [-n NS] [--follow]``: create a PyTorchJob on the cluster, optionally follow it.
+
+The file is validated here first (the same one-line errors as ``torchjob run``), then sent as written, so
+``kubectl get pytorchjob -o yaml`` shows the user's own spec. With ``--follow`` every replica's output is
+streamed, prefixed by replica, until the job ends; the exit code is then the job's, as for ``run``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from torchjob.cli.common import add_target_options, cluster_client
+
+
+def add_parser(verbs: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = verbs.add_parser("submit", help="create a PyTorchJob on the Kubernetes cluster")
+    p.add_argument("file", help="the PyTorchJob YAML file (may hold Jinja2 placeholders, see --values)")
+    p.add_argument("--values", metavar="FILE.json", help="values for the file's Jinja2 placeholders")
+    p.add_argument("-f", "--follow", action="store_true", help="stream the replicas' output until the job ends")
+    add_target_options(p, cluster_only=True)
+    p.set_defaults(handler=handle)
+
+
+def handle(args: argparse.Namespace) -> int:
+    import yaml
+
+    from torchjob.api.loading import parse_job_text
+    from torchjob.cli.render import read_job_text
+
+    text = read_job_text(args.file, args.values)
+    job = parse_job_text(text, source=args.file)  # one-line errors before anything reaches the cluster
+    c = cluster_client(args)
+    c.submit(yaml.safe_load(text))
+    print(f"pytorchjob.kubeflow.org/{job.name} created in namespace {c.namespace}", file=sys.stderr)
+    if not args.follow:
+        return 0
+    try:
+        for replica, line in c.follow(job.name):
+            print(f"[{replica}] {line}", flush=True)
+    except KeyboardInterrupt:
+        print(f"torchjob: stopped following; the job goes on (torchjob delete --cluster {job.name})", file=sys.stderr)
+        return 130
+    conditions = (c.get_wire(job.name).get("status") or {}).get("conditions") or []
+    last = conditions[-1] if conditions else {}
+    print(f"torchjob: {job.name} {last.get('type', '')}: {last.get('message', '')}", file=sys.stderr)
+    return 0 if last.get("type") == "Succeeded" else 1

@@ -1,0 +1,231 @@
+"""The torchjob operator: reconciles every PyTorchJob on a cluster with the same planner as ``torchjob run``.
+
+Two watches (PyTorchJobs, and Pods carrying the Kubeflow operator label) turn changes into job keys on a
+work queue; worker threads take a key, read the job and its Pods fresh from the API server, plan, act and
+write the status. Nothing is remembered between passes, so killing the operator at any point is safe: a new
+one lists everything (a watch without a resourceVersion starts with every object) and converges. Timers
+(activeDeadlineSeconds, TTL, backoff) are requeues at the time the planner asks for.
+
+Jobs whose ``spec.runPolicy.managedBy`` names another controller (MultiKueue, say) are left alone.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from lightkube import ALL_NS, ApiError, Client
+from lightkube.resources.core_v1 import Pod
+
+from torchjob.api.errors import JobFileError, ValidationError
+from torchjob.api.loading import job_from_mapping
+from torchjob.api.types import ConditionType, JobStatus
+from torchjob.backends.kubernetes.backend import KubernetesBackend, RequestCounter
+from torchjob.backends.kubernetes.cluster import PyTorchJobResource
+from torchjob.controller.clock import Clock, SystemClock
+from torchjob.controller.loop import reconcile_once
+from torchjob.controller.workqueue import WorkQueue
+from torchjob.core import conditions, replicas
+from torchjob.core.actions import Event
+
+log = logging.getLogger("torchjob.operator")
+
+JobKey = tuple[str, str]  # (namespace, name)
+
+# managedBy values this operator answers to: unset, Kubeflow's own (torchjob stands in for it), and ours.
+DEFAULT_MANAGED_BY = ("kubeflow.org/training-operator", "torchjob.io/operator")
+_RETRY_SECONDS = 2.0
+
+
+@dataclass
+class OperatorSettings:
+    namespace: str | None = None  # None: every namespace
+    workers: int = 4
+    managed_by: tuple[str, ...] = DEFAULT_MANAGED_BY
+    health_port: int | None = None
+
+
+@dataclass
+class _Health:
+    synced: set[str] = field(default_factory=set)
+    passes: int = 0
+
+
+class Operator:
+    def __init__(self, client: Client, settings: OperatorSettings | None = None, clock: Clock | None = None) -> None:
+        self.client = client
+        self.settings = settings or OperatorSettings()
+        self.clock = clock or SystemClock()
+        self.counter = RequestCounter()
+        self.backend = KubernetesBackend(client, self.counter)
+        self.queue: WorkQueue[JobKey] = WorkQueue()
+        self.stopping = threading.Event()
+        self.health = _Health()
+        self._threads: list[threading.Thread] = []
+        self._server: ThreadingHTTPServer | None = None
+
+    # -- lifecycle ------------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._spawn("watch-jobs", self._watch, PyTorchJobResource, None, _job_key)
+        labels: dict[str, Any] = {replicas.LABEL_OPERATOR: replicas.OPERATOR_NAME}
+        self._spawn("watch-pods", self._watch, Pod, labels, _pod_owner_key)
+        for i in range(self.settings.workers):
+            self._spawn(f"worker-{i}", self._work)
+        if self.settings.health_port is not None:
+            self._server = _health_server(self, self.settings.health_port)
+            self._spawn("health", self._server.serve_forever)
+        where = self.settings.namespace or "all namespaces"
+        log.info("torchjob operator started: watching PyTorchJobs in %s with %d workers", where, self.settings.workers)
+
+    def stop(self) -> None:
+        self.stopping.set()
+        self.queue.close()
+        if self._server is not None:
+            self._server.shutdown()
+        for thread in self._threads:
+            if thread.name.startswith("worker"):
+                thread.join(timeout=30)
+
+    @property
+    def ready(self) -> bool:
+        return {"watch-jobs", "watch-pods"} <= self.health.synced
+
+    def _spawn(self, name: str, target: Callable[..., Any], *args: Any) -> None:
+        thread = threading.Thread(target=target, args=args, name=name, daemon=True)
+        thread.start()
+        self._threads.append(thread)
+
+    # -- watches --------------------------------------------------------------------------------------
+
+    def _watch(
+        self, resource: Any, labels: dict[str, Any] | None, key_of: Callable[[dict[str, Any]], JobKey | None]
+    ) -> None:
+        name = "watch-jobs" if resource is PyTorchJobResource else "watch-pods"
+        while not self.stopping.is_set():
+            try:
+                self.counter.add("watch")
+                # No resourceVersion: the server first replays every object as ADDED, so a (re)started watch
+                # sees everything; lightkube restarts from scratch by itself on 410 Gone.
+                stream: Iterable[tuple[str, Any]] = self.client.watch(
+                    resource, namespace=self.settings.namespace or ALL_NS, labels=labels
+                )
+                self.health.synced.add(name)
+                for _, obj in stream:
+                    key = key_of(_as_dict(obj))
+                    if key is not None:
+                        self.queue.add(key)
+                    if self.stopping.is_set():
+                        return
+            except Exception as err:  # noqa: BLE001 - any failure of a watch (API server restart...) is retried
+                self.health.synced.discard(name)
+                log.warning("%s: %s; watching again in %.0fs", name, _one_line(err), _RETRY_SECONDS)
+                self.stopping.wait(_RETRY_SECONDS)
+
+    # -- reconciling ----------------------------------------------------------------------------------
+
+    def _work(self) -> None:
+        while True:
+            key = self.queue.get()
+            if key is None:
+                return
+            try:
+                self.reconcile(key)
+            except Exception as err:  # noqa: BLE001 - one job's trouble must not stop the others
+                log.warning("%s/%s: %s; retrying in %.0fs", *key, _one_line(err), _RETRY_SECONDS)
+                self.queue.add_after(key, _RETRY_SECONDS)
+            finally:
+                self.queue.done(key)
+
+    def reconcile(self, key: JobKey) -> None:
+        namespace, name = key
+        self.counter.add("get")
+        try:
+            wire = _as_dict(self.client.get(PyTorchJobResource, name, namespace=namespace))
+        except ApiError as err:
+            if err.status.code == 404:
+                return  # deleted: its Pods and Services go with it (ownerReferences)
+            raise
+        managed_by = ((wire.get("spec") or {}).get("runPolicy") or {}).get("managedBy")
+        if managed_by and managed_by not in self.settings.managed_by:
+            return
+        try:
+            job = job_from_mapping(wire, source=f"PyTorchJob {namespace}/{name}")
+        except (ValidationError, JobFileError) as err:
+            self._reject(wire, str(err))
+            return
+        before = conditions.state(job.status)
+        result = reconcile_once(job, self.backend, self.clock)
+        self.health.passes += 1
+        after = conditions.state(result.job.status)
+        if after != before:
+            log.info("%s/%s: %s → %s (attempt %d)", namespace, name, before, after, result.job.status.attempt + 1)
+        if result.requeue_at is not None:
+            self.queue.add_after(key, (result.requeue_at - self.clock.now()).total_seconds())
+
+    def _reject(self, wire: dict[str, Any], problem: str) -> None:
+        """An invalid job (one the CRD's schema let through) gets a Failed condition saying what is wrong."""
+        status = JobStatus.model_validate(wire.get("status") or {})
+        message = f"PyTorchJob {wire['metadata']['name']} is invalid: {problem}"
+        if conditions.is_true(status, ConditionType.FAILED):
+            return
+        conditions.mark_failed(status, message, datetime.now(timezone.utc))
+        metadata = wire["metadata"]
+        wire_status = status.model_dump(by_alias=True, exclude_none=True, mode="json")
+        self.backend.patch_status(metadata["namespace"], metadata["name"], wire_status)
+        self.backend.emit(
+            metadata["namespace"], metadata["name"], metadata.get("uid"), Event("Warning", "InvalidSpec", message)
+        )
+
+
+def _as_dict(obj: Any) -> dict[str, Any]:
+    return obj if isinstance(obj, dict) else obj.to_dict()
+
+
+def _job_key(obj: dict[str, Any]) -> JobKey | None:
+    meta = obj.get("metadata") or {}
+    return (meta["namespace"], meta["name"]) if meta.get("name") else None
+
+
+def _pod_owner_key(obj: dict[str, Any]) -> JobKey | None:
+    meta = obj.get("metadata") or {}
+    job = (meta.get("labels") or {}).get(replicas.LABEL_JOB_NAME)
+    return (meta["namespace"], job) if job else None
+
+
+def _one_line(err: BaseException) -> str:
+    if isinstance(err, ApiError):
+        return f"API error {err.status.code}: {err.status.message}"
+    text = str(err).strip().splitlines()
+    return f"{type(err).__name__}: {text[0] if text else ''}"
+
+
+def _health_server(operator: Operator, port: int) -> ThreadingHTTPServer:
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            healthy = {"/healthz": not operator.stopping.is_set(), "/readyz": operator.ready}.get(self.path)
+            self.send_response(404 if healthy is None else 200 if healthy else 503)
+            self.end_headers()
+            self.wfile.write(b"ok\n" if healthy else b"not ready\n")
+
+        def log_message(self, *args: Any) -> None:  # probes every few seconds: not worth a log line
+            return
+
+    return ThreadingHTTPServer(("0.0.0.0", port), Handler)
+
+
+def run_operator(client: Client, settings: OperatorSettings) -> None:
+    """Run until SIGTERM/SIGINT (the CLI turns both into KeyboardInterrupt)."""
+    operator = Operator(client, settings)
+    operator.start()
+    try:
+        while True:
+            time.sleep(3600)
+    finally:
+        operator.stop()

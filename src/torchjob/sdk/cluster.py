@@ -1,0 +1,193 @@
+"""``ClusterClient``: PyTorchJobs on a Kubernetes cluster, driven through the API server.
+
+The same verbs as :class:`torchjob.sdk.local.LocalClient` (submit, get, list, logs, follow, wait, delete),
+so the CLI treats both alike. Errors from the API server and its admission (schema, CEL rules, quota...)
+reach the user with the server's own text, never wrapped into a generic "failed to create".
+"""
+
+from __future__ import annotations
+
+import builtins
+import queue
+import threading
+import time
+from collections.abc import Iterator
+from datetime import datetime, timezone
+from typing import Any
+
+from lightkube import ApiError
+from lightkube.resources.core_v1 import Pod
+
+from torchjob.api.types import PyTorchJob
+from torchjob.backends.kubernetes.cluster import PyTorchJobResource, connect
+from torchjob.backends.kubernetes.mapping import replica_of
+from torchjob.core import replicas
+from torchjob.core.times import parse_timestamp
+from torchjob.sdk.errors import JobExistsError, JobNotFoundError, SdkError
+from torchjob.sdk.local import JobSummary
+
+_FINISHED = ("Succeeded", "Failed")
+
+
+class ClusterClient:
+    def __init__(self, namespace: str | None = None, context: str | None = None, kubeconfig: str | None = None):
+        try:
+            self.client = connect(kubeconfig, context, namespace)
+        except Exception as err:  # noqa: BLE001 - a bad kubeconfig has many shapes; say which file and why
+            raise SdkError(f"cannot connect to the cluster: {err}") from None
+        self.namespace = namespace or self.client.namespace or "default"
+
+    # -- jobs -----------------------------------------------------------------------------------------
+
+    def submit(self, job: PyTorchJob | dict[str, Any]) -> dict[str, Any]:
+        """Create the job on the cluster, in the client's namespace.
+
+        Give the job as it was written (a mapping) to have the cluster store exactly that; a typed job is
+        sent normalized, with defaults applied.
+        """
+        wire = job.to_wire() if isinstance(job, PyTorchJob) else dict(job)
+        name = wire.get("metadata", {}).get("name", "")
+        wire.pop("status", None)
+        wire["metadata"] = {k: v for k, v in wire["metadata"].items() if k in ("name", "labels", "annotations")}
+        try:
+            created = self.client.create(PyTorchJobResource.from_dict(wire), namespace=self.namespace)
+        except ApiError as err:
+            if err.status.code == 409:
+                raise JobExistsError(name, "on the cluster") from None
+            raise self._refused(f"create PyTorchJob {self.namespace}/{name}", err) from None
+        return dict(created)
+
+    def get_wire(self, name: str) -> dict[str, Any]:
+        try:
+            return dict(self.client.get(PyTorchJobResource, name, namespace=self.namespace))
+        except ApiError as err:
+            if err.status.code == 404:
+                raise JobNotFoundError(name) from None
+            raise self._refused(f"get PyTorchJob {self.namespace}/{name}", err) from None
+
+    def list(self) -> builtins.list[JobSummary]:
+        try:
+            items = [dict(j) for j in self.client.list(PyTorchJobResource, namespace=self.namespace)]
+        except ApiError as err:
+            raise self._refused(f"list PyTorchJobs in {self.namespace}", err) from None
+        now = datetime.now(timezone.utc)
+        summaries = []
+        for wire in items:
+            status = wire.get("status") or {}
+            created = wire["metadata"].get("creationTimestamp")
+            conditions = status.get("conditions") or []
+            summaries.append(
+                JobSummary(
+                    name=wire["metadata"]["name"],
+                    state=conditions[-1]["type"] if conditions else "",
+                    age_seconds=(now - parse_timestamp(created)).total_seconds() if created else 0.0,
+                    attempt=status.get("attempt", 0),
+                    restarts=status.get("restartCount", 0),
+                    message=conditions[-1].get("message", "") if conditions else "",
+                )
+            )
+        return summaries
+
+    def state(self, name: str) -> str:
+        conditions = (self.get_wire(name).get("status") or {}).get("conditions") or []
+        return conditions[-1]["type"] if conditions else ""
+
+    def wait(self, name: str, timeout: float | None = None, poll: float = 1.0) -> dict[str, Any]:
+        """Block until the job Succeeded or Failed; the job as it ended."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            wire = self.get_wire(name)
+            conditions = (wire.get("status") or {}).get("conditions") or []
+            if any(c["type"] in _FINISHED and c["status"] == "True" for c in conditions):
+                return wire
+            if deadline is not None and time.monotonic() > deadline:
+                raise SdkError(f"job {name!r} did not finish within {timeout:.0f}s")
+            time.sleep(poll)
+
+    def delete(self, name: str) -> None:
+        try:
+            self.client.delete(PyTorchJobResource, name, namespace=self.namespace)
+        except ApiError as err:
+            if err.status.code == 404:
+                raise JobNotFoundError(name) from None
+            raise self._refused(f"delete PyTorchJob {self.namespace}/{name}", err) from None
+
+    # -- logs -----------------------------------------------------------------------------------------
+
+    def pods(self, name: str) -> builtins.list[dict[str, Any]]:
+        """The job's Pods, Master first."""
+        selector: dict[str, Any] = {replicas.LABEL_JOB_NAME: name}
+        pods = [p.to_dict() for p in self.client.list(Pod, namespace=self.namespace, labels=selector)]
+        return sorted(pods, key=_replica_order)
+
+    def logs(self, name: str, replica: str | None = None, attempt: int | None = None) -> str:
+        """What the replicas printed so far, each line prefixed ``[replica]`` unless one replica is asked for."""
+        self.get_wire(name)  # a clear "not found" rather than an empty answer
+        out: builtins.list[str] = []
+        for pod in self.pods(name):
+            identity = replica_of(pod)
+            if identity is None or (replica and str(identity[0]) != replica):
+                continue
+            if attempt is not None and identity[1] != attempt:
+                continue
+            for line in self._pod_log(pod):
+                out.append(line if replica else f"[{identity[0]}] {line}")
+        return "\n".join(out)
+
+    def follow(self, name: str, replica: str | None = None, poll: float = 1.0) -> Iterator[tuple[str, str]]:
+        """Stream every replica's lines as they come, across group restarts, until the job has finished.
+
+        Pods still Pending are waited for (their logs start once they run), so following a job just
+        submitted shows its first lines instead of nothing.
+        """
+        lines: queue.Queue[tuple[str, str]] = queue.Queue()
+        followed: set[str] = set()
+        streams: builtins.list[threading.Thread] = []
+        finished = False
+        while True:
+            for pod in self.pods(name):
+                identity = replica_of(pod)
+                uid = pod["metadata"].get("uid", "")
+                phase = (pod.get("status") or {}).get("phase", "Pending")
+                if identity is None or uid in followed or phase == "Pending":
+                    continue
+                if replica and str(identity[0]) != replica:
+                    continue
+                followed.add(uid)
+                thread = threading.Thread(
+                    target=self._stream, args=(pod, str(identity[0]), lines), daemon=True, name=f"logs-{uid}"
+                )
+                thread.start()
+                streams.append(thread)
+            finished = finished or self.state(name) in _FINISHED
+            deadline = time.monotonic() + poll
+            while time.monotonic() < deadline:
+                try:
+                    yield lines.get(timeout=max(deadline - time.monotonic(), 0.01))
+                except queue.Empty:
+                    break
+            if finished and not any(t.is_alive() for t in streams):
+                while not lines.empty():
+                    yield lines.get_nowait()
+                return
+
+    def _stream(self, pod: dict[str, Any], replica: str, lines: queue.Queue[tuple[str, str]]) -> None:
+        try:
+            for line in self.client.log(pod["metadata"]["name"], namespace=self.namespace, follow=True):
+                lines.put((replica, line.rstrip("\n")))
+        except Exception:  # noqa: BLE001 - the Pod went away (group restart, cleanup) or the connection dropped:
+            return  # this stream ends, never the follower; a successor Pod gets a stream of its own
+
+    def _pod_log(self, pod: dict[str, Any]) -> builtins.list[str]:
+        try:
+            return [line.rstrip("\n") for line in self.client.log(pod["metadata"]["name"], namespace=self.namespace)]
+        except ApiError:
+            return []  # not started yet, or already gone
+
+    def _refused(self, what: str, err: ApiError) -> SdkError:
+        return SdkError(f"cannot {what}: {err.status.message or err}")
+
+
+def _replica_order(pod: dict[str, Any]) -> tuple[Any, ...]:
+    identity = replica_of(pod)
+    return (0, identity[0], identity[1]) if identity else (1, pod["metadata"]["name"])

@@ -1,0 +1,285 @@
+"""The torchjob operator on the real control plane: PyTorchJobs applied with kubectl, Pods ended through kwok.
+
+The operator runs as its own process with the least-privilege account from deploy/ (the ``operator``
+fixture), so every test also proves the RBAC is enough.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from tools.kube_rig import Rig
+
+from tests.kube.conftest import OperatorProcess
+from tests.kube.test_rig import wait_until
+
+
+def job_manifest(
+    name: str,
+    workers: int = 2,
+    master: bool = True,
+    restart_policy: str = "ExitCode",
+    run_policy: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    def replica(count: int) -> dict[str, Any]:
+        return {
+            "replicas": count,
+            "restartPolicy": restart_policy,
+            "template": {
+                "spec": {"containers": [{"name": "pytorch", "image": "example/train:1", "command": ["python", "t.py"]}]}
+            },
+        }
+
+    specs = {"Worker": replica(workers)}
+    if master:
+        specs = {"Master": replica(1), **specs}
+    spec: dict[str, Any] = {"pytorchReplicaSpecs": specs}
+    if run_policy:
+        spec["runPolicy"] = run_policy
+    return {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "metadata": {"name": name}, "spec": spec}
+
+
+def get_job(rig: Rig, namespace: str, name: str) -> dict[str, Any]:
+    return dict(rig.kubectl_json("get", "-n", namespace, "pytorchjob", name))
+
+
+def state(rig: Rig, namespace: str, name: str) -> str:
+    conditions = get_job(rig, namespace, name).get("status", {}).get("conditions", [])
+    return str(conditions[-1]["type"]) if conditions else ""
+
+
+def condition(rig: Rig, namespace: str, name: str, ctype: str) -> dict[str, Any] | None:
+    conditions = get_job(rig, namespace, name).get("status", {}).get("conditions", [])
+    return next((c for c in conditions if c["type"] == ctype and c["status"] == "True"), None)
+
+
+def pods(rig: Rig, namespace: str, job: str) -> dict[str, dict[str, Any]]:
+    items = rig.kubectl_json("get", "-n", namespace, "pods", "-l", f"training.kubeflow.org/job-name={job}")["items"]
+    return {p["metadata"]["name"]: p for p in items if not p["metadata"].get("deletionTimestamp")}
+
+
+def running_pods(rig: Rig, namespace: str, job: str, attempt: int = 0) -> dict[str, dict[str, Any]]:
+    return {
+        name: p
+        for name, p in pods(rig, namespace, job).items()
+        if p.get("status", {}).get("phase") == "Running"
+        and p["metadata"]["labels"].get("torchjob.io/attempt") == str(attempt)
+    }
+
+
+def wait_state(rig: Rig, namespace: str, name: str, wanted: str, timeout: float = 60) -> None:
+    wait_until(lambda: state(rig, namespace, name) == wanted, timeout, what=f"{name} to be {wanted}")
+
+
+def start(rig: Rig, namespace: str, manifest: dict[str, Any], replicas: int = 3) -> None:
+    rig.apply(manifest, namespace)
+    name = manifest["metadata"]["name"]
+    wait_until(lambda: len(running_pods(rig, namespace, name)) == replicas, what=f"{replicas} running pods of {name}")
+    wait_state(rig, namespace, name, "Running")
+
+
+def env_of(pod: dict[str, Any]) -> dict[str, str]:
+    return {e["name"]: e.get("value", "") for e in pod["spec"]["containers"][0]["env"]}
+
+
+def test_master_and_two_workers_get_the_contract_pods_services_labels_and_env(
+    rig: Rig, namespace: str, operator: OperatorProcess
+) -> None:
+    start(rig, namespace, job_manifest("mnist"))
+    job = get_job(rig, namespace, "mnist")
+    found = pods(rig, namespace, "mnist")
+    assert sorted(found) == ["mnist-master-0", "mnist-worker-0", "mnist-worker-1"]
+    master, worker1 = found["mnist-master-0"], found["mnist-worker-1"]
+    assert (
+        master["metadata"]["labels"].items()
+        >= {
+            "training.kubeflow.org/operator-name": "pytorchjob-controller",
+            "training.kubeflow.org/job-name": "mnist",
+            "training.kubeflow.org/replica-type": "master",
+            "training.kubeflow.org/replica-index": "0",
+            "training.kubeflow.org/job-role": "master",
+        }.items()
+    )
+    assert "training.kubeflow.org/job-role" not in worker1["metadata"]["labels"]
+    owner = master["metadata"]["ownerReferences"][0]
+    assert (owner["kind"], owner["name"], owner["uid"], owner["controller"]) == (
+        "PyTorchJob",
+        "mnist",
+        job["metadata"]["uid"],
+        True,
+    )
+    assert (
+        env_of(master).items()
+        >= {
+            "MASTER_ADDR": "mnist-master-0",
+            "MASTER_PORT": "23456",
+            "WORLD_SIZE": "3",
+            "RANK": "0",
+            "PET_NODE_RANK": "0",
+            "PET_NNODES": "3",
+            "PYTHONUNBUFFERED": "1",
+        }.items()
+    )
+    assert (env_of(worker1)["RANK"], env_of(worker1)["MASTER_ADDR"]) == ("2", "mnist-master-0")
+    ports = master["spec"]["containers"][0]["ports"]
+    assert {"name": "pytorchjob-port", "containerPort": 23456, "protocol": "TCP"} in ports
+
+    for name in found:
+        service = rig.kubectl_json("get", "-n", namespace, "service", name)
+        assert service["spec"]["clusterIP"] == "None"
+        assert service["spec"]["ports"][0]["port"] == 23456
+        selected = rig.kubectl_json(
+            "get", "-n", namespace, "pods", "-l", ",".join(f"{k}={v}" for k, v in service["spec"]["selector"].items())
+        )["items"]
+        assert [p["metadata"]["name"] for p in selected] == [name]
+
+    statuses = job["status"]["replicaStatuses"]
+    assert (statuses["Master"]["active"], statuses["Worker"]["active"]) == (1, 2)
+    table = rig.kubectl("get", "-n", namespace, "pytorchjobs").stdout.split()
+    assert table[:3] == ["NAME", "STATE", "AGE"] and table[3:5] == ["mnist", "Running"]
+
+
+def test_the_master_succeeding_makes_the_job_succeed_and_clean_pod_policy_all_removes_pods(
+    rig: Rig, namespace: str, operator: OperatorProcess
+) -> None:
+    start(rig, namespace, job_manifest("done", run_policy={"cleanPodPolicy": "All"}))
+    rig.end_pod(namespace, "done-master-0", 0)
+    wait_state(rig, namespace, "done", "Succeeded")
+    assert get_job(rig, namespace, "done")["status"]["completionTime"]
+    wait_until(lambda: not pods(rig, namespace, "done"), what="cleanPodPolicy All to remove every pod")
+
+
+def test_clean_pod_policy_none_keeps_the_pods(rig: Rig, namespace: str, operator: OperatorProcess) -> None:
+    start(rig, namespace, job_manifest("keep", run_policy={"cleanPodPolicy": "None"}))
+    rig.end_pod(namespace, "keep-master-0", 0)
+    wait_state(rig, namespace, "keep", "Succeeded")
+    assert sorted(pods(rig, namespace, "keep")) == ["keep-master-0", "keep-worker-0", "keep-worker-1"]
+
+
+def test_exit_code_1_under_exit_code_policy_fails_the_job_naming_pod_and_code(
+    rig: Rig, namespace: str, operator: OperatorProcess
+) -> None:
+    start(rig, namespace, job_manifest("bad"))
+    rig.end_pod(namespace, "bad-worker-0", 1)
+    wait_state(rig, namespace, "bad", "Failed")
+    failed = condition(rig, namespace, "bad", "Failed")
+    assert failed is not None and failed["reason"] == "PyTorchJobFailed"
+    assert "worker-0 exited with code 1" in failed["message"]
+    # Default cleanPodPolicy (None) keeps pods, but a Failed job leaves nothing running (kubeflow #1579).
+    wait_until(lambda: not running_pods(rig, namespace, "bad"), what="the other replicas to be stopped")
+    events = rig.kubectl_json("get", "-n", namespace, "events", "--field-selector", "involvedObject.name=bad")
+    assert any(e["reason"] == "Failed" and "exited with code 1" in e["message"] for e in events["items"])
+
+
+def test_exit_137_recreates_the_group_as_a_new_counted_attempt(
+    rig: Rig, namespace: str, operator: OperatorProcess
+) -> None:
+    start(rig, namespace, job_manifest("oom"))
+    before = {name: p["metadata"]["uid"] for name, p in pods(rig, namespace, "oom").items()}
+    rig.end_pod(namespace, "oom-worker-1", 137, reason="OOMKilled")
+    wait_until(lambda: len(running_pods(rig, namespace, "oom", attempt=1)) == 3, what="attempt 2's three pods")
+    wait_state(rig, namespace, "oom", "Running")
+    after = {name: p["metadata"]["uid"] for name, p in pods(rig, namespace, "oom").items()}
+    assert sorted(after) == sorted(before) and not set(after.values()) & set(before.values())
+    status = get_job(rig, namespace, "oom")["status"]
+    assert (status["attempt"], status["restartCount"]) == (1, 1)
+    assert status["attempts"][0]["outcome"] == "worker-1 was OOMKilled (exit code 137)"
+    assert env_of(pods(rig, namespace, "oom")["oom-master-0"])["TORCHJOB_ATTEMPT"] == "1"
+
+
+def test_backoff_limit_is_enforced(rig: Rig, namespace: str, operator: OperatorProcess) -> None:
+    start(rig, namespace, job_manifest("flaky", workers=1, run_policy={"backoffLimit": 1}), replicas=2)
+    rig.end_pod(namespace, "flaky-worker-0", 137)
+    wait_until(lambda: len(running_pods(rig, namespace, "flaky", attempt=1)) == 2, what="the second attempt")
+    rig.end_pod(namespace, "flaky-worker-0", 137)
+    wait_state(rig, namespace, "flaky", "Failed")
+    failed = condition(rig, namespace, "flaky", "Failed")
+    assert failed is not None and "backoff limit (1 restarts)" in failed["message"]
+
+
+def test_active_deadline_is_enforced_by_a_timer_without_any_other_event(
+    rig: Rig, namespace: str, operator: OperatorProcess
+) -> None:
+    start(rig, namespace, job_manifest("slow", workers=1, run_policy={"activeDeadlineSeconds": 3}), replicas=2)
+    wait_state(rig, namespace, "slow", "Failed", timeout=60)
+    failed = condition(rig, namespace, "slow", "Failed")
+    assert failed is not None and "deadline (3s)" in failed["message"]
+
+
+def test_operator_killed_mid_job_restarts_without_duplicate_pods(
+    rig: Rig, namespace: str, operator: OperatorProcess
+) -> None:
+    rig.apply(job_manifest("big", workers=12), namespace)
+    operator.kill()  # probably in the middle of creating the 13 pods
+    operator.start()
+    wait_until(lambda: len(running_pods(rig, namespace, "big")) == 13, what="13 running pods")
+    wait_state(rig, namespace, "big", "Running")
+    operator.kill()
+    rig.end_pod(namespace, "big-worker-3", 137)  # happens while no operator is watching
+    operator.start()
+    wait_until(lambda: len(running_pods(rig, namespace, "big", attempt=1)) == 13, what="attempt 2's 13 pods")
+    all_pods = rig.kubectl_json("get", "-n", namespace, "pods")["items"]
+    names = [p["metadata"]["name"] for p in all_pods if not p["metadata"].get("deletionTimestamp")]
+    assert len(names) == 13 and len(set(names)) == 13
+    status = get_job(rig, namespace, "big")["status"]
+    assert (status["attempt"], status["restartCount"]) == (1, 1)
+
+
+def test_suspend_removes_the_pods_and_resume_brings_them_back(
+    rig: Rig, namespace: str, operator: OperatorProcess
+) -> None:
+    start(rig, namespace, job_manifest("pause", workers=1), replicas=2)
+    rig.kubectl(
+        "patch", "-n", namespace, "pytorchjob", "pause", "--type=merge", "-p", '{"spec":{"runPolicy":{"suspend":true}}}'
+    )
+    wait_state(rig, namespace, "pause", "Suspended")
+    wait_until(lambda: not pods(rig, namespace, "pause"), what="the suspended job's pods to go")
+    rig.kubectl(
+        "patch",
+        "-n",
+        namespace,
+        "pytorchjob",
+        "pause",
+        "--type=merge",
+        "-p",
+        '{"spec":{"runPolicy":{"suspend":false}}}',
+    )
+    wait_until(lambda: len(running_pods(rig, namespace, "pause", attempt=1)) == 2, what="the resumed job's pods")
+    wait_state(rig, namespace, "pause", "Running")
+    suspended = next(c for c in get_job(rig, namespace, "pause")["status"]["conditions"] if c["type"] == "Suspended")
+    assert (suspended["status"], suspended["reason"]) == ("False", "PyTorchJobResumed")
+
+
+def test_a_job_managed_by_another_controller_is_left_alone(rig: Rig, namespace: str, operator: OperatorProcess) -> None:
+    rig.apply(job_manifest("theirs", workers=1, run_policy={"managedBy": "kueue.x-k8s.io/multikueue"}), namespace)
+    start(rig, namespace, job_manifest("ours", workers=1), replicas=2)  # proof the operator has looked by now
+    assert pods(rig, namespace, "theirs") == {}
+    assert not get_job(rig, namespace, "theirs").get("status")
+
+
+def test_invalid_jobs_are_rejected_with_a_clear_message(rig: Rig, namespace: str, operator: OperatorProcess) -> None:
+    two_masters = job_manifest("twomasters")
+    two_masters["spec"]["pytorchReplicaSpecs"]["Master"]["replicas"] = 2
+    refused = rig.kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps(two_masters), check=False)
+    assert refused.returncode != 0
+    assert "pytorchReplicaSpecs.Master.replicas: must be exactly 1" in refused.stderr
+
+    no_pytorch = job_manifest("nopytorch", workers=1)
+    for spec in no_pytorch["spec"]["pytorchReplicaSpecs"].values():
+        spec["template"]["spec"]["containers"][0]["name"] = "trainer"
+    rig.apply(no_pytorch, namespace)
+    wait_state(rig, namespace, "nopytorch", "Failed")
+    failed = condition(rig, namespace, "nopytorch", "Failed")
+    assert failed is not None and "is invalid" in failed["message"] and "pytorch" in failed["message"]
+    assert pods(rig, namespace, "nopytorch") == {}
+
+
+def test_the_operator_keeps_working_across_an_api_server_restart(
+    rig: Rig, namespace: str, operator: OperatorProcess
+) -> None:
+    start(rig, namespace, job_manifest("survivor", workers=1), replicas=2)
+    rig.restart_process("kube-apiserver")
+    rig.end_pod(namespace, "survivor-master-0", 0)
+    wait_state(rig, namespace, "survivor", "Succeeded", timeout=90)
+    assert operator.process is not None and operator.process.poll() is None
