@@ -27,6 +27,7 @@ from torchjob.sdk.errors import JobExistsError, JobNotFoundError, SdkError
 from torchjob.sdk.local import JobSummary
 
 _FINISHED = ("Succeeded", "Failed")
+_DRAIN_SECONDS = 3.0
 
 
 class ClusterClient:
@@ -143,7 +144,7 @@ class ClusterClient:
         lines: queue.Queue[tuple[str, str]] = queue.Queue()
         followed: set[str] = set()
         streams: builtins.list[threading.Thread] = []
-        finished = False
+        finished_at: float | None = None
         while True:
             for pod in self.pods(name):
                 identity = replica_of(pod)
@@ -159,14 +160,18 @@ class ClusterClient:
                 )
                 thread.start()
                 streams.append(thread)
-            finished = finished or self.state(name) in _FINISHED
+            if finished_at is None and self.state(name) in _FINISHED:
+                finished_at = time.monotonic()
             deadline = time.monotonic() + poll
             while time.monotonic() < deadline:
                 try:
                     yield lines.get(timeout=max(deadline - time.monotonic(), 0.01))
                 except queue.Empty:
                     break
-            if finished and not any(t.is_alive() for t in streams):
+            # Once the job has ended, streams get a moment to drain; Pods kept running by cleanPodPolicy
+            # None would otherwise hold the follower forever.
+            drained = not any(t.is_alive() for t in streams)
+            if finished_at is not None and (drained or time.monotonic() - finished_at > _DRAIN_SECONDS):
                 while not lines.empty():
                     yield lines.get_nowait()
                 return

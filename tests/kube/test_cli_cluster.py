@@ -1,0 +1,106 @@
+"""``torchjob submit`` and ``get/list/logs/delete --cluster`` against the operator on the rig."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import yaml
+from tools.kube_rig import Rig, append_log_lines
+
+from tests.kube.conftest import OperatorProcess
+from tests.kube.test_operator import job_manifest, pods, running_pods
+from tests.kube.test_rig import wait_until
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def torchjob(rig: Rig, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "torchjob.cli.main", *args],
+        env={**rig.env(), "TORCHJOB_HOME": "/nonexistent-local-home"},
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def test_submit_follow_streams_every_replica_and_exits_with_the_jobs_outcome(
+    rig: Rig, namespace: str, operator: OperatorProcess, tmp_path: Path
+) -> None:
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(job_manifest("follow", workers=1)))
+    logs = {name: tmp_path / f"{name}.log" for name in ("follow-master-0", "follow-worker-0")}
+    # Logs exist before the pods do, so the follower meets them as soon as the pods run.
+    for name, file in logs.items():
+        rig.serve_logs(namespace, name, "pytorch", [f"{name} starting"], file)
+
+    def finish() -> None:
+        wait_until(lambda: len(running_pods(rig, namespace, "follow")) == 2, what="two running pods")
+        time.sleep(2)  # let the follower attach
+        append_log_lines(logs["follow-master-0"], ["master done"])
+        time.sleep(1)
+        rig.end_pod(namespace, "follow-master-0", 0)
+
+    helper = threading.Thread(target=finish)
+    helper.start()
+    result = torchjob(rig, "submit", str(path), "-n", namespace, "--follow")
+    helper.join()
+    assert result.returncode == 0, result.stderr
+    assert "[master-0] follow-master-0 starting" in result.stdout
+    assert "[worker-0] follow-worker-0 starting" in result.stdout
+    assert "[master-0] master done" in result.stdout
+    assert "follow Succeeded" in result.stderr
+
+
+def test_get_list_logs_delete_with_cluster(rig: Rig, namespace: str, operator: OperatorProcess, tmp_path: Path) -> None:
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(job_manifest("cli", workers=1)))
+    submitted = torchjob(rig, "submit", str(path), "-n", namespace)
+    assert submitted.returncode == 0, submitted.stderr
+    assert f"pytorchjob.kubeflow.org/cli created in namespace {namespace}" in submitted.stderr
+    wait_until(lambda: len(running_pods(rig, namespace, "cli")) == 2, what="two running pods")
+    rig.serve_logs(namespace, "cli-worker-0", "pytorch", ["step 1", "step 2"], tmp_path / "w.log")
+
+    listed = torchjob(rig, "list", "--cluster", "-n", namespace)
+    assert listed.returncode == 0 and listed.stdout.split()[4:6] == ["cli", "Running"], listed.stdout
+    got = torchjob(rig, "get", "--cluster", "-n", namespace, "cli")
+    assert "State:     Running" in got.stdout and "Worker:    1 active" in got.stdout, got.stdout
+    logs = subprocess.run(
+        [sys.executable, "-m", "torchjob.cli.main", "logs", "cli", "-n", namespace, "--replica", "worker-0"],
+        env={**rig.env(), "TORCHJOB_TARGET": "cluster"},  # the setting instead of the flag
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert logs.stdout.splitlines() == ["step 1", "step 2"], logs.stderr
+
+    again = torchjob(rig, "submit", str(path), "-n", namespace)
+    assert again.returncode == 1 and "already exists" in again.stderr
+    deleted = torchjob(rig, "delete", "--cluster", "-n", namespace, "cli")
+    assert deleted.returncode == 0
+    wait_until(lambda: not pods(rig, namespace, "cli"), what="the job's pods to be garbage-collected")
+    missing = torchjob(rig, "get", "--cluster", "-n", namespace, "cli")
+    assert missing.returncode == 1 and "not found" in missing.stderr
+
+
+def test_submit_reports_the_api_servers_own_refusal(rig: Rig, namespace: str, operator: OperatorProcess) -> None:
+    result = torchjob(rig, "submit", str(ROOT / "examples" / "mnist" / "job.yaml"), "-n", "no-such-namespace")
+    assert result.returncode == 1
+    assert 'namespaces "no-such-namespace" not found' in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_submit_rejects_a_bad_file_before_reaching_the_cluster(rig: Rig, tmp_path: Path) -> None:
+    path = tmp_path / "bad.yaml"
+    manifest = job_manifest("bad", workers=1)
+    manifest["spec"]["pytorchReplicaSpecs"]["Worker"]["replicas"] = "two"
+    path.write_text(yaml.safe_dump(manifest))
+    result = torchjob(rig, "submit", str(path))
+    assert result.returncode == 2
+    assert result.stderr.startswith(f"torchjob: {path}: spec.pytorchReplicaSpecs.Worker.replicas")
+    assert os.linesep.join(result.stderr.splitlines()[1:]) == ""

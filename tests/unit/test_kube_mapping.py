@@ -1,0 +1,164 @@
+"""The pure Kubernetes mapping: Pod and Service manifests for a replica, observations from Pod status."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from torchjob.api.types import ReplicaType
+from torchjob.backends.kubernetes.crd import crd_manifest
+from torchjob.backends.kubernetes.mapping import observe_pod, pod_manifest, service_manifest
+from torchjob.core.observed import Phase
+from torchjob.core.replicas import ReplicaId
+from torchjob.testing import make_job
+
+ROOT = Path(__file__).resolve().parents[2]
+WORKER_1 = ReplicaId(ReplicaType.WORKER, 1)
+
+
+def test_a_workers_pod_follows_the_contract_and_never_restarts_in_place() -> None:
+    job = make_job("mnist").master().workers(2).restart_policy("OnFailure").build()
+    job.metadata.uid = "uid-1"
+    pod = pod_manifest(job, WORKER_1, attempt=2)
+    assert pod["metadata"]["name"] == "mnist-worker-1"
+    assert pod["metadata"]["labels"] == {
+        "training.kubeflow.org/operator-name": "pytorchjob-controller",
+        "training.kubeflow.org/job-name": "mnist",
+        "training.kubeflow.org/replica-type": "worker",
+        "training.kubeflow.org/replica-index": "1",
+        "torchjob.io/attempt": "2",
+    }
+    assert pod["metadata"]["ownerReferences"] == [
+        {
+            "apiVersion": "kubeflow.org/v1",
+            "kind": "PyTorchJob",
+            "name": "mnist",
+            "uid": "uid-1",
+            "controller": True,
+            "blockOwnerDeletion": True,
+        }
+    ]
+    assert pod["spec"]["restartPolicy"] == "Never"
+    container = pod["spec"]["containers"][0]
+    env = {e["name"]: e["value"] for e in container["env"]}
+    assert env["MASTER_ADDR"] == "mnist-master-0" and env["MASTER_PORT"] == "23456"
+    assert (env["RANK"], env["WORLD_SIZE"], env["TORCHJOB_ATTEMPT"]) == ("2", "3", "2")
+    assert container["terminationMessagePolicy"] == "FallbackToLogsOnError"
+
+
+def test_a_variable_the_template_sets_wins_over_the_contract() -> None:
+    job = make_job("j").workers(1).env(MASTER_PORT="29500").build()
+    env = pod_manifest(job, ReplicaId(ReplicaType.WORKER, 0), 0)["spec"]["containers"][0]["env"]
+    assert [e["value"] for e in env if e["name"] == "MASTER_PORT"] == ["29500"]
+
+
+def test_the_service_is_headless_and_selects_every_attempt_of_its_replica() -> None:
+    job = make_job("mnist").master().workers(2).build()
+    service = service_manifest(job, WORKER_1)
+    assert service["metadata"]["name"] == "mnist-worker-1"
+    assert service["spec"]["clusterIP"] == "None"
+    assert "torchjob.io/attempt" not in service["spec"]["selector"]
+    assert service["spec"]["selector"]["training.kubeflow.org/replica-index"] == "1"
+    assert service["spec"]["ports"] == [{"name": "pytorchjob-port", "port": 23456, "targetPort": 23456}]
+
+
+def pod_status(phase: str, **status: Any) -> dict[str, Any]:
+    labels = {
+        "training.kubeflow.org/replica-type": "worker",
+        "training.kubeflow.org/replica-index": "1",
+        "torchjob.io/attempt": "3",
+    }
+    return {"metadata": {"name": "j-worker-1", "labels": labels}, "status": {"phase": phase, **status}}
+
+
+def terminated(code: int, reason: str = "Error", message: str = "") -> dict[str, Any]:
+    state = {"exitCode": code, "reason": reason, "message": message, "finishedAt": "2026-01-01T00:00:05Z"}
+    return {"containerStatuses": [{"name": "pytorch", "state": {"terminated": state}}]}
+
+
+@pytest.mark.parametrize(
+    ("status", "phase", "exit_code", "reason", "described"),
+    [
+        (pod_status("Running"), Phase.RUNNING, None, None, None),
+        (pod_status("Succeeded", **terminated(0, "Completed")), Phase.SUCCEEDED, 0, None, None),
+        (
+            pod_status("Failed", **terminated(1, message="Traceback...\nValueError: bad lr\n")),
+            Phase.FAILED,
+            1,
+            None,
+            "worker-1 exited with code 1: Traceback... | ValueError: bad lr",
+        ),
+        (
+            pod_status("Failed", **terminated(137, "OOMKilled")),
+            Phase.FAILED,
+            137,
+            "OOMKilled",
+            "worker-1 was OOMKilled (exit code 137)",
+        ),
+        (
+            pod_status("Failed", reason="Evicted", message="The node was low on resource: memory."),
+            Phase.FAILED,
+            None,
+            "Evicted",
+            "worker-1 was Evicted: The node was low on resource: memory.",
+        ),
+        (
+            pod_status(
+                "Failed",
+                conditions=[
+                    {
+                        "type": "DisruptionTarget",
+                        "status": "True",
+                        "reason": "PreemptionByScheduler",
+                        "lastTransitionTime": "2026-01-01T00:00:01Z",
+                    }
+                ],
+                **terminated(143),
+            ),
+            Phase.FAILED,
+            143,
+            "Preempted",
+            "worker-1 was preempted",
+        ),
+    ],
+)
+def test_observations_from_pod_status(
+    status: dict[str, Any], phase: Phase, exit_code: int | None, reason: str | None, described: str | None
+) -> None:
+    seen = observe_pod(status)
+    assert seen is not None
+    assert (seen.replica, seen.attempt, seen.phase, seen.exit_code, seen.reason) == (
+        WORKER_1,
+        3,
+        phase,
+        exit_code,
+        reason,
+    )
+    if described:
+        assert seen.describe().startswith(described)
+
+
+def test_a_preemption_notice_is_the_failures_onset() -> None:
+    notice = {"type": "DisruptionTarget", "status": "True", "reason": "PreemptionByScheduler"}
+    seen = observe_pod(pod_status("Running", conditions=[{**notice, "lastTransitionTime": "2026-01-01T00:00:01Z"}]))
+    assert seen is not None and seen.disrupted_at is not None and seen.failure_onset == seen.disrupted_at
+
+
+def test_a_pod_without_replica_labels_is_not_a_replica() -> None:
+    assert observe_pod({"metadata": {"name": "x", "labels": {}}, "status": {"phase": "Running"}}) is None
+
+
+def test_the_shipped_crd_is_the_generated_one() -> None:
+    assert yaml.safe_load((ROOT / "deploy" / "crd.yaml").read_text()) == crd_manifest()
+
+
+def test_the_operator_role_is_least_privilege() -> None:
+    documents = list(yaml.safe_load_all((ROOT / "deploy" / "rbac.yaml").read_text()))
+    role = next(d for d in documents if d["kind"] == "ClusterRole")
+    for rule in role["rules"]:
+        assert "*" not in rule["verbs"] and "*" not in rule["resources"] and "*" not in rule["apiGroups"]
+    granted = {(r, v) for rule in role["rules"] for r in rule["resources"] for v in rule["verbs"]}
+    assert ("secrets", "get") not in granted and ("pods", "update") not in granted
