@@ -7,6 +7,7 @@ Kubeflow's own CRD is installed already, keep it: the operator works with it as 
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import logging
 import signal
 import sys
@@ -53,6 +54,8 @@ def handle(args: argparse.Namespace) -> int:
         raise KeyboardInterrupt
 
     signal.signal(signal.SIGTERM, stop)
+    # `kill -USR1` prints every thread's stack: how to see where a stuck operator is stuck.
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
     try:
         run_operator(connect(args.kubeconfig, args.context), settings)
     except KeyboardInterrupt:

@@ -11,6 +11,7 @@ Jobs whose ``spec.runPolicy.managedBy`` names another controller (MultiKueue, sa
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
@@ -41,6 +42,7 @@ JobKey = tuple[str, str]  # (namespace, name)
 # managedBy values this operator answers to: unset, Kubeflow's own (torchjob stands in for it), and ours.
 DEFAULT_MANAGED_BY = ("kubeflow.org/training-operator", "torchjob.io/operator")
 _RETRY_SECONDS = 2.0
+_WATCH_SECONDS = 300  # the server ends each watch after this long; lightkube resumes it where it was
 
 
 @dataclass
@@ -49,6 +51,9 @@ class OperatorSettings:
     workers: int = 4
     managed_by: tuple[str, ...] = DEFAULT_MANAGED_BY
     health_port: int | None = None
+    # Every job is looked at this often even without events (an informer's resync): a watch that went
+    # quiet without an error (seen right after a CRD is created) cannot leave a job unattended.
+    resync_seconds: float = 30.0
 
 
 @dataclass
@@ -76,6 +81,7 @@ class Operator:
         self._spawn("watch-jobs", self._watch, PyTorchJobResource, None, _job_key)
         labels: dict[str, Any] = {replicas.LABEL_OPERATOR: replicas.OPERATOR_NAME}
         self._spawn("watch-pods", self._watch, Pod, labels, _pod_owner_key)
+        self._spawn("resync", self._resync)
         for i in range(self.settings.workers):
             self._spawn(f"worker-{i}", self._work)
         if self.settings.health_port is not None:
@@ -114,7 +120,7 @@ class Operator:
                 # No resourceVersion: the server first replays every object as ADDED, so a (re)started watch
                 # sees everything; lightkube restarts from scratch by itself on 410 Gone.
                 stream: Iterable[tuple[str, Any]] = self.client.watch(
-                    resource, namespace=self.settings.namespace or ALL_NS, labels=labels
+                    resource, namespace=self.settings.namespace or ALL_NS, labels=labels, server_timeout=_WATCH_SECONDS
                 )
                 self.health.synced.add(name)
                 for _, obj in stream:
@@ -127,6 +133,17 @@ class Operator:
                 self.health.synced.discard(name)
                 log.warning("%s: %s; watching again in %.0fs", name, _one_line(err), _RETRY_SECONDS)
                 self.stopping.wait(_RETRY_SECONDS)
+
+    def _resync(self) -> None:
+        while not self.stopping.wait(self.settings.resync_seconds):
+            try:
+                self.counter.add("list")
+                for job in self.client.list(PyTorchJobResource, namespace=self.settings.namespace or ALL_NS):
+                    key = _job_key(_as_dict(job))
+                    if key is not None:
+                        self.queue.add(key)
+            except Exception as err:  # noqa: BLE001 - the next resync tries again
+                log.warning("resync: %s", _one_line(err))
 
     # -- reconciling ----------------------------------------------------------------------------------
 
@@ -209,6 +226,12 @@ def _one_line(err: BaseException) -> str:
 def _health_server(operator: Operator, port: int) -> ThreadingHTTPServer:
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
+            if self.path == "/metrics":  # what bench/ reads: API requests by verb, reconcile passes
+                body = {"requests": dict(operator.counter.by_verb), "passes": operator.health.passes}
+                self.send_response(200)
+                self.end_headers()
+                self.wfile.write(json.dumps(body).encode())
+                return
             healthy = {"/healthz": not operator.stopping.is_set(), "/readyz": operator.ready}.get(self.path)
             self.send_response(404 if healthy is None else 200 if healthy else 503)
             self.end_headers()
