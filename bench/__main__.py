@@ -12,7 +12,7 @@ import os
 import platform
 from pathlib import Path
 
-from bench import checkpoint, cli, launch, recovery, steady_state
+from bench import checkpoint, cli, launch, operator, recovery, steady_state
 
 RESULTS = Path(__file__).resolve().parent / "RESULTS.md"
 
@@ -39,6 +39,8 @@ def main() -> None:
     floor = recovery.cold_ddp_start_seconds()
     print("checkpoint overhead ...", flush=True)
     ckpt = checkpoint.measure(8 if args.quick else 16)
+    print(f"operator: {operator.JOBS} jobs x {operator.REPLICAS} replicas on the kwok rig ...", flush=True)
+    scale = operator.measure()
 
     lat_ratio = lat["torchjob"] / lat["torchrun"]
     sps_ratio = steady.torchjob_samples_per_second / steady.torchrun_samples_per_second
@@ -130,6 +132,34 @@ def main() -> None:
                 cli_times[verb] < 0.3,
             )
         )
+    scale_ratio = scale.operator_seconds / scale.indexed_job_seconds
+    verbs = ", ".join(f"{verb} {count / operator.JOBS:.1f}" for verb, count in sorted(scale.requests_by_verb.items()))
+    rows += [
+        _row(
+            f"operator: {operator.JOBS} jobs × {operator.REPLICAS} replicas submitted at once → all Pods Running (s)",
+            f"{scale.operator_seconds:.1f}",
+            f"Indexed Jobs (kube job controller) {scale.indexed_job_seconds:.1f}",
+            scale_ratio,
+            "ratio ≤ 1.5",
+            scale_ratio <= 1.5,
+        ),
+        _row(
+            "operator: API requests per job until Running",
+            f"{scale.requests_per_job:.1f} ({verbs})",
+            "",
+            None,
+            "≤ 20",
+            scale.requests_per_job <= 20,
+        ),
+        _row(
+            f"operator: peak RSS with {operator.JOBS} jobs (MB)",
+            f"{scale.peak_rss_mb:.0f}",
+            "",
+            None,
+            "< 150",
+            scale.peak_rss_mb < 150,
+        ),
+    ]
     stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d")
     machine = f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"
     table = "\n".join([f"Measured {stamp} on {machine} (`python -m bench`):", "", *rows])

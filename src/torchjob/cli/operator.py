@@ -42,7 +42,7 @@ def handle(args: argparse.Namespace) -> int:
         print("torchjob: --workers: must be at least 1", file=sys.stderr)
         return 2
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    logging.getLogger("httpx2").setLevel(logging.WARNING)
+    logging.getLogger("httpx").setLevel(logging.WARNING)
     settings = OperatorSettings(
         namespace=None if args.all_namespaces else args.namespace,
         workers=args.workers,

@@ -28,7 +28,7 @@ from torchjob.api.errors import JobFileError, ValidationError
 from torchjob.api.loading import job_from_mapping
 from torchjob.api.types import ConditionType, JobStatus
 from torchjob.backends.kubernetes.backend import KubernetesBackend, RequestCounter
-from torchjob.backends.kubernetes.cluster import PyTorchJobResource
+from torchjob.backends.kubernetes.cluster import PyTorchJobResource, as_dict
 from torchjob.controller.clock import Clock, SystemClock
 from torchjob.controller.loop import reconcile_once
 from torchjob.controller.workqueue import WorkQueue
@@ -124,7 +124,7 @@ class Operator:
                 )
                 self.health.synced.add(name)
                 for _, obj in stream:
-                    key = key_of(_as_dict(obj))
+                    key = key_of(as_dict(obj))
                     if key is not None:
                         self.queue.add(key)
                     if self.stopping.is_set():
@@ -139,7 +139,7 @@ class Operator:
             try:
                 self.counter.add("list")
                 for job in self.client.list(PyTorchJobResource, namespace=self.settings.namespace or ALL_NS):
-                    key = _job_key(_as_dict(job))
+                    key = _job_key(as_dict(job))
                     if key is not None:
                         self.queue.add(key)
             except Exception as err:  # noqa: BLE001 - the next resync tries again
@@ -164,7 +164,7 @@ class Operator:
         namespace, name = key
         self.counter.add("get")
         try:
-            wire = _as_dict(self.client.get(PyTorchJobResource, name, namespace=namespace))
+            wire = as_dict(self.client.get(PyTorchJobResource, name, namespace=namespace))
         except ApiError as err:
             if err.status.code == 404:
                 return  # deleted: its Pods and Services go with it (ownerReferences)
@@ -199,10 +199,6 @@ class Operator:
         self.backend.emit(
             metadata["namespace"], metadata["name"], metadata.get("uid"), Event("Warning", "InvalidSpec", message)
         )
-
-
-def _as_dict(obj: Any) -> dict[str, Any]:
-    return obj if isinstance(obj, dict) else obj.to_dict()
 
 
 def _job_key(obj: dict[str, Any]) -> JobKey | None:

@@ -19,7 +19,7 @@ from lightkube import ApiError
 from lightkube.resources.core_v1 import Pod
 
 from torchjob.api.types import PyTorchJob
-from torchjob.backends.kubernetes.cluster import PyTorchJobResource, connect
+from torchjob.backends.kubernetes.cluster import PyTorchJobResource, as_dict, connect
 from torchjob.backends.kubernetes.mapping import replica_of
 from torchjob.core import replicas
 from torchjob.core.times import parse_timestamp
@@ -118,7 +118,7 @@ class ClusterClient:
     def pods(self, name: str) -> builtins.list[dict[str, Any]]:
         """The job's Pods, Master first."""
         selector: dict[str, Any] = {replicas.LABEL_JOB_NAME: name}
-        pods = [p.to_dict() for p in self.client.list(Pod, namespace=self.namespace, labels=selector)]
+        pods = [as_dict(p) for p in self.client.list(Pod, namespace=self.namespace, labels=selector)]
         return sorted(pods, key=_replica_order)
 
     def logs(self, name: str, replica: str | None = None, attempt: int | None = None) -> str:

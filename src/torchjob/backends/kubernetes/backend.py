@@ -26,7 +26,7 @@ from lightkube.types import PatchType
 from torchjob.api import extensions
 from torchjob.api.types import PyTorchJob
 from torchjob.backends.kubernetes import crd, mapping
-from torchjob.backends.kubernetes.cluster import PyTorchJobResource
+from torchjob.backends.kubernetes.cluster import PyTorchJobResource, as_dict
 from torchjob.core import conditions, replicas
 from torchjob.core.actions import Action, CreateReplica, DeleteJob, DeleteReplica, Event
 from torchjob.core.observed import ReplicaObservation
@@ -63,7 +63,7 @@ class KubernetesBackend:
     def observe(self, job: PyTorchJob) -> list[ReplicaObservation]:
         self.counter.add("list")
         selector: dict[str, Any] = {replicas.LABEL_JOB_NAME: job.name, replicas.LABEL_OPERATOR: replicas.OPERATOR_NAME}
-        pods = [p.to_dict() for p in self.client.list(Pod, namespace=job.namespace, labels=selector)]
+        pods = [as_dict(p) for p in self.client.list(Pod, namespace=job.namespace, labels=selector)]
         # Only Pods this job object owns: a job deleted and created again under the same name starts afresh.
         owned = [p for p in pods if _owned_by(p, job.metadata.uid)]
         self._pods = {p["metadata"]["name"]: p for p in owned}

@@ -32,3 +32,8 @@ def connect(
     else:
         config = KubeConfig.from_service_account().get()
     return Client(config, namespace=namespace, field_manager=field_manager)
+
+
+def as_dict(obj: Any) -> dict[str, Any]:
+    """A lightkube object (typed model or generic resource) as the plain mapping the pure code works on."""
+    return obj if isinstance(obj, dict) else obj.to_dict()
