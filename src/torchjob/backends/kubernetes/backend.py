@@ -17,8 +17,6 @@ from datetime import datetime, timezone
 from typing import Any
 
 from lightkube import ApiError, Client
-from lightkube.models.core_v1 import EventSource, ObjectReference
-from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.core_v1 import Event as KubeEvent
 from lightkube.resources.core_v1 import Pod, Service
 from lightkube.types import PatchType
@@ -104,19 +102,27 @@ class KubernetesBackend:
     def emit(self, namespace: str, name: str, uid: str | None, event: Event) -> None:
         """A ``core/v1`` Event on the job (best effort: a pass never fails over one)."""
         now = timestamp(datetime.now(timezone.utc))
-        body = KubeEvent(
-            metadata=ObjectMeta(name=f"{name}.{secrets.token_hex(8)}", namespace=namespace),
-            involvedObject=ObjectReference(
-                apiVersion=f"{crd.GROUP}/{crd.VERSION}", kind=crd.KIND, name=name, namespace=namespace, uid=uid
-            ),
-            type=event.type,
-            reason=event.reason,
-            message=event.message[:1024],
-            source=EventSource(component=COMPONENT),
-            reportingComponent=COMPONENT,
-            firstTimestamp=now,  # type: ignore[arg-type]
-            lastTimestamp=now,  # type: ignore[arg-type]
-            count=1,
+        body = KubeEvent.from_dict(  # type: ignore[no-untyped-call]
+            {
+                "apiVersion": "v1",
+                "kind": "Event",
+                "metadata": {"name": f"{name}.{secrets.token_hex(8)}", "namespace": namespace},
+                "involvedObject": {
+                    "apiVersion": f"{crd.GROUP}/{crd.VERSION}",
+                    "kind": crd.KIND,
+                    "name": name,
+                    "namespace": namespace,
+                    "uid": uid,
+                },
+                "type": event.type,
+                "reason": event.reason,
+                "message": event.message[:1024],
+                "source": {"component": COMPONENT},
+                "reportingComponent": COMPONENT,
+                "firstTimestamp": now,
+                "lastTimestamp": now,
+                "count": 1,
+            }
         )
         self.counter.add("create")
         with contextlib.suppress(ApiError):
