@@ -169,6 +169,8 @@ class Operator:
             if err.status.code == 404:
                 return  # deleted: its Pods and Services go with it (ownerReferences)
             raise
+        if (wire.get("metadata") or {}).get("deletionTimestamp"):
+            return  # being deleted: the garbage collector removes its Pods and Services; creating more would fight it
         managed_by = ((wire.get("spec") or {}).get("runPolicy") or {}).get("managedBy")
         if managed_by and managed_by not in self.settings.managed_by:
             return
