@@ -32,10 +32,8 @@ class WorkQueue(Generic[Key]):
         with self._cv:
             if key in self._processing:
                 self._dirty.add(key)
-            elif key not in self._queued:
-                self._queued.add(key)
-                self._ready.append(key)
-                self._cv.notify()
+            else:
+                self._enqueue(key)
 
     def add_after(self, key: Key, seconds: float) -> None:
         if seconds <= 0:
@@ -66,10 +64,7 @@ class WorkQueue(Generic[Key]):
             self._processing.discard(key)
             if key in self._dirty:
                 self._dirty.discard(key)
-                if key not in self._queued:
-                    self._queued.add(key)
-                    self._ready.append(key)
-                    self._cv.notify()
+                self._enqueue(key)
 
     def close(self) -> None:
         with self._cv:
@@ -86,6 +81,12 @@ class WorkQueue(Generic[Key]):
             _, _, key = heapq.heappop(self._later)
             if key in self._processing:
                 self._dirty.add(key)
-            elif key not in self._queued:
-                self._queued.add(key)
-                self._ready.append(key)
+            else:
+                self._enqueue(key)
+
+    def _enqueue(self, key: Key) -> None:
+        """Make ``key`` ready (the lock is held)."""
+        if key not in self._queued:
+            self._queued.add(key)
+            self._ready.append(key)
+            self._cv.notify()
