@@ -201,8 +201,9 @@ def test_backoff_limit_is_enforced(rig: Rig, namespace: str, operator: OperatorP
 def test_active_deadline_is_enforced_by_a_timer_without_any_other_event(
     rig: Rig, namespace: str, operator: OperatorProcess
 ) -> None:
-    start(rig, namespace, job_manifest("slow", workers=1, run_policy={"activeDeadlineSeconds": 3}), replicas=2)
+    rig.apply(job_manifest("slow", workers=1, run_policy={"activeDeadlineSeconds": 3}), namespace)
     wait_state(rig, namespace, "slow", "Failed", timeout=60)
+    assert condition(rig, namespace, "slow", "Created") is not None  # it did start: the deadline ended it
     failed = condition(rig, namespace, "slow", "Failed")
     assert failed is not None and "deadline (3s)" in failed["message"]
 
