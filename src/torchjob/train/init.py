@@ -88,7 +88,15 @@ def _record_uncaught_exceptions() -> None:
 
 
 def shutdown() -> None:
+    """Leave the process group cleanly: every rank first waits for the others, then tears its group down.
+
+    Without the barrier a rank that finishes first closes its connections while a peer is still tearing
+    down, and gloo in that peer can abort the process (SIGABRT, "terminate called without an active
+    exception") after all its work is done.
+    """
     if dist.is_initialized():
+        with contextlib.suppress(RuntimeError):  # a peer already gone: nothing left to wait for
+            dist.barrier()
         dist.destroy_process_group()
 
 
