@@ -149,7 +149,7 @@ def main() -> None:
                 f,
             )
     print(f"Rank {rank}: training completed.", flush=True)
-    shutdown()
+    shutdown(exit_code=0)
 
 
 if __name__ == "__main__":

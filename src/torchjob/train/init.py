@@ -87,17 +87,25 @@ def _record_uncaught_exceptions() -> None:
     sys.excepthook = hook
 
 
-def shutdown() -> None:
-    """Leave the process group cleanly: every rank first waits for the others, then tears its group down.
+def shutdown(exit_code: int | None = None) -> None:
+    """Leave the process group cleanly; with ``exit_code``, also end the process right there.
 
-    Without the barrier a rank that finishes first closes its connections while a peer is still tearing
-    down, and gloo in that peer can abort the process (SIGABRT, "terminate called without an active
-    exception") after all its work is done.
+    Every rank first waits at a barrier for the others. Without it, a rank that finishes first closes its
+    connections while a peer is still tearing down, and gloo in that peer can abort the process (SIGABRT,
+    "terminate called without an active exception") after all its work is done. Even after the barrier
+    the teardown itself, or C++ destructors at interpreter exit, can still rarely abort; the last call of a
+    script should therefore be ``shutdown(exit_code=0)``. That skips the teardown and exits at once (like
+    ``os._exit``, after flushing stdout and stderr), so save and close what you keep before it.
     """
     if dist.is_initialized():
         with contextlib.suppress(RuntimeError):  # a peer already gone: nothing left to wait for
             dist.barrier()
-        dist.destroy_process_group()
+        if exit_code is None:
+            dist.destroy_process_group()
+    if exit_code is not None:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(exit_code)
 
 
 def _free_port() -> int:

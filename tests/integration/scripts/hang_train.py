@@ -38,5 +38,5 @@ for step in range(1, args.steps + 1):
     time.sleep(0.05)
 print(f"rank {ctx.rank}: done", flush=True)
 metrics.close()
-shutdown()
+shutdown(exit_code=0)
 sys.exit(0)

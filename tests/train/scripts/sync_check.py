@@ -1,7 +1,6 @@
 """Two ranks train one step on different data; with --no-wrap each trains its own model (the classic bug)."""
 
 import argparse
-import sys
 
 import torch
 from torch import nn
@@ -26,7 +25,6 @@ try:
     SyncCheck(model, ctx).after_step(1)
 except OutOfSyncError as err:
     print(f"OUT OF SYNC: {err}", flush=True)
-    shutdown()
-    sys.exit(3)
+    shutdown(exit_code=3)
 print(f"rank {ctx.rank}: in sync", flush=True)
-shutdown()
+shutdown(exit_code=0)
