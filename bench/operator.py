@@ -22,6 +22,7 @@ from tools import kube_rig
 
 from torchjob.api.loading import job_from_mapping
 from torchjob.backends.kubernetes.indexed_job import render
+from torchjob.testing import make_job
 
 ROOT = Path(__file__).resolve().parents[1]
 JOBS, REPLICAS = 100, 3
@@ -37,16 +38,7 @@ class OperatorResult:
 
 
 def job(name: str) -> dict[str, Any]:
-    def replica(count: int) -> dict[str, Any]:
-        container = {"name": "pytorch", "image": "example/train:1", "command": ["python", "train.py"]}
-        return {"replicas": count, "restartPolicy": "OnFailure", "template": {"spec": {"containers": [container]}}}
-
-    return {
-        "apiVersion": "kubeflow.org/v1",
-        "kind": "PyTorchJob",
-        "metadata": {"name": name},
-        "spec": {"pytorchReplicaSpecs": {"Master": replica(1), "Worker": replica(REPLICAS - 1)}},
-    }
+    return make_job(name).master().workers(REPLICAS - 1).restart_policy("OnFailure").wire()
 
 
 def _running(rig: kube_rig.Rig, namespace: str) -> int:

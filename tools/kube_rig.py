@@ -201,7 +201,8 @@ class RigState:
     processes: list[Process] = field(default_factory=list)
 
 
-def _free_port() -> int:
+def free_port() -> int:
+    """A TCP port free on loopback right now."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port: int = s.getsockname()[1]
@@ -356,7 +357,7 @@ def up(directory: Path | None = None, nodes: int = 2, timeout: float = 120) -> R
     directory.mkdir(parents=True, exist_ok=True)
     shm = Path("/dev/shm")
     etcd_data = Path(tempfile.mkdtemp(prefix="torchjob-etcd-", dir=shm if os.access(shm, os.W_OK) else directory))
-    ports = {n: _free_port() for n in ("etcd", "etcd_peer", "apiserver", "controller_manager", "scheduler", "kwok")}
+    ports = {n: free_port() for n in ("etcd", "etcd_peer", "apiserver", "controller_manager", "scheduler", "kwok")}
     state = RigState(str(directory), str(etcd_data), ports)
     _save(state)
     d = directory

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import os
 from typing import Any
 
 import torch
@@ -41,3 +43,11 @@ def evaluate(model: nn.Module, dataset: TensorDataset, device: torch.device | st
     for x, y in DataLoader(dataset, batch_size=500):
         correct += int((model(x.to(device)).argmax(1) == y.to(device)).sum())
     return correct / len(dataset)
+
+
+def save_results(model: nn.Module, model_dir: str, metrics: dict[str, Any]) -> None:
+    """Rank 0's outputs: the trained weights (``mnist_cnn.pt``) and a ``metrics.json`` summary."""
+    os.makedirs(model_dir, exist_ok=True)
+    torch.save(model.state_dict(), os.path.join(model_dir, "mnist_cnn.pt"))
+    with open(os.path.join(model_dir, "metrics.json"), "w") as f:
+        json.dump(metrics, f)

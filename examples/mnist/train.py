@@ -11,7 +11,6 @@ Compared with train_plain.py (the hand-written Kubeflow-style version), this scr
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 import time
@@ -20,7 +19,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from mnist_data import load
-from model import Net, evaluate, to_dataset
+from model import Net, evaluate, save_results, to_dataset
 
 from torchjob.train import BatchPlan, Checkpointer, MetricsLogger, SyncCheck, init, shard, shutdown, wrap
 
@@ -134,20 +133,18 @@ def main() -> None:
     if ctx.is_main:
         accuracy = evaluate(model.module, to_dataset(test_images, test_labels), ctx.device)
         print(f"Rank 0: test accuracy={accuracy:.4f} on {len(test_labels)} held-out digits", flush=True)
-        os.makedirs(args.model_dir, exist_ok=True)
-        torch.save(model.module.state_dict(), os.path.join(args.model_dir, "mnist_cnn.pt"))
-        with open(os.path.join(args.model_dir, "metrics.json"), "w") as f:
-            json.dump(
-                {
-                    "accuracy": accuracy,
-                    "world_size": ctx.world_size,
-                    "epochs": args.epochs,
-                    "effective_batch": plan.effective_batch,
-                    "samples_per_second_rank0": samples / elapsed,
-                    "train_seconds": elapsed,
-                },
-                f,
-            )
+        save_results(
+            model.module,
+            args.model_dir,
+            {
+                "accuracy": accuracy,
+                "world_size": ctx.world_size,
+                "epochs": args.epochs,
+                "effective_batch": plan.effective_batch,
+                "samples_per_second_rank0": samples / elapsed,
+                "train_seconds": elapsed,
+            },
+        )
     print(f"Rank {rank}: training completed.", flush=True)
     shutdown(exit_code=0)
 

@@ -8,7 +8,6 @@ are averaged by DDP, and rank 0 evaluates on held-out digits and saves the model
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import time
 
@@ -16,7 +15,7 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 from mnist_data import load
-from model import Net, evaluate, to_dataset
+from model import Net, evaluate, save_results, to_dataset
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader
 from torch.utils.data.distributed import DistributedSampler
@@ -86,19 +85,17 @@ def main() -> None:
     if rank == 0:
         accuracy = evaluate(model.module, to_dataset(test_images, test_labels))
         print(f"Rank 0: test accuracy={accuracy:.4f} on {len(test_labels)} held-out digits", flush=True)
-        os.makedirs(args.model_dir, exist_ok=True)
-        torch.save(model.module.state_dict(), os.path.join(args.model_dir, "mnist_cnn.pt"))
-        with open(os.path.join(args.model_dir, "metrics.json"), "w") as f:
-            json.dump(
-                {
-                    "accuracy": accuracy,
-                    "world_size": world,
-                    "epochs": args.epochs,
-                    "samples_per_second_rank0": samples / elapsed,
-                    "train_seconds": elapsed,
-                },
-                f,
-            )
+        save_results(
+            model.module,
+            args.model_dir,
+            {
+                "accuracy": accuracy,
+                "world_size": world,
+                "epochs": args.epochs,
+                "samples_per_second_rank0": samples / elapsed,
+                "train_seconds": elapsed,
+            },
+        )
     print(f"Rank {rank}: training completed.", flush=True)
     dist.destroy_process_group()
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import re
 import secrets
-import socket
 import subprocess
 import sys
 import time
@@ -61,7 +60,7 @@ class OperatorProcess:
 
     def __init__(self, rig: kube_rig.Rig, kubeconfig: Path, log: Path) -> None:
         self.rig, self.kubeconfig, self.log = rig, kubeconfig, log
-        self.health_port = _free_port()
+        self.health_port = kube_rig.free_port()
         self.process: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
@@ -102,12 +101,6 @@ class OperatorProcess:
         if self.process is not None and self.process.poll() is None:
             self.process.terminate()
             self.process.wait(timeout=30)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.fixture(scope="session")

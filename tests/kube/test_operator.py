@@ -13,6 +13,7 @@ from tools.kube_rig import Rig
 
 from tests.kube.conftest import OperatorProcess
 from tests.kube.test_rig import wait_until
+from torchjob.testing import make_job
 
 
 def job_manifest(
@@ -22,22 +23,13 @@ def job_manifest(
     restart_policy: str = "ExitCode",
     run_policy: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    def replica(count: int) -> dict[str, Any]:
-        return {
-            "replicas": count,
-            "restartPolicy": restart_policy,
-            "template": {
-                "spec": {"containers": [{"name": "pytorch", "image": "example/train:1", "command": ["python", "t.py"]}]}
-            },
-        }
-
-    specs = {"Worker": replica(workers)}
+    builder = make_job(name)
     if master:
-        specs = {"Master": replica(1), **specs}
-    spec: dict[str, Any] = {"pytorchReplicaSpecs": specs}
+        builder.master()
+    builder.workers(workers).restart_policy(restart_policy)
     if run_policy:
-        spec["runPolicy"] = run_policy
-    return {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "metadata": {"name": name}, "spec": spec}
+        builder.run_policy(**run_policy)
+    return builder.wire()
 
 
 def get_job(rig: Rig, namespace: str, name: str) -> dict[str, Any]:

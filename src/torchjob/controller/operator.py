@@ -113,7 +113,7 @@ class Operator:
     def _watch(
         self, resource: Any, labels: dict[str, Any] | None, key_of: Callable[[dict[str, Any]], JobKey | None]
     ) -> None:
-        name = "watch-jobs" if resource is PyTorchJobResource else "watch-pods"
+        name = threading.current_thread().name  # watch-jobs | watch-pods, what readiness tracks
         while not self.stopping.is_set():
             try:
                 self.counter.add("watch")
