@@ -3,6 +3,9 @@
 Started by the local backend as the leader of a new process group, it:
 - asks the kernel to send it SIGTERM when its parent (the torchjob controller) dies (PR_SET_PDEATHSIG);
 - runs the replica's command as its child, in the same process group;
+- adopts every orphan of that command (PR_SET_CHILD_SUBREAPER): torchrun starts its workers in sessions of
+  their own, so a process-group signal does not reach them, and a killed agent would leave them running;
+- once the command has ended, kills whatever it left behind, in its group or below it in the process tree;
 - when the controller is gone, passes SIGTERM to the whole group, then SIGKILL after the grace period;
 - writes how the command ended (exit code or signal, and when) to a status file, atomically.
 
@@ -19,6 +22,7 @@ import sys
 import time
 
 PR_SET_PDEATHSIG = 1
+PR_SET_CHILD_SUBREAPER = 36
 
 
 def main() -> int:
@@ -26,7 +30,9 @@ def main() -> int:
     command = sys.argv[sys.argv.index("--") + 1 :]
     # Not on Linux there is no prctl: the controller's own cleanup still applies.
     with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+        libc.prctl(PR_SET_CHILD_SUBREAPER, 1)
     if os.getppid() != parent:
         return 1  # the controller died before we could watch it
 
@@ -40,7 +46,7 @@ def main() -> int:
             return
         forwarded = True
         _signal_group(signal.SIGTERM)
-        signal.signal(signal.SIGALRM, lambda *_: _signal_group(signal.SIGKILL))
+        signal.signal(signal.SIGALRM, lambda *_: _kill_everything_below())
         signal.setitimer(signal.ITIMER_REAL, max(grace, 0.01))
 
     signal.signal(signal.SIGTERM, on_term)
@@ -73,9 +79,38 @@ def main() -> int:
         result["exitCode"] = os.WEXITSTATUS(wait_status)
         code = os.WEXITSTATUS(wait_status)
     _write_json(status_file, result)
-    # Leave nothing of the group behind (a command's own children, say).
-    _signal_group(signal.SIGKILL, spare_self=True)
+    # Leave nothing behind: a command's own children, in its group or in sessions of their own.
+    _kill_everything_below()
     return code
+
+
+def descendants(root: int) -> list[int]:
+    """Every live process below ``root`` in the process tree, read from /proc (empty where there is none)."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc") if os.path.isdir("/proc") else []:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                # The command name may hold spaces and parentheses; the fields after the last ')' do not.
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        children.setdefault(ppid, []).append(int(entry))
+    found: list[int] = []
+    todo = list(children.get(root, []))
+    while todo:
+        pid = todo.pop()
+        found.append(pid)
+        todo += children.get(pid, [])
+    return found
+
+
+def _kill_everything_below() -> None:
+    _signal_group(signal.SIGKILL, spare_self=True)
+    for pid in descendants(os.getpid()):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGKILL)
 
 
 def _signal_group(signum: int, spare_self: bool = False) -> None:
