@@ -21,6 +21,7 @@ from torchjob.api.types import (
 
 DEFAULT_NAMESPACE = "default"
 DEFAULT_NPROC_PER_NODE = "auto"
+DEFAULT_ELASTIC_MAX_RESTARTS = 100
 
 
 def with_defaults(job: PyTorchJob) -> PyTorchJob:
@@ -54,6 +55,10 @@ def with_defaults(job: PyTorchJob) -> PyTorchJob:
             elastic.min_replicas = elastic.max_replicas = count
         if elastic.rdzv_backend is None:
             elastic.rdzv_backend = "c10d"
+        if elastic.max_restarts is None:
+            # torchrun's own default is 0, with which the first member lost ends the whole group: the
+            # survivors' agents give up instead of re-forming it. Membership changes are what elastic is for.
+            elastic.max_restarts = DEFAULT_ELASTIC_MAX_RESTARTS
     return job
 
 

@@ -22,6 +22,9 @@ DEFAULT_TERMINATION_GRACE = 10.0
 # Seconds without progress (torchjob.train heartbeats) after which an attempt counts as hung and restarts.
 PROGRESS_DEADLINE = PREFIX + "progress-deadline-seconds"
 
+# Seconds before a lost Worker of an elastic job is replaced (it rejoins the running group then).
+REPLACEMENT_DELAY = PREFIX + "replacement-delay-seconds"
+
 # Restarts allowed when spec.runPolicy.backoffLimit is unset. Kubeflow restarts forever then; a crash-looping
 # script would hold its machines indefinitely, so torchjob follows batch/v1 Job's default instead.
 DEFAULT_BACKOFF_LIMIT = 6
@@ -46,4 +49,5 @@ ANNOTATION_RULES: dict[str, Callable[[str], str | None]] = {
     SUCCESS_POLICY: _one_of(SUCCESS_POLICIES),
     TERMINATION_GRACE: _non_negative_number,
     PROGRESS_DEADLINE: _non_negative_number,
+    REPLACEMENT_DELAY: _non_negative_number,
 }

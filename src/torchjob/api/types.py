@@ -177,6 +177,10 @@ class JobStatus(_OpenWire):
     attempt: int = 0
     restart_count: int = 0
     attempts: list[AttemptRecord] = Field(default_factory=list)
+    # Elastic jobs: Workers lost, added or removed while the group ran on (never failures), and when each
+    # lost Worker's replacement may start.
+    membership_changes: int = 0
+    replacement_due: dict[str, str] = Field(default_factory=dict)
 
 
 class PyTorchJob(_Wire):

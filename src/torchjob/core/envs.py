@@ -26,6 +26,9 @@ class Addressing:
     rdzv_host: str
     rdzv_port: int
     rdzv_id: str | None = None
+    # rdzvConf entries the backend adds where the job sets no value of its own (e.g. the local backend's
+    # shorter keep-alive and last-call timeouts, and is_host=false because it hosts the store itself).
+    rdzv_conf_defaults: tuple[tuple[str, str], ...] = ()
 
 
 def world_size(job: PyTorchJob) -> int:
@@ -63,10 +66,16 @@ def replica_env(job: PyTorchJob, replica: ReplicaId, attempt: int, addressing: A
         rdzv_id = addressing.rdzv_id or elastic.rdzv_id
         if rdzv_id:
             env.append(("PET_RDZV_ID", rdzv_id))
-        if elastic.rdzv_conf:
-            env.append(("PET_RDZV_CONF", ",".join(f"{c.key}={c.value}" for c in elastic.rdzv_conf)))
+        conf = [(c.key, c.value) for c in elastic.rdzv_conf or []]
+        conf += [(k, v) for k, v in addressing.rdzv_conf_defaults if k not in {key for key, _ in conf}]
+        if conf:
+            env.append(("PET_RDZV_CONF", ",".join(f"{k}={v}" for k, v in conf)))
         if elastic.standalone:
             env.append(("PET_STANDALONE", ""))
+        # Since torch 2.5 torchrun hands its rendezvous store to the workers, and a worker group restarted
+        # after a membership change can then wait forever for keys the new rank 0 never writes
+        # (pytorch/pytorch#135712). The per-round store of earlier releases has no such problem.
+        env.append(("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "1"))
     nproc = job.spec.nproc_per_node
     if nproc is None and elastic is not None and elastic.n_proc_per_node is not None:
         nproc = str(elastic.n_proc_per_node)

@@ -25,8 +25,8 @@ from torchjob.api.types import (
 from torchjob.core import conditions
 from torchjob.core.actions import Action, CreateReplica, DeleteReplica, Event, Plan
 from torchjob.core.observed import Phase, ReplicaObservation
-from torchjob.core.policies import backoff, cleanup, deadline, progress, restart, success
-from torchjob.core.replicas import expected_replicas, selector
+from torchjob.core.policies import backoff, cleanup, deadline, elastic, progress, restart, success
+from torchjob.core.replicas import ReplicaId, expected_replicas, selector
 from torchjob.core.times import parse_timestamp, timestamp
 
 
@@ -79,7 +79,7 @@ class _Planner:
         self._wake_at(deadline.deadline(self.job, self.status))
 
         self._remove_stale_attempts()
-        current = self._current()
+        current = self._membership_changes(self._current())
         verdict = restart.judge_failures(self.job, current)
         if verdict is not None:
             self._on_failure(verdict)
@@ -119,6 +119,7 @@ class _Planner:
         # Resuming starts a fresh group and a fresh deadline (Kubeflow resets startTime on resume).
         self._close_attempt("suspended")
         self.status.attempt += 1
+        self.status.replacement_due = {}
         self.status.start_time = None
         self._count_replicas([])
 
@@ -156,6 +157,7 @@ class _Planner:
         self._close_attempt(cause)
         self._stop_all(self._current(), f"group restart after attempt {attempt + 1}")
         self.status.attempt += 1
+        self.status.replacement_due = {}
         if counted:
             self.status.restart_count += 1
         self._count_replicas([])
@@ -175,6 +177,33 @@ class _Planner:
         self._close_attempt("succeeded")
         self._finished()
 
+    def _membership_changes(self, current: list[ReplicaObservation]) -> list[ReplicaObservation]:
+        """Elastic jobs: let lost and surplus Workers go without ending the attempt. Returns the rest."""
+        lost = elastic.lost_members(self.job, current)
+        surplus = elastic.surplus_members(self.job, [o for o in current if o not in lost])
+        leaving = lost + surplus
+        if not leaving:
+            return current
+        remaining = elastic.remaining_workers(current, leaving)
+        minimum = self.job.spec.elastic_policy.min_replicas if self.job.spec.elastic_policy else None
+        delay = elastic.replacement_delay(self.job)
+        for o in lost:
+            due = self.now + delay
+            self.status.replacement_due[str(o.replica)] = timestamp(due)
+            self._wake_at(due)
+            message = (
+                f"{o.describe()}; the group carries on with {remaining} Worker(s) (minReplicas {minimum}), "
+                f"and a replacement joins in {delay.total_seconds():g}s"
+            )
+            self.events.append(Event("Warning", "MemberLost", message))
+            self.actions.append(DeleteReplica(o.replica, o.attempt, "a lost member of the elastic group"))
+        for o in surplus:
+            target = elastic.target_workers(self.job)
+            self.events.append(Event("Normal", "ScaledDown", f"{o.replica} leaves: scaled to {target} Worker(s)"))
+            self.actions.append(DeleteReplica(o.replica, o.attempt, f"scaled down to {target} Worker(s)"))
+        self.status.membership_changes += len(leaving)
+        return [o for o in current if o not in leaving]
+
     # -- replicas -------------------------------------------------------------------------------------
 
     def _current(self) -> list[ReplicaObservation]:
@@ -193,14 +222,29 @@ class _Planner:
         # and no member of the old group can hold resources the new one needs.
         if any(o.attempt != self.status.attempt for o in self.observed):
             return
-        missing = [r for r in expected_replicas(self.job) if r not in present]
+        missing = [r for r in expected_replicas(self.job) if r not in present and not self._replacement_waits(r)]
         self.actions += [CreateReplica(r, self.status.attempt) for r in missing]
+        if missing and any(o.phase.live and not o.stopping for o in current):
+            # Joining a group that is already running: a scale-up or a lost member's replacement.
+            self.status.membership_changes += len(missing)
+            for r in missing:
+                self.events.append(Event("Normal", "MemberAdded", f"{r} joins the running group"))
+        for r in missing:
+            self.status.replacement_due.pop(str(r), None)
         if missing or current:
             if self.status.start_time is None:
                 self.status.start_time = timestamp(self.now)
                 self._wake_at(deadline.deadline(self.job, self.status))
             if not any(a.attempt == self.status.attempt for a in self.status.attempts):
                 self.status.attempts.append(AttemptRecord(attempt=self.status.attempt, start_time=timestamp(self.now)))
+
+    def _replacement_waits(self, replica: ReplicaId) -> bool:
+        """A lost member's replacement waits until its due time (the planner wakes up then)."""
+        due = self.status.replacement_due.get(str(replica))
+        if due is None or parse_timestamp(due) <= self.now:
+            return False
+        self._wake_at(parse_timestamp(due))
+        return True
 
     def _mark_running(self, current: list[ReplicaObservation]) -> None:
         phases = {o.replica: o.phase for o in current}

@@ -40,8 +40,18 @@ def expected_replicas(job: PyTorchJob) -> list[ReplicaId]:
     for rtype in REPLICA_ORDER:
         spec = job.spec.pytorch_replica_specs.get(rtype)
         if spec is not None:
-            slots += [ReplicaId(rtype, i) for i in range(spec.replicas or 0)]
+            slots += [ReplicaId(rtype, i) for i in range(replica_count(job, rtype))]
     return slots
+
+
+def replica_count(job: PyTorchJob, replica_type: ReplicaType) -> int:
+    """How many replicas of a type the job has; an elastic job's Workers stay within [min, max]."""
+    spec = job.spec.pytorch_replica_specs.get(replica_type)
+    count = (spec.replicas or 0) if spec is not None else 0
+    elastic = job.spec.elastic_policy
+    if elastic is not None and replica_type is ReplicaType.WORKER and count:
+        count = max(elastic.min_replicas or count, min(elastic.max_replicas or count, count))
+    return count
 
 
 def total_replicas(job: PyTorchJob) -> int:

@@ -118,6 +118,9 @@ def _status() -> dict[str, Any]:
             "attempt": {"type": "integer"},
             "restartCount": {"type": "integer"},
             "attempts": {"type": "array", "items": attempt},
+            # Elastic jobs: members lost, added or removed without a restart; when lost ones are replaced.
+            "membershipChanges": {"type": "integer"},
+            "replacementDue": {"type": "object", "additionalProperties": _TIME},
         },
     }
 

@@ -43,7 +43,11 @@ def is_retryable(policy: RestartPolicy, observation: ReplicaObservation) -> bool
 
 
 def judge_failures(job: PyTorchJob, attempt: list[ReplicaObservation]) -> FailureVerdict | None:
-    """The verdict on an attempt's failures, or None when nothing failed (yet)."""
+    """The verdict on an attempt's failures, or None when nothing failed (yet).
+
+    A replica torchjob itself is stopping (scaled down, replaced) is not failing, whatever its exit.
+    """
+    attempt = [o for o in attempt if not o.stopping]
     if not any(o.phase is Phase.FAILED for o in attempt):
         return None
     candidates = [o for o in attempt if o.phase is Phase.FAILED or (o.phase.live and o.disrupted_at)]

@@ -1,0 +1,94 @@
+"""Elastic policy: which membership changes a running elastic group absorbs without a restart.
+
+An elastic job's replicas are torchrun agents that re-form the group among themselves whenever a member
+joins or leaves (``PET_NNODES=min:max``). So for a job with ``spec.elasticPolicy``:
+
+- the Worker count is a target within [minReplicas, maxReplicas]; ``torchjob scale`` changes it. Workers
+  above the target are stopped, the highest index first; missing ones are started into the running group;
+- a Worker lost to a retryable failure, while at least minReplicas Workers remain, is a *membership change*,
+  not a failure: the group carries on with the rest, and a replacement joins it after a delay (like the
+  kubelet's first crash-loop back-off, and like a real cluster, where a lost node's replacement takes time);
+- with fewer than minReplicas left, the loss is an ordinary failure of the attempt (restart policy, backoff).
+
+Membership changes are counted in ``status.membershipChanges``, never in ``status.restartCount``.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from torchjob.api import extensions
+from torchjob.api.types import PyTorchJob, ReplicaType
+from torchjob.core.observed import Phase, ReplicaObservation
+from torchjob.core.policies.restart import is_retryable, restart_policy_of
+from torchjob.core.replicas import replica_count
+
+# Seconds before a lost Worker's replacement starts, unless the annotation says otherwise.
+DEFAULT_REPLACEMENT_DELAY = 10.0
+
+
+def is_elastic(job: PyTorchJob) -> bool:
+    return job.spec.elastic_policy is not None
+
+
+def target_workers(job: PyTorchJob) -> int:
+    """How many Workers the job should have now: the spec's count, within the elastic bounds if any."""
+    return replica_count(job, ReplicaType.WORKER)
+
+
+def replacement_delay(job: PyTorchJob) -> timedelta:
+    value = job.annotation(extensions.REPLACEMENT_DELAY)
+    return timedelta(seconds=float(value) if value else DEFAULT_REPLACEMENT_DELAY)
+
+
+def _workers(current: list[ReplicaObservation]) -> list[ReplicaObservation]:
+    return [o for o in current if o.replica.replica_type is ReplicaType.WORKER and not o.stopping]
+
+
+def lost_members(job: PyTorchJob, current: list[ReplicaObservation]) -> list[ReplicaObservation]:
+    """Workers of an elastic job that failed but that the group can do without (empty when it cannot)."""
+    elastic = job.spec.elastic_policy
+    if elastic is None:
+        return []
+    workers = _workers(current)
+    lost = [o for o in workers if o.phase is Phase.FAILED and is_retryable(restart_policy_of(job, o), o)]
+    remaining = [o for o in workers if o.phase.live]
+    return lost if lost and len(remaining) >= (elastic.min_replicas or 1) else []
+
+
+def surplus_members(job: PyTorchJob, current: list[ReplicaObservation]) -> list[ReplicaObservation]:
+    """Live Workers above the target count (after a scale-down), highest index first."""
+    if not is_elastic(job):
+        return []
+    target = target_workers(job)
+    extra = [o for o in _workers(current) if o.phase.live and o.replica.index >= target]
+    return sorted(extra, key=lambda o: o.replica.index, reverse=True)
+
+
+def remaining_workers(current: list[ReplicaObservation], leaving: list[ReplicaObservation]) -> int:
+    gone = {o.replica for o in leaving}
+    return sum(o.phase.live and o.replica not in gone for o in _workers(current))
+
+
+def scale_problem(job: PyTorchJob, workers: int) -> str | None:
+    """Why ``job`` cannot be scaled to ``workers`` Workers now, in one line; None when it can."""
+    from torchjob.core import conditions
+
+    elastic = job.spec.elastic_policy
+    if elastic is None:
+        return (
+            f"job {job.name!r} has no spec.elasticPolicy: a fixed DDP group cannot change size while it runs; "
+            "add elasticPolicy (minReplicas, maxReplicas) and launch with torchrun"
+        )
+    low, high = elastic.min_replicas or 1, elastic.max_replicas or workers
+    if not low <= workers <= high:
+        return f"--workers: must be within the job's elasticPolicy bounds [{low}, {high}], got {workers}"
+    if conditions.is_finished(job.status):
+        return f"job {job.name!r} has already finished ({conditions.state(job.status)})"
+    return None
+
+
+def with_workers(data: dict[str, Any], workers: int) -> None:
+    """Set the Worker count in a job's wire mapping (in place)."""
+    data["spec"]["pytorchReplicaSpecs"]["Worker"]["replicas"] = workers

@@ -1,0 +1,111 @@
+"""The elastic policy in the planner: membership changes inside a running attempt are not failures."""
+
+from __future__ import annotations
+
+import signal
+
+from tests.unit.test_planning import at, creates, deletes, step
+from torchjob.api.types import PyTorchJob, ReplicaType
+from torchjob.core.envs import Addressing, replica_env
+from torchjob.core.replicas import ReplicaId, expected_replicas
+from torchjob.testing import failed, make_job, running
+
+
+def elastic_job(workers: int = 3, low: int = 2, high: int = 4) -> PyTorchJob:
+    return make_job("el").workers(workers).elastic(minReplicas=low, maxReplicas=high).build()
+
+
+def started(job: PyTorchJob) -> PyTorchJob:
+    job, result = step(job, [])
+    assert creates(result) == [f"worker-{i}@0" for i in range(len(expected_replicas(job)))]
+    return job
+
+
+def scaled(job: PyTorchJob, workers: int) -> PyTorchJob:
+    data = job.to_wire()
+    data["spec"]["pytorchReplicaSpecs"]["Worker"]["replicas"] = workers
+    return PyTorchJob.model_validate(data)
+
+
+def test_a_lost_worker_above_min_is_a_membership_change_replaced_after_the_delay() -> None:
+    job = started(elastic_job())
+    lost = failed("worker-1", signal=signal.SIGKILL, at=at(4))
+    job, result = step(job, [running("worker-0"), lost, running("worker-2")], at(5))
+    assert deletes(result) == ["worker-1@0"]
+    assert creates(result) == []
+    assert (job.status.attempt, job.status.restart_count, job.status.membership_changes) == (0, 0, 1)
+    assert [e.reason for e in result.events] == ["MemberLost"]
+    assert "worker-1 was killed by SIGKILL" in result.events[0].message
+    assert "carries on with 2 Worker(s) (minReplicas 2)" in result.events[0].message
+    assert result.requeue_at == at(15)
+    # Before the delay the slot stays empty; after it the replacement joins the running attempt.
+    survivors = [running("worker-0"), running("worker-2")]
+    job, result = step(job, survivors, at(10))
+    assert creates(result) == [] and result.requeue_at == at(15)
+    job, result = step(job, survivors, at(15))
+    assert creates(result) == ["worker-1@0"]
+    assert job.status.membership_changes == 2 and job.status.replacement_due == {}
+    assert [e.reason for e in result.events] == ["MemberAdded"]
+
+
+def test_losing_a_worker_below_min_is_a_failure_of_the_attempt() -> None:
+    job = started(elastic_job(workers=2, low=2))
+    job, result = step(job, [running("worker-0"), failed("worker-1", signal=signal.SIGKILL, at=at(4))], at(5))
+    assert (job.status.attempt, job.status.restart_count, job.status.membership_changes) == (1, 1, 0)
+    assert deletes(result) == ["worker-0@0", "worker-1@0"]
+
+
+def test_a_permanent_failure_is_not_absorbed() -> None:
+    job = make_job("el").workers(3).restart_policy("ExitCode").elastic(minReplicas=1, maxReplicas=3).build()
+    job = started(job)
+    job, _ = step(job, [running("worker-0"), failed("worker-1", exit_code=2, at=at(4)), running("worker-2")], at(5))
+    assert job.status.conditions[-1].type.value == "Failed"
+    assert job.status.membership_changes == 0
+
+
+def test_scale_down_stops_the_highest_workers_and_scale_up_starts_new_ones() -> None:
+    job = started(elastic_job(workers=4, low=1, high=4))
+    all_four = [running(f"worker-{i}") for i in range(4)]
+    job, result = step(scaled(job, 2), all_four, at(1))
+    assert deletes(result) == ["worker-2@0", "worker-3@0"]
+    assert [e.reason for e in result.events] == ["ScaledDown", "ScaledDown"]
+    assert job.status.membership_changes == 2
+    # While they stop, nothing is asked twice, and their exit is no failure.
+    leaving = [running("worker-0"), running("worker-1"), failed("worker-2", stopping=True, at=at(2))]
+    job, result = step(job, [*leaving, running("worker-3", stopping=True)], at(2))
+    assert result.actions == [] and job.status.restart_count == 0 and job.status.membership_changes == 2
+    job, result = step(scaled(job, 3), [running("worker-0"), running("worker-1")], at(3))
+    assert creates(result) == ["worker-2@0"]
+    assert job.status.membership_changes == 3 and job.status.attempt == 0
+
+
+def test_the_worker_count_stays_within_min_and_max() -> None:
+    job = elastic_job(workers=3, low=2, high=4)
+    assert len(expected_replicas(scaled(job, 9))) == 4
+    assert len(expected_replicas(scaled(job, 1))) == 2
+
+
+def test_a_group_restart_forgets_pending_replacements() -> None:
+    job = started(elastic_job(workers=3, low=2))
+    job, _ = step(
+        job, [running("worker-0"), failed("worker-1", signal=signal.SIGKILL, at=at(4)), running("worker-2")], at(5)
+    )
+    assert "worker-1" in job.status.replacement_due
+    job, _ = step(job, [running("worker-0"), failed("worker-2", signal=signal.SIGKILL, at=at(6))], at(6))
+    assert job.status.attempt == 1 and job.status.replacement_due == {}
+
+
+def test_elastic_env_disables_torchruns_shared_store_and_merges_rdzv_conf_defaults() -> None:
+    job = (
+        make_job("el")
+        .workers(2)
+        .elastic(minReplicas=1, maxReplicas=2, rdzvConf=[{"key": "last_call_timeout", "value": "9"}])
+    )
+    addressing = Addressing(
+        "h", 1, "h", 2, "el-0", rdzv_conf_defaults=(("is_host", "false"), ("last_call_timeout", "2"))
+    )
+    env = dict(replica_env(job.build(), ReplicaId(ReplicaType.WORKER, 0), 0, addressing))
+    assert env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] == "1"
+    # The job's own value wins over the backend's default.
+    assert env["PET_RDZV_CONF"] == "last_call_timeout=9,is_host=false"
+    assert env["PET_NNODES"] == "1:2" and env["PET_RDZV_ID"] == "el-0"
