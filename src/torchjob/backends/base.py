@@ -11,6 +11,10 @@ from torchjob.core.observed import ReplicaObservation
 
 
 class Backend(Protocol):
+    def refresh(self, job: PyTorchJob) -> PyTorchJob:
+        """The job as it is to be planned now, with changes asked for since the last pass (e.g. a scale)."""
+        ...
+
     def observe(self, job: PyTorchJob) -> list[ReplicaObservation]:
         """The job's replicas as they are now, of every attempt that still has one."""
         ...

@@ -47,6 +47,14 @@ def summary(wire: dict[str, Any]) -> str:
         f"Age:       {human_age(age)}",
         f"Attempt:   {status.get('attempt', 0) + 1} ({status.get('restartCount', 0)} restarts)",
     ]
+    elastic = wire.get("spec", {}).get("elasticPolicy")
+    if elastic is not None:
+        workers = wire["spec"]["pytorchReplicaSpecs"].get("Worker", {}).get("replicas", 1)
+        lines.append(
+            f"Elastic:   {workers} Worker(s) wanted, {elastic.get('minReplicas', workers)}–"
+            f"{elastic.get('maxReplicas', workers)} allowed; {status.get('membershipChanges', 0)} membership "
+            "changes (not failures)"
+        )
     for rtype, counts in status.get("replicaStatuses", {}).items():
         lines.append(
             f"{rtype + ':':<10} {counts.get('active', 0)} active, {counts.get('succeeded', 0)} succeeded, "

@@ -10,10 +10,10 @@ import argparse
 import sys
 
 from torchjob import __version__
-from torchjob.cli import delete, get, listing, logs, metrics, operator, render, run, submit, validate
+from torchjob.cli import delete, get, listing, logs, metrics, operator, render, run, scale, submit, validate
 
 EXIT_OK, EXIT_FAILED, EXIT_INVALID = 0, 1, 2
-VERBS = (run, validate, render, submit, listing, get, logs, metrics, delete, operator)
+VERBS = (run, validate, render, submit, listing, get, logs, metrics, scale, delete, operator)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -22,6 +22,8 @@ from torchjob.core import conditions
 from torchjob.core.actions import Event
 
 _STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+# What `torchjob scale` sends a job's controller: look at the job again now, not at the next timeout.
+WAKE_SIGNAL = signal.SIGUSR1
 
 
 class Interrupted(Exception):
@@ -45,7 +47,7 @@ def supervise(
     backend.state.controller_started_at = time.time()
     store.write_state(name, backend.state)
     try:
-        with _signals_raise_interrupted():
+        with _signals_raise_interrupted(), _woken_by(WAKE_SIGNAL, backend):
             job = run_until_done(job, backend, on_pass=on_pass)
     except Interrupted as interrupted:
         with _signals_ignored():
@@ -84,6 +86,25 @@ def _signals_raise_interrupted() -> Iterator[None]:
     finally:
         for s, h in previous.items():
             signal.signal(s, h)
+
+
+@contextmanager
+def _woken_by(signum: int, backend: LocalBackend) -> Iterator[None]:
+    """Make ``signum`` wake the backend's wait: the signal module writes a byte to a pipe it selects on."""
+    read_end, write_end = os.pipe()
+    os.set_blocking(read_end, False)
+    os.set_blocking(write_end, False)
+    previous_handler = signal.signal(signum, lambda *_: None)
+    previous_fd = signal.set_wakeup_fd(write_end, warn_on_full_buffer=False)
+    backend.wake_fd = read_end
+    try:
+        yield
+    finally:
+        signal.set_wakeup_fd(previous_fd)
+        signal.signal(signum, previous_handler)
+        backend.wake_fd = None
+        os.close(read_end)
+        os.close(write_end)
 
 
 @contextmanager

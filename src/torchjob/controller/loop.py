@@ -29,6 +29,7 @@ class PassResult:
 
 def reconcile_once(job: PyTorchJob, backend: Backend, clock: Clock) -> PassResult:
     """One pass: the job with its new status, what was observed, whether the job is done."""
+    job = backend.refresh(job)
     observed = backend.observe(job)
     result = plan(job, observed, clock.now())
     backend.execute(job, result.actions)

@@ -17,6 +17,7 @@ from typing import Any
 
 from lightkube import ApiError
 from lightkube.resources.core_v1 import Pod
+from lightkube.types import PatchType
 
 from torchjob.api.types import PyTorchJob
 from torchjob.backends.kubernetes.cluster import PyTorchJobResource, as_dict, connect
@@ -104,6 +105,20 @@ class ClusterClient:
             if deadline is not None and time.monotonic() > deadline:
                 raise SdkError(f"job {name!r} did not finish within {timeout:.0f}s")
             time.sleep(poll)
+
+    def scale(self, name: str, workers: int) -> None:
+        """Set a running elastic job's Worker count; the operator starts or stops Workers to match."""
+        from torchjob.api.loading import job_from_mapping
+        from torchjob.core.policies.elastic import scale_problem
+
+        problem = scale_problem(job_from_mapping(self.get_wire(name)), workers)
+        if problem:
+            raise SdkError(problem)
+        patch = {"spec": {"pytorchReplicaSpecs": {"Worker": {"replicas": workers}}}}
+        try:
+            self.client.patch(PyTorchJobResource, name, patch, namespace=self.namespace, patch_type=PatchType.MERGE)
+        except ApiError as err:
+            raise self._refused(f"scale PyTorchJob {self.namespace}/{name}", err) from None
 
     def delete(self, name: str) -> None:
         try:

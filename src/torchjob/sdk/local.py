@@ -200,6 +200,24 @@ class LocalClient:
                 raise SdkError(f"job {name!r} did not finish within {timeout}s")
             time.sleep(poll)
 
+    # -- scaling --------------------------------------------------------------------------------------
+
+    def scale(self, name: str, workers: int) -> None:
+        """Ask a running elastic job for ``workers`` Workers; its controller applies it within a pass."""
+        from torchjob.controller.local import WAKE_SIGNAL
+        from torchjob.core.policies.elastic import scale_problem
+
+        self._settle(name)
+        problem = scale_problem(self.get(name), workers)
+        if problem:
+            raise SdkError(problem)
+        state = self.state(name)
+        controller = _live_process(state.controller_pid, state.controller_started_at)
+        if controller is None:
+            raise SdkError(f"job {name!r} has no running controller to apply the change")
+        self.store.request_scale(name, workers)
+        controller.send_signal(WAKE_SIGNAL)
+
     # -- deleting -------------------------------------------------------------------------------------
 
     def delete(self, name: str, grace: float = 10.0) -> None:

@@ -58,6 +58,10 @@ class KubernetesBackend:
 
     # -- Backend --------------------------------------------------------------------------------------
 
+    def refresh(self, job: PyTorchJob) -> PyTorchJob:
+        # The operator reads the job from the API server at the start of every pass.
+        return job
+
     def observe(self, job: PyTorchJob) -> list[ReplicaObservation]:
         self.counter.add("list")
         selector: dict[str, Any] = {replicas.LABEL_JOB_NAME: job.name, replicas.LABEL_OPERATOR: replicas.OPERATOR_NAME}

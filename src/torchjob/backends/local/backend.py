@@ -1,9 +1,9 @@
 """The local backend's I/O side: start, watch and stop replica processes; keep their records on disk.
 
 Each replica runs under ``shim.py`` as the leader of its own process group, with its output in a log file.
-Stopping a replica signals the whole group (SIGTERM, then SIGKILL after the grace period), so nothing a
-training script forked survives it. The controller is the shims' parent: if it dies, the kernel tells
-each shim, which takes its group down (see shim.py).
+Stopping a replica signals the whole group (SIGTERM, then SIGKILL after the grace period, to everything
+below the shim as well), so nothing a training script forked survives it. The controller is the shims'
+parent: if it dies, the kernel tells each shim, which takes its group down (see shim.py).
 """
 
 from __future__ import annotations
@@ -29,9 +29,12 @@ from torchjob.backends.local.store import JobStore, LocalState, ProcessRecord
 from torchjob.core.actions import Action, CreateReplica, DeleteJob, DeleteReplica, Event
 from torchjob.core.envs import Addressing
 from torchjob.core.observed import Phase, ReplicaObservation
+from torchjob.core.policies import elastic
 from torchjob.core.replicas import ReplicaId, node_rank
 
 LOCALHOST = "127.0.0.1"
+ROLE_REPLICA = "replica"
+ROLE_STORE = "rendezvous-store"
 # The longest the controller sleeps without a reason. It is woken at once by any replica's exit (pidfd) and
 # by the planner's own deadlines, so this only bounds how stale a missed event can get.
 MAX_IDLE_SECONDS = 5.0
@@ -67,8 +70,22 @@ class LocalBackend:
         self._popens: dict[tuple[str, int], subprocess.Popen[bytes]] = {}
         self._pidfds: dict[int, int] = {}
         self.deleted = False
+        # Readable when the controller got a signal (set up by controller.local): `torchjob scale` wakes it.
+        self.wake_fd: int | None = None
 
     # -- Backend interface ----------------------------------------------------------------------------
+
+    def refresh(self, job: PyTorchJob) -> PyTorchJob:
+        workers = self.store.scale_request(self.name)
+        if workers is None:
+            return job
+        data = job.to_wire()
+        if elastic.scale_problem(job, workers) is None:
+            elastic.with_workers(data, workers)
+            job = PyTorchJob.model_validate(data)
+            self.store.write_job(job)
+        self.store.clear_scale_request(self.name)
+        return job
 
     def observe(self, job: PyTorchJob) -> list[ReplicaObservation]:
         changed = False
@@ -79,13 +96,19 @@ class LocalBackend:
             result = self._exit_status(record)
             if record.stopping_since is not None:
                 if result is None and time.time() - record.stopping_since >= self.grace:
-                    _signal_group(record.pid, signal.SIGKILL)
+                    _kill_replica(record.pid)
                 if result is not None:
                     # A replica we stopped is gone: it is no longer part of the job.
                     record.removed = True
                     changed = True
                     continue
+            if record.role != ROLE_REPLICA:
+                # A helper that died on its own takes its attempt's replicas down with it; they report that.
+                if result is not None:
+                    record.removed = changed = True
+                continue
             observations.append(self._observation(job, record, result))
+        changed |= self._stop_idle_helpers()
         if changed:
             self._save_state()
         return observations
@@ -115,6 +138,8 @@ class LocalBackend:
             timeout = min(timeout, 0.1)
         selector = selectors.DefaultSelector()
         try:
+            if self.wake_fd is not None:
+                selector.register(self.wake_fd, selectors.EVENT_READ)
             for popen in self._popens.values():
                 if popen.returncode is None:
                     fd = self._pidfd(popen.pid)
@@ -126,6 +151,9 @@ class LocalBackend:
                 time.sleep(timeout)
         finally:
             selector.close()
+        if self.wake_fd is not None:
+            with contextlib.suppress(BlockingIOError):
+                os.read(self.wake_fd, 4096)
 
     # -- beyond the interface -------------------------------------------------------------------------
 
@@ -141,7 +169,7 @@ class LocalBackend:
             time.sleep(0.05)
         for record in live:
             if self._exit_status(record) is None:
-                _signal_group(record.pid, signal.SIGKILL)
+                _kill_replica(record.pid)
         for record in live:
             self._reap(record, timeout=5.0)
             record.removed = True
@@ -149,33 +177,59 @@ class LocalBackend:
 
     # -- processes ------------------------------------------------------------------------------------
 
-    def _addressing(self, attempt: int) -> Addressing:
+    def _addressing(self, job: PyTorchJob, attempt: int) -> Addressing:
         ports = self.state.ports.get(str(attempt))
         if ports is None:
             ports = {"master": free_port(), "rdzv": free_port()}
             self.state.ports[str(attempt)] = ports
-        return Addressing(
-            master_addr=LOCALHOST,
-            master_port=ports["master"],
-            rdzv_host=LOCALHOST,
-            rdzv_port=ports["rdzv"],
-            rdzv_id=f"{self.name}-{attempt}",
-        )
+        return mapping.local_addressing(job, LOCALHOST, ports["master"], ports["rdzv"], f"{self.name}-{attempt}")
 
     def _start(self, job: PyTorchJob, replica: ReplicaId, attempt: int) -> None:
+        if mapping.hosts_rendezvous_store(job):
+            self._ensure_store(job, attempt)
         log_path = self.store.log_path(self.name, attempt, str(replica))
         log_path.parent.mkdir(parents=True, exist_ok=True)
         spec = mapping.process_spec(
             job,
             replica,
             attempt,
-            self._addressing(attempt),
+            self._addressing(job, attempt),
             job_file_dir=self.state.job_file_dir,
             output_dir=str(self.store.output_dir(self.name)),
             python_dir=str(Path(sys.executable).parent),
             inherited_path=os.environ.get("PATH", ""),
             error_file=str(_error_file(log_path)),
         )
+        self._spawn(str(replica), attempt, log_path, spec.argv, spec.env, spec.cwd)
+
+    def _ensure_store(self, job: PyTorchJob, attempt: int) -> None:
+        """Start the attempt's c10d rendezvous store (see torchjob.train.store_server) unless it runs."""
+        if any(r.role == ROLE_STORE and r.attempt == attempt and not r.removed for r in self.state.processes):
+            return
+        port = self._addressing(job, attempt).rdzv_port
+        log_path = self.store.log_path(self.name, attempt, ROLE_STORE)
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        argv = [sys.executable, "-m", "torchjob.train.store_server", str(port)]
+        self._spawn(ROLE_STORE, attempt, log_path, argv, {"OMP_NUM_THREADS": "1"}, self.state.job_file_dir)
+        self.state.processes[-1].role = ROLE_STORE
+
+    def _stop_idle_helpers(self) -> bool:
+        """Stop helpers whose attempt has no replica left. True when something was asked to stop."""
+        live_attempts = {r.attempt for r in self.state.processes if r.role == ROLE_REPLICA and not r.removed}
+        stopped = False
+        for record in self.state.processes:
+            if record.role == ROLE_REPLICA or record.removed or record.stopping_since is not None:
+                continue
+            if record.attempt not in live_attempts:
+                _signal_group(record.pid, signal.SIGTERM)
+                record.stopping_since = time.time()
+                stopped = True
+        return stopped
+
+    def _spawn(
+        self, name: str, attempt: int, log_path: Path, command: list[str], env: dict[str, str], cwd: str
+    ) -> None:
+        """Start ``command`` under the shim, its output in ``log_path``, and record it."""
         status_path = str(log_path.with_suffix(".exit.json"))
         argv = [
             sys.executable,
@@ -184,14 +238,14 @@ class LocalBackend:
             str(self.grace),
             str(os.getpid()),
             "--",
-            *spec.argv,
+            *command,
         ]
         with open(log_path, "ab") as log:
             try:
                 popen = subprocess.Popen(
                     argv,
-                    env={**os.environ, **spec.env},
-                    cwd=spec.cwd,
+                    env={**os.environ, **env},
+                    cwd=cwd,
                     stdin=subprocess.DEVNULL,
                     stdout=log,
                     stderr=subprocess.STDOUT,
@@ -199,15 +253,15 @@ class LocalBackend:
                 )
             except OSError as err:
                 # Recorded as a failed replica, so the planner reports it like any other failure.
-                log.write(f"torchjob: cannot start {spec.argv[0]!r} in {spec.cwd}: {err.strerror}\n".encode())
+                log.write(f"torchjob: cannot start {command[0]!r} in {cwd}: {err.strerror}\n".encode())
                 Path(status_path).write_text(json.dumps({"exitCode": 127, "finishedAt": time.time()}))
                 pid = 0
             else:
                 pid = popen.pid
-                self._popens[(str(replica), attempt)] = popen
+                self._popens[(name, attempt)] = popen
         self.state.processes.append(
             ProcessRecord(
-                replica=str(replica),
+                replica=name,
                 attempt=attempt,
                 pid=pid,
                 log_path=str(log_path),
@@ -329,6 +383,17 @@ class LocalBackend:
 def _error_file(log_path: Path) -> Path:
     """Where a replica's torchelastic error file goes: beside its log."""
     return log_path.with_suffix(".error.json")
+
+
+def _kill_replica(pid: int) -> None:
+    """SIGKILL a replica's shim, its group, and every process below it: torchrun's workers live in sessions
+    of their own, out of reach of a group signal."""
+    if pid <= 0:
+        return
+    for child in shim.descendants(pid):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(child, signal.SIGKILL)
+    _signal_group(pid, signal.SIGKILL)
 
 
 def _signal_group(pid: int, signum: int) -> None:

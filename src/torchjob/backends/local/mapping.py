@@ -50,6 +50,14 @@ _CLUSTER_ONLY_CONTAINER_FIELDS = (
 )
 
 
+# Where an etcd rendezvous looks when the job names no host or port: an etcd on this machine.
+DEFAULT_ETCD_PORT = 2379
+# Local rendezvous settings, used where the job's rdzvConf sets none. Every member runs on this machine,
+# so a lost one is noticed in seconds (keep-alive 1 s, 5 misses) and, once the minimum has joined, a round
+# closes 2 s after the last join instead of torchrun's 30.
+LOCAL_RDZV_CONF = (("last_call_timeout", "2"), ("keep_alive_interval", "1"), ("keep_alive_max_attempt", "5"))
+
+
 @dataclass(frozen=True)
 class ProcessSpec:
     """Everything needed to start one replica process."""
@@ -58,6 +66,31 @@ class ProcessSpec:
     argv: list[str]
     env: dict[str, str]  # set over the caller's environment
     cwd: str
+
+
+def hosts_rendezvous_store(job: PyTorchJob) -> bool:
+    """Whether the backend hosts the job's c10d rendezvous store itself (elastic jobs on the c10d backend)."""
+    elastic = job.spec.elastic_policy
+    return elastic is not None and (elastic.rdzv_backend or "c10d") == "c10d"
+
+
+def local_addressing(job: PyTorchJob, host: str, master_port: int, rdzv_port: int, rdzv_id: str) -> Addressing:
+    """Where one attempt's group meets on this machine.
+
+    The c10d rendezvous meets at the store the backend hosts (no agent is its host, so any can be lost); an
+    etcd rendezvous at the job's ``rdzvHost:rdzvPort``, by default an etcd on this machine.
+    """
+    elastic = job.spec.elastic_policy
+    conf: tuple[tuple[str, str], ...] = ()
+    rdzv_host = host
+    if elastic is not None:
+        conf = LOCAL_RDZV_CONF
+        if hosts_rendezvous_store(job):
+            conf = (("is_host", "false"), *conf)
+        else:
+            rdzv_host = elastic.rdzv_host or host
+            rdzv_port = elastic.rdzv_port or DEFAULT_ETCD_PORT
+    return Addressing(host, master_port, rdzv_host, rdzv_port, rdzv_id, rdzv_conf_defaults=conf)
 
 
 def pytorch_container(job: PyTorchJob, replica_type: ReplicaType) -> dict[str, Any]:

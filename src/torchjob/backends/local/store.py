@@ -5,8 +5,9 @@ Layout under ``$TORCHJOB_HOME`` (default ``~/.torchjob``)::
     jobs/<name>/job.json          the PyTorchJob, with its status, in Kubeflow's wire format
     jobs/<name>/summary.json      what `torchjob list` shows, derived from job.json whenever it is written
     jobs/<name>/local.json        controller pid, ports per attempt, one record per replica process
-    jobs/<name>/logs/<attempt>/<replica>.log
+    jobs/<name>/logs/<attempt>/<replica>.log      (and rendezvous-store.log for an elastic c10d job)
     jobs/<name>/output/           TORCHJOB_OUTPUT_DIR of every replica (models, metrics)
+    jobs/<name>/scale.json        a `torchjob scale` request the controller has not applied yet
 
 Every write is atomic (temp file, fsync, rename), so a reader in another shell never sees half a file and a
 killed controller never leaves one. ``torchjob list`` reads only the small summaries: listing must not
@@ -33,9 +34,9 @@ def torchjob_home() -> Path:
 
 @dataclass
 class ProcessRecord:
-    """One replica process of one attempt."""
+    """One process of one attempt: a replica, or a helper the backend runs for the attempt."""
 
-    replica: str  # e.g. "worker-1"
+    replica: str  # e.g. "worker-1", or the helper's name
     attempt: int
     pid: int
     log_path: str
@@ -43,6 +44,8 @@ class ProcessRecord:
     started_at: float
     stopping_since: float | None = None
     removed: bool = False
+    # "replica", or "rendezvous-store" for the c10d store the backend hosts for an elastic attempt.
+    role: str = "replica"
 
 
 @dataclass
@@ -108,6 +111,21 @@ class JobStore:
 
     def write_state(self, name: str, state: LocalState) -> None:
         _write_atomic(self.job_dir(name) / "local.json", json.dumps(asdict(state), indent=2))
+
+    def request_scale(self, name: str, workers: int) -> None:
+        """Ask the job's controller for a new Worker count. Only the controller writes job.json (it holds
+        the status), so a request goes beside it, and the controller applies it on its next pass."""
+        _write_atomic(self.job_dir(name) / "scale.json", json.dumps({"workers": workers}))
+
+    def scale_request(self, name: str) -> int | None:
+        try:
+            workers: int = json.loads((self.job_dir(name) / "scale.json").read_text())["workers"]
+            return workers
+        except (OSError, ValueError, KeyError):
+            return None
+
+    def clear_scale_request(self, name: str) -> None:
+        (self.job_dir(name) / "scale.json").unlink(missing_ok=True)
 
     def log_path(self, name: str, attempt: int, replica: str) -> Path:
         return self.job_dir(name) / "logs" / str(attempt) / f"{replica}.log"
