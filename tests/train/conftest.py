@@ -12,16 +12,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from tools.kube_rig import cache_dir, free_port, versions
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPTS = Path(__file__).resolve().parent / "scripts"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def spawn_ranks(
@@ -55,12 +49,7 @@ def spawn_ranks(
 
 
 def versitygw() -> Path:
-    versions = dict(line.split("=", 1) for line in (ROOT / "tools" / "versions.env").read_text().split())
-    cache = Path(
-        os.environ.get("TORCHJOB_CACHE")
-        or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "torchjob"
-    )
-    return cache / "s3" / f"versitygw-{versions['VERSITYGW_VERSION']}" / "bin" / "versitygw"
+    return cache_dir() / "s3" / f"versitygw-{versions()['VERSITYGW_VERSION']}" / "bin" / "versitygw"
 
 
 @pytest.fixture(scope="session")

@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 import torch
+from tools.kube_rig import free_port
 
-from tests.train.conftest import SCRIPTS, free_port, spawn_ranks
+from tests.train.conftest import SCRIPTS, spawn_ranks
 from torchjob.train import Checkpointer, DistContext
 
 SINGLE = DistContext(0, 0, 1, torch.device("cpu"), "gloo", "single")
