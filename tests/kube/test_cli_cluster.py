@@ -13,8 +13,9 @@ import yaml
 from tools.kube_rig import Rig, append_log_lines
 
 from tests.kube.conftest import OperatorProcess
-from tests.kube.test_operator import job_manifest, pods, running_pods
+from tests.kube.test_operator import get_job, job_manifest, pods, running_pods
 from tests.kube.test_rig import wait_until
+from torchjob.testing import make_job
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -104,3 +105,44 @@ def test_submit_rejects_a_bad_file_before_reaching_the_cluster(rig: Rig, tmp_pat
     assert result.returncode == 2
     assert result.stderr.startswith(f"torchjob: {path}: spec.pytorchReplicaSpecs.Worker.replicas")
     assert os.linesep.join(result.stderr.splitlines()[1:]) == ""
+
+
+def test_scale_cluster_grows_and_shrinks_an_elastic_job_without_a_restart(
+    rig: Rig, namespace: str, operator: OperatorProcess
+) -> None:
+    manifest = (
+        make_job("stretch")
+        .workers(2)
+        .elastic(minReplicas=1, maxReplicas=3)
+        .annotate(**{"torchjob.io/replacement-delay-seconds": "2"})
+        .wire()
+    )
+    rig.apply(manifest, namespace)
+    wait_until(lambda: len(running_pods(rig, namespace, "stretch")) == 2, what="2 running workers")
+    env = {
+        e["name"]: e.get("value")
+        for e in pods(rig, namespace, "stretch")["stretch-worker-1"]["spec"]["containers"][0]["env"]
+    }
+    assert (env["PET_NNODES"], env["PET_RDZV_ENDPOINT"]) == ("1:3", "stretch-worker-0:23456")
+    assert env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] == "1"
+
+    refused = torchjob(rig, "scale", "stretch", "--workers", "4", "--cluster", "-n", namespace)
+    assert refused.returncode == 1 and "bounds [1, 3], got 4" in refused.stderr
+    grown = torchjob(rig, "scale", "stretch", "--workers", "3", "--cluster", "-n", namespace)
+    assert grown.returncode == 0, grown.stderr
+    wait_until(lambda: len(running_pods(rig, namespace, "stretch")) == 3, what="a third worker")
+    assert torchjob(rig, "scale", "stretch", "--workers", "1", "--cluster", "-n", namespace).returncode == 0
+    wait_until(lambda: sorted(pods(rig, namespace, "stretch")) == ["stretch-worker-0"], what="one worker left")
+
+    # A lost member while at least minReplicas remain: the group carries on, and a replacement joins.
+    assert torchjob(rig, "scale", "stretch", "--workers", "2", "--cluster", "-n", namespace).returncode == 0
+    wait_until(lambda: len(running_pods(rig, namespace, "stretch")) == 2, what="two workers again")
+    rig.end_pod(namespace, "stretch-worker-1", 137)
+    wait_until(
+        lambda: get_job(rig, namespace, "stretch")["status"].get("membershipChanges") == 6,
+        what="the loss and the replacement counted as membership changes",
+    )
+    wait_until(lambda: len(running_pods(rig, namespace, "stretch")) == 2, what="the replacement running")
+    status = get_job(rig, namespace, "stretch")["status"]
+    assert (status["attempt"], status["restartCount"]) == (0, 0)
+    assert status["conditions"][-1]["type"] == "Running"
