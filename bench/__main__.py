@@ -12,7 +12,7 @@ import os
 import platform
 from pathlib import Path
 
-from bench import checkpoint, cli, launch, operator, recovery, steady_state
+from bench import checkpoint, cli, elastic, launch, operator, recovery, steady_state
 
 RESULTS = Path(__file__).resolve().parent / "RESULTS.md"
 
@@ -37,6 +37,8 @@ def main() -> None:
     print("recovery ...", flush=True)
     recovered = recovery.measure(3)
     floor = recovery.cold_ddp_start_seconds()
+    print("elastic member loss ...", flush=True)
+    reformed = elastic.measure(3)
     print("checkpoint overhead ...", flush=True)
     ckpt = checkpoint.measure(8 if args.quick else 16)
     print(f"operator: {operator.JOBS} jobs x {operator.REPLICAS} replicas on the kwok rig ...", flush=True)
@@ -84,9 +86,9 @@ def main() -> None:
     tj, tj_failed = recovered["torchjob"]
     tr, tr_failed = recovered["torchrun"]
 
-    def shown(value: float | None, failed: int) -> str:
+    def shown(value: float | None, failed: int, timeout: float = recovery.TIMEOUT) -> str:
         text = "did not recover" if value is None else f"{value:.2f}"
-        return text + (f" ({failed} of 3 trials did not recover in {recovery.TIMEOUT:.0f} s)" if failed else "")
+        return text + (f" ({failed} of 3 trials did not recover in {timeout:.0f} s)" if failed else "")
 
     rows += [
         _row(
@@ -99,6 +101,18 @@ def main() -> None:
         ),
         _row("recovery floor: cold process, import torch + build DDP (median s)", f"{floor:.2f}", "", None, "—", True),
     ]
+    ej, ej_failed = reformed["torchjob"]
+    er, er_failed = reformed["torchrun"]
+    rows.append(
+        _row(
+            "elastic: SIGKILL of a member → first step of the smaller group (median s)",
+            shown(ej, ej_failed, elastic.TIMEOUT),
+            f"torchrun agents, Kubeflow env {shown(er, er_failed, elastic.TIMEOUT)}",
+            ej / er if ej and er else None,
+            f"≤ floor + 3 s ({floor + 3:.1f})",
+            ej is not None and ej <= floor + 3 and not ej_failed,
+        )
+    )
     rows += [
         _row(
             f"throughput with sync checkpoints every {checkpoint.EVERY} steps ({ckpt.checkpoint_mb:.0f} MB)",

@@ -1,8 +1,8 @@
 """Benchmark payload for recovery time: a small DDP loop that records when its first step completes.
 
 Each (re)start writes ``first-step-<generation>-rank<r>.txt`` (time.time()) into BENCH_OUT after its first
-completed training step; the generation is TORCHJOB_ATTEMPT under torchjob, TORCHELASTIC_RESTART_COUNT
-under torchrun.
+completed training step; the generation is TORCHELASTIC_RESTART_COUNT under torchrun (including torchjob's
+elastic jobs, whose agents re-form the group in place), else TORCHJOB_ATTEMPT.
 """
 
 import os
@@ -13,7 +13,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
-generation = os.environ.get("TORCHJOB_ATTEMPT") or os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+generation = os.environ.get("TORCHELASTIC_RESTART_COUNT") or os.environ.get("TORCHJOB_ATTEMPT", "0")
 dist.init_process_group("gloo")
 rank = dist.get_rank()
 with open(os.path.join(os.environ["BENCH_OUT"], f"pid-{generation}-rank{rank}.txt"), "w") as f:
