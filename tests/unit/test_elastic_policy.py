@@ -109,3 +109,25 @@ def test_elastic_env_disables_torchruns_shared_store_and_merges_rdzv_conf_defaul
     # The job's own value wins over the backend's default.
     assert env["PET_RDZV_CONF"] == "last_call_timeout=9,is_host=false"
     assert env["PET_NNODES"] == "1:2" and env["PET_RDZV_ID"] == "el-0"
+
+
+def test_an_elastic_job_that_does_not_start_torchrun_is_warned_about() -> None:
+    from torchjob.backends.local.mapping import elastic_launch_problem
+
+    plain = make_job("el").workers(2).elastic(minReplicas=1, maxReplicas=2).command("python", "train.py").build()
+    problem = elastic_launch_problem(plain)
+    assert problem is not None and problem.startswith("spec.pytorchReplicaSpecs.Worker.template.spec.containers")
+    assert "does not start torchrun" in problem
+    launched = make_job("el").workers(2).elastic(minReplicas=1).command("python", "-m", "torch.distributed.run", "t.py")
+    assert elastic_launch_problem(launched.build()) is None
+    assert elastic_launch_problem(make_job("fixed").workers(2).command("python", "t.py").build()) is None
+
+
+def test_scale_problems_name_the_bound_or_the_missing_policy() -> None:
+    from torchjob.core.policies.elastic import scale_problem
+
+    job = elastic_job(workers=2, low=1, high=3)
+    assert scale_problem(job, 3) is None
+    assert scale_problem(job, 0) == "--workers: must be within the job's elasticPolicy bounds [1, 3], got 0"
+    fixed = make_job("fixed").workers(2).build()
+    assert "has no spec.elasticPolicy" in (scale_problem(fixed, 3) or "")

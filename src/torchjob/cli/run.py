@@ -24,13 +24,16 @@ def add_parser(verbs: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
 
 
 def handle(args: argparse.Namespace) -> int:
-    from torchjob.backends.local.mapping import ignored_fields
+    from torchjob.backends.local.mapping import elastic_launch_problem, ignored_fields
 
     c = local_client(args)
     job = c.load(args.file)
     ignored = ignored_fields(job)
     if ignored:
         print(f"torchjob: note: ignored when running locally: {', '.join(ignored)}", file=sys.stderr)
+    launch_problem = elastic_launch_problem(job)
+    if launch_problem:
+        print(f"torchjob: warning: {launch_problem}", file=sys.stderr)
     if args.dry_run:
         return _dry_run(c, args.file)
     job = c.create(job, Path(args.file).parent, replace=args.replace)

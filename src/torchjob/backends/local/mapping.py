@@ -113,6 +113,22 @@ def local_problems(job: PyTorchJob) -> list[str]:
     return problems
 
 
+def elastic_launch_problem(job: PyTorchJob) -> str | None:
+    """A warning when an elastic job's command does not start torchrun: nothing would read PET_* then."""
+    if job.spec.elastic_policy is None:
+        return None
+    for rtype in job.spec.pytorch_replica_specs:
+        container = pytorch_container(job, rtype)
+        argv = " ".join([*container.get("command", []), *container.get("args", [])])
+        if "torchrun" not in argv and "torch.distributed.run" not in argv:
+            return (
+                f"spec.pytorchReplicaSpecs.{rtype.value}.template.spec.containers[{DEFAULT_CONTAINER_NAME}].command: "
+                "an elastic job's replicas are torchrun agents, but this command does not start torchrun, so "
+                "nothing reads the PET_* rendezvous variables; use e.g. command: [torchrun, train.py]"
+            )
+    return None
+
+
 def ignored_fields(job: PyTorchJob) -> list[str]:
     """Fields of the job that have no local meaning, e.g. ``image``, ``resources``, ``volumes``."""
     found: set[str] = set()
