@@ -180,6 +180,17 @@ def test_exit_137_recreates_the_group_as_a_new_counted_attempt(
     assert env_of(pods(rig, namespace, "oom")["oom-master-0"])["TORCHJOB_ATTEMPT"] == "1"
 
 
+def test_a_pod_deleted_by_hand_restarts_the_whole_group_without_counting(
+    rig: Rig, namespace: str, operator: OperatorProcess
+) -> None:
+    start(rig, namespace, job_manifest("gone"))
+    rig.kubectl("delete", "-n", namespace, "pod", "gone-worker-0", "--wait=true")
+    wait_until(lambda: len(running_pods(rig, namespace, "gone", attempt=1)) == 3, what="attempt 2's three pods")
+    status = get_job(rig, namespace, "gone")["status"]
+    assert (status["attempt"], status["restartCount"]) == (1, 0)
+    assert status["attempts"][0]["outcome"] == "worker-0 vanished while the group was running (its Pod was deleted)"
+
+
 def test_backoff_limit_is_enforced(rig: Rig, namespace: str, operator: OperatorProcess) -> None:
     start(rig, namespace, job_manifest("flaky", workers=1, run_policy={"backoffLimit": 1}), replicas=2)
     rig.end_pod(namespace, "flaky-worker-0", 137)

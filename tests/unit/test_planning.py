@@ -387,3 +387,20 @@ def test_a_peer_crashing_while_a_preempted_replica_saves_is_collateral_not_the_r
     job, _ = step(job, [running("master-0"), running("worker-0"), crashed], at(5))
     assert conditions.state(job.status) == "Failed"
     assert "worker-1 was killed by SIGABRT" in cond(job, ConditionType.FAILED)[2]  # type: ignore[index]
+
+
+def test_a_replica_that_vanishes_from_a_running_group_restarts_it_without_counting() -> None:
+    job, _ = step(three(), [])
+    job, _ = step(job, ALL_RUNNING, at(1))
+    assert cond(job, ConditionType.RUNNING) is not None
+    job, result = step(job, [running("master-0"), running("worker-0")], at(2))  # worker-1's Pod was deleted
+    assert (job.status.attempt, job.status.restart_count) == (1, 0)
+    assert deletes(result) == ["master-0@0", "worker-0@0"]
+    restarting = cond(job, ConditionType.RESTARTING)
+    assert restarting is not None and "worker-1 vanished while the group was running" in restarting[2]
+
+
+def test_replicas_not_yet_seen_at_start_up_are_not_vanished() -> None:
+    job, _ = step(three(), [])
+    job, result = step(job, [running("master-0"), pending("worker-0")], at(1))
+    assert job.status.attempt == 0 and creates(result) == ["worker-1@0"]

@@ -64,6 +64,8 @@ class ReplicaObservation:
         """The root cause in words, e.g. ``worker-1 exited with code 3: ValueError: bad input``."""
         if self.reason == "Preempted":
             what = f"{self.replica} was preempted (SIGTERM from outside torchjob)"
+        elif self.reason == "Vanished":
+            what = f"{self.replica} vanished while the group was running (its Pod was deleted)"
         elif self.reason in ("OOMKilled", "Evicted"):
             what = f"{self.replica} was {self.reason}"
             if self.effective_exit_code is not None:

@@ -14,10 +14,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from torchjob.api.types import PyTorchJob, RestartPolicy
+from torchjob.api.types import ConditionType, JobStatus, PyTorchJob, RestartPolicy
+from torchjob.core import conditions
 from torchjob.core.observed import Phase, ReplicaObservation
+from torchjob.core.replicas import expected_replicas
 
-PLATFORM_REASONS = ("Evicted", "Preempted")
+# "Vanished": a replica of a running group that is simply gone (its Pod deleted by hand or by the node's
+# garbage collection). A lone replacement could never rejoin a static DDP group (kubeflow/trainer #1478),
+# so it ends the attempt like any failure, but it is not the program's fault either.
+VANISHED = "Vanished"
+PLATFORM_REASONS = ("Evicted", "Preempted", VANISHED)
 
 
 @dataclass(frozen=True)
@@ -45,9 +51,12 @@ def is_retryable(policy: RestartPolicy, observation: ReplicaObservation) -> bool
 def judge_failures(job: PyTorchJob, attempt: list[ReplicaObservation]) -> FailureVerdict | None:
     """The verdict on an attempt's failures, or None when nothing failed (yet).
 
-    A replica torchjob itself is stopping (scaled down, replaced) is not failing, whatever its exit.
+    In an elastic job, a replica being stopped (scaled down, or a lost member's remains) is not failing,
+    whatever its exit. A static group's replicas are only stopped once their attempt has ended, so one being
+    stopped in the current attempt was deleted from outside, which is a failure like any other.
     """
-    attempt = [o for o in attempt if not o.stopping]
+    if job.spec.elastic_policy is not None:
+        attempt = [o for o in attempt if not o.stopping]
     if not any(o.phase is Phase.FAILED for o in attempt):
         return None
     candidates = [o for o in attempt if o.phase is Phase.FAILED or (o.phase.live and o.disrupted_at)]
@@ -60,3 +69,23 @@ def judge_failures(job: PyTorchJob, attempt: list[ReplicaObservation]) -> Failur
 
     root = min(candidates, key=order)
     return FailureVerdict(root_cause=root, retryable=is_retryable(restart_policy_of(job, root), root))
+
+
+def vanished_replicas(
+    job: PyTorchJob, status: JobStatus, attempt: list[ReplicaObservation]
+) -> list[ReplicaObservation]:
+    """Replicas of a static group that was running (every member seen up) but are no longer observed at all.
+
+    They are reported as failed with reason Vanished, so the attempt ends and the whole group restarts,
+    instead of a lone replacement waiting forever for a group that has moved on. Elastic jobs re-form
+    around a missing member instead (see the elastic policy).
+    """
+    if job.spec.elastic_policy is not None or not conditions.is_true(status, ConditionType.RUNNING) or not attempt:
+        return []
+    present = {o.replica for o in attempt}
+    generation = attempt[0].attempt
+    return [
+        ReplicaObservation(replica, generation, Phase.FAILED, reason=VANISHED)
+        for replica in expected_replicas(job)
+        if replica not in present
+    ]
