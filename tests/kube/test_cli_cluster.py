@@ -123,8 +123,13 @@ def test_scale_cluster_grows_and_shrinks_an_elastic_job_without_a_restart(
         e["name"]: e.get("value")
         for e in pods(rig, namespace, "stretch")["stretch-worker-1"]["spec"]["containers"][0]["env"]
     }
-    assert (env["PET_NNODES"], env["PET_RDZV_ENDPOINT"]) == ("1:3", "stretch-worker-0:23456")
-    assert env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] == "1"
+    # The agents meet at torchjob's rendezvous store, a Pod of its own, so that any Worker can be lost.
+    assert (env["PET_NNODES"], env["PET_RDZV_ENDPOINT"]) == ("1:3", "stretch-rdzv:29400")
+    assert (env["PET_RDZV_CONF"], env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"]) == ("is_host=false", "1")
+    store = pods(rig, namespace, "stretch")["stretch-rdzv"]
+    assert store["spec"]["containers"][0]["command"][:2] == ["python", "-c"]
+    assert store["spec"]["containers"][0]["image"] == "example/train:1"
+    assert rig.kubectl_json("get", "-n", namespace, "service", "stretch-rdzv")["spec"]["clusterIP"] == "None"
 
     refused = torchjob(rig, "scale", "stretch", "--workers", "4", "--cluster", "-n", namespace)
     assert refused.returncode == 1 and "bounds [1, 3], got 4" in refused.stderr
@@ -132,7 +137,9 @@ def test_scale_cluster_grows_and_shrinks_an_elastic_job_without_a_restart(
     assert grown.returncode == 0, grown.stderr
     wait_until(lambda: len(running_pods(rig, namespace, "stretch")) == 3, what="a third worker")
     assert torchjob(rig, "scale", "stretch", "--workers", "1", "--cluster", "-n", namespace).returncode == 0
-    wait_until(lambda: sorted(pods(rig, namespace, "stretch")) == ["stretch-worker-0"], what="one worker left")
+    wait_until(
+        lambda: sorted(pods(rig, namespace, "stretch")) == ["stretch-rdzv", "stretch-worker-0"], what="one worker left"
+    )
 
     # A lost member while at least minReplicas remain: the group carries on, and a replacement joins.
     assert torchjob(rig, "scale", "stretch", "--workers", "2", "--cluster", "-n", namespace).returncode == 0
@@ -146,3 +153,7 @@ def test_scale_cluster_grows_and_shrinks_an_elastic_job_without_a_restart(
     status = get_job(rig, namespace, "stretch")["status"]
     assert (status["attempt"], status["restartCount"]) == (0, 0)
     assert status["conditions"][-1]["type"] == "Running"
+    # When the job ends, its store goes with it, whatever the cleanPodPolicy.
+    rig.end_pod(namespace, "stretch-worker-0", 0)
+    wait_until(lambda: "stretch-rdzv" not in pods(rig, namespace, "stretch"), what="the store removed")
+    assert get_job(rig, namespace, "stretch")["status"]["conditions"][-1]["type"] == "Succeeded"

@@ -162,3 +162,19 @@ def test_the_operator_role_is_least_privilege() -> None:
         assert "*" not in rule["verbs"] and "*" not in rule["resources"] and "*" not in rule["apiGroups"]
     granted = {(r, v) for rule in role["rules"] for r in rule["resources"] for v in rule["verbs"]}
     assert ("secrets", "get") not in granted and ("pods", "update") not in granted
+
+
+def test_elastic_c10d_jobs_meet_at_torchjobs_store_pod_unless_they_name_a_host() -> None:
+    from torchjob.backends.kubernetes import mapping as kube
+
+    job = make_job("el").workers(2).elastic(minReplicas=1, maxReplicas=3).build()
+    where = kube.addressing(job, attempt=2)
+    assert (where.rdzv_host, where.rdzv_port, where.rdzv_id) == ("el-rdzv", 29400, "el-2")
+    assert where.rdzv_conf_defaults == (("is_host", "false"),)
+    pod = kube.store_pod_manifest(job)
+    assert pod["metadata"]["labels"]["torchjob.io/role"] == "rendezvous-store"
+    assert kube.observe_pod(pod) is None  # never mistaken for a replica
+    assert pod["spec"]["containers"][0]["command"][-1] == "29400"
+    assert kube.store_service_manifest(job)["spec"]["selector"] == pod["metadata"]["labels"]
+    own = make_job("el").workers(2).elastic(minReplicas=1, rdzvHost="rdzv.example", rdzvPort=3000).build()
+    assert (kube.addressing(own, 0).rdzv_host, kube.addressing(own, 0).rdzv_port) == ("rdzv.example", 3000)

@@ -28,6 +28,7 @@ from torchjob.backends.kubernetes.cluster import PyTorchJobResource, as_dict
 from torchjob.core import conditions, replicas
 from torchjob.core.actions import Action, CreateReplica, DeleteJob, DeleteReplica, Event
 from torchjob.core.observed import ReplicaObservation
+from torchjob.core.policies import elastic
 from torchjob.core.times import timestamp
 
 COMPONENT = "torchjob-operator"
@@ -73,6 +74,15 @@ class KubernetesBackend:
         return [o for o in observations if o is not None]
 
     def execute(self, job: PyTorchJob, actions: list[Action]) -> None:
+        store = mapping.store_name(job)
+        if elastic.hosts_rendezvous_store(job):
+            if any(isinstance(a, CreateReplica) for a in actions) and store not in self._pods:
+                self._create(mapping.store_service_manifest(job), Service)
+                self._create(mapping.store_pod_manifest(job), Pod)
+            elif conditions.is_finished(job.status) and store in self._pods:
+                # The job is over: its rendezvous store goes whatever the cleanPodPolicy (it holds no logs).
+                self._delete(Pod, store, job.namespace)
+                self._delete(Service, store, job.namespace)
         for action in actions:
             if isinstance(action, CreateReplica):
                 self._create(mapping.service_manifest(job, action.replica), Service)
@@ -140,6 +150,11 @@ class KubernetesBackend:
             if err.status.code != 409:  # AlreadyExists: an earlier pass (or operator) made it
                 raise
 
+    def _delete(self, kind: type[Any], name: str, namespace: str) -> None:
+        self.counter.add("delete")
+        with contextlib.suppress(ApiError):
+            self.client.delete(kind, name, namespace=namespace)
+
     def _delete_pod(self, job: PyTorchJob, action: DeleteReplica) -> None:
         name = action.replica.pod_name(job.name)
         pod = self._pods.get(name)
@@ -157,9 +172,7 @@ class KubernetesBackend:
             )
         if conditions.is_finished(job.status):
             # The job is over: its Services go with its Pods (under cleanPodPolicy, as Kubeflow does).
-            self.counter.add("delete")
-            with contextlib.suppress(ApiError):
-                self.client.delete(Service, name, namespace=job.namespace)
+            self._delete(Service, name, job.namespace)
 
 
 def _owned_by(pod: dict[str, Any], uid: str | None) -> bool:

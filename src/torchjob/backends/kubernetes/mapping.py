@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import copy
 from datetime import datetime
+from importlib import resources
 from typing import Any
 
 from torchjob.api import extensions
@@ -24,6 +25,7 @@ from torchjob.api.types import DEFAULT_CONTAINER_NAME, DEFAULT_PORT, DEFAULT_POR
 from torchjob.core import replicas
 from torchjob.core.envs import Addressing, replica_env
 from torchjob.core.observed import Phase, ReplicaObservation
+from torchjob.core.policies.elastic import hosts_rendezvous_store
 from torchjob.core.replicas import ReplicaId
 
 # Pod conditions the API server or the kubelet add when the platform takes a Pod away (Kubernetes ≥ 1.26).
@@ -31,6 +33,12 @@ _DISRUPTION_CONDITION = "DisruptionTarget"
 _PREEMPTION_REASONS = ("PreemptionByScheduler", "PreemptionByKubeScheduler")
 _EVICTION_REASONS = ("EvictionByEvictionAPI", "DeletionByTaintManager", "TerminationByKubelet", "DeletionByPodGC")
 _MAX_MESSAGE = 600
+# torchrun's default c10d port; the store listens there unless the job's rdzvPort says otherwise.
+STORE_PORT = 29400
+LABEL_ROLE = "torchjob.io/role"
+ROLE_STORE = "rendezvous-store"
+# What the store Pod takes from the Workers' pod template: where it may run and how to pull the image.
+_STORE_POD_FIELDS = ("imagePullSecrets", "nodeSelector", "tolerations", "affinity", "priorityClassName")
 
 
 def declared_port(job: PyTorchJob, replica_type: ReplicaType | None = None) -> int:
@@ -44,15 +52,103 @@ def declared_port(job: PyTorchJob, replica_type: ReplicaType | None = None) -> i
 
 
 def addressing(job: PyTorchJob, attempt: int) -> Addressing:
-    """Where the group meets on a cluster: the rendezvous replica's Service name and its declared port."""
+    """Where the group meets on a cluster: the rendezvous replica's Service name and its declared port.
+
+    An elastic c10d job meets at torchjob's rendezvous store (``<job>-rdzv``), so that any member can be
+    lost; Kubeflow points it at worker-0, whose loss ends the rendezvous for everyone.
+    """
     master = replicas.rendezvous_replica(job).pod_name(job.name)
     port = declared_port(job)
     elastic = job.spec.elastic_policy
     rdzv_host = (elastic.rdzv_host if elastic else None) or f"{job.name}-worker-0"
     rdzv_port = (elastic.rdzv_port if elastic else None) or port
+    conf: tuple[tuple[str, str], ...] = ()
+    if hosts_rendezvous_store(job):
+        rdzv_host, rdzv_port, conf = store_name(job), store_port(job), (("is_host", "false"),)
     # A fresh rendezvous id per attempt: a restarted group never meets stragglers of the last one.
     rdzv_id = (elastic.rdzv_id if elastic and elastic.rdzv_id else job.name) + f"-{attempt}"
-    return Addressing(master, port, rdzv_host, rdzv_port, rdzv_id)
+    return Addressing(master, port, rdzv_host, rdzv_port, rdzv_id, rdzv_conf_defaults=conf)
+
+
+def store_name(job: PyTorchJob) -> str:
+    """The rendezvous store's Pod and Service: ``<job>-rdzv`` (no replica is ever named so)."""
+    return f"{job.name}-rdzv"
+
+
+def store_port(job: PyTorchJob) -> int:
+    elastic = job.spec.elastic_policy
+    return (elastic.rdzv_port if elastic else None) or STORE_PORT
+
+
+def store_labels(job: PyTorchJob) -> dict[str, str]:
+    """Selected by the job's Pod listing (job-name, operator-name) but with no replica labels: never a replica."""
+    return {
+        replicas.LABEL_OPERATOR: replicas.OPERATOR_NAME,
+        replicas.LABEL_JOB_NAME: job.name,
+        LABEL_ROLE: ROLE_STORE,
+    }
+
+
+def store_pod_manifest(job: PyTorchJob) -> dict[str, Any]:
+    """The Pod that hosts an elastic c10d job's rendezvous store, for every attempt of the job.
+
+    It runs ``torchjob/train/store_server.py`` through ``python -c``, with the Workers' image (which has
+    torch, since it runs torchrun) and their scheduling constraints, so it needs nothing of torchjob installed.
+    """
+    worker = job.spec.pytorch_replica_specs[ReplicaType.WORKER].template
+    pod = worker.get("spec") or {}
+    container = _pytorch_container(worker) or {}
+    port = store_port(job)
+    spec: dict[str, Any] = {k: copy.deepcopy(pod[k]) for k in _STORE_POD_FIELDS if k in pod}
+    spec["restartPolicy"] = "Always"
+    spec["containers"] = [
+        {
+            "name": ROLE_STORE,
+            "image": container.get("image", ""),
+            **({"imagePullPolicy": container["imagePullPolicy"]} if "imagePullPolicy" in container else {}),
+            "command": ["python", "-c", _store_server_source(), str(port)],
+            "env": [{"name": "PYTHONUNBUFFERED", "value": "1"}, {"name": "OMP_NUM_THREADS", "value": "1"}],
+            "ports": [{"name": "c10d", "containerPort": port, "protocol": "TCP"}],
+            # importing torch takes a few hundred MB; the store itself needs next to nothing.
+            "resources": {"requests": {"cpu": "100m", "memory": "512Mi"}},
+        }
+    ]
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": store_name(job),
+            "namespace": job.namespace,
+            "labels": store_labels(job),
+            "ownerReferences": [owner_reference(job)],
+        },
+        "spec": spec,
+    }
+
+
+def store_service_manifest(job: PyTorchJob) -> dict[str, Any]:
+    port = store_port(job)
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {
+            "name": store_name(job),
+            "namespace": job.namespace,
+            "labels": store_labels(job),
+            "ownerReferences": [owner_reference(job)],
+        },
+        "spec": {
+            "clusterIP": "None",
+            "selector": store_labels(job),
+            "ports": [{"name": "c10d", "port": port, "targetPort": port}],
+            "publishNotReadyAddresses": True,
+        },
+    }
+
+
+def _store_server_source() -> str:
+    # Read as text, never imported: the controller side does not import torch.
+    return (resources.files("torchjob") / "train" / "store_server.py").read_text()
 
 
 def owner_reference(job: PyTorchJob) -> dict[str, Any]:

@@ -185,7 +185,7 @@ class LocalBackend:
         return mapping.local_addressing(job, LOCALHOST, ports["master"], ports["rdzv"], f"{self.name}-{attempt}")
 
     def _start(self, job: PyTorchJob, replica: ReplicaId, attempt: int) -> None:
-        if mapping.hosts_rendezvous_store(job):
+        if elastic.hosts_rendezvous_store(job, honor_rdzv_host=False):
             self._ensure_store(job, attempt)
         log_path = self.store.log_path(self.name, attempt, str(replica))
         log_path.parent.mkdir(parents=True, exist_ok=True)

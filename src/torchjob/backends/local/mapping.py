@@ -18,6 +18,7 @@ from typing import Any
 
 from torchjob.api.types import DEFAULT_CONTAINER_NAME, PyTorchJob, ReplicaType
 from torchjob.core.envs import Addressing, replica_env
+from torchjob.core.policies.elastic import hosts_rendezvous_store
 from torchjob.core.replicas import ReplicaId
 
 ENV_OUTPUT_DIR = "TORCHJOB_OUTPUT_DIR"
@@ -68,24 +69,19 @@ class ProcessSpec:
     cwd: str
 
 
-def hosts_rendezvous_store(job: PyTorchJob) -> bool:
-    """Whether the backend hosts the job's c10d rendezvous store itself (elastic jobs on the c10d backend)."""
-    elastic = job.spec.elastic_policy
-    return elastic is not None and (elastic.rdzv_backend or "c10d") == "c10d"
-
-
 def local_addressing(job: PyTorchJob, host: str, master_port: int, rdzv_port: int, rdzv_id: str) -> Addressing:
     """Where one attempt's group meets on this machine.
 
     The c10d rendezvous meets at the store the backend hosts (no agent is its host, so any can be lost); an
-    etcd rendezvous at the job's ``rdzvHost:rdzvPort``, by default an etcd on this machine.
+    etcd rendezvous, or a c10d one the job points elsewhere, at the job's ``rdzvHost:rdzvPort`` (by default
+    an etcd on this machine).
     """
     elastic = job.spec.elastic_policy
     conf: tuple[tuple[str, str], ...] = ()
     rdzv_host = host
     if elastic is not None:
         conf = LOCAL_RDZV_CONF
-        if hosts_rendezvous_store(job):
+        if hosts_rendezvous_store(job, honor_rdzv_host=False):
             conf = (("is_host", "false"), *conf)
         else:
             rdzv_host = elastic.rdzv_host or host

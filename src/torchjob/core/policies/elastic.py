@@ -32,6 +32,20 @@ def is_elastic(job: PyTorchJob) -> bool:
     return job.spec.elastic_policy is not None
 
 
+def hosts_rendezvous_store(job: PyTorchJob, honor_rdzv_host: bool = True) -> bool:
+    """Whether torchjob hosts the c10d rendezvous store of an elastic job itself, outside every agent.
+
+    torchrun's c10d rendezvous keeps its state in a store one agent hosts; losing that agent ends the
+    rendezvous for all (so an elastic job could not lose that member). For c10d jobs, each backend runs the
+    store separately and tells the agents ``is_host=false`` — unless the job names its own ``rdzvHost`` and
+    the backend can reach it (a cluster can; a laptop cannot resolve cluster names, so locally it is ignored).
+    """
+    elastic = job.spec.elastic_policy
+    if elastic is None or (elastic.rdzv_backend or "c10d") != "c10d":
+        return False
+    return not (honor_rdzv_host and elastic.rdzv_host)
+
+
 def target_workers(job: PyTorchJob) -> int:
     """How many Workers the job should have now: the spec's count, within the elastic bounds if any."""
     return replica_count(job, ReplicaType.WORKER)
