@@ -80,6 +80,7 @@ def test_an_elastic_job_loses_a_worker_and_carries_on_at_min_size(tmp_path: Path
     path.write_text(yaml.safe_dump(data))
     run = start(path, torchjob_home)
     wait_for(lambda: world_formed(torchjob_home, "shrinks", 2), what="a group of 2")
+    wait_for(lambda: newest_checkpoint_step(torchjob_home, "shrinks") >= 3, what="a few steps trained and saved")
     state = json.loads((torchjob_home / "jobs" / "shrinks" / "local.json").read_text())
     shim = next(p["pid"] for p in state["processes"] if p["replica"] == "worker-1")
     agent = psutil.Process(shim).children()[0]
