@@ -15,6 +15,7 @@ import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from tools import kube_rig
@@ -58,8 +59,8 @@ def namespace(rig: kube_rig.Rig, request: pytest.FixtureRequest) -> Iterator[str
 class OperatorProcess:
     """``torchjob operator`` as a real process, running as the least-privilege account deploy/ creates."""
 
-    def __init__(self, rig: kube_rig.Rig, kubeconfig: Path, log: Path) -> None:
-        self.rig, self.kubeconfig, self.log = rig, kubeconfig, log
+    def __init__(self, rig: kube_rig.Rig, kubeconfig: Path, log: Path, args: tuple[str, ...] = ("--all-namespaces",)):
+        self.rig, self.kubeconfig, self.log, self.args = rig, kubeconfig, log, args
         self.health_port = kube_rig.free_port()
         self.process: subprocess.Popen[bytes] | None = None
 
@@ -71,7 +72,7 @@ class OperatorProcess:
                     "-m",
                     "torchjob.cli.main",
                     "operator",
-                    "--all-namespaces",
+                    *self.args,
                     f"--kubeconfig={self.kubeconfig}",
                     f"--health-port={self.health_port}",
                 ],
@@ -90,6 +91,11 @@ class OperatorProcess:
                 return bool(answer.status == 200)
         except OSError:
             return False
+
+    def metrics(self) -> dict[str, Any]:
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.health_port}/metrics", timeout=2) as answer:
+            data: dict[str, Any] = json.loads(answer.read())
+            return data
 
     def kill(self) -> None:
         """SIGKILL: no chance to tidy up, as when its node dies."""

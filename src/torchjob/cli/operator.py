@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import faulthandler
 import logging
+import os
 import signal
 import sys
 from types import FrameType
@@ -28,6 +29,16 @@ def add_parser(verbs: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
         metavar="VALUE",
         help="also reconcile jobs whose runPolicy.managedBy is VALUE (unset and Kubeflow's own always are)",
     )
+    p.add_argument(
+        "--leader-elect",
+        action="store_true",
+        help="run as one of several replicas: act only while holding the Lease torchjob-operator",
+    )
+    p.add_argument(
+        "--lease-namespace",
+        default=os.environ.get("POD_NAMESPACE", "torchjob-system"),
+        help="namespace of the leader election Lease (default $POD_NAMESPACE, else torchjob-system)",
+    )
     p.set_defaults(handler=handle)
 
     c = verbs.add_parser("crd", help="print the PyTorchJob CustomResourceDefinition (YAML)")
@@ -36,6 +47,7 @@ def add_parser(verbs: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
 
 def handle(args: argparse.Namespace) -> int:
     from torchjob.backends.kubernetes.cluster import connect
+    from torchjob.controller.leader import ElectionSettings
     from torchjob.controller.operator import DEFAULT_MANAGED_BY, OperatorSettings, run_operator
 
     if args.workers < 1:
@@ -48,6 +60,7 @@ def handle(args: argparse.Namespace) -> int:
         workers=args.workers,
         managed_by=(*DEFAULT_MANAGED_BY, *(args.managed_by or [])),
         health_port=args.health_port,
+        election=ElectionSettings(namespace=args.lease_namespace) if args.leader_elect else None,
     )
 
     def stop(signum: int, _frame: FrameType | None) -> None:

@@ -6,13 +6,17 @@ write the status. Nothing is remembered between passes, so killing the operator 
 one lists everything (a watch without a resourceVersion starts with every object) and converges. Timers
 (activeDeadlineSeconds, TTL, backoff) are requeues at the time the planner asks for.
 
-Jobs whose ``spec.runPolicy.managedBy`` names another controller (MultiKueue, say) are left alone.
+Jobs whose ``spec.runPolicy.managedBy`` names another controller (MultiKueue, say) are left alone. With
+leader election (``--leader-elect``) several replicas can run; only the one holding the Lease acts.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import os
+import secrets
+import socket
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -21,6 +25,7 @@ from datetime import datetime, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+import httpx
 from lightkube import ALL_NS, ApiError, Client
 from lightkube.resources.core_v1 import Pod
 
@@ -30,6 +35,7 @@ from torchjob.api.types import ConditionType, JobStatus
 from torchjob.backends.kubernetes.backend import KubernetesBackend, RequestCounter
 from torchjob.backends.kubernetes.cluster import PyTorchJobResource, as_dict
 from torchjob.controller.clock import Clock, SystemClock
+from torchjob.controller.leader import ElectionSettings, LeaseLock
 from torchjob.controller.loop import reconcile_once
 from torchjob.controller.workqueue import WorkQueue
 from torchjob.core import conditions, replicas
@@ -54,6 +60,9 @@ class OperatorSettings:
     # Every job is looked at this often even without events (an informer's resync): a watch that went
     # quiet without an error (seen right after a CRD is created) cannot leave a job unattended.
     resync_seconds: float = 30.0
+    # Leader election: None runs as the only operator; otherwise stand by until this replica holds the Lease.
+    election: ElectionSettings | None = None
+    identity: str | None = None
 
 
 @dataclass
@@ -74,19 +83,26 @@ class Operator:
         self.health = _Health()
         self._threads: list[threading.Thread] = []
         self._server: ThreadingHTTPServer | None = None
+        # False while a replica waits for the leader election lease; it then watches and acts on nothing.
+        self.leading = False
 
     # -- lifecycle ------------------------------------------------------------------------------------
 
+    def serve_health(self) -> None:
+        """Serve /healthz, /readyz and /metrics (once), before or without leading."""
+        if self.settings.health_port is not None and self._server is None:
+            self._server = _health_server(self, self.settings.health_port)
+            self._spawn("health", self._server.serve_forever)
+
     def start(self) -> None:
+        self.leading = True
+        self.serve_health()
         self._spawn("watch-jobs", self._watch, PyTorchJobResource, None, _job_key)
         labels: dict[str, Any] = {replicas.LABEL_OPERATOR: replicas.OPERATOR_NAME}
         self._spawn("watch-pods", self._watch, Pod, labels, _pod_owner_key)
         self._spawn("resync", self._resync)
         for i in range(self.settings.workers):
             self._spawn(f"worker-{i}", self._work)
-        if self.settings.health_port is not None:
-            self._server = _health_server(self, self.settings.health_port)
-            self._spawn("health", self._server.serve_forever)
         where = self.settings.namespace or "all namespaces"
         log.info("torchjob operator started: watching PyTorchJobs in %s with %d workers", where, self.settings.workers)
 
@@ -101,7 +117,8 @@ class Operator:
 
     @property
     def ready(self) -> bool:
-        return {"watch-jobs", "watch-pods"} <= self.health.synced
+        # A standby (waiting for the lease) is ready to take over; a leader once its watches have synced.
+        return not self.leading or {"watch-jobs", "watch-pods"} <= self.health.synced
 
     def _spawn(self, name: str, target: Callable[..., Any], *args: Any) -> None:
         thread = threading.Thread(target=target, args=args, name=name, daemon=True)
@@ -225,7 +242,11 @@ def _health_server(operator: Operator, port: int) -> ThreadingHTTPServer:
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
             if self.path == "/metrics":  # what bench/ reads: API requests by verb, reconcile passes
-                body = {"requests": dict(operator.counter.by_verb), "passes": operator.health.passes}
+                body = {
+                    "requests": dict(operator.counter.by_verb),
+                    "passes": operator.health.passes,
+                    "leader": operator.leading,
+                }
                 self.send_response(200)
                 self.end_headers()
                 self.wfile.write(json.dumps(body).encode())
@@ -242,11 +263,51 @@ def _health_server(operator: Operator, port: int) -> ThreadingHTTPServer:
 
 
 def run_operator(client: Client, settings: OperatorSettings) -> None:
-    """Run until SIGTERM/SIGINT (the CLI turns both into KeyboardInterrupt)."""
+    """Run until SIGTERM/SIGINT (the CLI turns both into KeyboardInterrupt).
+
+    With leader election, wait for the Lease first, then act while renewing it. A leader that cannot renew
+    in time exits at once: another replica may hold the Lease by then, and two operators must never act on
+    the same jobs (Kubernetes restarts the process, which then stands by).
+    """
     operator = Operator(client, settings)
-    operator.start()
+    election = settings.election
+    if election is None:
+        operator.start()
+        try:
+            while True:
+                time.sleep(3600)
+        finally:
+            operator.stop()
+        return
+    lock = LeaseLock(client, election, settings.identity or _identity())
+    operator.serve_health()
     try:
+        log.info("waiting to lead: lease %s/%s as %s", election.namespace, election.name, lock.identity)
+        while not _renewed(lock):
+            time.sleep(election.renew_seconds)
+        operator.start()
+        renewed_at = time.monotonic()
         while True:
-            time.sleep(3600)
+            time.sleep(election.renew_seconds)
+            if _renewed(lock):
+                renewed_at = time.monotonic()
+            elif time.monotonic() - renewed_at > election.renew_deadline_seconds:
+                log.error("lost the lease %s/%s: stopping at once", election.namespace, election.name)
+                logging.shutdown()
+                os._exit(1)
     finally:
-        operator.stop()
+        if operator.leading:
+            operator.stop()
+            lock.release()
+
+
+def _renewed(lock: LeaseLock) -> bool:
+    try:
+        return lock.try_acquire_or_renew()
+    except (ApiError, httpx.HTTPError, OSError) as err:
+        log.warning("lease %s: %s", lock.settings.name, _one_line(err))
+        return False
+
+
+def _identity() -> str:
+    return f"{socket.gethostname()}_{secrets.token_hex(4)}"
