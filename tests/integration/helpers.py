@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -35,6 +37,17 @@ def write_job(
     path = tmp_path / f"{name}.yaml"
     path.write_text(yaml.safe_dump(builder.wire()))
     return path
+
+
+def start_run(path: Path, home: Path) -> subprocess.Popen[str]:
+    """``torchjob run PATH`` as its own process against the state directory ``home``, output captured."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "torchjob.cli.main", "run", str(path)],
+        env={**os.environ, "TORCHJOB_HOME": str(home)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def job_object(home: Path, name: str) -> dict[str, Any]:

@@ -4,10 +4,8 @@ torchrun's etcd rendezvous against a real etcd server."""
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +15,7 @@ import yaml
 
 from tests.conftest import run_cli
 from tests.integration.conftest import etcd_v2_keys
-from tests.integration.helpers import alive, job_object, wait_for
+from tests.integration.helpers import alive, job_object, start_run, wait_for
 from torchjob.testing import make_job
 
 SCRIPT = Path(__file__).resolve().parent / "scripts" / "elastic_train.py"
@@ -35,16 +33,6 @@ def elastic_job(tmp_path: Path, name: str, workers: int, low: int, high: int, st
     path = tmp_path / f"{name}.yaml"
     path.write_text(yaml.safe_dump(builder.wire()))
     return path
-
-
-def start(path: Path, home: Path) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [sys.executable, "-m", "torchjob.cli.main", "run", str(path)],
-        env={**os.environ, "TORCHJOB_HOME": str(home)},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
 
 
 def rounds(home: Path, name: str) -> list[dict[str, Any]]:
@@ -78,7 +66,7 @@ def test_an_elastic_job_loses_a_worker_and_carries_on_at_min_size(tmp_path: Path
     data = yaml.safe_load(path.read_text())
     data["metadata"]["annotations"]["torchjob.io/replacement-delay-seconds"] = "600"
     path.write_text(yaml.safe_dump(data))
-    run = start(path, torchjob_home)
+    run = start_run(path, torchjob_home)
     wait_for(lambda: world_formed(torchjob_home, "shrinks", 2), what="a group of 2")
     wait_for(lambda: newest_checkpoint_step(torchjob_home, "shrinks") >= 3, what="a few steps trained and saved")
     state = json.loads((torchjob_home / "jobs" / "shrinks" / "local.json").read_text())
@@ -105,7 +93,7 @@ def test_an_elastic_job_loses_a_worker_and_carries_on_at_min_size(tmp_path: Path
 
 def test_scale_up_and_down_of_a_running_elastic_job(tmp_path: Path, torchjob_home: Path) -> None:
     path = elastic_job(tmp_path, "scales", workers=1, low=1, high=2, steps=150)
-    run = start(path, torchjob_home)
+    run = start_run(path, torchjob_home)
     wait_for(lambda: world_formed(torchjob_home, "scales", 1), what="a group of 1")
 
     refused = run_cli("scale", "scales", "--workers", "3", home=torchjob_home)
@@ -151,7 +139,7 @@ def test_etcd_rendezvous_against_a_real_etcd(
     path = elastic_job(
         tmp_path, name, workers=2, low=2, high=2, steps=10, rdzvBackend=backend, rdzvHost=host, rdzvPort=int(port)
     )
-    finish(start(path, torchjob_home))
+    finish(start_run(path, torchjob_home))
     status = job_object(torchjob_home, name)["status"]
     assert status["conditions"][-1]["type"] == "Succeeded"
     assert world_formed(torchjob_home, name, 2)

@@ -2,17 +2,14 @@
 
 from __future__ import annotations
 
-import os
 import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import psutil
 import yaml
 
 from tests.conftest import ROOT, run_cli
-from tests.integration.helpers import condition, job_object, wait_for
+from tests.integration.helpers import condition, job_object, start_run, wait_for
 from torchjob.testing import make_job
 
 SCRIPTS = Path(__file__).resolve().parent / "scripts"
@@ -74,13 +71,7 @@ def test_preemption_checkpoints_restarts_and_is_not_counted(tmp_path: Path, torc
         container["workingDir"] = str(ROOT / "examples" / "mnist")
     path = tmp_path / "job.yaml"
     path.write_text(yaml.safe_dump(job))
-    run = subprocess.Popen(
-        [sys.executable, "-m", "torchjob.cli.main", "run", str(path)],
-        env={**os.environ, "TORCHJOB_HOME": str(torchjob_home)},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    run = start_run(path, torchjob_home)
     log = torchjob_home / "jobs" / "preempted" / "logs" / "0" / "worker-0.log"
     wait_for(lambda: log.exists() and "batch: 15/" in log.read_text(), what="worker-0 at batch 15")
     trainer_of(torchjob_home, "preempted", "worker-0").send_signal(signal.SIGTERM)  # an eviction

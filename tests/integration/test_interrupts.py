@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import os
 import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -17,19 +14,10 @@ from tests.integration.helpers import (
     condition,
     job_object,
     replica_records,
+    start_run,
     wait_for,
     write_job,
 )
-
-
-def start_run(path: Path, home: Path) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [sys.executable, "-m", "torchjob.cli.main", "run", str(path)],
-        env={**os.environ, "TORCHJOB_HOME": str(home)},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
 
 
 def wait_until_all_started(home: Path, name: str, replicas: int) -> None:

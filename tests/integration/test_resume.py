@@ -7,11 +7,8 @@ RNG state: the final parameters must match, and at most one checkpoint interval 
 
 from __future__ import annotations
 
-import os
 import re
 import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import psutil
@@ -20,7 +17,7 @@ import torch
 import yaml
 
 from tests.conftest import ROOT, run_cli
-from tests.integration.helpers import job_object, wait_for
+from tests.integration.helpers import job_object, start_run, wait_for
 
 INTERVAL = 10
 
@@ -59,13 +56,7 @@ def uninterrupted(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_kill_and_resume_ends_with_the_same_model(
     victim: str, uninterrupted: Path, tmp_path: Path, torchjob_home: Path
 ) -> None:
-    run = subprocess.Popen(
-        [sys.executable, "-m", "torchjob.cli.main", "run", str(mnist_job(tmp_path, "killed"))],
-        env={**os.environ, "TORCHJOB_HOME": str(torchjob_home)},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    run = start_run(mnist_job(tmp_path, "killed"), torchjob_home)
     log = torchjob_home / "jobs" / "killed" / "logs" / "0" / f"{victim}.log"
     # Past the first checkpoint and mid-epoch (63 batches an epoch on 2 ranks).
     wait_for(lambda: log.exists() and "epoch: 1/2, batch: 25/" in log.read_text(), what=f"{victim} at batch 25")
