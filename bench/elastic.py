@@ -12,11 +12,9 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -25,8 +23,8 @@ import yaml
 from tools.kube_rig import free_port
 
 from bench.launch import BIN
-from bench.measure import median
-from bench.recovery import PAYLOAD, _wait_for
+from bench.measure import recovery_trials
+from bench.recovery import PAYLOAD, wait_for_files
 from torchjob.testing import make_job
 
 TIMEOUT = 90.0
@@ -66,12 +64,12 @@ def _trial(launcher: str, work: Path) -> float | None:
             argv += ["--rdzv-backend", "c10d", "--rdzv-endpoint", endpoint, "--rdzv-id", "bench", str(PAYLOAD)]
             processes.append(subprocess.Popen(argv, env=env, start_new_session=True, **_quiet()))
     try:
-        if _wait_for("first-step-0-rank*.txt", out, 2, TIMEOUT) is None:
+        if wait_for_files("first-step-0-rank*.txt", out, 2, TIMEOUT) is None:
             raise RuntimeError(f"{launcher}: the group never trained")
         time.sleep(0.5)
         killed_at = time.time()
         _kill_member(int((out / "pid-0-rank1.txt").read_text()))
-        found = _wait_for("first-step-1-rank0.txt", out, 1, TIMEOUT)
+        found = wait_for_files("first-step-1-rank0.txt", out, 1, TIMEOUT)
         return None if found is None else float(found[0].read_text()) - killed_at
     finally:
         for process in processes:
@@ -104,19 +102,7 @@ def _children(pid: int) -> list[psutil.Process]:
 
 def measure(trials: int = 3) -> dict[str, tuple[float | None, int]]:
     """Launcher → (median seconds over the trials that recovered, how many did not recover)."""
-    results: dict[str, list[float | None]] = {"torchjob": [], "torchrun": []}
-    for _ in range(trials):
-        for launcher in results:
-            work = Path(tempfile.mkdtemp(prefix=f"bench-elastic-{launcher}-"))
-            try:
-                results[launcher].append(_trial(launcher, work))
-            finally:
-                shutil.rmtree(work, ignore_errors=True)
-    summary: dict[str, tuple[float | None, int]] = {}
-    for launcher, values in results.items():
-        recovered = [v for v in values if v is not None]
-        summary[launcher] = (median(recovered) if recovered else None, len(values) - len(recovered))
-    return summary
+    return recovery_trials(_trial, ("torchjob", "torchrun"), trials, "bench-elastic")
 
 
 if __name__ == "__main__":

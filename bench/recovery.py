@@ -12,25 +12,23 @@ than ``import torch`` alone, because DDP's constructor imports ``torch._dynamo``
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 import yaml
 
 from bench.launch import BIN
-from bench.measure import median
+from bench.measure import median, recovery_trials
 from torchjob.testing import make_job
 
 PAYLOAD = Path(__file__).resolve().parent / "scripts" / "recovery_train.py"
 TIMEOUT = 60.0
 
 
-def _wait_for(path_glob: str, directory: Path, count: int, timeout: float) -> list[Path] | None:
+def wait_for_files(path_glob: str, directory: Path, count: int, timeout: float) -> list[Path] | None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         found = sorted(directory.glob(path_glob))
@@ -61,13 +59,13 @@ def _trial(launcher: str, work: Path) -> float | None:
         argv = [str(BIN / "torchrun"), "--standalone", "--nproc-per-node", "2", "--max-restarts", "3", str(PAYLOAD)]
     process = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        if _wait_for("first-step-0-rank*.txt", out, 2, TIMEOUT) is None:
+        if wait_for_files("first-step-0-rank*.txt", out, 2, TIMEOUT) is None:
             raise RuntimeError(f"{launcher}: the first attempt never trained")
         time.sleep(0.5)
         victim = int((out / "pid-0-rank1.txt").read_text())
         killed_at = time.time()
         os.kill(victim, signal.SIGKILL)
-        found = _wait_for("first-step-1-rank*.txt", out, 2, TIMEOUT)
+        found = wait_for_files("first-step-1-rank*.txt", out, 2, TIMEOUT)
         if found is None:
             return None  # did not recover
         return max(float(p.read_text()) for p in found) - killed_at
@@ -97,16 +95,4 @@ def cold_ddp_start_seconds(trials: int = 3) -> float:
 
 def measure(trials: int = 3) -> dict[str, tuple[float | None, int]]:
     """Launcher → (median recovery seconds over the trials that recovered, how many did not recover)."""
-    results: dict[str, list[float | None]] = {"torchjob": [], "torchrun": []}
-    for _ in range(trials):
-        for launcher in results:
-            work = Path(tempfile.mkdtemp(prefix=f"bench-recovery-{launcher}-"))
-            try:
-                results[launcher].append(_trial(launcher, work))
-            finally:
-                shutil.rmtree(work, ignore_errors=True)
-    summary: dict[str, tuple[float | None, int]] = {}
-    for launcher, values in results.items():
-        recovered = [v for v in values if v is not None]
-        summary[launcher] = (median(recovered) if recovered else None, len(values) - len(recovered))
-    return summary
+    return recovery_trials(_trial, ("torchjob", "torchrun"), trials, "bench-recovery")
