@@ -4,18 +4,13 @@
 # Kubernetes rig uses — no longer serves; 3.5 still does with --enable-v2. Rebuilt only when missing or when
 # the pinned version changes.
 set -euo pipefail
-# shellcheck source=tools/versions.env
-source "$(dirname "$0")/versions.env"
-CACHE="${TORCHJOB_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/torchjob}"
+# shellcheck source=tools/go-build-env.sh
+source "$(dirname "$0")/go-build-env.sh"
 BIN="$CACHE/etcd/etcd-$ETCD_V2_VERSION/bin"
 [ -x "$BIN/etcd" ] && { echo "etcd-v2: etcd $ETCD_V2_VERSION up to date in $BIN"; exit 0; }
-if ! command -v go >/dev/null 2>&1; then
-  export PATH="/usr/local/go/bin:$PATH"
-  command -v go >/dev/null 2>&1 || { echo "etcd-v2: Go is needed to build etcd" >&2; exit 1; }
-fi
+require_go etcd-v2 etcd
 echo "etcd-v2: building etcd $ETCD_V2_VERSION into $BIN" >&2
-export GOTOOLCHAIN=local CGO_ENABLED=0 GOFLAGS=-mod=mod
-export GOPATH="${GOPATH:-$CACHE/gopath}"
+export GOFLAGS=-mod=mod
 WORK="$CACHE/etcd/src-$ETCD_V2_VERSION"
 mkdir -p "$BIN" "$WORK"
 cd "$WORK"

@@ -4,18 +4,13 @@
 # pinned version changed. Usage: kube-rig-build.sh [BIN_DIR]
 set -euo pipefail
 
-# Pinned versions live in one file, read by this script and by tools/kube_rig.py.
-# shellcheck source=tools/versions.env
-source "$(dirname "$0")/versions.env"
-CACHE="${TORCHJOB_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/torchjob}"
+# Pinned versions live in one file (versions.env), read by this script and by tools/kube_rig.py.
+# shellcheck source=tools/go-build-env.sh
+source "$(dirname "$0")/go-build-env.sh"
 BIN="${1:-$CACHE/kube/$K8S_VERSION-kwok-$KWOK_VERSION/bin}"
 WORK="$CACHE/kube/src-$K8S_VERSION"
-if ! command -v go >/dev/null 2>&1; then
-  export PATH="/usr/local/go/bin:$PATH"
-  command -v go >/dev/null 2>&1 || { echo "kube-rig: Go is needed to build the control plane; install Go first" >&2; exit 1; }
-fi
-export GOTOOLCHAIN=local CGO_ENABLED=0 GOFLAGS=-mod=mod
-export GOPATH="${GOPATH:-$CACHE/gopath}"
+require_go kube-rig "the control plane"
+export GOFLAGS=-mod=mod
 mkdir -p "$BIN" "$WORK"
 
 components=(kube-apiserver kube-controller-manager kube-scheduler kubectl)
