@@ -198,8 +198,8 @@ class _Planner:
             )
             self.events.append(Event("Warning", "MemberLost", message))
             self.actions.append(DeleteReplica(o.replica, o.attempt, "a lost member of the elastic group"))
+        target = elastic.target_workers(self.job)
         for o in surplus:
-            target = elastic.target_workers(self.job)
             self.events.append(Event("Normal", "ScaledDown", f"{o.replica} leaves: scaled to {target} Worker(s)"))
             self.actions.append(DeleteReplica(o.replica, o.attempt, f"scaled down to {target} Worker(s)"))
         self.status.membership_changes += len(leaving)
@@ -241,10 +241,11 @@ class _Planner:
 
     def _replacement_waits(self, replica: ReplicaId) -> bool:
         """A lost member's replacement waits until its due time (the planner wakes up then)."""
-        due = self.status.replacement_due.get(str(replica))
-        if due is None or parse_timestamp(due) <= self.now:
+        recorded = self.status.replacement_due.get(str(replica))
+        due = parse_timestamp(recorded) if recorded is not None else None
+        if due is None or due <= self.now:
             return False
-        self._wake_at(parse_timestamp(due))
+        self._wake_at(due)
         return True
 
     def _mark_running(self, current: list[ReplicaObservation]) -> None:

@@ -20,6 +20,7 @@ from typing import Any
 
 from torchjob.api import extensions
 from torchjob.api.types import PyTorchJob, ReplicaType
+from torchjob.core import conditions
 from torchjob.core.observed import Phase, ReplicaObservation
 from torchjob.core.policies.restart import is_retryable, restart_policy_of
 from torchjob.core.replicas import replica_count
@@ -87,8 +88,6 @@ def remaining_workers(current: list[ReplicaObservation], leaving: list[ReplicaOb
 
 def scale_problem(job: PyTorchJob, workers: int) -> str | None:
     """Why ``job`` cannot be scaled to ``workers`` Workers now, in one line; None when it can."""
-    from torchjob.core import conditions
-
     elastic = job.spec.elastic_policy
     if elastic is None:
         return (
