@@ -97,7 +97,7 @@ def test_scale_up_and_down_of_a_running_elastic_job(tmp_path: Path, torchjob_hom
     wait_for(lambda: world_formed(torchjob_home, "scales", 1), what="a group of 1")
 
     refused = run_cli("scale", "scales", "--workers", "3", home=torchjob_home)
-    assert refused.returncode == 1
+    assert refused.returncode == 3
     assert "--workers: must be within the job's elasticPolicy bounds [1, 2], got 3" in refused.stderr
 
     seen = len(rounds(torchjob_home, "scales"))
@@ -126,7 +126,7 @@ def test_scaling_a_job_that_is_not_elastic_is_refused(tmp_path: Path, torchjob_h
     path.write_text(yaml.safe_dump(make_job("fixed").workers(1).command("python", "-c", "pass").wire()))
     assert run_cli("run", str(path), home=torchjob_home).returncode == 0
     refused = run_cli("scale", "fixed", "--workers", "2", home=torchjob_home)
-    assert refused.returncode == 1
+    assert refused.returncode == 3
     assert "has no spec.elasticPolicy" in refused.stderr
 
 

@@ -72,4 +72,4 @@ def test_detached_run_then_delete_from_another_shell(tmp_path: Path, torchjob_ho
     assert [p for p in pids if alive(p)] == []
     assert not (torchjob_home / "jobs" / "bg").exists()
     missing = run_cli("get", "bg", home=torchjob_home)
-    assert missing.returncode == 1 and "not found" in missing.stderr
+    assert missing.returncode == 3 and "not found" in missing.stderr

@@ -81,17 +81,17 @@ def test_get_list_logs_delete_with_cluster(rig: Rig, namespace: str, operator: O
     assert logs.stdout.splitlines() == ["step 1", "step 2"], logs.stderr
 
     again = torchjob(rig, "submit", str(path), "-n", namespace)
-    assert again.returncode == 1 and "already exists" in again.stderr
+    assert again.returncode == 3 and "already exists" in again.stderr
     deleted = torchjob(rig, "delete", "--cluster", "-n", namespace, "cli")
     assert deleted.returncode == 0
     wait_until(lambda: not pods(rig, namespace, "cli"), what="the job's pods to be garbage-collected")
     missing = torchjob(rig, "get", "--cluster", "-n", namespace, "cli")
-    assert missing.returncode == 1 and "not found" in missing.stderr
+    assert missing.returncode == 3 and "not found" in missing.stderr
 
 
 def test_submit_reports_the_api_servers_own_refusal(rig: Rig, namespace: str, operator: OperatorProcess) -> None:
     result = torchjob(rig, "submit", str(ROOT / "examples" / "mnist" / "job.yaml"), "-n", "no-such-namespace")
-    assert result.returncode == 1
+    assert result.returncode == 3
     assert 'namespaces "no-such-namespace" not found' in result.stderr
     assert "Traceback" not in result.stderr
 
@@ -132,7 +132,7 @@ def test_scale_cluster_grows_and_shrinks_an_elastic_job_without_a_restart(
     assert rig.kubectl_json("get", "-n", namespace, "service", "stretch-rdzv")["spec"]["clusterIP"] == "None"
 
     refused = torchjob(rig, "scale", "stretch", "--workers", "4", "--cluster", "-n", namespace)
-    assert refused.returncode == 1 and "bounds [1, 3], got 4" in refused.stderr
+    assert refused.returncode == 3 and "bounds [1, 3], got 4" in refused.stderr
     grown = torchjob(rig, "scale", "stretch", "--workers", "3", "--cluster", "-n", namespace)
     assert grown.returncode == 0, grown.stderr
     wait_until(lambda: len(running_pods(rig, namespace, "stretch")) == 3, what="a third worker")

@@ -65,11 +65,15 @@ def with_defaults(job: PyTorchJob) -> PyTorchJob:
 def _with_default_port(template: dict[str, Any]) -> dict[str, Any]:
     """Add the ``pytorchjob-port`` (23456) to the ``pytorch`` container when it does not declare it."""
     template = copy.deepcopy(template)
-    containers = template.get("spec", {}).get("containers") or []
-    for container in containers:
+    # Validation reports a template of the wrong shape; defaulting leaves such a template alone.
+    spec = template.get("spec")
+    containers = spec.get("containers") if isinstance(spec, dict) else None
+    for container in containers if isinstance(containers, list) else []:
         if not isinstance(container, dict) or container.get("name") != DEFAULT_CONTAINER_NAME:
             continue
         ports = container.setdefault("ports", [])
+        if not isinstance(ports, list):
+            continue
         if not any(isinstance(p, dict) and p.get("name") == DEFAULT_PORT_NAME for p in ports):
             ports.append({"name": DEFAULT_PORT_NAME, "containerPort": DEFAULT_PORT, "protocol": "TCP"})
     return template

@@ -37,12 +37,16 @@ def _one_of(allowed: tuple[str, ...]) -> Callable[[str], str | None]:
     return check
 
 
+# Seconds in an annotation: at most about 31 years, so that every time computed from one stays a valid date.
+MAX_ANNOTATION_SECONDS = 1e9
+
+
 def _non_negative_number(value: str) -> str | None:
     try:
-        ok = float(value) >= 0
+        ok = 0 <= float(value) <= MAX_ANNOTATION_SECONDS  # also false for nan
     except ValueError:
         ok = False
-    return None if ok else f"must be a non-negative number of seconds, got {value!r}"
+    return None if ok else f"must be a number of seconds from 0 to {MAX_ANNOTATION_SECONDS:.0e}, got {value!r}"
 
 
 ANNOTATION_RULES: dict[str, Callable[[str], str | None]] = {

@@ -1,48 +1,69 @@
-"""Reading a PyTorchJob from a file or a mapping, with errors a user can act on (never a traceback)."""
+"""Reading a PyTorchJob from a file or a mapping, with errors a user can act on (never a traceback).
+
+A file goes through :mod:`torchjob.api.documents` (bounded, strict YAML), then the typed model (strict
+types and Kubernetes' ranges), Kubeflow's defaults and :mod:`torchjob.api.validation`. What a user should
+know but is no error (an input ``status`` that is ignored, as ``kubectl apply`` does) comes back as notes.
+"""
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pydantic
-import yaml
 
+from torchjob.api import documents, templating
 from torchjob.api.defaults import with_defaults
 from torchjob.api.errors import JobFileError, ValidationError
 from torchjob.api.types import API_VERSION, KIND, PyTorchJob
 from torchjob.api.validation import validate
 
 
+@dataclass(frozen=True)
+class JobInput:
+    """A job read from a file: the typed, defaulted job, the document as written, and notes for the user."""
+
+    job: PyTorchJob
+    document: dict[str, Any]
+    notes: list[str] = field(default_factory=list)
+
+
+def load_job(path: str | Path, values_path: str | None = None) -> JobInput:
+    """Read (``-``: standard input), fill placeholders from ``values_path``, parse, default and validate."""
+    path = str(path)
+    source = "standard input" if path == documents.STDIN else path
+    text = templating.read_filled(path, values_path)
+    line = templating.placeholder_line(text) if values_path is None else None
+    if line is not None:
+        raise JobFileError(
+            f"{source}: still a template (line {line} holds a Jinja2 placeholder); fill it with --values FILE.json"
+        )
+    return parse_job_input(text, source)
+
+
 def load_job_file(path: str | Path) -> PyTorchJob:
     """Read, parse, default and validate the PyTorchJob in ``path``."""
-    path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise JobFileError(f"{path}: no such file") from None
-    except IsADirectoryError:
-        raise JobFileError(f"{path}: is a directory, expected a PyTorchJob YAML file") from None
-    except (OSError, UnicodeDecodeError) as err:
-        raise JobFileError(f"{path}: cannot be read ({err})") from None
-    return parse_job_text(text, source=str(path))
+    return load_job(path).job
 
 
 def parse_job_text(text: str, source: str = "<input>") -> PyTorchJob:
-    try:
-        documents = [d for d in yaml.safe_load_all(text) if d is not None]
-    except yaml.YAMLError as err:
-        where = ""
-        mark = getattr(err, "problem_mark", None)
-        if mark is not None:
-            where = f" at line {mark.line + 1}, column {mark.column + 1}"
-        problem = getattr(err, "problem", None) or str(err).splitlines()[0]
-        raise JobFileError(f"{source}: not valid YAML{where}: {problem}") from None
-    if not documents:
+    return parse_job_input(text, source).job
+
+
+def parse_job_input(text: str, source: str = "<input>") -> JobInput:
+    found = documents.load_documents(text, source)
+    if not found:
         raise JobFileError(f"{source}: empty; expected a PyTorchJob (apiVersion {API_VERSION}, kind {KIND})")
-    if len(documents) > 1:
-        raise JobFileError(f"{source}: holds {len(documents)} YAML documents; expected exactly one PyTorchJob")
-    return job_from_mapping(documents[0], source=source)
+    if len(found) > 1:
+        raise JobFileError(f"{source}: holds {len(found)} YAML documents; expected exactly one PyTorchJob")
+    document = found[0]
+    notes = []
+    if isinstance(document, dict) and "status" in document:
+        # As `kubectl apply` does: a status belongs to whoever runs the job, never to its input.
+        document = {k: v for k, v in document.items() if k != "status"}
+        notes.append("status: ignored (a job's status is written by whoever runs it; this one starts afresh)")
+    return JobInput(job_from_mapping(document, source=source), document, notes)
 
 
 def job_from_mapping(data: Any, source: str = "<input>") -> PyTorchJob:
@@ -87,4 +108,17 @@ def _describe(error: Any) -> str:
     message = error["msg"]
     if message.startswith("Input should be"):
         message = "must be" + message[len("Input should be") :]
+    message = _PLAIN_WORDS.get(kind, message)
     return f"{path}: {message}, got {given!r}"
+
+
+# pydantic's words for a wrong type, as a YAML author would say them.
+_PLAIN_WORDS = {
+    "dict_type": "must be a mapping",
+    "model_type": "must be a mapping",
+    "model_attributes_type": "must be a mapping",
+    "int_type": "must be an integer",
+    "string_type": "must be a string",
+    "bool_type": "must be true or false",
+    "list_type": "must be a list",
+}

@@ -3,15 +3,17 @@
 Attributes are snake_case in Python and camelCase on the wire (``model_dump(by_alias=True)``). The pod
 template is kept as the raw mapping it was given: it is a Kubernetes PodTemplateSpec, and every field of it
 (volumes, resources, tolerations, fields newer than this code...) must survive a round trip untouched.
-Fields of the job spec itself are strict: a typo there is an error, as with ``kubectl --validate=strict``.
+Fields of the job spec itself are strict: a typo there is an error, as with ``kubectl --validate=strict``,
+and so is a value of the wrong type (no ``true`` → 1, ``"2"`` → 2 or ``"yes"`` → true) or outside the
+range of its Kubernetes type (int32, int64).
 """
 
 from __future__ import annotations
 
 from enum import Enum
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, field_validator
 from pydantic.alias_generators import to_camel
 
 API_VERSION = "kubeflow.org/v1"
@@ -19,6 +21,13 @@ KIND = "PyTorchJob"
 DEFAULT_CONTAINER_NAME = "pytorch"
 DEFAULT_PORT_NAME = "pytorchjob-port"
 DEFAULT_PORT = 23456
+
+INT32_MAX = 2**31 - 1
+INT64_MAX = 2**63 - 1
+# Integers as Kubernetes types them: no bool or string is taken for a number.
+NonNegativeInt32 = Annotated[StrictInt, Field(ge=0, le=INT32_MAX)]
+PositiveInt32 = Annotated[StrictInt, Field(ge=1, le=INT32_MAX)]
+PositiveInt64 = Annotated[StrictInt, Field(ge=1, le=INT64_MAX)]
 
 
 class ReplicaType(str, Enum):
@@ -68,26 +77,26 @@ class _OpenWire(_Wire):
 
 
 class ReplicaSpec(_Wire):
-    replicas: int | None = None
+    replicas: NonNegativeInt32 | None = None
     restart_policy: RestartPolicy | None = None
     template: dict[str, Any] = Field(default_factory=dict)
 
 
 class SchedulingPolicy(_Wire):
-    min_available: int | None = None
+    min_available: NonNegativeInt32 | None = None
     queue: str | None = None
     min_resources: dict[str, Any] | None = None
     priority_class: str | None = None
-    schedule_timeout_seconds: int | None = None
+    schedule_timeout_seconds: NonNegativeInt32 | None = None
 
 
 class RunPolicy(_Wire):
     clean_pod_policy: CleanPodPolicy | None = None
-    ttl_seconds_after_finished: int | None = Field(default=None, ge=0)
-    active_deadline_seconds: int | None = Field(default=None, ge=0)
-    backoff_limit: int | None = Field(default=None, ge=0)
+    ttl_seconds_after_finished: NonNegativeInt32 | None = None
+    active_deadline_seconds: PositiveInt64 | None = None
+    backoff_limit: NonNegativeInt32 | None = None
     scheduling_policy: SchedulingPolicy | None = None
-    suspend: bool | None = None
+    suspend: StrictBool | None = None
     managed_by: str | None = None
 
 
@@ -97,16 +106,16 @@ class RdzvConf(_Wire):
 
 
 class ElasticPolicy(_Wire):
-    min_replicas: int | None = Field(default=None, ge=1)
-    max_replicas: int | None = Field(default=None, ge=1)
+    min_replicas: PositiveInt32 | None = None
+    max_replicas: PositiveInt32 | None = None
     rdzv_backend: Literal["c10d", "etcd", "etcd-v2"] | None = None
-    rdzv_port: int | None = Field(default=None, ge=1, le=65535)
+    rdzv_port: Annotated[StrictInt, Field(ge=1, le=65535)] | None = None
     rdzv_host: str | None = None
     rdzv_id: str | None = None
     rdzv_conf: list[RdzvConf] | None = None
-    standalone: bool | None = None
-    n_proc_per_node: int | None = Field(default=None, ge=1)
-    max_restarts: int | None = Field(default=None, ge=0)
+    standalone: StrictBool | None = None
+    n_proc_per_node: PositiveInt32 | None = None
+    max_restarts: NonNegativeInt32 | None = None
     metrics: list[dict[str, Any]] | None = None
 
 

@@ -7,20 +7,23 @@ user fixes the file in one go.
 from __future__ import annotations
 
 import re
-from typing import Any
 
 from torchjob.api.errors import ValidationError
 from torchjob.api.extensions import ANNOTATION_RULES
-from torchjob.api.types import DEFAULT_CONTAINER_NAME, PyTorchJob, ReplicaType
+from torchjob.api.names import DNS1035_LABEL, DNS1123_LABEL, DNS1123_SUBDOMAIN
+from torchjob.api.pod_templates import template_problems
+from torchjob.api.types import INT32_MAX, PyTorchJob, ReplicaType
 
-_DNS1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+_LABEL_NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
 _NPROC_WORDS = {"auto", "cpu", "gpu"}
+_MAX_ANNOTATIONS_BYTES = 256 * 1024
 
 
 def validate(job: PyTorchJob) -> None:
     """Raise :class:`ValidationError` listing every problem of ``job``; return quietly when it is valid."""
     problems: list[str] = []
     problems += _check_name(job)
+    problems += _check_metadata(job)
     problems += _check_replica_specs(job)
     problems += _check_nproc(job)
     problems += _check_elastic(job)
@@ -33,12 +36,49 @@ def _check_name(job: PyTorchJob) -> list[str]:
     name = job.metadata.name
     if not name:
         return ["metadata.name: required"]
-    if len(name) > 63 or not _DNS1035.match(name):
+    if len(name) > 63 or not DNS1035_LABEL.match(name):
         return [
             f"metadata.name: must be a DNS-1035 label (lowercase letters, digits and '-', starting with a "
             f"letter, at most 63 characters), got {name!r}"
         ]
     return []
+
+
+def _check_metadata(job: PyTorchJob) -> list[str]:
+    problems = []
+    namespace = job.metadata.namespace
+    if namespace is not None and (len(namespace) > 63 or not DNS1123_LABEL.match(namespace)):
+        problems.append(
+            f"metadata.namespace: must be a DNS-1123 label (lowercase letters, digits and '-', at most 63 "
+            f"characters), got {namespace!r}"
+        )
+    for key, value in (job.metadata.labels or {}).items():
+        problem = _qualified_name_problem(key)
+        if problem:
+            problems.append(f"metadata.labels: key {key!r} {problem}")
+        elif value and (len(value) > 63 or not _LABEL_NAME.match(value)):
+            problems.append(
+                f"metadata.labels[{key}]: must be at most 63 letters, digits, '-', '_' or '.', starting and ending "
+                f"with a letter or digit, got {value!r}"
+            )
+    annotations = job.metadata.annotations or {}
+    for key in annotations:
+        problem = _qualified_name_problem(key)
+        if problem:
+            problems.append(f"metadata.annotations: key {key!r} {problem}")
+    if sum(len(k) + len(v) for k, v in annotations.items()) > _MAX_ANNOTATIONS_BYTES:
+        problems.append("metadata.annotations: must hold at most 256 KiB in all")
+    return problems
+
+
+def _qualified_name_problem(key: str) -> str | None:
+    """Kubernetes' rule for label and annotation keys: an optional DNS prefix, '/', and a name."""
+    prefix, _, name = key.rpartition("/")
+    if "/" in key and (not prefix or len(prefix) > 253 or not DNS1123_SUBDOMAIN.match(prefix)):
+        return "must have a DNS-1123 subdomain before its '/'"
+    if not name or len(name) > 63 or not _LABEL_NAME.match(name):
+        return "must be a name of at most 63 letters, digits, '-', '_' or '.' (with an optional 'prefix/')"
+    return None
 
 
 def _check_replica_specs(job: PyTorchJob) -> list[str]:
@@ -53,48 +93,18 @@ def _check_replica_specs(job: PyTorchJob) -> list[str]:
                 problems.append(f"{path}.replicas: must be 1, got {replica.replicas}")
             elif rtype is ReplicaType.WORKER and replica.replicas < 1:
                 problems.append(f"{path}.replicas: must be at least 1, got {replica.replicas}")
-        problems += _check_template(path + ".template", replica.template)
-    return problems
-
-
-def _check_template(path: str, template: dict[str, Any]) -> list[str]:
-    spec = template.get("spec")
-    if not isinstance(spec, dict):
-        return [f"{path}.spec: required (a pod spec with a container named {DEFAULT_CONTAINER_NAME!r})"]
-    containers = spec.get("containers")
-    if not isinstance(containers, list) or not containers:
-        return [f"{path}.spec.containers: must list at least the container {DEFAULT_CONTAINER_NAME!r}"]
-    problems: list[str] = []
-    names = []
-    for i, container in enumerate(containers):
-        if not isinstance(container, dict):
-            problems.append(f"{path}.spec.containers[{i}]: must be a mapping, got {type(container).__name__}")
-            continue
-        names.append(container.get("name"))
-        label = container.get("name") or str(i)
-        if not container.get("image"):
-            problems.append(f"{path}.spec.containers[{label}].image: required")
-        for field in ("command", "args"):
-            value = container.get(field)
-            if value is not None and (not isinstance(value, list) or not all(isinstance(a, str) for a in value)):
-                problems.append(f"{path}.spec.containers[{label}].{field}: must be a list of strings")
-        env = container.get("env")
-        if env is not None and (
-            not isinstance(env, list) or not all(isinstance(e, dict) and e.get("name") for e in env)
-        ):
-            problems.append(f"{path}.spec.containers[{label}].env: must be a list of {{name, value}} entries")
-    if DEFAULT_CONTAINER_NAME not in names:
-        problems.append(
-            f"{path}.spec.containers: must have a container named {DEFAULT_CONTAINER_NAME!r}, "
-            f"got {', '.join(repr(n) for n in names) or 'none'}"
-        )
+        problems += template_problems(path + ".template", replica.template)
     return problems
 
 
 def _check_nproc(job: PyTorchJob) -> list[str]:
     problems = []
     value = job.spec.nproc_per_node
-    if value is not None and value not in _NPROC_WORDS and not (value.isdigit() and int(value) > 0):
+    if (
+        value is not None
+        and value not in _NPROC_WORDS
+        and not (value.isascii() and value.isdigit() and 0 < int(value) <= INT32_MAX)
+    ):
         problems.append(f"spec.nprocPerNode: must be auto, cpu, gpu or a positive integer, got {value!r}")
     elastic = job.spec.elastic_policy
     if value is not None and elastic is not None and elastic.n_proc_per_node is not None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -26,6 +27,41 @@ def add_target_options(p: argparse.ArgumentParser, cluster_only: bool = False) -
     p.add_argument("-n", "--namespace", help="cluster namespace (default: the context's, else default)")
     p.add_argument("--context", help="kubeconfig context to use")
     p.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG, then ~/.kube/config)")
+
+
+def add_input_options(p: argparse.ArgumentParser) -> None:
+    """The job file (``-`` reads standard input) and what fills or bounds it."""
+    p.add_argument("file", help="the PyTorchJob YAML file, or - for standard input")
+    p.add_argument("--values", metavar="FILE.json", help="values for the file's Jinja2 placeholders")
+    p.add_argument(
+        "--max-processes",
+        type=positive_int,
+        metavar="N",
+        help="most local processes a job may start (replicas × nprocPerNode; default 64)",
+    )
+
+
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}")
+    return value
+
+
+def max_processes(args: argparse.Namespace) -> int | None:
+    return getattr(args, "max_processes", None)
+
+
+def source_name(file: str) -> str:
+    return "standard input" if file == "-" else file
+
+
+def print_notes(notes: list[str]) -> None:
+    for note in notes:
+        print(f"torchjob: note: {note}", file=sys.stderr)
 
 
 def on_cluster(args: argparse.Namespace) -> bool:

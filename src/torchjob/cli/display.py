@@ -14,11 +14,12 @@ from rich.table import Table
 from rich.text import Text
 
 from torchjob.api.types import PyTorchJob
+from torchjob.backends.local.logs import LogFollower
 from torchjob.controller.loop import PassResult
 from torchjob.core import conditions
 from torchjob.core.actions import Event
 from torchjob.core.replicas import expected_replicas
-from torchjob.sdk.local import LocalClient, LogFollower
+from torchjob.sdk.local import LocalClient
 
 _COLORS = ("cyan", "magenta", "green", "yellow", "blue", "bright_red", "bright_cyan", "bright_magenta")
 

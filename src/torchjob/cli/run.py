@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from torchjob.cli.common import local_client
+from torchjob.cli.common import add_input_options, local_client, max_processes, print_notes
 
 if TYPE_CHECKING:
     from torchjob.api.types import PyTorchJob
@@ -16,7 +16,7 @@ if TYPE_CHECKING:
 
 def add_parser(verbs: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = verbs.add_parser("run", help="run a PyTorchJob locally: each replica is a process on this machine")
-    p.add_argument("file", help="the PyTorchJob YAML file")
+    add_input_options(p)
     p.add_argument("--detach", "-d", action="store_true", help="start in the background and return at once")
     p.add_argument("--dry-run", action="store_true", help="print each replica's command and env, run nothing")
     p.add_argument("--replace", action="store_true", help="delete a finished job of the same name first")
@@ -27,16 +27,18 @@ def handle(args: argparse.Namespace) -> int:
     from torchjob.backends.local.mapping import elastic_launch_problem, ignored_fields
 
     c = local_client(args)
-    job = c.load(args.file)
+    loaded = c.load(args.file, args.values, max_processes(args))
+    job = loaded.job
     ignored = ignored_fields(job)
-    if ignored:
-        print(f"torchjob: note: ignored when running locally: {', '.join(ignored)}", file=sys.stderr)
+    print_notes([*loaded.notes, *([f"ignored when running locally: {', '.join(ignored)}"] if ignored else [])])
     launch_problem = elastic_launch_problem(job)
     if launch_problem:
         print(f"torchjob: warning: {launch_problem}", file=sys.stderr)
+    # A job read from standard input runs in the current directory, as its relative paths mean there.
+    job_file_dir = Path.cwd() if args.file == "-" else Path(args.file).parent
     if args.dry_run:
-        return _dry_run(c, args.file)
-    job = c.create(job, Path(args.file).parent, replace=args.replace)
+        return _dry_run(c, job, job_file_dir)
+    job = c.create(job, job_file_dir, replace=args.replace)
     if args.detach:
         pid = c.start_detached(job.name)
         print(f'pytorchjob "{job.name}" started (controller pid {pid}); follow it: torchjob logs {job.name} -f')
@@ -63,7 +65,7 @@ def _foreground(c: LocalClient, job: PyTorchJob) -> int:
     return 0 if conditions.is_true(final.status, ConditionType.SUCCEEDED) else 1
 
 
-def _dry_run(c: LocalClient, file: str) -> int:
+def _dry_run(c: LocalClient, job: PyTorchJob, job_file_dir: Path) -> int:
     import shlex
 
     from torchjob.backends.local.backend import LOCALHOST
@@ -71,7 +73,6 @@ def _dry_run(c: LocalClient, file: str) -> int:
     from torchjob.core.envs import Addressing
     from torchjob.core.replicas import expected_replicas
 
-    job = c.load(file)
     # Ports are chosen when the job starts; the dry run shows placeholders-as-numbers of the defaults.
     addressing = Addressing(LOCALHOST, 23456, LOCALHOST, 29400, rdzv_id=f"{job.name}-0")
     for replica in expected_replicas(job):
@@ -80,7 +81,7 @@ def _dry_run(c: LocalClient, file: str) -> int:
             replica,
             0,
             addressing,
-            job_file_dir=str(Path(file).parent.resolve()),
+            job_file_dir=str(job_file_dir.resolve()),
             output_dir=str(c.store.output_dir(job.name)),
             python_dir=str(Path(sys.executable).parent),
             inherited_path="$PATH",

@@ -10,12 +10,12 @@ from __future__ import annotations
 import argparse
 import sys
 
-from torchjob.cli.common import add_target_options, cluster_client
+from torchjob.cli.common import add_target_options, cluster_client, print_notes
 
 
 def add_parser(verbs: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = verbs.add_parser("submit", help="create a PyTorchJob on the Kubernetes cluster")
-    p.add_argument("file", help="the PyTorchJob YAML file (may hold Jinja2 placeholders, see --values)")
+    p.add_argument("file", help="the PyTorchJob YAML file (may hold Jinja2 placeholders, see --values), or -")
     p.add_argument("--values", metavar="FILE.json", help="values for the file's Jinja2 placeholders")
     p.add_argument("-f", "--follow", action="store_true", help="stream the replicas' output until the job ends")
     add_target_options(p, cluster_only=True)
@@ -23,15 +23,13 @@ def add_parser(verbs: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
 
 
 def handle(args: argparse.Namespace) -> int:
-    import yaml
+    from torchjob.api.loading import load_job
 
-    from torchjob.api.loading import parse_job_text
-    from torchjob.cli.render import read_job_text
-
-    text = read_job_text(args.file, args.values)
-    job = parse_job_text(text, source=args.file)  # one-line errors before anything reaches the cluster
+    loaded = load_job(args.file, args.values)  # one-line errors before anything reaches the cluster
+    print_notes(loaded.notes)
+    job = loaded.job
     c = cluster_client(args)
-    c.submit(yaml.safe_load(text))
+    c.submit(loaded.document)
     print(f"pytorchjob.kubeflow.org/{job.name} created in namespace {c.namespace}", file=sys.stderr)
     if not args.follow:
         return 0

@@ -1,20 +1,38 @@
-"""``torchjob validate FILE``: check a job file without running it."""
+"""``torchjob validate FILE [--local]``: check a job file without running it.
+
+A PyTorchJob valid for a cluster is valid here (exit 0), even when it could not run locally as it is
+(no ``command``: the seeds' own YAML and Kubeflow's examples); what a local run would need is then a note.
+``--local`` makes those problems errors, as ``torchjob run`` does.
+"""
 
 from __future__ import annotations
 
 import argparse
+import sys
 
-from torchjob.cli.common import local_client
+from torchjob.cli.common import add_input_options, max_processes, print_notes, source_name
 
 
 def add_parser(verbs: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = verbs.add_parser("validate", help="check a PyTorchJob file and report every problem")
-    p.add_argument("file", help="the PyTorchJob YAML file")
+    add_input_options(p)
+    p.add_argument("--local", action="store_true", help="also require what a local run needs (as `run` does)")
     p.set_defaults(handler=handle)
 
 
 def handle(args: argparse.Namespace) -> int:
-    job = local_client(args).load(args.file)
+    from torchjob.api.errors import ValidationError
+    from torchjob.api.loading import load_job
+    from torchjob.backends.local.mapping import DEFAULT_MAX_PROCESSES, local_problems
+
+    loaded = load_job(args.file, args.values)
+    print_notes(loaded.notes)
+    local = local_problems(loaded.job, max_processes(args) or DEFAULT_MAX_PROCESSES)
+    if local and args.local:
+        raise ValidationError(local)
+    for problem in local:
+        print(f"torchjob: note: a local run needs: {problem}", file=sys.stderr)
+    job = loaded.job
     replicas = ", ".join(f"{spec.replicas} {rtype.value}" for rtype, spec in job.spec.pytorch_replica_specs.items())
-    print(f"{args.file}: valid PyTorchJob {job.name!r} ({replicas})")
+    print(f"{source_name(args.file)}: valid PyTorchJob {job.name!r} ({replicas})")
     return 0

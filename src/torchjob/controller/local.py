@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import os
 import signal
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from types import FrameType
 
 from torchjob.api.types import PyTorchJob
+from torchjob.backends.local import processes
 from torchjob.backends.local.backend import LocalBackend
+from torchjob.backends.local.processes import ControllerLock
 from torchjob.backends.local.store import JobStore
 from torchjob.controller.clock import SystemClock
 from torchjob.controller.loop import PassResult, run_until_done
@@ -24,6 +25,13 @@ from torchjob.core.actions import Event
 _STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 # What `torchjob scale` sends a job's controller: look at the job again now, not at the next timeout.
 WAKE_SIGNAL = signal.SIGUSR1
+
+
+class AlreadySupervised(Exception):
+    """Another live controller already supervises the job."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(f"job {name!r} is already supervised by another torchjob controller")
 
 
 class Interrupted(Exception):
@@ -41,21 +49,28 @@ def supervise(
     on_pass: Callable[[PassResult], None] | None = None,
 ) -> PyTorchJob | None:
     """Run job ``name`` to its end. Returns the finished job, or None when its TTL removed it."""
-    job = store.read_job(name)
-    backend = LocalBackend(store, job, on_event=on_event)
-    backend.state.controller_pid = os.getpid()
-    backend.state.controller_started_at = time.time()
-    store.write_state(name, backend.state)
+    lock = ControllerLock(store.controller_lock_path(name))
+    if not lock.acquire():
+        raise AlreadySupervised(name)
     try:
-        with _signals_raise_interrupted(), _woken_by(WAKE_SIGNAL, backend):
-            job = run_until_done(job, backend, on_pass=on_pass)
-    except Interrupted as interrupted:
-        with _signals_ignored():
-            backend.stop_everything()
-            job = store.read_job(name)
-            _record_interruption(job, interrupted.signum)
-            store.write_job(job)
-        raise
+        job = store.read_job(name)
+        backend = LocalBackend(store, job, on_event=on_event)
+        me = processes.identify(os.getpid())
+        backend.state.controller_pid = os.getpid()
+        backend.state.controller_started_at = me.started if me else None
+        store.write_state(name, backend.state)
+        try:
+            with _signals_raise_interrupted(), _woken_by(WAKE_SIGNAL, backend):
+                job = run_until_done(job, backend, on_pass=on_pass)
+        except Interrupted as interrupted:
+            with _signals_ignored():
+                backend.stop_everything()
+                job = store.read_job(name)
+                _record_interruption(job, interrupted.signum)
+                store.write_job(job)
+            raise
+    finally:
+        lock.release()
     if backend.deleted:
         store.remove(name)
         return None

@@ -54,6 +54,35 @@ def replica_count(job: PyTorchJob, replica_type: ReplicaType) -> int:
     return count
 
 
+def parse_replica_name(text: str) -> ReplicaId | None:
+    """``worker-1`` → ReplicaId(WORKER, 1); None when ``text`` is not a replica name."""
+    kind, _, index = text.rpartition("-")
+    rtype = next((t for t in ReplicaType if t.label == kind), None)
+    if rtype is None or not index.isdigit() or (len(index) > 1 and index.startswith("0")):
+        return None
+    return ReplicaId(rtype, int(index))
+
+
+def replica_slots(job: PyTorchJob) -> dict[ReplicaType, int]:
+    """How many replicas of each type the job may ever have (an elastic job's Workers: up to max)."""
+    slots = {rtype: replica_count(job, rtype) for rtype in REPLICA_ORDER if rtype in job.spec.pytorch_replica_specs}
+    elastic = job.spec.elastic_policy
+    if elastic is not None and ReplicaType.WORKER in slots:
+        slots[ReplicaType.WORKER] = max(slots[ReplicaType.WORKER], elastic.max_replicas or 0)
+    return slots
+
+
+def describe_slots(job: PyTorchJob) -> str:
+    """The replica names a job may have, e.g. ``master-0, worker-0…worker-3``."""
+    parts = []
+    for rtype, count in replica_slots(job).items():
+        if count == 1:
+            parts.append(f"{rtype.label}-0")
+        elif count > 1:
+            parts.append(f"{rtype.label}-0…{rtype.label}-{count - 1}")
+    return ", ".join(parts)
+
+
 def total_replicas(job: PyTorchJob) -> int:
     return sum(spec.replicas or 0 for spec in job.spec.pytorch_replica_specs.values())
 

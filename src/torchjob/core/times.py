@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 
 _FORMAT = "%Y-%m-%dT%H:%M:%SZ"
 
@@ -13,3 +13,15 @@ def timestamp(now: datetime) -> str:
 
 def parse_timestamp(text: str) -> datetime:
     return datetime.strptime(text, _FORMAT).replace(tzinfo=timezone.utc)
+
+
+# The latest moment a deadline can name: far beyond any job, and still a valid date for every computation.
+NEVER = datetime(9999, 1, 1, tzinfo=timezone.utc)
+
+
+def later(start: datetime, seconds: float) -> datetime:
+    """``start`` plus ``seconds``; a sum past year 9999 (an int64 deadline) is :data:`NEVER`, not an error."""
+    try:
+        return min(start + timedelta(seconds=seconds), NEVER)
+    except OverflowError:
+        return NEVER

@@ -25,7 +25,7 @@ from torchjob.backends.kubernetes.mapping import replica_of
 from torchjob.core import replicas
 from torchjob.core.times import parse_timestamp
 from torchjob.sdk.errors import JobExistsError, JobNotFoundError, SdkError
-from torchjob.sdk.local import JobSummary
+from torchjob.sdk.summary import JobSummary
 
 _FINISHED = ("Succeeded", "Failed")
 _DRAIN_SECONDS = 3.0

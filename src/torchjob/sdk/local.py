@@ -2,32 +2,41 @@
 
 Works from any shell, after the fact: everything it reads is on disk. A job whose controller died without
 recording an end (machine rebooted, ``kill -9``) is found out on read: its leftover processes are stopped
-and it is marked Failed with the reason, so no job shows Running forever.
+and it is marked Failed with the reason, so no job shows Running forever. Only processes that
+``backends.local.processes`` proves are the job's are ever signalled; a record alone proves nothing.
 """
 
 from __future__ import annotations
 
 import builtins
-import contextlib
+import functools
 import json
 import os
 import signal
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
-from torchjob.backends.local.store import JobStore, LocalState
+from torchjob.backends.local import processes
+from torchjob.backends.local.logs import LogFollower
+from torchjob.backends.local.store import DamagedRecord, JobStore, LocalState, UnusableHome
 from torchjob.core.times import parse_timestamp
-from torchjob.sdk.errors import JobExistsError, JobNotFoundError, SdkError
+from torchjob.sdk.errors import (
+    JobExistsError,
+    JobNotFoundError,
+    JobStillRunningError,
+    SdkError,
+    UnreadableRecordError,
+)
+from torchjob.sdk.summary import UNREADABLE, JobSummary
 
 if TYPE_CHECKING:
-    import psutil
-
+    from torchjob.api.loading import JobInput
     from torchjob.api.types import PyTorchJob
     from torchjob.controller.loop import PassResult
     from torchjob.core.actions import Event
@@ -36,14 +45,21 @@ if TYPE_CHECKING:
 # `torchjob get` read plain JSON and must start fast (a few tens of milliseconds, not half a second).
 
 
-@dataclass(frozen=True)
-class JobSummary:
-    name: str
-    state: str
-    age_seconds: float
-    attempt: int
-    restarts: int
-    message: str
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+def _store_errors(method: Callable[_P, _R]) -> Callable[_P, _R]:
+    """Damaged records and an unusable state directory reach the user as one line naming the file."""
+
+    @functools.wraps(method)
+    def wrapper(*args: _P.args, **kwargs: _P.kwargs) -> _R:
+        try:
+            return method(*args, **kwargs)
+        except (DamagedRecord, UnusableHome) as err:
+            raise UnreadableRecordError(str(err)) from None
+
+    return wrapper
 
 
 class LocalClient:
@@ -52,29 +68,37 @@ class LocalClient:
 
     # -- submitting -----------------------------------------------------------------------------------
 
-    def load(self, path: str | Path) -> PyTorchJob:
-        """Load and validate a job file, including what it needs to run locally."""
+    def load(self, path: str | Path, values: str | None = None, max_processes: int | None = None) -> JobInput:
+        """Load and validate a job file (``-``: standard input; ``values``: its placeholders' values),
+        including what it needs to run locally."""
         from torchjob.api.errors import ValidationError
-        from torchjob.api.loading import load_job_file
+        from torchjob.api.loading import load_job
         from torchjob.backends.local import mapping
 
-        job = load_job_file(path)
-        problems = mapping.local_problems(job)
+        loaded = load_job(path, values)
+        problems = mapping.local_problems(loaded.job, max_processes or mapping.DEFAULT_MAX_PROCESSES)
         if problems:
             raise ValidationError(problems)
-        return job
+        return loaded
 
+    @_store_errors
     def create(self, job: PyTorchJob, job_file_dir: str | Path, replace: bool = False) -> PyTorchJob:
         """Record a new job (not yet started). ``replace`` deletes a finished job of the same name first."""
         from torchjob.core.times import timestamp
 
         if self.store.exists(job.name):
             if not replace:
-                raise JobExistsError(job.name, self._summary(job.name).get("state", ""))
+                raise JobExistsError(job.name, self._state_or_unreadable(job.name))
+            if self._controller_lives(job.name):
+                raise JobStillRunningError(job.name)
             self.delete(job.name)
         job = job.model_copy(deep=True)
         job.metadata.creation_timestamp = timestamp(datetime.now(timezone.utc))
-        self.store.create(job, LocalState(job_file_dir=str(Path(job_file_dir).resolve())))
+        # As the API server does: every object gets a uid. Locally it also marks the job's processes.
+        job.metadata.uid = str(uuid.uuid4())
+        state = LocalState(job_file_dir=str(Path(job_file_dir).resolve()), job_uid=job.metadata.uid)
+        if not self.store.create(job, state):
+            raise JobExistsError(job.name, self._state_or_unreadable(job.name))
         return job
 
     def run(
@@ -84,9 +108,12 @@ class LocalClient:
         on_pass: Callable[[PassResult], None] | None = None,
     ) -> PyTorchJob | None:
         """Supervise a created job in this process until it ends (raises ``Interrupted`` on a signal)."""
-        from torchjob.controller.local import supervise
+        from torchjob.controller.local import AlreadySupervised, supervise
 
-        return supervise(self.store, name, on_event=on_event, on_pass=on_pass)
+        try:
+            return supervise(self.store, name, on_event=on_event, on_pass=on_pass)
+        except AlreadySupervised as err:
+            raise SdkError(str(err)) from None
 
     def start_detached(self, name: str) -> int:
         """Start a controller for a created job in the background; returns its pid."""
@@ -110,6 +137,7 @@ class LocalClient:
 
         return PyTorchJob.model_validate(self.get_wire(name))
 
+    @_store_errors
     def get_wire(self, name: str) -> dict[str, Any]:
         """The job with its status, in Kubeflow's wire format (what ``torchjob get -o json`` prints)."""
         self._settle(name)
@@ -118,14 +146,18 @@ class LocalClient:
         except FileNotFoundError:
             raise JobNotFoundError(name) from None
 
+    @_store_errors
     def list(self) -> list[JobSummary]:
         summaries = []
         now = datetime.now(timezone.utc)
         for name in self.store.names():
             try:
                 summary = self._settle(name)
-            except (JobNotFoundError, OSError, ValueError):
-                continue  # removed meanwhile (TTL, delete from another shell), or being written
+            except JobNotFoundError:
+                continue  # removed meanwhile (TTL, delete from another shell)
+            except DamagedRecord as err:
+                summaries.append(JobSummary(name, UNREADABLE, 0.0, 0, 0, str(err)))
+                continue
             created = summary.get("created")
             age = (now - parse_timestamp(created)).total_seconds() if created else 0.0
             summaries.append(
@@ -140,28 +172,37 @@ class LocalClient:
             )
         return summaries
 
+    @_store_errors
     def state(self, name: str) -> LocalState:
         try:
             return self.store.read_state(name)
         except FileNotFoundError:
             raise JobNotFoundError(name) from None
 
+    @_store_errors
     def log_files(self, name: str, attempt: int | None = None) -> dict[str, Path]:
-        """Replica name → log file, for one attempt (default: the current one)."""
+        """Replica name → log file, for one attempt (numbered as in the status: 0 is the first; default: the
+        current one, or the newest that has output while the current one starts)."""
         if not self.store.exists(name):
             raise JobNotFoundError(name)
-        attempt = int(self._summary(name).get("attempt", 0)) if attempt is None else attempt
-        folder = self.store.job_dir(name) / "logs" / str(attempt)
-        if not folder.is_dir():
-            # The current attempt may not have started yet (being restarted): show the previous one.
-            earlier = sorted((int(p.name) for p in folder.parent.glob("*") if p.name.isdigit()), reverse=True)
-            folder = folder.parent / str(earlier[0]) if earlier else folder
-        return {p.stem: p for p in sorted(folder.glob("*.log"))}
+        logs_dir = self.store.job_dir(name) / "logs"
+        started = sorted(int(p.name) for p in logs_dir.glob("*") if p.name.isdigit() and p.is_dir())
+        if attempt is not None:
+            if attempt not in started:
+                have = f"attempts {started[0]}–{started[-1]}" if len(started) > 1 else f"attempt {started[0]}"
+                raise SdkError(f"job {name!r} has no attempt {attempt}; it has {have if started else 'none yet'}")
+            return {p.stem: p for p in sorted((logs_dir / str(attempt)).glob("*.log"))}
+        current = int(self._summary(name).get("attempt", 0))
+        # The current attempt may not have started yet (being restarted): show the previous one.
+        newest = max((a for a in started if a <= current), default=None)
+        return {} if newest is None else {p.stem: p for p in sorted((logs_dir / str(newest)).glob("*.log"))}
 
+    @_store_errors
     def logs(self, name: str, replica: str | None = None, attempt: int | None = None) -> str:
         files = self.log_files(name, attempt)
         if replica is not None and replica not in files:
-            raise SdkError(f"job {name!r} has no replica {replica!r}; it has {', '.join(files) or 'none yet'}")
+            self.check_replica(name, replica)
+            return ""  # a replica of the job that has written nothing yet
         chosen = {replica: files[replica]} if replica else files
         out = []
         for rname, path in chosen.items():
@@ -169,8 +210,21 @@ class LocalClient:
             out += [line if replica else f"[{rname}] {line}" for line in text.splitlines()]
         return "\n".join(out)
 
+    def check_replica(self, name: str, replica: str) -> None:
+        """Raise unless ``replica`` (e.g. ``worker-1``) is one the job has or may have."""
+        from torchjob.core.replicas import describe_slots, parse_replica_name, replica_slots
+
+        job = self.get(name)
+        slot = parse_replica_name(replica)
+        if slot is None or slot.index >= replica_slots(job).get(slot.replica_type, 0):
+            raise SdkError(f"job {name!r} has no replica {replica!r}; it has {describe_slots(job)}")
+
     def follow(self, name: str, replica: str | None = None, poll: float = 0.2) -> Iterator[tuple[str, str]]:
         """Yield (replica, line) as replicas write, across attempts, until the job ends and is idle."""
+        if not self.store.exists(name):
+            raise JobNotFoundError(name)
+        if replica is not None:
+            self.check_replica(name, replica)
         follower = LogFollower(self.store.job_dir(name) / "logs", replica)
         while True:
             yield from follower.poll()
@@ -179,18 +233,22 @@ class LocalClient:
                 return
             time.sleep(poll)
 
+    @_store_errors
     def metrics(self, name: str) -> dict[int, builtins.list[dict[str, Any]]]:
         """Rank → its step records, from the JSONL files torchjob.train writes into the job's output."""
         if not self.store.exists(name):
             raise JobNotFoundError(name)
         found: dict[int, builtins.list[dict[str, Any]]] = {}
         for path in sorted((self.store.output_dir(name) / "metrics").glob("rank-*.jsonl")):
-            rank = int(path.stem.removeprefix("rank-"))
-            with open(path) as f:
-                # A line being written as we read is simply not complete yet.
-                found[rank] = [json.loads(line) for line in f if line.endswith("\n")]
+            rank_text = path.stem.removeprefix("rank-")
+            if not rank_text.isdigit():
+                continue
+            with open(path, errors="replace") as f:
+                # A line being written as we read is simply not complete yet; a damaged one is skipped.
+                found[int(rank_text)] = [r for r in map(_json_record, f) if r is not None]
         return found
 
+    @_store_errors
     def wait(self, name: str, timeout: float | None = None, poll: float = 0.2) -> PyTorchJob:
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
@@ -202,6 +260,7 @@ class LocalClient:
 
     # -- scaling --------------------------------------------------------------------------------------
 
+    @_store_errors
     def scale(self, name: str, workers: int) -> None:
         """Ask a running elastic job for ``workers`` Workers; its controller applies it within a pass."""
         from torchjob.controller.local import WAKE_SIGNAL
@@ -211,8 +270,7 @@ class LocalClient:
         problem = scale_problem(self.get(name), workers)
         if problem:
             raise SdkError(problem)
-        state = self.state(name)
-        controller = _live_process(state.controller_pid, state.controller_started_at)
+        controller = processes.controller(self.state(name).controller, self.store.controller_lock_path(name))
         if controller is None:
             raise SdkError(f"job {name!r} has no running controller to apply the change")
         self.store.request_scale(name, workers)
@@ -220,22 +278,33 @@ class LocalClient:
 
     # -- deleting -------------------------------------------------------------------------------------
 
+    @_store_errors
     def delete(self, name: str, grace: float = 10.0) -> None:
-        """Stop a running job's controller (which stops its replicas), then remove its records and logs."""
+        """Stop a running job's controller (which stops its replicas), then remove its records and logs.
+
+        A job whose records are damaged is removed all the same; only processes proven to be its own are
+        stopped. Raises when something could not be removed, naming it."""
         if not self.store.exists(name):
             raise JobNotFoundError(name)
         import psutil
 
-        state = self.state(name)
-        controller = _live_process(state.controller_pid, state.controller_started_at)
-        if controller is not None:
-            controller.send_signal(signal.SIGTERM)
-            try:
-                controller.wait(grace + 5)
-            except psutil.TimeoutExpired:
-                controller.kill()
-        self._kill_leftovers(state)
-        self.store.remove(name)
+        try:
+            state: LocalState | None = self.store.read_state(name)
+        except (DamagedRecord, FileNotFoundError):
+            state = None  # nothing proves which processes were the job's: none is touched
+        if state is not None:
+            controller = processes.controller(state.controller, self.store.controller_lock_path(name))
+            if controller is not None:
+                controller.send_signal(signal.SIGTERM)
+                try:
+                    controller.wait(grace + 5)
+                except psutil.TimeoutExpired:
+                    controller.kill()
+            processes.kill_marked(state.job_uid)
+        left = self.store.remove(name)
+        if left:
+            more = f" (and {len(left) - 1} more)" if len(left) > 1 else ""
+            raise SdkError(f"job {name!r} was only partly deleted: cannot remove {left[0]}{more}")
 
     # -- internals ------------------------------------------------------------------------------------
 
@@ -245,16 +314,22 @@ class LocalClient:
         except FileNotFoundError:
             raise JobNotFoundError(name) from None
 
+    def _controller_lives(self, name: str) -> bool:
+        return processes.controller_lock_held(self.store.controller_lock_path(name))
+
+    def _state_or_unreadable(self, name: str) -> str:
+        try:
+            return str(self._summary(name).get("state", ""))
+        except (DamagedRecord, JobNotFoundError):
+            return UNREADABLE
+
     def _is_over(self, name: str) -> bool:
         """Finished and its controller gone (so every replica has been dealt with)."""
         try:
             summary = self._settle(name)
-            state = self.state(name)
         except JobNotFoundError:
             return True  # deleted, or removed by its TTL
-        return bool(summary.get("finished")) and (
-            _live_process(state.controller_pid, state.controller_started_at) is None
-        )
+        return bool(summary.get("finished")) and not self._controller_lives(name)
 
     def _settle(self, name: str) -> dict[str, Any]:
         """Bring a record up to date with reality: an expired job goes (TTL), an orphaned one fails.
@@ -269,7 +344,7 @@ class LocalClient:
                 raise JobNotFoundError(name)
             return summary
         state = self.state(name)
-        if state.controller_pid is None or _live_process(state.controller_pid, state.controller_started_at):
+        if state.controller_pid is None or self._controller_lives(name):
             return summary  # not started yet, or its controller is alive
         self._fail_orphan(name, state)
         return self._summary(name)
@@ -277,7 +352,7 @@ class LocalClient:
     def _fail_orphan(self, name: str, state: LocalState) -> None:
         from torchjob.core import conditions
 
-        self._kill_leftovers(state)
+        processes.kill_marked(state.job_uid)
         job = self.store.read_job(name)
         now = datetime.now(timezone.utc)
         message = (
@@ -287,94 +362,12 @@ class LocalClient:
         conditions.mark_failed(job.status, message, now)
         self.store.write_job(job)
 
-    def _kill_leftovers(self, state: LocalState) -> None:
-        """SIGKILL every process still in a replica's process group (the shim may be gone, its child not)."""
-        import psutil
 
-        groups = {r.pid: r.started_at for r in state.processes if r.pid and not r.removed}
-        if not groups:
-            return
-        for process in psutil.process_iter(["create_time"]):
-            try:
-                started = groups.get(os.getpgid(process.pid))
-            except (ProcessLookupError, PermissionError):
-                continue
-            # Group ids are pids, and pids get reused: only what started after the replica is ours.
-            if started is not None and process.info["create_time"] >= started - 2.0:
-                with contextlib.suppress(psutil.NoSuchProcess):
-                    process.kill()
-
-
-class LogFollower:
-    """Reads new complete lines from every replica log of every attempt, in the order they appear.
-
-    Cheap enough to poll while training runs: files stay open between polls, and the folder is listed
-    again only every ``rescan_seconds`` (new attempts and replicas appear rarely).
-    """
-
-    def __init__(self, logs_dir: Path, replica: str | None = None, rescan_seconds: float = 1.0) -> None:
-        self.logs_dir = logs_dir
-        self.replica = replica
-        self.rescan_seconds = rescan_seconds
-        self._files: dict[Path, Any] = {}
-        self._partial: dict[Path, bytes] = {}
-        self._scanned_at = 0.0
-
-    def poll(self, final: bool = False) -> Iterator[tuple[str, str]]:
-        now = time.monotonic()
-        if final or now - self._scanned_at >= self.rescan_seconds:
-            self._scan()
-            self._scanned_at = now
-        for path, handle in self._files.items():
-            data = handle.read()
-            if not data and not (final and self._partial.get(path)):
-                continue
-            data = self._partial.pop(path, b"") + data
-            lines = data.split(b"\n")
-            rest = lines.pop()
-            if rest and not final:
-                self._partial[path] = rest
-            elif rest:
-                lines.append(rest)
-            attempt = int(path.parent.name)
-            label = path.stem if attempt == 0 else f"{path.stem}#{attempt}"
-            for line in lines:
-                yield label, line.decode("utf-8", errors="replace")
-        if final:
-            self.close()
-
-    def close(self) -> None:
-        for handle in self._files.values():
-            handle.close()
-        self._files.clear()
-
-    def _scan(self) -> None:
-        if not self.logs_dir.is_dir():
-            return
-        found = sorted(self.logs_dir.glob("*/*.log"), key=lambda p: (int(p.parent.name), p.stem))
-        for path in found:
-            if path in self._files or (self.replica and path.stem != self.replica):
-                continue
-            try:
-                self._files[path] = open(path, "rb")  # noqa: SIM115 - kept open across polls
-            except OSError:
-                continue
-        # Keep attempt/replica order stable as files are added.
-        self._files = dict(sorted(self._files.items(), key=lambda kv: (int(kv[0].parent.name), kv[0].stem)))
-
-
-def _live_process(pid: int | None, started_at: float | None) -> psutil.Process | None:
-    """The process with this pid if it is still the one we started (pids get reused)."""
-    if not pid:
+def _json_record(line: str) -> dict[str, Any] | None:
+    if not line.endswith("\n"):
         return None
-    import psutil
-
     try:
-        process = psutil.Process(pid)
-        if process.status() == psutil.STATUS_ZOMBIE:
-            return None
-        if started_at is not None and process.create_time() > started_at + 2.0:
-            return None
-        return process
-    except psutil.NoSuchProcess:
+        record = json.loads(line)
+    except ValueError:
         return None
+    return record if isinstance(record, dict) else None

@@ -3,7 +3,8 @@
 Each replica runs under ``shim.py`` as the leader of its own process group, with its output in a log file.
 Stopping a replica signals the whole group (SIGTERM, then SIGKILL after the grace period, to everything
 below the shim as well), so nothing a training script forked survives it. The controller is the shims'
-parent: if it dies, the kernel tells each shim, which takes its group down (see shim.py).
+parent: if it dies, the kernel tells each shim, which takes its group down (see shim.py). Every signal goes
+through ``processes``, which proves a process is the job's before it is touched.
 """
 
 from __future__ import annotations
@@ -17,20 +18,21 @@ import socket
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
 
 from torchjob.api import extensions
-from torchjob.api.types import PyTorchJob, ReplicaType
-from torchjob.backends.local import mapping, shim
+from torchjob.api.types import PyTorchJob
+from torchjob.backends.local import mapping, processes, shim
 from torchjob.backends.local.logs import failure_summary
 from torchjob.backends.local.store import JobStore, LocalState, ProcessRecord
 from torchjob.core.actions import Action, CreateReplica, DeleteJob, DeleteReplica, Event
 from torchjob.core.envs import Addressing
 from torchjob.core.observed import Phase, ReplicaObservation
 from torchjob.core.policies import elastic
-from torchjob.core.replicas import ReplicaId, node_rank
+from torchjob.core.replicas import ReplicaId, node_rank, parse_replica_name
 
 LOCALHOST = "127.0.0.1"
 ROLE_REPLICA = "replica"
@@ -48,11 +50,6 @@ def free_port() -> int:
         return port
 
 
-def parse_replica(text: str) -> ReplicaId:
-    kind, _, index = text.rpartition("-")
-    return ReplicaId(ReplicaType(kind.capitalize()), int(index))
-
-
 class LocalBackend:
     """Runs the replicas of one job as local processes. One instance per controller process."""
 
@@ -65,6 +62,9 @@ class LocalBackend:
         self.store = store
         self.name = job.name
         self.state: LocalState = store.read_state(job.name)
+        # Records from before markers existed: the job's uid, or a fresh one, marks its processes from now.
+        self.job_uid: str = self.state.job_uid or job.metadata.uid or uuid.uuid4().hex
+        self.state.job_uid = self.job_uid
         self.grace = float(job.annotation(extensions.TERMINATION_GRACE) or extensions.DEFAULT_TERMINATION_GRACE)
         self.on_event = on_event or (lambda event: None)
         self._popens: dict[tuple[str, int], subprocess.Popen[bytes]] = {}
@@ -96,7 +96,7 @@ class LocalBackend:
             result = self._exit_status(record)
             if record.stopping_since is not None:
                 if result is None and time.time() - record.stopping_since >= self.grace:
-                    _kill_replica(record.pid)
+                    processes.kill_tree(record.identity, self.job_uid)
                 if result is not None:
                     # A replica we stopped is gone: it is no longer part of the job.
                     record.removed = True
@@ -162,14 +162,14 @@ class LocalBackend:
         grace = self.grace if grace is None else grace
         live = [r for r in self.state.processes if not r.removed and self._exit_status(r) is None]
         for record in live:
-            _signal_group(record.pid, signal.SIGTERM)
+            processes.signal_group(record.identity, self.job_uid, signal.SIGTERM)
             record.stopping_since = record.stopping_since or time.time()
         deadline = time.time() + grace
         while time.time() < deadline and any(self._exit_status(r) is None for r in live):
             time.sleep(0.05)
         for record in live:
             if self._exit_status(record) is None:
-                _kill_replica(record.pid)
+                processes.kill_tree(record.identity, self.job_uid)
         for record in live:
             self._reap(record, timeout=5.0)
             record.removed = True
@@ -221,7 +221,7 @@ class LocalBackend:
             if record.role == ROLE_REPLICA or record.removed or record.stopping_since is not None:
                 continue
             if record.attempt not in live_attempts:
-                _signal_group(record.pid, signal.SIGTERM)
+                processes.signal_group(record.identity, self.job_uid, signal.SIGTERM)
                 record.stopping_since = time.time()
                 stopped = True
         return stopped
@@ -240,33 +240,25 @@ class LocalBackend:
             "--",
             *command,
         ]
+        identity = None
         with open(log_path, "ab") as log:
             try:
-                popen = subprocess.Popen(
-                    argv,
-                    env={**os.environ, **env},
-                    cwd=cwd,
-                    stdin=subprocess.DEVNULL,
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    start_new_session=True,
-                )
+                popen, identity = processes.spawn(argv, env, cwd, log, self.job_uid)
             except OSError as err:
                 # Recorded as a failed replica, so the planner reports it like any other failure.
                 log.write(f"torchjob: cannot start {command[0]!r} in {cwd}: {err.strerror}\n".encode())
                 Path(status_path).write_text(json.dumps({"exitCode": 127, "finishedAt": time.time()}))
-                pid = 0
             else:
-                pid = popen.pid
                 self._popens[(name, attempt)] = popen
         self.state.processes.append(
             ProcessRecord(
                 replica=name,
                 attempt=attempt,
-                pid=pid,
+                pid=identity.pid if identity else 0,
                 log_path=str(log_path),
                 status_path=status_path,
                 started_at=time.time(),
+                process_started=identity.started if identity else None,
             )
         )
 
@@ -276,7 +268,7 @@ class LocalBackend:
                 if self._exit_status(record) is not None:
                     record.removed = True
                 elif record.stopping_since is None:
-                    _signal_group(record.pid, signal.SIGTERM)
+                    processes.signal_group(record.identity, self.job_uid, signal.SIGTERM)
                     record.stopping_since = time.time()
 
     def _exit_status(self, record: ProcessRecord) -> dict[str, float] | None:
@@ -284,7 +276,7 @@ class LocalBackend:
         popen = self._popens.get((record.replica, record.attempt))
         if popen is not None and popen.poll() is None:
             return None
-        if popen is None and record.pid and _alive(record.pid):
+        if popen is None and processes.replica(record.identity, self.job_uid) is not None:
             return None
         self._forget(record)
         try:
@@ -300,7 +292,8 @@ class LocalBackend:
     def _observation(
         self, job: PyTorchJob, record: ProcessRecord, result: dict[str, float] | None
     ) -> ReplicaObservation:
-        replica = parse_replica(record.replica)
+        replica = parse_replica_name(record.replica)
+        assert replica is not None, record.replica  # only replicas' records are observed
         stopping = record.stopping_since is not None
         # A SIGTERM torchjob did not send came from outside: an eviction or preemption, not the program's fault.
         disrupted_at = None if stopping else self._preemption_notice(job, replica, record)
@@ -383,36 +376,3 @@ class LocalBackend:
 def _error_file(log_path: Path) -> Path:
     """Where a replica's torchelastic error file goes: beside its log."""
     return log_path.with_suffix(".error.json")
-
-
-def _kill_replica(pid: int) -> None:
-    """SIGKILL a replica's shim, its group, and every process below it: torchrun's workers live in sessions
-    of their own, out of reach of a group signal."""
-    if pid <= 0:
-        return
-    for child in shim.descendants(pid):
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.kill(child, signal.SIGKILL)
-    _signal_group(pid, signal.SIGKILL)
-
-
-def _signal_group(pid: int, signum: int) -> None:
-    if pid <= 0:
-        return
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pid, signum)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    # A zombie is dead for our purposes.
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return True

@@ -1,10 +1,13 @@
-"""Reading replica logs: the root cause of a failure (the exception, or the last lines) and following."""
+"""Reading replica logs: the root cause of a failure (the exception, or the last lines), and following them."""
 
 from __future__ import annotations
 
 import json
 import re
+import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 _TAIL_BYTES = 64 * 1024
 _TRACEBACK = "Traceback (most recent call last):"
@@ -70,3 +73,61 @@ def _last_exception(lines: list[str]) -> str | None:
 
 def _clip(text: str) -> str:
     return text if len(text) <= MAX_MESSAGE else text[: MAX_MESSAGE - 1] + "…"
+
+
+class LogFollower:
+    """Reads new complete lines from every replica log of every attempt, in the order they appear.
+
+    Cheap enough to poll while training runs: files stay open between polls, and the folder is listed
+    again only every ``rescan_seconds`` (new attempts and replicas appear rarely).
+    """
+
+    def __init__(self, logs_dir: Path, replica: str | None = None, rescan_seconds: float = 1.0) -> None:
+        self.logs_dir = logs_dir
+        self.replica = replica
+        self.rescan_seconds = rescan_seconds
+        self._files: dict[Path, Any] = {}
+        self._partial: dict[Path, bytes] = {}
+        self._scanned_at = 0.0
+
+    def poll(self, final: bool = False) -> Iterator[tuple[str, str]]:
+        now = time.monotonic()
+        if final or now - self._scanned_at >= self.rescan_seconds:
+            self._scan()
+            self._scanned_at = now
+        for path, handle in self._files.items():
+            data = handle.read()
+            if not data and not (final and self._partial.get(path)):
+                continue
+            data = self._partial.pop(path, b"") + data
+            lines = data.split(b"\n")
+            rest = lines.pop()
+            if rest and not final:
+                self._partial[path] = rest
+            elif rest:
+                lines.append(rest)
+            attempt = int(path.parent.name)
+            label = path.stem if attempt == 0 else f"{path.stem}#{attempt}"
+            for line in lines:
+                yield label, line.decode("utf-8", errors="replace")
+        if final:
+            self.close()
+
+    def close(self) -> None:
+        for handle in self._files.values():
+            handle.close()
+        self._files.clear()
+
+    def _scan(self) -> None:
+        if not self.logs_dir.is_dir():
+            return
+        found = sorted(self.logs_dir.glob("*/*.log"), key=lambda p: (int(p.parent.name), p.stem))
+        for path in found:
+            if path in self._files or (self.replica and path.stem != self.replica):
+                continue
+            try:
+                self._files[path] = open(path, "rb")  # noqa: SIM115 - kept open across polls
+            except OSError:
+                continue
+        # Keep attempt/replica order stable as files are added.
+        self._files = dict(sorted(self._files.items(), key=lambda kv: (int(kv[0].parent.name), kv[0].stem)))

@@ -19,7 +19,7 @@ from typing import Any
 from torchjob.api.types import DEFAULT_CONTAINER_NAME, PyTorchJob, ReplicaType
 from torchjob.core.envs import Addressing, replica_env
 from torchjob.core.policies.elastic import hosts_rendezvous_store
-from torchjob.core.replicas import ReplicaId
+from torchjob.core.replicas import ReplicaId, replica_slots
 
 ENV_OUTPUT_DIR = "TORCHJOB_OUTPUT_DIR"
 # torchelastic's error-file protocol: a script decorated with @record (or using torchjob.train) writes its
@@ -95,9 +95,27 @@ def pytorch_container(job: PyTorchJob, replica_type: ReplicaType) -> dict[str, A
     return next(c for c in containers if isinstance(c, dict) and c.get("name") == DEFAULT_CONTAINER_NAME)
 
 
-def local_problems(job: PyTorchJob) -> list[str]:
+# More local processes than this is almost surely a typo (`replicas: 1000000`); --max-processes raises it.
+DEFAULT_MAX_PROCESSES = 64
+
+
+def local_processes(job: PyTorchJob) -> int:
+    """How many training processes a local run may start at once: replicas (an elastic job's maximum)
+    times processes per replica."""
+    nproc = job.spec.nproc_per_node or ""
+    per_replica = int(nproc) if nproc.isdigit() else 1
+    return sum(replica_slots(job).values()) * per_replica
+
+
+def local_problems(job: PyTorchJob, max_processes: int = DEFAULT_MAX_PROCESSES) -> list[str]:
     """What stops a valid job from running locally, one line each with the field to fix."""
     problems = []
+    count = local_processes(job)
+    if count > max_processes:
+        problems.append(
+            f"spec: a local run would start {count} processes (replicas × nprocPerNode), more than the "
+            f"{max_processes} allowed on this machine; lower the counts, or allow them with --max-processes {count}"
+        )
     for rtype in job.spec.pytorch_replica_specs:
         container = pytorch_container(job, rtype)
         if not container.get("command"):
@@ -162,7 +180,7 @@ def process_spec(
     env: dict[str, str] = {}
     for entry in container.get("env") or []:
         if "value" in entry or "valueFrom" not in entry:
-            env[entry["name"]] = _expand(str(entry.get("value", "")), env)
+            env[entry["name"]] = _expand(entry.get("value") or "", env)  # null is "", as on Kubernetes
     # The contract comes after the user's env, so it wins, as on Kubernetes (Kubeflow appends it).
     env.update(replica_env(job, replica, attempt, addressing))
     env[ENV_OUTPUT_DIR] = output_dir

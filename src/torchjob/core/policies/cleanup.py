@@ -7,13 +7,13 @@ while holding their machines (kubeflow/trainer #1579).
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import datetime
 
 from torchjob.api.types import CleanPodPolicy, ConditionType, JobStatus, PyTorchJob
 from torchjob.core import conditions
 from torchjob.core.actions import DeleteJob, DeleteReplica
 from torchjob.core.observed import ReplicaObservation
-from torchjob.core.times import parse_timestamp
+from torchjob.core.times import later, parse_timestamp
 
 
 def replicas_to_remove(job: PyTorchJob, status: JobStatus, observed: list[ReplicaObservation]) -> list[DeleteReplica]:
@@ -39,7 +39,7 @@ def ttl_expiry(job: PyTorchJob, status: JobStatus) -> datetime | None:
     ttl = job.spec.run_policy.ttl_seconds_after_finished
     if ttl is None or not status.completion_time:
         return None
-    return parse_timestamp(status.completion_time) + timedelta(seconds=ttl)
+    return later(parse_timestamp(status.completion_time), ttl)
 
 
 def ttl_action(job: PyTorchJob, status: JobStatus, now: datetime) -> tuple[DeleteJob | None, datetime | None]:

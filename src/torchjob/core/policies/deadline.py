@@ -7,17 +7,17 @@ controller loop wakes up for it.
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import datetime
 
 from torchjob.api.types import JobStatus, PyTorchJob
-from torchjob.core.times import parse_timestamp
+from torchjob.core.times import later, parse_timestamp
 
 
 def deadline(job: PyTorchJob, status: JobStatus) -> datetime | None:
     seconds = job.spec.run_policy.active_deadline_seconds
     if seconds is None or not status.start_time:
         return None
-    return parse_timestamp(status.start_time) + timedelta(seconds=seconds)
+    return later(parse_timestamp(status.start_time), seconds)
 
 
 def deadline_passed(job: PyTorchJob, status: JobStatus, now: datetime) -> bool:

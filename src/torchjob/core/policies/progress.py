@@ -10,11 +10,12 @@ allowance. The rank that stopped at the lowest step is named: it is the one the 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 
 from torchjob.api import extensions
 from torchjob.api.types import PyTorchJob
 from torchjob.core.observed import Phase, ReplicaObservation
+from torchjob.core.times import later
 
 
 @dataclass(frozen=True)
@@ -39,7 +40,7 @@ def check(
         return HangVerdict(False)
     last = {o.replica: max(o.progress_at or attempt_start, attempt_start) for o in running}
     newest = max(last.values())
-    due = newest + timedelta(seconds=seconds)
+    due = later(newest, seconds)
     if now < due:
         return HangVerdict(False, check_at=due)
     steps = {o.replica: o.progress_step for o in running}

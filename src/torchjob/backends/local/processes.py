@@ -1,0 +1,215 @@
+"""Local processes: start them, tell whether they live, signal them — only ever the ones torchjob can prove
+are its own. The one home of liveness and killing on the local backend; every signal torchjob sends to a
+process it did not just fork goes through here.
+
+A recorded pid proves nothing: the OS reuses pids (pid_max is 32768 on many machines, and after a reboot
+every recorded pid is stale). So torchjob proves ownership two ways at once:
+
+- **identity**: the pid *and* the kernel's start time of that pid (``Identity``), recorded when the process
+  was started. A reused pid has another start time; a pid from before a reboot, too.
+- **a marker torchjob owns**: every replica process is started with ``TORCHJOB_JOB_UID=<the job's uid>``
+  in its environment, which everything it forks inherits; a controller holds an exclusive lock on its
+  job's ``controller.lock`` for as long as it lives.
+
+A process that fails either proof is left alone, whatever a record on disk says.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import signal
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO
+
+import psutil
+
+# The marker every replica process (and whatever it forks) carries in its environment.
+MARKER_ENV = "TORCHJOB_JOB_UID"
+
+
+@dataclass(frozen=True)
+class Identity:
+    """A process as the kernel knows it: its pid and when it started (seconds since the epoch)."""
+
+    pid: int
+    started: float
+
+
+def identify(pid: int) -> Identity | None:
+    """The identity of the live process ``pid``, to record right after starting it."""
+    try:
+        return Identity(pid, psutil.Process(pid).create_time())
+    except psutil.Error:
+        return None
+
+
+def find(identity: Identity | None) -> psutil.Process | None:
+    """The process with this identity, if it still runs (a zombie does not); None for any other process."""
+    if identity is None or identity.pid <= 0:
+        return None
+    try:
+        process = psutil.Process(identity.pid)
+        # The start time comes from the same kernel counter both times, so equality is exact for the same
+        # process; a small tolerance only absorbs the float's last digits through JSON.
+        if abs(process.create_time() - identity.started) > 0.01:
+            return None
+        if process.status() == psutil.STATUS_ZOMBIE:
+            return None
+        return process
+    except psutil.Error:
+        return None
+
+
+def carries_marker(process: psutil.Process, job_uid: str | None) -> bool:
+    """Whether ``process`` was started for the job ``job_uid`` (its environment carries the marker)."""
+    if not job_uid:
+        return False
+    try:
+        return process.environ().get(MARKER_ENV) == job_uid
+    except psutil.Error:
+        return False  # gone, or not ours to read: not provably ours
+
+
+def replica(identity: Identity | None, job_uid: str | None) -> psutil.Process | None:
+    """The replica (shim) process with this identity, if it lives and carries the job's marker."""
+    process = find(identity)
+    return process if process is not None and carries_marker(process, job_uid) else None
+
+
+def alive(identity: Identity | None) -> bool:
+    return find(identity) is not None
+
+
+def signal_group(identity: Identity | None, job_uid: str | None, signum: int) -> None:
+    """Send ``signum`` to a replica's process group (the shim leads it).
+
+    While the proven leader lives, its group id cannot be reused, so the whole group is signalled at once.
+    Without it, only the group's members that carry the job's marker are.
+    """
+    if identity is None:
+        return
+    if replica(identity, job_uid) is not None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(identity.pid, signum)
+        return
+    for process in marked(job_uid):
+        with contextlib.suppress(psutil.Error, OSError):
+            if os.getpgid(process.pid) == identity.pid:
+                process.send_signal(signum)
+
+
+def kill_tree(identity: Identity | None, job_uid: str | None) -> None:
+    """SIGKILL a replica: its shim, its group, and every marked process below it (torchrun's workers live
+    in sessions of their own, out of reach of a group signal)."""
+    leader = replica(identity, job_uid)
+    if leader is not None:
+        with contextlib.suppress(psutil.Error):
+            for child in leader.children(recursive=True):
+                if carries_marker(child, job_uid):
+                    with contextlib.suppress(psutil.Error):
+                        child.kill()
+    signal_group(identity, job_uid, signal.SIGKILL)
+
+
+def marked(job_uid: str | None) -> list[psutil.Process]:
+    """Every live process (but this one) that carries the job's marker."""
+    if not job_uid:
+        return []
+    me = os.getpid()
+    found = []
+    for process in psutil.process_iter():
+        if process.pid != me and carries_marker(process, job_uid):
+            found.append(process)
+    return found
+
+
+def kill_marked(job_uid: str | None) -> int:
+    """SIGKILL every leftover process of the job (a replica's shim may be gone, its children not).
+    Returns how many were killed."""
+    killed = 0
+    for process in marked(job_uid):
+        with contextlib.suppress(psutil.Error):
+            process.kill()
+            killed += 1
+    return killed
+
+
+def spawn(
+    argv: list[str], env: dict[str, str], cwd: str, log: IO[bytes], job_uid: str
+) -> tuple[subprocess.Popen[bytes], Identity]:
+    """Start ``argv`` as the leader of a new process group, marked as the job's, its output in ``log``.
+    Raises OSError when it cannot be started."""
+    popen = subprocess.Popen(
+        argv,
+        env={**os.environ, **env, MARKER_ENV: job_uid},
+        cwd=cwd,
+        stdin=subprocess.DEVNULL,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    # Until we reap it, the child's pid cannot be reused, so its start time read now is its own.
+    return popen, identify(popen.pid) or Identity(popen.pid, 0.0)
+
+
+# -- controllers ------------------------------------------------------------------------------------------
+
+
+class ControllerLock:
+    """The exclusive lock a job's controller holds on ``controller.lock`` for as long as it lives.
+
+    The kernel drops it when the process ends, however it ends, so "is the lock held" answers "does a
+    controller of this job live" without trusting any pid.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._fd: int | None = None
+
+    def acquire(self, patience: float = 2.0) -> bool:
+        """Take the lock; False when another controller of the job holds it. A reader's probe holds a
+        shared lock for microseconds, so a busy lock is tried again for ``patience`` seconds."""
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        deadline = time.monotonic() + patience
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    os.close(fd)
+                    return False
+                time.sleep(0.01)
+        self._fd = fd
+        return True
+
+    def release(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+
+def controller_lock_held(path: Path) -> bool:
+    """Whether a live controller holds the job's lock (shared probe: readers never block each other)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+    return False
+
+
+def controller(identity: Identity | None, lock_path: Path) -> psutil.Process | None:
+    """The job's controller process, if the recorded one still runs and holds the job's lock."""
+    process = find(identity)
+    return process if process is not None and controller_lock_held(lock_path) else None
