@@ -5,10 +5,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import pytest
+import yaml
 
 from tests.conftest import DATA, run_cli
-from tests.integration.helpers import write_job
+from tests.integration.helpers import job_object, write_job
+
 
 def test_missing_file(torchjob_home: Path) -> None:
     result = run_cli("run", "/no/such/job.yaml", home=torchjob_home)
@@ -77,3 +78,55 @@ def test_ttl_zero_removes_the_job_when_it_ends(tmp_path: Path, torchjob_home: Pa
     assert result.returncode == 0
     assert "removed (ttlSecondsAfterFinished)" in result.stderr
     assert not (torchjob_home / "jobs" / "ephemeral").exists()
+
+
+def test_validate_answers_for_a_cluster_and_local_asks_for_a_local_run(torchjob_home: Path) -> None:
+    """The seeds' and Kubeflow's own YAML have no command: valid for a cluster, not runnable here."""
+    path = DATA / "invalid" / "no-command-locally.yaml"
+    cluster = run_cli("validate", str(path), home=torchjob_home)
+    assert cluster.returncode == 0 and "valid PyTorchJob" in cluster.stdout
+    assert "note: a local run needs: spec.pytorchReplicaSpecs.Worker.template.spec.containers[pytorch].command" in (
+        cluster.stderr
+    )
+    local = run_cli("validate", "--local", str(path), home=torchjob_home)
+    assert local.returncode == 2 and "command: required to run locally" in local.stderr
+
+
+def test_standard_input_for_validate_render_and_run(tmp_path: Path, torchjob_home: Path) -> None:
+    text = write_job(tmp_path, "piped", workers=1).read_text()
+    for verb in (["validate", "-"], ["render", "-", "--to", "indexed-job"], ["run", "-"]):
+        result = run_cli(*verb, home=torchjob_home, input=text, cwd=tmp_path)
+        assert result.returncode == 0, (verb, result.stderr)
+    assert "valid PyTorchJob 'piped'" in run_cli("validate", "-", home=torchjob_home, input=text).stdout
+    assert job_object(torchjob_home, "piped")["status"]["conditions"][-1]["type"] == "Succeeded"
+    bad = run_cli("validate", "-", home=torchjob_home, input="kind: [")
+    assert bad.returncode == 2 and bad.stderr.startswith("torchjob: standard input: not valid YAML")
+
+
+def test_an_exported_job_runs_again_from_scratch(tmp_path: Path, torchjob_home: Path) -> None:
+    """`get -o yaml` holds a status; run again, it is ignored (as `kubectl apply` does), and the job runs."""
+    path = write_job(tmp_path, "again", workers=1)
+    assert run_cli("run", str(path), home=torchjob_home).returncode == 0
+    exported = tmp_path / "exported.yaml"
+    exported.write_text(run_cli("get", "again", "-o", "yaml", home=torchjob_home).stdout)
+    assert run_cli("delete", "again", home=torchjob_home).returncode == 0
+    rerun = run_cli("run", str(exported), home=torchjob_home)
+    assert rerun.returncode == 0
+    assert "note: status: ignored" in rerun.stderr
+    assert "worker-0: done" in run_cli("logs", "again", home=torchjob_home).stdout
+
+
+def test_templates_fill_for_validate_and_run_and_a_null_env_value_is_empty(tmp_path: Path, torchjob_home: Path) -> None:
+    text = write_job(tmp_path, "tpl", workers=1).read_text().replace("name: tpl", "name: '{{ name }}'")
+    data = yaml.safe_load(text)
+    for spec in data["spec"]["pytorchReplicaSpecs"].values():
+        spec["template"]["spec"]["containers"][0]["env"] = [{"name": "EMPTY", "value": None}]
+    (tmp_path / "tpl.yaml").write_text(yaml.safe_dump(data))
+    (tmp_path / "values.json").write_text(json.dumps({"name": "filled"}))
+    unfilled = run_cli("validate", str(tmp_path / "tpl.yaml"), home=torchjob_home)
+    assert unfilled.returncode == 2 and "still a template" in unfilled.stderr
+    values = ["--values", str(tmp_path / "values.json")]
+    assert run_cli("validate", str(tmp_path / "tpl.yaml"), *values, home=torchjob_home).returncode == 0
+    assert run_cli("run", str(tmp_path / "tpl.yaml"), *values, home=torchjob_home).returncode == 0
+    dry = run_cli("run", "--dry-run", "--replace", str(tmp_path / "tpl.yaml"), *values, home=torchjob_home)
+    assert "  EMPTY=\n" in dry.stdout and "None" not in dry.stdout

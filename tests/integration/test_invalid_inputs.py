@@ -10,25 +10,15 @@ hostile the file: a hang or a blow-up fails the test.
 
 from __future__ import annotations
 
-import shlex
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import DATA, run_cli
+from tests.conftest import INVALID_CORPUS, corpus_case, run_cli
 
-CORPUS = DATA / "invalid"
-INVALID = sorted(CORPUS.glob("*.yaml"))
+INVALID = sorted(INVALID_CORPUS.glob("*.yaml"))
 # Generous: refusing takes a fraction of a second (see bench: python -m bench invalid); only a hang trips it.
 TIMEOUT_SECONDS = 20
-
-
-def _header(path: Path) -> tuple[str, list[str]]:
-    lines = path.read_bytes().decode("utf-8", errors="replace").splitlines()
-    expected = lines[0].removeprefix("# expect: ").replace("{corpus}", str(CORPUS))
-    args = lines[1].removeprefix("# args: ") if len(lines) > 1 and lines[1].startswith("# args: ") else ""
-    resolved = [str(CORPUS / a) if (CORPUS / a).is_file() else a for a in shlex.split(args)]
-    return expected, resolved
 
 
 def test_the_corpus_is_large_enough() -> None:
@@ -37,7 +27,7 @@ def test_the_corpus_is_large_enough() -> None:
 
 @pytest.mark.parametrize("path", INVALID, ids=[p.stem for p in INVALID])
 def test_invalid_input_is_one_clear_line_and_exit_2(path: Path, torchjob_home: Path) -> None:
-    expected, args = _header(path)
+    expected, args = corpus_case(path)
     assert expected and not expected.startswith("#"), f"{path.name} names no expected line"
     for verb in ("validate", "run"):
         verb_args = [a for a in args if verb == "validate" or a != "--local"]

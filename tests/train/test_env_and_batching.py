@@ -6,7 +6,16 @@ import pytest
 import torch
 from torch.utils.data import TensorDataset
 
-from torchjob.train import BatchPlan, DistContext, LaunchEnvError, ResumableSampler, detect_launch
+from torchjob.train import (
+    BackendUnavailable,
+    BatchPlan,
+    DistContext,
+    LaunchEnvError,
+    ResumableSampler,
+    available_backends,
+    detect_launch,
+    init,
+)
 
 TORCHRUN = {
     "TORCHELASTIC_RUN_ID": "x",
@@ -120,3 +129,16 @@ def test_a_sampler_resumes_mid_epoch_exactly() -> None:
     assert taken + list(resumed) == expected
     resumed.set_epoch(3)  # the next epoch is whole again
     assert len(list(resumed)) == len(expected)
+
+
+@pytest.mark.parametrize("backend", ["mpi", "cpu:gloo,cuda:mpi", "no-such-backend"])
+def test_a_backend_this_torch_lacks_is_one_clear_error(backend: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Seed 001 asks for MPI; PyPI's torch has none. Say so, and name what there is, before any group forms."""
+    for key in (*TORCHRUN, "TORCHJOB_REPLICA"):
+        monkeypatch.delenv(key, raising=False)
+    with pytest.raises(BackendUnavailable) as caught:
+        init(backend=backend)
+    message = str(caught.value)
+    assert f"torch.distributed backend {backend!r} is not available" in message
+    assert "gloo" in available_backends() and "it has gloo" in message
+    assert not torch.distributed.is_initialized()

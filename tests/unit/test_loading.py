@@ -6,20 +6,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import DATA
+from tests.conftest import DATA, INVALID_CORPUS, corpus_case
 from torchjob.api.errors import JobFileError, ValidationError
-from torchjob.api.loading import load_job_file, parse_job_text
+from torchjob.api.loading import load_job, load_job_file, parse_job_text
 from torchjob.api.types import ReplicaType, RestartPolicy
 from torchjob.backends.local.mapping import local_problems
 
 VALID = sorted((DATA / "valid").glob("*.yaml"))
-INVALID = sorted((DATA / "invalid").glob("*.yaml"))
-
-
-def expectation(path: Path) -> str:
-    first = path.read_text().splitlines()[0]
-    assert first.startswith("# expect: "), f"{path.name} must start with '# expect: ...'"
-    return first.removeprefix("# expect: ")
+INVALID = sorted(INVALID_CORPUS.glob("*.yaml"))
 
 
 @pytest.mark.parametrize("path", VALID, ids=[p.stem for p in VALID])
@@ -31,12 +25,14 @@ def test_valid_corpus_loads_and_survives_a_round_trip(path: Path) -> None:
 
 @pytest.mark.parametrize("path", INVALID, ids=[p.stem for p in INVALID])
 def test_invalid_corpus_names_the_field(path: Path) -> None:
+    expected, args = corpus_case(path)
+    values = args[args.index("--values") + 1] if "--values" in args else None
     with pytest.raises((JobFileError, ValidationError)) as caught:
-        job = load_job_file(path)
+        job = load_job(path, values).job
         problems = local_problems(job)
         if problems:
             raise ValidationError(problems)
-    assert expectation(path) in str(caught.value)
+    assert expected in str(caught.value)
 
 
 def test_defaults_follow_kubeflow() -> None:

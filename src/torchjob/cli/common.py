@@ -42,12 +42,20 @@ def add_input_options(p: argparse.ArgumentParser) -> None:
 
 
 def positive_int(text: str) -> int:
+    return _int_from(text, 1, "a positive integer")
+
+
+def non_negative_int(text: str) -> int:
+    return _int_from(text, 0, "an integer from 0")
+
+
+def _int_from(text: str, least: int, what: str) -> int:
     try:
         value = int(text)
     except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}")
+        value = least - 1
+    if value < least or value > 2**31 - 1:
+        raise argparse.ArgumentTypeError(f"must be {what}, got {text!r}")
     return value
 
 

@@ -33,6 +33,9 @@ class RunDisplay:
         self._follower = LogFollower(client.store.job_dir(job.name) / "logs")
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._follow, name="log-follower", daemon=True)
+        # Replica lines and torchjob's own lines are printed under one lock, replica output first, so that
+        # even with both streams sent to one file (`torchjob run > log 2>&1`) the order is what happened.
+        self._lock = threading.Lock()
         self._colors: dict[str, str] = {}
         self._last_state = ""
         self._phases: dict[str, str] = {}
@@ -50,7 +53,8 @@ class RunDisplay:
     def __exit__(self, kind: type[BaseException] | None, value: BaseException | None, tb: TracebackType | None) -> None:
         self._stop.set()
         self._thread.join()
-        self._print_lines(final=True)
+        with self._lock:
+            self._print_lines(final=True)
         if self._live is not None:
             self._live.__exit__(kind, value, tb)
 
@@ -58,7 +62,9 @@ class RunDisplay:
 
     def event(self, event: Event) -> None:
         style = "bold red" if event.type == "Warning" else "bold"
-        self.err.print(Text(f"torchjob: {event.reason}: {event.message}", style=style))
+        with self._lock:
+            self._print_lines(rescan=True)
+            self.err.print(Text(f"torchjob: {event.reason}: {event.message}", style=style))
 
     def update(self, result: PassResult) -> None:
         self.job = result.job
@@ -68,8 +74,11 @@ class RunDisplay:
             if o.attempt == result.job.status.attempt
         }
         state = conditions.state(result.job.status)
-        if state != self._last_state and state in ("Running", "Restarting", "Suspended"):
-            self.err.print(Text(f"torchjob: {result.job.name} is {state}", style="bold"))
+        with self._lock:
+            # The last pass: read every log now, before a TTL of 0 removes the job's folder.
+            self._print_lines(rescan=result.done)
+            if state != self._last_state and state in ("Running", "Restarting", "Suspended"):
+                self.err.print(Text(f"torchjob: {result.job.name} is {state}", style="bold"))
         self._last_state = state
         if self._live is not None:
             self._live.update(self._table())
@@ -91,10 +100,11 @@ class RunDisplay:
 
     def _follow(self) -> None:
         while not self._stop.wait(0.2):
-            self._print_lines()
+            with self._lock:
+                self._print_lines()
 
-    def _print_lines(self, final: bool = False) -> None:
-        for replica, line in self._follower.poll(final=final):
+    def _print_lines(self, final: bool = False, rescan: bool = False) -> None:
+        for replica, line in self._follower.poll(final=final, rescan=rescan):
             prefix = Text(f"[{replica}] ", style=self._color(replica.split("#")[0]))
             self.console.print(prefix + Text(line))
 
@@ -105,7 +115,7 @@ class RunDisplay:
         status = self.job.status
         elapsed = time.monotonic() - self.started
         title = (
-            f"{self.job.name}: {conditions.state(status) or 'Created'} · attempt {status.attempt + 1} · "
+            f"{self.job.name}: {conditions.state(status) or 'Created'} · attempt {status.attempt} · "
             f"{status.restart_count} restarts · {elapsed:.0f}s"
         )
         table = Table(title=title, title_justify="left", box=None, pad_edge=False)

@@ -45,7 +45,7 @@ def summary(wire: dict[str, Any]) -> str:
         f"Name:      {wire['metadata']['name']}",
         f"State:     {conditions[-1]['type'] if conditions else 'Pending'}",
         f"Age:       {human_age(age)}",
-        f"Attempt:   {status.get('attempt', 0) + 1} ({status.get('restartCount', 0)} restarts)",
+        f"Attempt:   {status.get('attempt', 0)} ({status.get('restartCount', 0)} restarts; 0 is the first)",
     ]
     elastic = wire.get("spec", {}).get("elasticPolicy")
     if elastic is not None:
@@ -68,7 +68,7 @@ def summary(wire: dict[str, Any]) -> str:
     if len(attempts) > 1 or any(a.get("outcome") not in (None, "succeeded") for a in attempts):
         lines.append("Attempts:")
         lines += [
-            f"  {a['attempt'] + 1}: {a['startTime']} → {a.get('endTime') or 'now'}  {a.get('outcome') or ''}"
+            f"  {a['attempt']}: {a['startTime']} → {a.get('endTime') or 'now'}  {a.get('outcome') or ''}"
             for a in attempts
         ]
     return "\n".join(lines)

@@ -1,17 +1,23 @@
-"""``torchjob logs NAME [--replica worker-1] [--attempt N] [-f]``: replica output, prefixed by replica."""
+"""``torchjob logs NAME [--replica worker-1] [--attempt N] [-f]``: replica output, prefixed by replica.
+
+Attempts are numbered as everywhere else (``status.attempt``, ``TORCHJOB_ATTEMPT``, ``logs/<attempt>/``):
+0 is the first. A job, replica or attempt that does not exist is an error (exit 3), never an empty answer.
+"""
 
 from __future__ import annotations
 
 import argparse
 
-from torchjob.cli.common import add_target_options, client
+from torchjob.cli.common import add_target_options, client, non_negative_int
 
 
 def add_parser(verbs: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = verbs.add_parser("logs", help="print the output of a job's replicas")
     p.add_argument("name")
     p.add_argument("--replica", help="only this replica, e.g. master-0 or worker-1")
-    p.add_argument("--attempt", type=int, help="attempt number (1 = first); default: the current one")
+    p.add_argument(
+        "--attempt", type=non_negative_int, help="attempt number as in the status (0 = first); default: the current one"
+    )
     p.add_argument("-f", "--follow", action="store_true", help="keep printing until the job ends")
     add_target_options(p)
     p.set_defaults(handler=handle)
@@ -19,7 +25,7 @@ def add_parser(verbs: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
 
 def handle(args: argparse.Namespace) -> int:
     c = client(args)
-    attempt = None if args.attempt is None else args.attempt - 1
+    attempt = args.attempt
     if args.follow:
         for replica, line in c.follow(args.name, args.replica):
             print(line if args.replica else f"[{replica}] {line}", flush=True)

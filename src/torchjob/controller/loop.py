@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from torchjob.api.types import PyTorchJob
 from torchjob.backends.base import Backend
@@ -17,6 +17,8 @@ from torchjob.core import conditions
 from torchjob.core.actions import DeleteJob
 from torchjob.core.observed import ReplicaObservation
 from torchjob.core.planning import plan
+
+ACTED_REQUEUE = timedelta(seconds=0.2)
 
 
 @dataclass(frozen=True)
@@ -31,7 +33,8 @@ def reconcile_once(job: PyTorchJob, backend: Backend, clock: Clock) -> PassResul
     """One pass: the job with its new status, what was observed, whether the job is done."""
     job = backend.refresh(job)
     observed = backend.observe(job)
-    result = plan(job, observed, clock.now())
+    now = clock.now()
+    result = plan(job, observed, now)
     backend.execute(job, result.actions)
     if result.status != job.status:
         job = job.model_copy(update={"status": result.status})
@@ -41,7 +44,13 @@ def reconcile_once(job: PyTorchJob, backend: Backend, clock: Clock) -> PassResul
     deleted = any(isinstance(a, DeleteJob) for a in result.actions)
     idle = not any(o.phase.live for o in observed)
     done = deleted or (conditions.is_finished(job.status) and idle and not result.actions)
-    return PassResult(job, observed, done, result.requeue_at)
+    requeue_at = result.requeue_at
+    if result.actions:
+        # What was just done (replicas started or stopped) shows in the next observation: look again soon,
+        # so the status says Running as soon as the replicas run, not after the idle timeout.
+        soon = now + ACTED_REQUEUE
+        requeue_at = soon if requeue_at is None else min(requeue_at, soon)
+    return PassResult(job, observed, done, requeue_at)
 
 
 def run_until_done(

@@ -83,6 +83,14 @@ def describe_slots(job: PyTorchJob) -> str:
     return ", ".join(parts)
 
 
+def unknown_replica_problem(job: PyTorchJob, text: str) -> str | None:
+    """Why ``text`` names no replica the job has or may have, or None."""
+    slot = parse_replica_name(text)
+    if slot is None or slot.index >= replica_slots(job).get(slot.replica_type, 0):
+        return f"job {job.name!r} has no replica {text!r}; it has {describe_slots(job)}"
+    return None
+
+
 def total_replicas(job: PyTorchJob) -> int:
     return sum(spec.replicas or 0 for spec in job.spec.pytorch_replica_specs.values())
 

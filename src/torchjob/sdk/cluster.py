@@ -138,7 +138,13 @@ class ClusterClient:
 
     def logs(self, name: str, replica: str | None = None, attempt: int | None = None) -> str:
         """What the replicas printed so far, each line prefixed ``[replica]`` unless one replica is asked for."""
-        self.get_wire(name)  # a clear "not found" rather than an empty answer
+        wire = self.get_wire(name)  # a clear "not found" rather than an empty answer
+        if replica is not None:
+            from torchjob.api.loading import job_from_mapping
+
+            problem = replicas.unknown_replica_problem(job_from_mapping(wire), replica)
+            if problem:
+                raise SdkError(problem)
         out: builtins.list[str] = []
         for pod in self.pods(name):
             identity = replica_of(pod)

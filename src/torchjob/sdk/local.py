@@ -212,12 +212,11 @@ class LocalClient:
 
     def check_replica(self, name: str, replica: str) -> None:
         """Raise unless ``replica`` (e.g. ``worker-1``) is one the job has or may have."""
-        from torchjob.core.replicas import describe_slots, parse_replica_name, replica_slots
+        from torchjob.core.replicas import unknown_replica_problem
 
-        job = self.get(name)
-        slot = parse_replica_name(replica)
-        if slot is None or slot.index >= replica_slots(job).get(slot.replica_type, 0):
-            raise SdkError(f"job {name!r} has no replica {replica!r}; it has {describe_slots(job)}")
+        problem = unknown_replica_problem(self.get(name), replica)
+        if problem:
+            raise SdkError(problem)
 
     def follow(self, name: str, replica: str | None = None, poll: float = 0.2) -> Iterator[tuple[str, str]]:
         """Yield (replica, line) as replicas write, across attempts, until the job ends and is idle."""
@@ -343,7 +342,10 @@ class LocalClient:
                 self.delete(name)
                 raise JobNotFoundError(name)
             return summary
-        state = self.state(name)
+        try:
+            state = self.store.read_state(name)
+        except FileNotFoundError:
+            raise JobNotFoundError(name) from None
         if state.controller_pid is None or self._controller_lives(name):
             return summary  # not started yet, or its controller is alive
         self._fail_orphan(name, state)

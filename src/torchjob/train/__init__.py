@@ -13,11 +13,12 @@ It never imports the controller side; the controller side never imports it (or t
 from torchjob.train.checkpoint import Checkpointer, CheckpointError
 from torchjob.train.ddp import OutOfSyncError, SyncCheck, wrap
 from torchjob.train.env import LaunchEnvError, LaunchInfo, detect_launch
-from torchjob.train.init import DistContext, init, shutdown
+from torchjob.train.init import BackendUnavailable, DistContext, available_backends, init, shutdown
 from torchjob.train.metrics import MetricsLogger
 from torchjob.train.sharding import BatchPlan, ResumableSampler, shard
 
 __all__ = [
+    "BackendUnavailable",
     "BatchPlan",
     "CheckpointError",
     "Checkpointer",
@@ -28,6 +29,7 @@ __all__ = [
     "OutOfSyncError",
     "ResumableSampler",
     "SyncCheck",
+    "available_backends",
     "detect_launch",
     "init",
     "shard",

@@ -49,6 +49,7 @@ def init(backend: str | None = None, timeout_seconds: float = 1800.0) -> DistCon
     _record_uncaught_exceptions()
     cuda = torch.cuda.is_available() and torch.cuda.device_count() > info.local_rank
     chosen = backend or ("nccl" if cuda else "gloo")
+    _require_backend(chosen)
     device = torch.device("cuda", info.local_rank) if cuda and chosen == "nccl" else torch.device("cpu")
     if device.type == "cuda":
         torch.cuda.set_device(device)
@@ -67,6 +68,28 @@ def init(backend: str | None = None, timeout_seconds: float = 1800.0) -> DistCon
             timeout=timedelta(seconds=timeout_seconds),
         )
     return DistContext(info.rank, info.local_rank, info.world_size, device, chosen, info.launcher)
+
+
+class BackendUnavailable(ValueError):
+    """The process-group backend asked for is not built into this torch."""
+
+
+def available_backends() -> list[str]:
+    """The torch.distributed backends this torch was built with (PyPI wheels: gloo, nccl; never mpi)."""
+    checks = {"gloo": dist.is_gloo_available, "nccl": dist.is_nccl_available, "mpi": dist.is_mpi_available}
+    checks["ucc"] = getattr(dist, "is_ucc_available", lambda: False)
+    return [name for name, check in checks.items() if check()]
+
+
+def _require_backend(name: str) -> None:
+    # Checked before init_process_group, whose own error for a missing backend is a deep C++ message.
+    backends = available_backends()
+    wanted = [part.split(":")[-1].strip().lower() for part in name.split(",")]  # e.g. "cpu:gloo,cuda:nccl"
+    if any(w not in backends for w in wanted):
+        raise BackendUnavailable(
+            f"torch.distributed backend {name!r} is not available in this torch ({torch.__version__}); it has "
+            f"{', '.join(backends) or 'none'}. Use one of those (e.g. --backend gloo), or a torch built with {name}"
+        )
 
 
 def _record_uncaught_exceptions() -> None:

@@ -90,9 +90,9 @@ class LogFollower:
         self._partial: dict[Path, bytes] = {}
         self._scanned_at = 0.0
 
-    def poll(self, final: bool = False) -> Iterator[tuple[str, str]]:
+    def poll(self, final: bool = False, rescan: bool = False) -> Iterator[tuple[str, str]]:
         now = time.monotonic()
-        if final or now - self._scanned_at >= self.rescan_seconds:
+        if final or rescan or now - self._scanned_at >= self.rescan_seconds:
             self._scan()
             self._scanned_at = now
         for path, handle in self._files.items():
