@@ -12,7 +12,7 @@ import os
 import platform
 from pathlib import Path
 
-from bench import checkpoint, cli, elastic, launch, operator, recovery, steady_state
+from bench import checkpoint, cli, elastic, launch, operator, recovery, refusals, steady_state
 
 RESULTS = Path(__file__).resolve().parent / "RESULTS.md"
 
@@ -30,6 +30,8 @@ def main() -> None:
 
     print("CLI ...", flush=True)
     cli_times = cli.measure(trials + 2)
+    print("refusing bad input ...", flush=True)
+    refused = refusals.measure()
     print("launch latency ...", flush=True)
     lat = launch.measure(trials)
     print("steady state ...", flush=True)
@@ -146,6 +148,7 @@ def main() -> None:
                 cli_times[verb] < 0.3,
             )
         )
+    rows.append(_row(*refusals.row(refused)))
     scale_ratio = scale.operator_seconds / scale.indexed_job_seconds
     verbs = ", ".join(f"{verb} {count / operator.JOBS:.1f}" for verb, count in sorted(scale.requests_by_verb.items()))
     rows += [

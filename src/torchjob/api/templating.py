@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from jinja2.sandbox import SandboxedEnvironment
 
 _TEMPLATE_FILE = "<job template>"
-_TIME_BUDGET_SECONDS = 0.5
+_TIME_BUDGET_SECONDS = 0.25
 _MAX_EXPONENT_BITS = 4096
 _PLACEHOLDER = re.compile(r"\{\{.*?\}\}|\{%.*?%\}", re.DOTALL)
 
