@@ -133,3 +133,20 @@ def test_run_into_one_file_ends_with_the_outcome_and_ttl_zero_keeps_the_output(
     last_replica_line = max(i for i, line in enumerate(lines) if line.startswith("["))
     outcome = next(i for i, line in enumerate(lines) if "finished and was removed" in line)
     assert last_replica_line < outcome == len(lines) - 1
+
+
+def test_a_delete_that_leaves_something_behind_says_what(tmp_path: Path, torchjob_home: Path) -> None:
+    folder = _finished_job(tmp_path, torchjob_home, "stuck")
+    pinned = folder / "output" / "pinned.txt"
+    pinned.write_text("kept")
+    # An immutable file: even root cannot remove it (ext4's i attribute), as a busy mount would refuse.
+    subprocess.run(["chattr", "+i", str(pinned)], check=True)
+    try:
+        result = run_cli("delete", "stuck", home=torchjob_home)
+        assert result.returncode == 3
+        assert result.stderr.startswith(f"torchjob: job 'stuck' was only partly deleted: cannot remove {pinned}")
+        assert 'deleted"' not in result.stdout
+    finally:
+        subprocess.run(["chattr", "-i", str(pinned)], check=True)
+    assert run_cli("delete", "stuck", home=torchjob_home).returncode == 0
+    assert not folder.exists()

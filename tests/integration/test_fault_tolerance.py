@@ -40,6 +40,38 @@ def test_a_hung_rank_is_detected_named_and_the_group_recovers(tmp_path: Path, to
     assert "[worker-0#1] rank 1: done" in result.stdout
 
 
+def test_a_hung_process_of_a_replica_with_two_processes_is_named(tmp_path: Path, torchjob_home: Path) -> None:
+    """nprocPerNode 2: replica worker-0 runs global ranks 2 and 3 under torchrun. Rank 3 hangs; the heartbeat
+    files are keyed by replica and local rank, so the controller sees worker-0 stall and names it. (The
+    deadline is long because four processes importing torch on a loaded 2-core machine start slowly.)"""
+    job = (
+        make_job("hang2")
+        .master()
+        .workers(1)
+        .command(
+            "torchrun",
+            "--nproc-per-node=2",
+            str(SCRIPTS / "hang_train.py"),
+            "--hang-rank",
+            "3",
+            "--hang-step",
+            "5",
+        )
+        .annotate(**{"torchjob.io/progress-deadline-seconds": "90", "torchjob.io/termination-grace-seconds": "2"})
+    )
+    data = job.wire()
+    data["spec"]["nprocPerNode"] = "2"
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(data))
+    result = run_cli("run", str(path), home=torchjob_home)
+    assert result.returncode == 0, result.stderr[-2000:]
+    status = job_object(torchjob_home, "hang2")["status"]
+    assert status["restartCount"] == 1
+    outcome = status["attempts"][0]["outcome"]
+    assert outcome.startswith("Hung: no progress for 90s")
+    assert "worker-0 stopped at step 4, the others at step 5" in outcome
+
+
 def test_the_exception_reaches_the_status_through_the_error_file(tmp_path: Path, torchjob_home: Path) -> None:
     job = (
         make_job("hidden")

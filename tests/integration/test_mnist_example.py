@@ -72,7 +72,7 @@ def test_metrics_summary_and_plot(three_replicas: Run, tmp_path: Path) -> None:
     assert lines[0].split() == ["RANK", "STEPS", "LAST", "LOSS", "SAMPLES/S", "STEP", "MS", "CHECKPOINT", "S"]
     assert [line.split()[:2] for line in lines[1:4]] == [["0", "336"], ["1", "336"], ["2", "336"]]
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    beats = [json.loads(p.read_text()) for p in sorted((three_replicas.output / "heartbeat").glob("rank-*.json"))]
+    beats = [json.loads(p.read_text()) for p in sorted((three_replicas.output / "heartbeat").glob("*-0.json"))]
     assert len(beats) == 3 and all(b["step"] > 300 for b in beats)
 
 

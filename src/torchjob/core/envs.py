@@ -8,13 +8,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from torchjob import worker_files
 from torchjob.api.types import PyTorchJob
 from torchjob.core.replicas import ReplicaId, node_rank, total_replicas
 
 # torchjob's own variables, read by torchjob.train (never needed by a plain Kubeflow script).
 ENV_JOB_NAME = "TORCHJOB_JOB_NAME"
-ENV_REPLICA = "TORCHJOB_REPLICA"
-ENV_ATTEMPT = "TORCHJOB_ATTEMPT"
+ENV_REPLICA = worker_files.ENV_REPLICA
+ENV_ATTEMPT = worker_files.ENV_ATTEMPT
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
+from torchjob import worker_files
 from torchjob.backends.local import processes
 from torchjob.backends.local.logs import LogFollower
 from torchjob.backends.local.store import DamagedRecord, JobStore, LocalState, UnusableHome
@@ -238,7 +239,7 @@ class LocalClient:
         if not self.store.exists(name):
             raise JobNotFoundError(name)
         found: dict[int, builtins.list[dict[str, Any]]] = {}
-        for path in sorted((self.store.output_dir(name) / "metrics").glob("rank-*.jsonl")):
+        for path in sorted((self.store.output_dir(name) / worker_files.METRICS_DIR).glob("rank-*.jsonl")):
             rank_text = path.stem.removeprefix("rank-")
             if not rank_text.isdigit():
                 continue

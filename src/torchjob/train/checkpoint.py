@@ -39,6 +39,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from torchjob import worker_files
 from torchjob.train.init import DistContext
 
 _MANIFEST = re.compile(r"ckpt-(\d{12})\.json$")
@@ -214,10 +215,11 @@ class Checkpointer:
 
     def _record_notice(self) -> None:
         """Tell the controller when the notice came: peers may crash before this rank is done saving."""
-        output = os.environ.get("TORCHJOB_OUTPUT_DIR")
+        output = os.environ.get(worker_files.ENV_OUTPUT_DIR)
         if not output:
             return
-        path = Path(output) / "preempted" / f"rank-{self.ctx.rank}.json"
+        key = worker_files.process_key(os.environ.get(worker_files.ENV_REPLICA), self.ctx.local_rank, self.ctx.rank)
+        path = worker_files.preemption_file(output, key)
         with contextlib.suppress(OSError):
             path.parent.mkdir(parents=True, exist_ok=True)
             tmp = path.with_suffix(".tmp")

@@ -1,11 +1,11 @@
 """Per-rank training metrics as JSON lines, and the heartbeat the controller side reads.
 
-Files, in the job's output folder (``TORCHJOB_OUTPUT_DIR``)::
+Files, in the job's output folder (``TORCHJOB_OUTPUT_DIR``; names from :mod:`torchjob.worker_files`)::
 
     metrics/rank-<r>.jsonl      one line per logged step: step, epoch, loss, samples/s, step and checkpoint time
-    heartbeat/rank-<r>.json     {"step": N, "time": when step N completed}, rewritten atomically by a small
+    heartbeat/<process>.json    {"step": N, "time": when step N completed}, rewritten atomically by a small
                                 background thread at most once a ``heartbeat_seconds``, and only when the step
-                                moved: a hung rank's heartbeat stays exactly where it stopped
+                                moved: a hung process's heartbeat stays exactly where it stopped
 
 ``torchjob metrics NAME`` summarises the JSONL files and can plot them; hang detection reads heartbeats.
 """
@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from torchjob import worker_files
 from torchjob.train.init import DistContext
 
 
@@ -26,12 +27,13 @@ class MetricsLogger:
     def __init__(
         self, ctx: DistContext, output_dir: str | os.PathLike[str] | None = None, heartbeat_seconds: float = 1.0
     ) -> None:
-        root = Path(output_dir or os.environ.get("TORCHJOB_OUTPUT_DIR") or "output")
-        (root / "metrics").mkdir(parents=True, exist_ok=True)
-        (root / "heartbeat").mkdir(parents=True, exist_ok=True)
+        root = Path(output_dir or os.environ.get(worker_files.ENV_OUTPUT_DIR) or "output")
         self.ctx = ctx
-        self.path = root / "metrics" / f"rank-{ctx.rank}.jsonl"
-        self.heartbeat_path = root / "heartbeat" / f"rank-{ctx.rank}.json"
+        self.path = worker_files.metrics_file(root, ctx.rank)
+        key = worker_files.process_key(os.environ.get(worker_files.ENV_REPLICA), ctx.local_rank, ctx.rank)
+        self.heartbeat_path = worker_files.heartbeat_file(root, key)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.heartbeat_path.parent.mkdir(parents=True, exist_ok=True)
         self.heartbeat_seconds = heartbeat_seconds
         self._file = open(self.path, "a", buffering=1)  # noqa: SIM115 - line-buffered for the whole run
         self._latest: tuple[int, float] | None = None

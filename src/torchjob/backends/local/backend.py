@@ -23,6 +23,7 @@ from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
 
+from torchjob import worker_files
 from torchjob.api import extensions
 from torchjob.api.types import PyTorchJob
 from torchjob.backends.local import mapping, processes, shim
@@ -32,7 +33,7 @@ from torchjob.core.actions import Action, CreateReplica, DeleteJob, DeleteReplic
 from torchjob.core.envs import Addressing
 from torchjob.core.observed import Phase, ReplicaObservation
 from torchjob.core.policies import elastic
-from torchjob.core.replicas import ReplicaId, node_rank, parse_replica_name
+from torchjob.core.replicas import ReplicaId, parse_replica_name
 
 LOCALHOST = "127.0.0.1"
 ROLE_REPLICA = "replica"
@@ -331,23 +332,22 @@ class LocalBackend:
         )
 
     def _preemption_notice(self, job: PyTorchJob, replica: ReplicaId, record: ProcessRecord) -> datetime | None:
-        """When torchjob.train saw this attempt's replica get an outside SIGTERM (its notice file), if it did."""
-        path = self.store.output_dir(self.name) / "preempted" / f"rank-{node_rank(job, replica)}.json"
-        try:
-            when = float(json.loads(path.read_text())["time"])
-        except (OSError, ValueError, KeyError):
-            return None
+        """When torchjob.train saw one of this replica's processes get an outside SIGTERM, if it did."""
+        folder = self.store.output_dir(self.name) / worker_files.PREEMPTED_DIR
+        times = [t for t in map(_time_in, worker_files.replica_files(folder, str(replica))) if t is not None]
         # A notice from an earlier attempt is stale.
-        return datetime.fromtimestamp(when, timezone.utc) if when >= record.started_at else None
+        fresh = [t for t in times if t >= record.started_at]
+        return datetime.fromtimestamp(min(fresh), timezone.utc) if fresh else None
 
     def _progress(self, job: PyTorchJob, replica: ReplicaId) -> tuple[datetime | None, int | None]:
-        """The heartbeat torchjob.train writes for this replica's rank, if any."""
-        path = self.store.output_dir(self.name) / "heartbeat" / f"rank-{node_rank(job, replica)}.json"
-        try:
-            beat = json.loads(path.read_text())
-            return datetime.fromtimestamp(float(beat["time"]), timezone.utc), int(beat["step"])
-        except (OSError, ValueError, KeyError):
+        """This replica's progress from the heartbeats torchjob.train writes: its slowest process's, since
+        one stuck process stalls the whole replica."""
+        folder = self.store.output_dir(self.name) / worker_files.HEARTBEAT_DIR
+        beats = [b for b in map(_beat_in, worker_files.replica_files(folder, str(replica))) if b is not None]
+        if not beats:
             return None, None
+        when, step = min(beats)
+        return datetime.fromtimestamp(when, timezone.utc), step
 
     def _pidfd(self, pid: int) -> int | None:
         if pid not in self._pidfds:
@@ -371,6 +371,21 @@ class LocalBackend:
 
     def _save_state(self) -> None:
         self.store.write_state(self.name, self.state)
+
+
+def _time_in(path: Path) -> float | None:
+    try:
+        return float(json.loads(path.read_text())["time"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def _beat_in(path: Path) -> tuple[float, int] | None:
+    try:
+        beat = json.loads(path.read_text())
+        return float(beat["time"]), int(beat["step"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
 
 
 def _error_file(log_path: Path) -> Path:

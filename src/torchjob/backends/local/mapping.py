@@ -16,12 +16,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from torchjob import worker_files
 from torchjob.api.types import DEFAULT_CONTAINER_NAME, PyTorchJob, ReplicaType
 from torchjob.core.envs import Addressing, replica_env
 from torchjob.core.policies.elastic import hosts_rendezvous_store
 from torchjob.core.replicas import ReplicaId, replica_slots
 
-ENV_OUTPUT_DIR = "TORCHJOB_OUTPUT_DIR"
+ENV_OUTPUT_DIR = worker_files.ENV_OUTPUT_DIR
 # torchelastic's error-file protocol: a script decorated with @record (or using torchjob.train) writes its
 # exception there, and the controller puts it in the job's condition.
 ENV_ERROR_FILE = "TORCHELASTIC_ERROR_FILE"
