@@ -6,6 +6,7 @@ from datetime import datetime, timedelta, timezone
 
 from torchjob.api.types import ConditionType as C
 from torchjob.api.types import JobStatus
+from torchjob.core import conditions
 from torchjob.core.conditions import set_condition, state
 
 T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
@@ -42,3 +43,14 @@ def test_same_status_keeps_transition_time() -> None:
     assert cond.last_transition_time == "2026-01-01T00:00:00Z"
     assert cond.last_update_time == "2026-01-01T00:00:05Z"
     assert cond.message == "b"
+
+
+def test_every_forced_end_goes_through_fail_job() -> None:
+    """One template and one rule for the planner's failures, interruptions, orphans and rejected specs."""
+    now = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    status = JobStatus.model_validate({"replicaStatuses": {"Worker": {"active": 2}, "Master": {"active": 1}}})
+    message = conditions.fail_job(status, "team", "mnist", "it was interrupted (SIGINT)", now)
+    assert message == "PyTorchJob team/mnist has failed because it was interrupted (SIGINT)"
+    assert conditions.state(status) == "Failed" and conditions.is_finished(status)
+    assert status.completion_time == "2026-01-01T00:00:00Z"
+    assert all(r.active == 0 for r in status.replica_statuses.values())

@@ -80,14 +80,8 @@ def supervise(
 def _record_interruption(job: PyTorchJob, signum: int) -> None:
     if conditions.is_finished(job.status):
         return
-    now = SystemClock().now()
-    message = (
-        f"PyTorchJob {job.namespace}/{job.name} has failed because it was interrupted "
-        f"({signal.Signals(signum).name}); every replica was stopped"
-    )
-    conditions.mark_failed(job.status, message, now)
-    for replica_status in job.status.replica_statuses.values():
-        replica_status.active = 0
+    cause = f"it was interrupted ({signal.Signals(signum).name}); every replica was stopped"
+    conditions.fail_job(job.status, job.namespace, job.name, cause, SystemClock().now())
 
 
 @contextmanager

@@ -208,11 +208,13 @@ class Operator:
     def _reject(self, wire: dict[str, Any], problem: str) -> None:
         """An invalid job (one the CRD's schema let through) gets a Failed condition saying what is wrong."""
         status = JobStatus.model_validate(wire.get("status") or {})
-        message = f"PyTorchJob {wire['metadata']['name']} is invalid: {problem}"
         if conditions.is_true(status, ConditionType.FAILED):
             return
-        conditions.mark_failed(status, message, datetime.now(timezone.utc))
         metadata = wire["metadata"]
+        cause = f"its spec is invalid: {problem}"
+        message = conditions.fail_job(
+            status, metadata["namespace"], metadata["name"], cause, datetime.now(timezone.utc)
+        )
         wire_status = status.model_dump(by_alias=True, exclude_none=True, mode="json")
         self.backend.patch_status(metadata["namespace"], metadata["name"], wire_status)
         self.backend.emit(

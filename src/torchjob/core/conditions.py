@@ -68,6 +68,17 @@ def set_condition(
     status.conditions = [*kept, new]
 
 
+def fail_job(status: JobStatus, namespace: str, name: str, cause: str, now: datetime) -> str:
+    """The one way a job is forced to its end, wherever that is decided (the planner's policies, an
+    interrupted local controller, an orphan found on read, a spec the operator rejects): one message
+    template, Failed and finished at ``now``, no replica counted active. Returns the message."""
+    message = f"PyTorchJob {namespace}/{name} has failed because {cause}"
+    mark_failed(status, message, now)
+    for replica_status in status.replica_statuses.values():
+        replica_status.active = 0
+    return message
+
+
 def mark_failed(status: JobStatus, message: str, now: datetime) -> None:
     """Record the job as Failed (reason PyTorchJobFailed) and finished at ``now``."""
     set_condition(status, ConditionType.FAILED, "True", REASON_FAILED, message, now)

@@ -164,8 +164,7 @@ class _Planner:
         self._count_replicas([])
 
     def _fail(self, cause: str, event: str) -> None:
-        message = f"{self._kind_name()} has failed because {cause}"
-        conditions.mark_failed(self.status, message, self.now)
+        message = conditions.fail_job(self.status, self.job.namespace, self.job.name, cause, self.now)
         self.events.append(Event("Warning", event, message))
         self._close_attempt(cause)
         self._finished()

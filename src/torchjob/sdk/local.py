@@ -357,12 +357,8 @@ class LocalClient:
 
         processes.kill_marked(state.job_uid)
         job = self.store.read_job(name)
-        now = datetime.now(timezone.utc)
-        message = (
-            f"PyTorchJob {job.namespace}/{job.name} has failed because its controller "
-            f"(pid {state.controller_pid}) ended without finishing it"
-        )
-        conditions.mark_failed(job.status, message, now)
+        cause = f"its controller (pid {state.controller_pid}) ended without finishing it"
+        conditions.fail_job(job.status, job.namespace, job.name, cause, datetime.now(timezone.utc))
         self.store.write_job(job)
 
 
