@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 from tests.conftest import run_cli
 from tests.integration.helpers import job_object, wait_for, write_job
@@ -116,6 +117,10 @@ def test_run_into_one_file_ends_with_the_outcome_and_ttl_zero_keeps_the_output(
     tmp_path: Path, torchjob_home: Path
 ) -> None:
     path = write_job(tmp_path, "ordered", workers=2, ttlSecondsAfterFinished=0)
+    # Succeeded only once every replica has: each one's last line is written before the job ends.
+    data = yaml.safe_load(path.read_text())
+    data["metadata"]["annotations"]["torchjob.io/success-policy"] = "AllReplicas"
+    path.write_text(yaml.safe_dump(data))
     merged = tmp_path / "run.log"
     with open(merged, "w") as both:  # `torchjob run job.yaml > run.log 2>&1`
         done = subprocess.run(
