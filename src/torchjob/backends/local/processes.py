@@ -81,10 +81,6 @@ def replica(identity: Identity | None, job_uid: str | None) -> psutil.Process | 
     return process if process is not None and carries_marker(process, job_uid) else None
 
 
-def alive(identity: Identity | None) -> bool:
-    return find(identity) is not None
-
-
 def signal_group(identity: Identity | None, job_uid: str | None, signum: int) -> None:
     """Send ``signum`` to a replica's process group (the shim leads it).
 
