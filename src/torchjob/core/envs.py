@@ -32,9 +32,14 @@ class Addressing:
     rdzv_conf_defaults: tuple[tuple[str, str], ...] = ()
 
 
-def world_size(job: PyTorchJob) -> int:
+def processes_per_replica(job: PyTorchJob) -> int:
+    """``nprocPerNode`` as a count: a number as given; ``auto``, ``cpu`` or ``gpu`` count as one here."""
     nproc = job.spec.nproc_per_node or ""
-    return total_replicas(job) * (int(nproc) if nproc.isdigit() else 1)
+    return int(nproc) if nproc.isdigit() else 1
+
+
+def world_size(job: PyTorchJob) -> int:
+    return total_replicas(job) * processes_per_replica(job)
 
 
 def replica_env(job: PyTorchJob, replica: ReplicaId, attempt: int, addressing: Addressing) -> list[tuple[str, str]]:

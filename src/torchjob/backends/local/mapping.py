@@ -18,7 +18,7 @@ from typing import Any
 
 from torchjob import worker_files
 from torchjob.api.types import DEFAULT_CONTAINER_NAME, PyTorchJob, ReplicaType
-from torchjob.core.envs import Addressing, replica_env
+from torchjob.core.envs import Addressing, processes_per_replica, replica_env
 from torchjob.core.policies.elastic import hosts_rendezvous_store
 from torchjob.core.replicas import ReplicaId, replica_slots
 
@@ -103,9 +103,7 @@ DEFAULT_MAX_PROCESSES = 64
 def local_processes(job: PyTorchJob) -> int:
     """How many training processes a local run may start at once: replicas (an elastic job's maximum)
     times processes per replica."""
-    nproc = job.spec.nproc_per_node or ""
-    per_replica = int(nproc) if nproc.isdigit() else 1
-    return sum(replica_slots(job).values()) * per_replica
+    return sum(replica_slots(job).values()) * processes_per_replica(job)
 
 
 def local_problems(job: PyTorchJob, max_processes: int = DEFAULT_MAX_PROCESSES) -> list[str]:
