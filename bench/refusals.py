@@ -8,18 +8,18 @@ The anchor is ``torchjob validate`` of the valid MNIST job, run the same way: wh
 from __future__ import annotations
 
 import os
-import shlex
 import subprocess
 import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from tests.corpus import INVALID_CORPUS, corpus_case
+
 from bench.launch import BIN
 from bench.measure import median
 
 ROOT = Path(__file__).resolve().parent.parent
-CORPUS = ROOT / "tests" / "data" / "invalid"
 
 
 @dataclass(frozen=True)
@@ -29,12 +29,6 @@ class Refusals:
     slowest_file: str
     median_seconds: float
     valid_median_seconds: float
-
-
-def _args(path: Path) -> list[str]:
-    lines = path.read_bytes().decode("utf-8", errors="replace").splitlines()
-    text = lines[1].removeprefix("# args: ") if len(lines) > 1 and lines[1].startswith("# args: ") else ""
-    return [str(CORPUS / a) if (CORPUS / a).is_file() else a for a in shlex.split(text)]
 
 
 def _timed(argv: list[str], env: dict[str, str]) -> tuple[float, int]:
@@ -47,10 +41,10 @@ def measure(trials: int = 3) -> Refusals:
     env = {**os.environ, "TORCHJOB_HOME": tempfile.mkdtemp(prefix="bench-refusals-")}
     torchjob = str(BIN / "torchjob")
     worst: dict[str, float] = {}
-    for path in sorted(CORPUS.glob("*.yaml")):
+    for path in sorted(INVALID_CORPUS.glob("*.yaml")):
         samples = []
         for _ in range(trials):
-            seconds, code = _timed([torchjob, "validate", str(path), *_args(path)], env)
+            seconds, code = _timed([torchjob, "validate", str(path), *corpus_case(path)[1]], env)
             if code != 2:
                 raise RuntimeError(f"{path.name}: exit {code}, expected 2")
             samples.append(seconds)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import shlex
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -13,18 +12,6 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = Path(__file__).resolve().parent / "data"
-INVALID_CORPUS = DATA / "invalid"
-
-
-def corpus_case(path: Path) -> tuple[str, list[str]]:
-    """The line an invalid input must print (``# expect: ...``) and the arguments it is given (``# args:``),
-    with file arguments resolved against the corpus folder."""
-    lines = path.read_bytes().decode("utf-8", errors="replace").splitlines()
-    assert lines[0].startswith("# expect: "), f"{path.name} must start with '# expect: ...'"
-    expected = lines[0].removeprefix("# expect: ").replace("{corpus}", str(INVALID_CORPUS))
-    args = lines[1].removeprefix("# args: ") if len(lines) > 1 and lines[1].startswith("# args: ") else ""
-    resolved = [str(INVALID_CORPUS / a) if (INVALID_CORPUS / a).is_file() else a for a in shlex.split(args)]
-    return expected, resolved
 
 
 @pytest.fixture
