@@ -75,24 +75,63 @@ def build() -> Path:
 # -- certificates ---------------------------------------------------------------------------------------
 
 
-def _certificates(directory: Path) -> None:
+_SERVER_NAMES = ("localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc")
+
+
+def _write_key(directory: Path, name: str, key: Any) -> None:
+    from cryptography.hazmat.primitives import serialization
+
+    pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    (directory / f"{name}.key").write_bytes(pem)
+
+
+def issue_certificate(
+    directory: Path, name: str, common_name: str, orgs: tuple[str, ...] = (), server_ips: tuple[str, ...] = ()
+) -> None:
+    """Write ``NAME.crt``/``NAME.key`` signed by the rig's CA (``ca.crt``/``ca.key`` in ``directory``): a
+    client certificate, or with ``server_ips`` a serving one for those addresses and the API server's names."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    ca = x509.load_pem_x509_certificate((directory / "ca.crt").read_bytes())
+    ca_key = serialization.load_pem_private_key((directory / "ca.key").read_bytes(), None)
+    assert isinstance(ca_key, ec.EllipticCurvePrivateKey)
+    key = ec.generate_private_key(ec.SECP256R1())
+    subject = [x509.NameAttribute(NameOID.COMMON_NAME, common_name)]
+    subject += [x509.NameAttribute(NameOID.ORGANIZATION_NAME, o) for o in orgs]
+    now = datetime.datetime.now(datetime.timezone.utc)
+    builder = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name(subject))
+        .issuer_name(ca.subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(hours=1))
+        .not_valid_after(now + datetime.timedelta(days=30))
+    )
+    if server_ips:
+        names: list[x509.GeneralName] = [
+            x509.DNSName(n) for n in (*_SERVER_NAMES, _SERVER_NAMES[-1] + ".cluster.local")
+        ]
+        names += [x509.IPAddress(ipaddress.ip_address(a)) for a in server_ips]
+        builder = builder.add_extension(x509.SubjectAlternativeName(names), critical=False)
+    _write_key(directory, name, key)
+    (directory / f"{name}.crt").write_bytes(
+        builder.sign(ca_key, hashes.SHA256()).public_bytes(serialization.Encoding.PEM)
+    )
+
+
+def _certificates(directory: Path, address: str) -> None:
     """A CA, the API server's serving cert, client certs per component, and the service-account key."""
     from cryptography import x509
     from cryptography.hazmat.primitives import hashes, serialization
     from cryptography.hazmat.primitives.asymmetric import ec
     from cryptography.x509.oid import NameOID
 
-    def key() -> ec.EllipticCurvePrivateKey:
-        return ec.generate_private_key(ec.SECP256R1())
-
-    def write_key(name: str, k: ec.EllipticCurvePrivateKey) -> None:
-        pem = k.private_bytes(
-            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-        )
-        (directory / f"{name}.key").write_bytes(pem)
-
     now = datetime.datetime.now(datetime.timezone.utc)
-    ca_key = key()
+    ca_key = ec.generate_private_key(ec.SECP256R1())
     ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "torchjob-test-ca")])
     ca = (
         x509.CertificateBuilder()
@@ -105,54 +144,24 @@ def _certificates(directory: Path) -> None:
         .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
         .sign(ca_key, hashes.SHA256())
     )
-    write_key("ca", ca_key)
+    _write_key(directory, "ca", ca_key)
     (directory / "ca.crt").write_bytes(ca.public_bytes(serialization.Encoding.PEM))
-
-    def issue(name: str, common_name: str, orgs: tuple[str, ...] = (), server: bool = False) -> None:
-        k = key()
-        subject = [x509.NameAttribute(NameOID.COMMON_NAME, common_name)]
-        subject += [x509.NameAttribute(NameOID.ORGANIZATION_NAME, o) for o in orgs]
-        builder = (
-            x509.CertificateBuilder()
-            .subject_name(x509.Name(subject))
-            .issuer_name(ca_name)
-            .public_key(k.public_key())
-            .serial_number(x509.random_serial_number())
-            .not_valid_before(now - datetime.timedelta(hours=1))
-            .not_valid_after(now + datetime.timedelta(days=30))
-        )
-        if server:
-            names: list[x509.GeneralName] = [
-                x509.DNSName(n)
-                for n in (
-                    "localhost",
-                    "kubernetes",
-                    "kubernetes.default",
-                    "kubernetes.default.svc",
-                    "kubernetes.default.svc.cluster.local",
-                )
-            ]
-            names += [x509.IPAddress(ipaddress.ip_address(a)) for a in ("127.0.0.1", "10.0.0.1")]
-            builder = builder.add_extension(x509.SubjectAlternativeName(names), critical=False)
-        cert = builder.sign(ca_key, hashes.SHA256())
-        write_key(name, k)
-        (directory / f"{name}.crt").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-
-    issue("apiserver", "kube-apiserver", server=True)
-    issue("kwok-server", "kwok-server", server=True)
-    issue("admin", "kubernetes-admin", ("system:masters",))
-    issue("apiserver-kubelet-client", "kube-apiserver-kubelet-client", ("system:masters",))
-    issue("controller-manager", "system:kube-controller-manager")
-    issue("scheduler", "system:kube-scheduler")
-    issue("kwok", "kwok-controller", ("system:masters",))
-    write_key("sa", key())
-    sa = serialization.load_pem_private_key((directory / "sa.key").read_bytes(), None)
+    server_ips = tuple(sorted({"127.0.0.1", "10.0.0.1", address}))
+    issue_certificate(directory, "apiserver", "kube-apiserver", server_ips=server_ips)
+    issue_certificate(directory, "kwok-server", "kwok-server", server_ips=server_ips)
+    issue_certificate(directory, "admin", "kubernetes-admin", ("system:masters",))
+    issue_certificate(directory, "apiserver-kubelet-client", "kube-apiserver-kubelet-client", ("system:masters",))
+    issue_certificate(directory, "controller-manager", "system:kube-controller-manager")
+    issue_certificate(directory, "scheduler", "system:kube-scheduler")
+    issue_certificate(directory, "kwok", "kwok-controller", ("system:masters",))
+    sa = ec.generate_private_key(ec.SECP256R1())
+    _write_key(directory, "sa", sa)
     (directory / "sa.pub").write_bytes(
         sa.public_key().public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
     )
 
 
-def _kubeconfig(directory: Path, name: str, server: str) -> Path:
+def write_kubeconfig(directory: Path, name: str, server: str) -> Path:
     def b64(path: Path) -> str:
         return base64.b64encode(path.read_bytes()).decode()
 
@@ -199,6 +208,7 @@ class RigState:
     etcd_data: str
     ports: dict[str, int]
     processes: list[Process] = field(default_factory=list)
+    address: str = "127.0.0.1"
 
 
 def free_port() -> int:
@@ -218,6 +228,19 @@ def _start(state: RigState, name: str, argv: list[str]) -> None:
         )
     state.processes.append(Process(name, process.pid, time.time(), argv))
     _save(state)
+
+
+def start_process(directory: Path, name: str, argv: list[str]) -> int:
+    """Start one more process that belongs to the rig in ``directory`` (stopped by :func:`down` with the rest,
+    in reverse order of starting); its output goes to ``logs/NAME.log``. Returns its pid."""
+    state = _load(directory)
+    _start(state, name, argv)
+    return state.processes[-1].pid
+
+
+def wait_for(directory: Path, what: str, check: Any, timeout: float) -> None:
+    """Poll ``check`` until it is true; fail early, with the log's tail, if one of the rig's processes dies."""
+    _wait(what, check, timeout, _load(directory))
 
 
 def _save(state: RigState) -> None:
@@ -272,7 +295,8 @@ class Rig:
 
     @property
     def server(self) -> str:
-        return f"https://127.0.0.1:{_load(self.directory).ports['apiserver']}"
+        state = _load(self.directory)
+        return f"https://{state.address}:{state.ports['apiserver']}"
 
     def env(self) -> dict[str, str]:
         return {**os.environ, "KUBECONFIG": str(self.kubeconfig)}
@@ -344,7 +368,9 @@ def append_log_lines(logs_file: Path, lines: list[str]) -> None:
         f.writelines(f"{stamp} stdout F {line}\n" for line in lines)
 
 
-def up(directory: Path | None = None, nodes: int = 2, timeout: float = 120) -> Rig:
+def up(directory: Path | None = None, nodes: int = 2, timeout: float = 120, address: str = "127.0.0.1") -> Rig:
+    """Start a control plane whose API server listens on ``address`` (loopback unless a real node, in a
+    network namespace of its own, must reach it: tools/real_node.py), with ``nodes`` kwok nodes."""
     binaries = bin_dir()
     missing = [
         b
@@ -358,14 +384,14 @@ def up(directory: Path | None = None, nodes: int = 2, timeout: float = 120) -> R
     shm = Path("/dev/shm")
     etcd_data = Path(tempfile.mkdtemp(prefix="torchjob-etcd-", dir=shm if os.access(shm, os.W_OK) else directory))
     ports = {n: free_port() for n in ("etcd", "etcd_peer", "apiserver", "controller_manager", "scheduler", "kwok")}
-    state = RigState(str(directory), str(etcd_data), ports)
+    state = RigState(str(directory), str(etcd_data), ports, address=address)
     _save(state)
     d = directory
     try:
-        _certificates(d)
-        server = f"https://127.0.0.1:{ports['apiserver']}"
+        _certificates(d, address)
+        server = f"https://{address}:{ports['apiserver']}"
         for name in ("admin", "controller-manager", "scheduler", "kwok"):
-            _kubeconfig(d, name, server)
+            write_kubeconfig(d, name, server)
 
         etcd_url, peer_url = f"http://127.0.0.1:{ports['etcd']}", f"http://127.0.0.1:{ports['etcd_peer']}"
         _start(
@@ -392,8 +418,8 @@ def up(directory: Path | None = None, nodes: int = 2, timeout: float = 120) -> R
             [
                 str(binaries / "kube-apiserver"),
                 f"--etcd-servers={etcd_url}",
-                "--bind-address=127.0.0.1",
-                "--advertise-address=127.0.0.1",
+                f"--bind-address={address}",
+                f"--advertise-address={address}",
                 f"--secure-port={ports['apiserver']}",
                 f"--cert-dir={d}",
                 f"--tls-cert-file={d}/apiserver.crt",
@@ -552,7 +578,7 @@ def down(directory: Path, keep_files: bool = False) -> None:
 def status(directory: Path) -> list[str]:
     state = _load(directory)
     lines = [f"{p.name:<24} pid {p.pid:<8} {'running' if _alive(p) else 'NOT RUNNING'}" for p in state.processes]
-    lines.append(f"API server               https://127.0.0.1:{state.ports['apiserver']}")
+    lines.append(f"API server               https://{state.address}:{state.ports['apiserver']}")
     return lines
 
 
@@ -672,7 +698,11 @@ def main(argv: list[str] | None = None) -> int:
         help="where the rig keeps its certificates, kubeconfig, logs and pids",
     )
     parser.add_argument("--nodes", type=int, default=2, help="fake nodes to create (up)")
+    parser.add_argument("--real-node", action="store_true", help="a real kubelet node instead of kwok's (up)")
     args = parser.parse_args(argv)
+    sys.path.insert(0, str(TOOLS.parent))  # run as a script: make `tools` importable for the real node
+    from tools import real_node
+
     try:
         if args.command == "build":
             print(f"binaries in {build()}")
@@ -682,11 +712,15 @@ def main(argv: list[str] | None = None) -> int:
                     f"kube-rig: a rig already uses {args.dir}; `kube-rig down --dir {args.dir}` first", file=sys.stderr
                 )
                 return 1
-            rig = up(args.dir, nodes=args.nodes)
-            print(f"kube-rig: API server {rig.server}, {args.nodes} kwok nodes; kubectl and clients:")
+            if args.real_node:
+                rig = real_node.up(args.dir).rig
+                print(f"kube-rig: API server {rig.server}, node {real_node.NODE_NAME} (kubelet); kubectl and clients:")
+            else:
+                rig = up(args.dir, nodes=args.nodes)
+                print(f"kube-rig: API server {rig.server}, {args.nodes} kwok nodes; kubectl and clients:")
             print(f"export KUBECONFIG={rig.kubeconfig}")
         elif args.command == "down":
-            down(args.dir)
+            real_node.down(args.dir)  # a kwok-only rig has no node state: then just the control plane
         else:
             print("\n".join(status(args.dir)))
     except (RuntimeError, FileNotFoundError, subprocess.CalledProcessError) as err:

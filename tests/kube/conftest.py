@@ -111,12 +111,17 @@ class OperatorProcess:
 
 @pytest.fixture(scope="session")
 def operator(rig: kube_rig.Rig, tmp_path_factory: pytest.TempPathFactory) -> Iterator[OperatorProcess]:
+    process = deploy_operator(rig, tmp_path_factory.mktemp("operator"))
+    yield process
+    process.stop()
+
+
+def deploy_operator(rig: kube_rig.Rig, directory: Path) -> OperatorProcess:
     """The CRD, namespace and RBAC from deploy/ applied as they ship, and the operator running with them."""
     for manifest in ("namespace.yaml", "crd.yaml", "rbac.yaml"):
         rig.kubectl("apply", "-f", str(DEPLOY / manifest))
     rig.kubectl("wait", "--for=condition=Established", "crd/pytorchjobs.kubeflow.org", "--timeout=60s")
     token = rig.kubectl("create", "token", "torchjob-operator", "-n", "torchjob-system", "--duration=4h").stdout
-    directory = tmp_path_factory.mktemp("operator")
     kubeconfig = directory / "operator.kubeconfig"
     kubeconfig.write_text(
         json.dumps(
@@ -137,5 +142,4 @@ def operator(rig: kube_rig.Rig, tmp_path_factory: pytest.TempPathFactory) -> Ite
     )
     process = OperatorProcess(rig, kubeconfig, directory / "operator.log")
     process.start()
-    yield process
-    process.stop()
+    return process

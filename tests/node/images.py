@@ -1,0 +1,42 @@
+"""The images the real-node tests run, built from this checkout and pushed under the names their jobs use.
+
+Each is the node's Debian base (python3) plus a layer with the training code. torch itself comes from the
+node (tools/real_node.py): a ``.pth`` file puts the node's read-only site-packages on ``python3``'s path.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tools import real_node
+
+ROOT = Path(__file__).resolve().parents[2]
+MNIST = ROOT / "examples" / "mnist"
+RUNTIME_PATH = {"/usr/lib/python3/dist-packages/torchjob-node-runtime.pth": f"{real_node.RUNTIME_MOUNT}\n".encode()}
+
+# The image of Kubeflow's classic PyTorchJob example (tests/data/valid/kubeflow-mnist.yaml, unchanged): a
+# plain torch.distributed MNIST script at the path and with the arguments that job uses.
+KUBEFLOW_MNIST = "docker.io/kubeflowkatib/pytorch-mnist:v1beta1-45c5727"
+# The image examples/mnist/job.yaml names (examples/mnist/Dockerfile builds the same for a real registry).
+EXAMPLE_MNIST = "ghcr.io/torchjob/examples-mnist:0.1"
+
+
+def push_test_images(node: real_node.RealNode) -> None:
+    node.push_image(
+        KUBEFLOW_MNIST,
+        {
+            **RUNTIME_PATH,
+            "/opt/pytorch-mnist/mnist.py": MNIST / "train_plain.py",
+            "/opt/pytorch-mnist/mnist_data.py": MNIST / "mnist_data.py",
+            "/opt/pytorch-mnist/model.py": MNIST / "model.py",
+        },
+    )
+    node.push_image(
+        EXAMPLE_MNIST,
+        {
+            **RUNTIME_PATH,
+            "/workspace": MNIST,
+            "/usr/local/lib/python3.11/dist-packages/torchjob": ROOT / "src" / "torchjob",
+        },
+        workdir="/workspace",
+    )

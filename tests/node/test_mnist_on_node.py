@@ -1,0 +1,106 @@
+"""The MNIST example on a real node, through `torchjob submit --follow`: it trains to the same accuracy as
+locally, writes its model to a PersistentVolumeClaim, and survives a SIGKILL of a training process by a
+group restart that resumes from the checkpoint on that claim."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+from tools import real_node
+
+from tests.kube.conftest import OperatorProcess
+from tests.node.conftest import wait_for_condition
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _mnist_job(namespace: str, *extra_args: str) -> dict[str, Any]:
+    """examples/mnist/job.yaml as shipped, with its output (model, checkpoints, metrics) on the claim ``data``."""
+    job: dict[str, Any] = yaml.safe_load((ROOT / "examples" / "mnist" / "job.yaml").read_text())
+    job["metadata"]["namespace"] = namespace
+    for spec in job["spec"]["pytorchReplicaSpecs"].values():
+        pod = spec["template"]["spec"]
+        container = pod["containers"][0]
+        container["args"] = [*container["args"], *extra_args]
+        container["env"] = [{"name": "TORCHJOB_OUTPUT_DIR", "value": "/data"}]
+        container["volumeMounts"] = [{"name": "data", "mountPath": "/data"}]
+        pod["volumes"] = [{"name": "data", "persistentVolumeClaim": {"claimName": "data"}}]
+    return job
+
+
+def _submit(node: real_node.RealNode, job: dict[str, Any], directory: Path, follow: bool) -> subprocess.Popen[str]:
+    path = directory / "job.yaml"
+    path.write_text(yaml.safe_dump(job))
+    namespace = job["metadata"]["namespace"]
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "torchjob.cli.main",
+            "submit",
+            str(path),
+            "-n",
+            namespace,
+            *(["--follow"] if follow else []),
+        ],
+        env={**node.rig.env(), "TORCHJOB_HOME": str(directory / "home")},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+
+
+def test_mnist_example_trains_to_090_and_saves_its_model_on_a_claim(
+    node: real_node.RealNode, node_operator: OperatorProcess, tmp_path: Path
+) -> None:
+    namespace = "mnist"
+    node.rig.kubectl("create", "namespace", namespace, check=False)
+    data = node.claim(namespace, "data")
+    submitted = _submit(node, _mnist_job(namespace), tmp_path, follow=True)
+    output, _ = submitted.communicate(timeout=400)
+    assert submitted.returncode == 0, output[-3000:]
+    # --follow interleaves every replica's lines, prefixed, as the seed's log format prints them.
+    assert "[master-0] Rank 0: test accuracy=" in output, output[-3000:]
+    assert "[worker-1]" in output
+    master_log = node.rig.kubectl("logs", "-f", "-n", namespace, "mnist-master-0").stdout
+    assert "Rank 0: epoch 8/8" in master_log
+    accuracy = float(master_log.split("test accuracy=")[1].split()[0])
+    assert accuracy >= 0.90, master_log[-2000:]
+    results = json.loads((data / "metrics.json").read_text())
+    assert results["accuracy"] == accuracy
+    assert (data / "mnist_cnn.pt").stat().st_size > 0
+
+
+def test_sigkill_of_a_training_process_restarts_the_group_from_the_claims_checkpoint(
+    node: real_node.RealNode, node_operator: OperatorProcess, tmp_path: Path
+) -> None:
+    namespace = "mnist-kill"
+    node.rig.kubectl("create", "namespace", namespace, check=False)
+    data = node.claim(namespace, "data")
+    submitted = _submit(node, _mnist_job(namespace, "--checkpoint-every", "10"), tmp_path, follow=False)
+    assert submitted.wait(timeout=60) == 0, submitted.stdout.read() if submitted.stdout else ""
+    deadline = time.monotonic() + 300
+    while not list((data / "checkpoints").glob("*")):
+        assert time.monotonic() < deadline, "no checkpoint was written to the claim"
+        time.sleep(0.5)
+    victims = node.container_pids(namespace, "mnist-worker-1")
+    assert victims, "the training container has no processes"
+    for pid in victims:  # from the host, as the kernel's OOM killer or a crash would end it
+        os.kill(pid, signal.SIGKILL)
+    job = wait_for_condition(node, namespace, "mnist", {"Succeeded", "Failed"}, timeout=400)
+    conditions = {c["type"]: c for c in job["status"]["conditions"]}
+    assert "Failed" not in conditions, conditions["Failed"]["message"]
+    assert job["status"]["restartCount"] == 1
+    assert "worker-1" in conditions["Restarting"]["message"]
+    assert "137" in conditions["Restarting"]["message"] or "SIGKILL" in conditions["Restarting"]["message"]
+    restarted_log = node.rig.kubectl("logs", "-n", namespace, "mnist-master-0").stdout
+    assert "resumed from the checkpoint of step" in restarted_log, restarted_log[-2000:]
+    assert float(restarted_log.split("test accuracy=")[1].split()[0]) >= 0.90

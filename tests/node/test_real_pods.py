@@ -1,0 +1,73 @@
+"""PyTorchJobs on a real kubelet under the torchjob operator: Pods run real torch.distributed training,
+and what the kubelet reports (exit codes, OOMKilled) reaches the job's status."""
+
+from __future__ import annotations
+
+import json
+
+from tools import real_node
+
+from tests.conftest import DATA
+from tests.kube.conftest import OperatorProcess
+from tests.node.conftest import wait_for_condition
+from tests.node.images import KUBEFLOW_MNIST
+
+
+def _pod(node: real_node.RealNode, namespace: str, name: str) -> dict:  # type: ignore[type-arg]
+    return json.loads(node.rig.kubectl("get", "pod", name, "-n", namespace, "-o", "json").stdout)  # type: ignore[no-any-return]
+
+
+def test_kubeflow_example_trains_unchanged(node: real_node.RealNode, node_operator: OperatorProcess) -> None:
+    """Kubeflow's classic simple.yaml, applied with kubectl as it is (namespace kubeflow, imagePullPolicy
+    Always): both pods pull the image, find each other through the headless Service and train with gloo."""
+    node.rig.kubectl("create", "namespace", "kubeflow", check=False)
+    node.rig.kubectl("apply", "-f", str(DATA / "valid" / "kubeflow-mnist.yaml"))
+    job = wait_for_condition(node, "kubeflow", "pytorch-simple", {"Succeeded", "Failed"}, timeout=300)
+    states = {c["type"]: c for c in job["status"]["conditions"]}
+    assert "Failed" not in states, states["Failed"]["message"]
+    for pod_name, rank in (("pytorch-simple-master-0", 0), ("pytorch-simple-worker-0", 1)):
+        pod = _pod(node, "kubeflow", pod_name)
+        assert pod["spec"]["nodeName"] == real_node.NODE_NAME
+        assert pod["status"]["containerStatuses"][0]["state"]["terminated"]["exitCode"] == 0
+        log = node.rig.kubectl("logs", "-n", "kubeflow", pod_name).stdout
+        assert f"Rank {rank}: world size 2" in log, log
+        assert f"Rank {rank}: epoch 1/1, average epoch loss=" in log, log
+        assert f"Rank {rank}: training completed." in log, log
+    master_log = node.rig.kubectl("logs", "-n", "kubeflow", "pytorch-simple-master-0").stdout
+    accuracy = float(master_log.split("test accuracy=")[1].split()[0])
+    assert accuracy > 0.5  # one epoch on 4,000 digits; the point is that both ranks trained together
+    node.rig.kubectl("delete", "pytorchjob", "pytorch-simple", "-n", "kubeflow")
+
+
+def test_a_container_over_its_memory_limit_fails_the_job_as_oomkilled(
+    node: real_node.RealNode, node_operator: OperatorProcess
+) -> None:
+    namespace = "oom"
+    node.rig.kubectl("create", "namespace", namespace, check=False)
+    container = {
+        "name": "pytorch",
+        "image": KUBEFLOW_MNIST,
+        "command": ["python3", "-c", "block = bytearray(512 * 1024 * 1024); print(len(block))"],
+        "resources": {"limits": {"memory": "64Mi"}},
+    }
+    node.rig.apply(
+        {
+            "apiVersion": "kubeflow.org/v1",
+            "kind": "PyTorchJob",
+            "metadata": {"name": "greedy", "namespace": namespace},
+            "spec": {
+                "pytorchReplicaSpecs": {
+                    "Worker": {
+                        "replicas": 1,
+                        "restartPolicy": "Never",
+                        "template": {"spec": {"containers": [container]}},
+                    }
+                }
+            },
+        }
+    )
+    job = wait_for_condition(node, namespace, "greedy", {"Failed"}, timeout=180)
+    failed = next(c for c in job["status"]["conditions"] if c["type"] == "Failed")
+    assert "OOMKilled" in failed["message"], failed
+    terminated = _pod(node, namespace, "greedy-worker-0")["status"]["containerStatuses"][0]["state"]["terminated"]
+    assert (terminated["reason"], terminated["exitCode"]) == ("OOMKilled", 137)
