@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from datetime import datetime, timezone
 from typing import Any
 
+import httpx
 from lightkube import ApiError
 from lightkube.resources.core_v1 import Pod
 from lightkube.types import PatchType
@@ -35,6 +36,9 @@ class ClusterClient:
     def __init__(self, namespace: str | None = None, context: str | None = None, kubeconfig: str | None = None):
         try:
             self.client = connect(kubeconfig, context, namespace)
+            # Following a log waits as long as the replica is silent (a torch import, a rendezvous, a long
+            # epoch): that client has no read timeout, or a quiet replica's stream would end for good.
+            self.streams = connect(kubeconfig, context, namespace, timeout=httpx.Timeout(10.0, read=None))
         except Exception as err:  # noqa: BLE001 - a bad kubeconfig has many shapes; say which file and why
             raise SdkError(f"cannot connect to the cluster: {err}") from None
         self.namespace = namespace or self.client.namespace or "default"
@@ -199,9 +203,9 @@ class ClusterClient:
 
     def _stream(self, pod: dict[str, Any], replica: str, lines: queue.Queue[tuple[str, str]]) -> None:
         try:
-            for line in self.client.log(pod["metadata"]["name"], namespace=self.namespace, follow=True):
+            for line in self.streams.log(pod["metadata"]["name"], namespace=self.namespace, follow=True):
                 lines.put((replica, line.rstrip("\n")))
-        except Exception:  # noqa: BLE001 - the Pod went away (group restart, cleanup) or the connection dropped:
+        except (ApiError, httpx.HTTPError):  # the Pod went away (group restart, cleanup), or the connection dropped:
             return  # this stream ends, never the follower; a successor Pod gets a stream of its own
 
     def _pod_log(self, pod: dict[str, Any]) -> builtins.list[str]:
