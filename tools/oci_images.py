@@ -89,15 +89,15 @@ def rootfs_layer(rootfs: Path, cache: Path) -> Blob:
 
 
 def files_layer(files: dict[str, Path | bytes], directory: Path) -> Blob:
-    """A layer holding ``files`` (path in the image → a local file or folder, or the bytes of a file);
-    written into ``directory``."""
+    """A layer holding ``files`` (path in the image → a local file or folder, or the bytes of a file, which is
+    executable when it starts with ``#!``); written into ``directory``."""
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT) as tar:
         for target, source in sorted(files.items()):
             arcname = target.lstrip("/")
             if isinstance(source, bytes):
                 info = _reset_owner(tarfile.TarInfo(arcname))
-                info.size, info.mode = len(source), 0o644
+                info.size, info.mode = len(source), 0o755 if source.startswith(b"#!") else 0o644
                 tar.addfile(info, io.BytesIO(source))
             else:
                 tar.add(

@@ -29,6 +29,8 @@ def push_test_images(node: real_node.RealNode) -> None:
             "/opt/pytorch-mnist/mnist.py": MNIST / "train_plain.py",
             "/opt/pytorch-mnist/mnist_data.py": MNIST / "mnist_data.py",
             "/opt/pytorch-mnist/model.py": MNIST / "model.py",
+            # What pip writes for torch's console script: `torchjob render --to indexed-job` runs torchrun.
+            "/usr/local/bin/torchrun": b"#!/usr/bin/python3\nfrom torch.distributed.run import main\nmain()\n",
         },
     )
     node.push_image(

@@ -4,6 +4,8 @@ and what the kubelet reports (exit codes, OOMKilled) reaches the job's status.""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 from tools import real_node
 
@@ -71,3 +73,31 @@ def test_a_container_over_its_memory_limit_fails_the_job_as_oomkilled(
     assert "OOMKilled" in failed["message"], failed
     terminated = _pod(node, namespace, "greedy-worker-0")["status"]["containerStatuses"][0]["state"]["terminated"]
     assert (terminated["reason"], terminated["exitCode"]) == ("OOMKilled", 137)
+
+
+def test_rendered_indexed_job_trains_with_torchrun_in_pods(node: real_node.RealNode) -> None:
+    """The operator-less path: `torchjob render --to indexed-job | kubectl apply -f -`; every Pod runs torchrun,
+    which starts the script as one rank of the group (no torchjob operator involved)."""
+    namespace = "indexed"
+    node.rig.kubectl("create", "namespace", namespace, check=False)
+    wire = (
+        (DATA / "valid" / "kubeflow-mnist.yaml").read_text().replace("namespace: kubeflow", f"namespace: {namespace}")
+    )
+    rendered = subprocess.run(
+        [sys.executable, "-m", "torchjob.cli.main", "render", "-", "--to", "indexed-job"],
+        input=wire,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    node.rig.kubectl("apply", "-f", "-", input=rendered)
+    node.rig.kubectl(
+        "wait", "-n", namespace, "--for=condition=Complete", "job/pytorch-simple", "--timeout=300s", timeout=320
+    )
+    logs = {}
+    for index in (0, 1):
+        selector = f"batch.kubernetes.io/job-completion-index={index}"
+        logs[index] = node.rig.kubectl("logs", "-n", namespace, "-l", selector, "--tail=-1").stdout
+    assert "Rank 0: training completed." in logs[0], logs[0]
+    assert "Rank 1: training completed." in logs[1], logs[1]
+    assert "Rank 0: test accuracy=" in logs[0]

@@ -400,6 +400,20 @@ def test_a_replica_that_vanishes_from_a_running_group_restarts_it_without_counti
     assert restarting is not None and "worker-1 vanished while the group was running" in restarting[2]
 
 
+def test_a_replica_evicted_then_gone_is_reported_as_evicted_not_vanished() -> None:
+    """On a real node the evicted Pod is deleted within a second of its DisruptionTarget: the planner keeps
+    the notice in the attempt's record, so the root cause survives the Pod."""
+    job, _ = step(three(), [])
+    job, _ = step(job, ALL_RUNNING, at(1))
+    evicted = replace(running("worker-1"), reason="Evicted", disrupted_at=at(2))
+    job, _ = step(job, [running("master-0"), running("worker-0"), evicted], at(2))
+    assert job.status.attempts[0].disrupted == {"worker-1": "Evicted"}
+    job, result = step(job, [running("master-0"), running("worker-0")], at(3))  # its Pod is gone
+    assert (job.status.attempt, job.status.restart_count) == (1, 0)
+    assert deletes(result) == ["master-0@0", "worker-0@0"]
+    assert job.status.attempts[0].outcome == "worker-1 was Evicted"
+
+
 def test_replicas_not_yet_seen_at_start_up_are_not_vanished() -> None:
     job, _ = step(three(), [])
     job, result = step(job, [running("master-0"), pending("worker-0")], at(1))

@@ -174,6 +174,9 @@ class AttemptRecord(_OpenWire):
     end_time: str | None = None
     # Why the attempt ended: the root cause of its first failure, or "succeeded".
     outcome: str | None = None
+    # Replicas the platform told to stop during this attempt (a Pod's DisruptionTarget: Evicted or Preempted),
+    # remembered here because on a real node the Pod is usually gone before the attempt is judged.
+    disrupted: dict[str, str] = Field(default_factory=dict)
 
 
 class JobStatus(_OpenWire):

@@ -80,6 +80,7 @@ class _Planner:
 
         self._remove_stale_attempts()
         current = self._membership_changes(self._current())
+        restart.remember_disruptions(self.status, current)
         current += restart.vanished_replicas(self.job, self.status, current)
         verdict = restart.judge_failures(self.job, current)
         if verdict is not None:

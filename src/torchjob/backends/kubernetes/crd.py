@@ -104,6 +104,7 @@ def _status() -> dict[str, Any]:
             "startTime": _TIME,
             "endTime": _TIME,
             "outcome": {"type": "string"},
+            "disrupted": {"type": "object", "additionalProperties": {"type": "string"}},
         },
     }
     return {

@@ -84,8 +84,21 @@ def vanished_replicas(
         return []
     present = {o.replica for o in attempt}
     generation = attempt[0].attempt
+    record = next((a for a in status.attempts if a.attempt == generation), None)
+    disrupted = record.disrupted if record is not None else {}
+    # A replica the platform was seen disrupting is gone because of that: say so, not just "vanished".
     return [
-        ReplicaObservation(replica, generation, Phase.FAILED, reason=VANISHED)
+        ReplicaObservation(replica, generation, Phase.FAILED, reason=disrupted.get(str(replica), VANISHED))
         for replica in expected_replicas(job)
         if replica not in present
     ]
+
+
+def remember_disruptions(status: JobStatus, attempt: list[ReplicaObservation]) -> None:
+    """Note in the attempt's record which replicas the platform is disrupting (see :func:`vanished_replicas`)."""
+    record = next((a for a in status.attempts if attempt and a.attempt == attempt[0].attempt), None)
+    if record is None:
+        return
+    for o in attempt:
+        if o.disrupted_at is not None and o.reason in PLATFORM_REASONS:
+            record.disrupted.setdefault(str(o.replica), o.reason)

@@ -1,0 +1,63 @@
+"""Faults as a real kubelet and the Eviction API deliver them: the operator must read them from Pod status."""
+
+from __future__ import annotations
+
+import json
+import time
+
+from tools import real_node
+
+from tests.kube.conftest import OperatorProcess
+from tests.node.conftest import wait_for_condition
+from tests.node.images import KUBEFLOW_MNIST
+
+
+def _job(name: str, namespace: str, epochs: int, **run_policy: object) -> dict:  # type: ignore[type-arg]
+    container = {"name": "pytorch", "image": KUBEFLOW_MNIST, "command": ["python3", "/opt/pytorch-mnist/mnist.py"]}
+    container["args"] = [f"--epochs={epochs}", "--log-interval=5"]
+    template = {"spec": {"containers": [container]}}
+    return {
+        "apiVersion": "kubeflow.org/v1",
+        "kind": "PyTorchJob",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "runPolicy": run_policy,
+            "pytorchReplicaSpecs": {
+                "Master": {"replicas": 1, "restartPolicy": "OnFailure", "template": template},
+                "Worker": {"replicas": 1, "restartPolicy": "OnFailure", "template": template},
+            },
+        },
+    }
+
+
+def _wait_for_log_line(node: real_node.RealNode, namespace: str, pod: str, text: str, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while text not in node.rig.kubectl("logs", "-n", namespace, pod, check=False).stdout:
+        assert time.monotonic() < deadline, f"{pod} never printed {text!r}"
+        time.sleep(0.5)
+
+
+def test_an_eviction_restarts_the_group_without_counting_against_backoff_limit(
+    node: real_node.RealNode, node_operator: OperatorProcess
+) -> None:
+    """backoffLimit 0: one counted failure would end the job. An eviction through the Eviction API (what
+    `kubectl drain` and the cluster autoscaler use) is the platform's doing, so the group restarts."""
+    namespace = "evict"
+    node.rig.kubectl("create", "namespace", namespace, check=False)
+    node.rig.apply(_job("evicted", namespace, epochs=2, backoffLimit=0))
+    _wait_for_log_line(node, namespace, "evicted-worker-0", "Rank 1: epoch: 1/2, batch: 5/", timeout=240)
+    eviction = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": "evicted-worker-0"}}
+    node.rig.kubectl(
+        "create",
+        "--raw",
+        f"/api/v1/namespaces/{namespace}/pods/evicted-worker-0/eviction",
+        "-f",
+        "-",
+        input=json.dumps(eviction),
+    )
+    job = wait_for_condition(node, namespace, "evicted", {"Succeeded", "Failed"}, timeout=400)
+    conditions = {c["type"]: c for c in job["status"]["conditions"]}
+    assert "Failed" not in conditions, conditions["Failed"]["message"]
+    outcome = job["status"]["attempts"][0]["outcome"]
+    assert "worker-0 was Evicted" in outcome, outcome
+    assert job["status"]["attempt"] == 1
