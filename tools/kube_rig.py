@@ -323,8 +323,8 @@ class Rig:
         text = manifest if isinstance(manifest, str) else json.dumps(manifest)
         self.kubectl("apply", *(["-n", namespace] if namespace else []), "-f", "-", input=text)
 
-    def restart_process(self, name: str, timeout: float = 60) -> None:
-        """Stop one of the rig's processes (SIGTERM) and start it again as it was (e.g. kube-apiserver)."""
+    def stop_process(self, name: str, timeout: float = 60) -> list[str]:
+        """Stop one of the rig's processes (SIGTERM, verified by pid and start time); returns its argv."""
         state = _load(self.directory)
         process = next(p for p in state.processes if p.name == name and _alive(p))
         os.kill(process.pid, signal.SIGTERM)
@@ -332,7 +332,14 @@ class Rig:
         while _alive(process) and time.monotonic() < deadline:
             time.sleep(0.1)
         state.processes.remove(process)
-        _start(state, name, process.argv)
+        _save(state)
+        return process.argv
+
+    def restart_process(self, name: str, timeout: float = 60) -> None:
+        """Stop one of the rig's processes (SIGTERM) and start it again as it was (e.g. kube-apiserver)."""
+        argv = self.stop_process(name, timeout)
+        state = _load(self.directory)
+        _start(state, name, argv)
         if name == "kube-apiserver":
             _wait(
                 "the API server after its restart",
@@ -368,9 +375,17 @@ def append_log_lines(logs_file: Path, lines: list[str]) -> None:
         f.writelines(f"{stamp} stdout F {line}\n" for line in lines)
 
 
-def up(directory: Path | None = None, nodes: int = 2, timeout: float = 120, address: str = "127.0.0.1") -> Rig:
+def up(
+    directory: Path | None = None,
+    nodes: int = 2,
+    timeout: float = 120,
+    address: str = "127.0.0.1",
+    extra_args: dict[str, tuple[str, ...]] | None = None,
+) -> Rig:
     """Start a control plane whose API server listens on ``address`` (loopback unless a real node, in a
-    network namespace of its own, must reach it: tools/real_node.py), with ``nodes`` kwok nodes."""
+    network namespace of its own, must reach it: tools/real_node.py), with ``nodes`` kwok nodes.
+    ``extra_args`` adds flags per component (``{"kube-apiserver": (...)}``)."""
+    extra = extra_args or {}
     binaries = bin_dir()
     missing = [
         b
@@ -436,6 +451,7 @@ def up(directory: Path | None = None, nodes: int = 2, timeout: float = 120, addr
                 "--kubelet-preferred-address-types=InternalIP",
                 "--profiling=false",
                 "--v=0",
+                *extra.get("kube-apiserver", ()),
             ],
         )
         context = ssl.create_default_context(cafile=str(d / "ca.crt"))
@@ -465,6 +481,7 @@ def up(directory: Path | None = None, nodes: int = 2, timeout: float = 120, addr
                 f"--cluster-signing-cert-file={d}/ca.crt",
                 f"--cluster-signing-key-file={d}/ca.key",
                 "--v=0",
+                *extra.get("kube-controller-manager", ()),
             ],
         )
         _start(
@@ -480,6 +497,7 @@ def up(directory: Path | None = None, nodes: int = 2, timeout: float = 120, addr
                 f"--secure-port={ports['scheduler']}",
                 "--leader-elect=false",
                 "--v=0",
+                *extra.get("kube-scheduler", ()),
             ],
         )
 

@@ -88,9 +88,9 @@ def rootfs_layer(rootfs: Path, cache: Path) -> Blob:
     return Blob(digest_path.read_text(), tar_path.stat().st_size, path=tar_path)
 
 
-def files_layer(files: dict[str, Path | bytes], directory: Path) -> Blob:
+def files_layer(files: dict[str, Path | bytes], directory: Path, links: dict[str, str] | None = None) -> Blob:
     """A layer holding ``files`` (path in the image → a local file or folder, or the bytes of a file, which is
-    executable when it starts with ``#!``); written into ``directory``."""
+    executable when it starts with ``#!``) and symbolic ``links`` (path → target); written into ``directory``."""
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT) as tar:
         for target, source in sorted(files.items()):
@@ -105,6 +105,10 @@ def files_layer(files: dict[str, Path | bytes], directory: Path) -> Blob:
                     arcname=arcname,
                     filter=lambda i: None if "__pycache__" in i.name else _reset_owner(i),
                 )
+        for target, points_to in sorted((links or {}).items()):
+            info = _reset_owner(tarfile.TarInfo(target.lstrip("/")))
+            info.type, info.linkname = tarfile.SYMTYPE, points_to
+            tar.addfile(info)
     data = buffer.getvalue()
     digest = "sha256:" + hashlib.sha256(data).hexdigest()
     path = directory / f"{digest[7:]}.tar"

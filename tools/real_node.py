@@ -41,6 +41,12 @@ POD_GATEWAY = "10.244.0.1"
 RUNTIME_MOUNT = "/opt/torchjob/site-packages"
 PAUSE_IMAGE = "registry.k8s.io/pause:3.10"
 CGROUP_ROOT = Path("/sys/fs/cgroup")
+# A lost node (kubelet stopped) is marked NotReady after 16 s and its Pods evicted 30 s later, instead of
+# Kubernetes' 50 s and 5 minutes, so a test of node loss takes a minute. kubelet renews its lease every 2 s.
+LOST_NODE_TIMING: dict[str, tuple[str, ...]] = {
+    "kube-controller-manager": ("--node-monitor-grace-period=16s", "--node-monitor-period=2s"),
+    "kube-apiserver": ("--default-not-ready-toleration-seconds=30", "--default-unreachable-toleration-seconds=30"),
+}
 # The registry hosts whose images the node pulls from the rig's registry instead (the common public ones).
 MIRRORED_REGISTRIES = (
     "docker.io",
@@ -138,11 +144,19 @@ class RealNode:
             pids += [int(p) for p in procs.read_text().split()]
         return pids
 
-    def push_image(self, image: str, files: dict[str, Path | bytes], **config: Any) -> str:
-        """Publish ``image`` (the Debian base with python3, plus ``files``) under its own name."""
-        base = oci_images.rootfs_layer(rootfs(), kube_rig.cache_dir() / "real-node" / "layers")
-        extra = oci_images.files_layer(files, self.directory / "layers")
-        return oci_images.push(self.registry, image, [base, extra], **config)
+    def push_image(
+        self,
+        image: str,
+        files: dict[str, Path | bytes],
+        links: dict[str, str] | None = None,
+        base: bool = True,
+        **config: Any,
+    ) -> str:
+        """Publish ``image`` under its own name: the Debian base with python3 (unless ``base`` is false), plus
+        ``files`` and symbolic ``links`` (path in the image → target)."""
+        layers = [oci_images.rootfs_layer(rootfs(), kube_rig.cache_dir() / "real-node" / "layers")] if base else []
+        layers.append(oci_images.files_layer(files, self.directory / "layers", links or {}))
+        return oci_images.push(self.registry, image, layers, **config)
 
 
 def _namespace_script(veth: str, node_ip: str, fakes: Path) -> str:
@@ -195,6 +209,7 @@ state = "{d}/containerd/state"
 [plugins."io.containerd.grpc.v1.cri"]
   sandbox_image = "{PAUSE_IMAGE}"
   restrict_oom_score_adj = true
+  netns_mounts_under_state_dir = true
   [plugins."io.containerd.grpc.v1.cri".containerd]
     snapshotter = "overlayfs"
     [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
@@ -252,6 +267,7 @@ state = "{d}/containerd/state"
         "imageGCHighThresholdPercent": 100,
         "maxPods": 32,
         "nodeStatusReportFrequency": "10s",
+        "nodeLeaseDurationSeconds": 8,
     }
     (d / "kubelet.yaml").write_text(json.dumps(kubelet))
     (d / "Corefile").write_text(
@@ -308,7 +324,7 @@ def up(directory: Path, timeout: float = 120) -> RealNode:
         _run("ip", "link", "add", host_veth, "type", "veth", "peer", "name", node_veth, "netns", netns)
         _run("ip", "addr", "add", f"{host_ip}/24", "dev", host_veth)
         _run("ip", "link", "set", host_veth, "up")
-        rig = kube_rig.up(directory, nodes=0, timeout=timeout, address=host_ip)
+        rig = kube_rig.up(directory, nodes=0, timeout=timeout, address=host_ip, extra_args=LOST_NODE_TIMING)
         node = RealNode(rig)
         paths = _write_configs(node, directory, rig.server)
         d = node.directory
@@ -341,8 +357,8 @@ def up(directory: Path, timeout: float = 120) -> RealNode:
             if (hierarchy / "cgroup.procs").exists() and hierarchy.name != "unified":
                 (hierarchy / node.cgroup).mkdir(exist_ok=True)
         kube_rig.start_process(directory, "registry", [str(binaries / "registry"), "serve", str(d / "registry.yaml")])
-        kube_rig.wait_for(directory, "the registry", lambda: _http_ok(f"http://{registry}/v2/"), 30)
-        node.push_image(PAUSE_IMAGE, {"/pause": binaries / "pause"}, entrypoint=["/pause"])
+        kube_rig.wait_for(directory, "the registry", lambda: http_ok(f"http://{registry}/v2/"), 30)
+        node.push_image(PAUSE_IMAGE, {"/pause": binaries / "pause"}, base=False, entrypoint=["/pause"])
         kube_rig.start_process(directory, "containerd", [*enter, "containerd", "--config", str(d / "containerd.toml")])
         kube_rig.wait_for(directory, "containerd", lambda: (d / "containerd.sock").exists(), 30)
         kube_rig.start_process(
@@ -368,7 +384,7 @@ def up(directory: Path, timeout: float = 120) -> RealNode:
         raise
 
 
-def _http_ok(url: str) -> bool:
+def http_ok(url: str) -> bool:
     import urllib.request
 
     with urllib.request.urlopen(url, timeout=2) as answer:

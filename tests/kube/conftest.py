@@ -118,6 +118,7 @@ def operator(rig: kube_rig.Rig, tmp_path_factory: pytest.TempPathFactory) -> Ite
 
 def deploy_operator(rig: kube_rig.Rig, directory: Path) -> OperatorProcess:
     """The CRD, namespace and RBAC from deploy/ applied as they ship, and the operator running with them."""
+    directory.mkdir(parents=True, exist_ok=True)
     for manifest in ("namespace.yaml", "crd.yaml", "rbac.yaml"):
         rig.kubectl("apply", "-f", str(DEPLOY / manifest))
     rig.kubectl("wait", "--for=condition=Established", "crd/pytorchjobs.kubeflow.org", "--timeout=60s")

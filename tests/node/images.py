@@ -19,6 +19,10 @@ RUNTIME_PATH = {"/usr/lib/python3/dist-packages/torchjob-node-runtime.pth": f"{r
 KUBEFLOW_MNIST = "docker.io/kubeflowkatib/pytorch-mnist:v1beta1-45c5727"
 # The image examples/mnist/job.yaml names (examples/mnist/Dockerfile builds the same for a real registry).
 EXAMPLE_MNIST = "ghcr.io/torchjob/examples-mnist:0.1"
+# The integration tests' training scripts (tests/integration/scripts), with torchjob and torchrun.
+TEST_SCRIPTS = "ghcr.io/torchjob/test-scripts:0.1"
+TORCHRUN = {"/usr/local/bin/torchrun": b"#!/usr/bin/python3\nfrom torch.distributed.run import main\nmain()\n"}
+TORCHJOB = {"/usr/local/lib/python3.11/dist-packages/torchjob": ROOT / "src" / "torchjob"}
 
 
 def push_test_images(node: real_node.RealNode) -> None:
@@ -29,16 +33,13 @@ def push_test_images(node: real_node.RealNode) -> None:
             "/opt/pytorch-mnist/mnist.py": MNIST / "train_plain.py",
             "/opt/pytorch-mnist/mnist_data.py": MNIST / "mnist_data.py",
             "/opt/pytorch-mnist/model.py": MNIST / "model.py",
-            # What pip writes for torch's console script: `torchjob render --to indexed-job` runs torchrun.
-            "/usr/local/bin/torchrun": b"#!/usr/bin/python3\nfrom torch.distributed.run import main\nmain()\n",
+            **TORCHRUN,  # what pip writes for torch's console script: `render --to indexed-job` runs torchrun
         },
     )
     node.push_image(
         EXAMPLE_MNIST,
-        {
-            **RUNTIME_PATH,
-            "/workspace": MNIST,
-            "/usr/local/lib/python3.11/dist-packages/torchjob": ROOT / "src" / "torchjob",
-        },
+        {**RUNTIME_PATH, **TORCHJOB, "/workspace": MNIST},
         workdir="/workspace",
     )
+    scripts = ROOT / "tests" / "integration" / "scripts"
+    node.push_image(TEST_SCRIPTS, {**RUNTIME_PATH, **TORCHJOB, **TORCHRUN, "/workspace": scripts}, workdir="/workspace")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import time
 
-from tools import real_node
+from tools import kube_rig, real_node
 
 from tests.kube.conftest import OperatorProcess
 from tests.node.conftest import wait_for_condition
@@ -61,3 +61,32 @@ def test_an_eviction_restarts_the_group_without_counting_against_backoff_limit(
     outcome = job["status"]["attempts"][0]["outcome"]
     assert "worker-0 was Evicted" in outcome, outcome
     assert job["status"]["attempt"] == 1
+
+
+def test_a_lost_node_is_named_in_the_status_and_the_job_finishes_when_it_returns(
+    node: real_node.RealNode, node_operator: OperatorProcess
+) -> None:
+    """kubelet stops: the Node goes NotReady and its Pods not Ready. With one node there is nowhere to go, and
+    Kubernetes evicts nothing when every node of a zone is down, so the status must say what the job waits on."""
+    namespace = "lost-node"
+    node.rig.kubectl("create", "namespace", namespace, check=False)
+    node.rig.apply(_job("stranded", namespace, epochs=3))
+    _wait_for_log_line(node, namespace, "stranded-worker-0", "Rank 1: epoch: 1/3, batch: 5/", timeout=240)
+    kubelet = node.rig.stop_process("kubelet")
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            running = wait_for_condition(node, namespace, "stranded", {"Running"}, timeout=30)
+            message = next(c["message"] for c in running["status"]["conditions"] if c["type"] == "Running")
+            if f"node {real_node.NODE_NAME} is not ready" in message:
+                break
+            assert time.monotonic() < deadline, f"the status never named the lost node: {message}"
+            time.sleep(1)
+        assert "worker-0: node" in message and "master-0: node" in message, message
+    finally:
+        kube_rig.start_process(node.rig.directory, "kubelet", kubelet)
+    # The containers never stopped: once kubelet reports again, the job ends as if nothing happened.
+    job = wait_for_condition(node, namespace, "stranded", {"Succeeded", "Failed"}, timeout=400)
+    conditions = {c["type"]: c for c in job["status"]["conditions"]}
+    assert "Failed" not in conditions, conditions["Failed"]["message"]
+    assert job["status"].get("restartCount", 0) == 0

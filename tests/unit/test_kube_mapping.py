@@ -10,7 +10,7 @@ import yaml
 
 from torchjob.api.types import ReplicaType
 from torchjob.backends.kubernetes.crd import crd_manifest
-from torchjob.backends.kubernetes.mapping import observe_pod, pod_manifest, service_manifest
+from torchjob.backends.kubernetes.mapping import node_in_doubt, observe_pod, pod_manifest, service_manifest
 from torchjob.core.observed import Phase
 from torchjob.core.replicas import ReplicaId
 from torchjob.testing import make_job
@@ -145,6 +145,21 @@ def test_a_preemption_notice_is_the_failures_onset() -> None:
     notice = {"type": "DisruptionTarget", "status": "True", "reason": "PreemptionByScheduler"}
     seen = observe_pod(pod_status("Running", conditions=[{**notice, "lastTransitionTime": "2026-01-01T00:00:01Z"}]))
     assert seen is not None and seen.disrupted_at is not None and seen.failure_onset == seen.disrupted_at
+
+
+def test_a_running_pod_on_a_node_that_stopped_reporting_says_so() -> None:
+    not_ready = [{"type": "Ready", "status": "False"}]
+    pod = pod_status("Running", conditions=not_ready)
+    pod["spec"] = {"nodeName": "n1"}
+    assert node_in_doubt(pod) == "n1"
+    assert node_in_doubt(pod_status("Running", conditions=[{"type": "Ready", "status": "True"}])) is None
+    assert node_in_doubt(pod_status("Pending", conditions=not_ready)) is None
+    lost = {"type": "Ready", "status": "Unknown", "reason": "NodeStatusUnknown", "lastTransitionTime": "T0"}
+    seen = observe_pod(pod, {"metadata": {"name": "n1"}, "status": {"conditions": [lost]}})
+    assert seen is not None and seen.phase is Phase.RUNNING
+    assert seen.message == "node n1 is not ready (NodeStatusUnknown since T0): waiting for it to return"
+    healthy = {"metadata": {"name": "n1"}, "status": {"conditions": [{"type": "Ready", "status": "True"}]}}
+    assert observe_pod(pod, healthy).message is None  # type: ignore[union-attr]
 
 
 def test_a_pod_without_replica_labels_is_not_a_replica() -> None:

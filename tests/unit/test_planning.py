@@ -414,6 +414,15 @@ def test_a_replica_evicted_then_gone_is_reported_as_evicted_not_vanished() -> No
     assert job.status.attempts[0].outcome == "worker-1 was Evicted"
 
 
+def test_the_running_message_names_a_replica_whose_node_stopped_reporting() -> None:
+    job, _ = step(three(), [])
+    lost = replace(running("worker-0"), message="node n1 is not ready (NodeStatusUnknown since T0)")
+    job, _ = step(job, [running("master-0"), lost, running("worker-1")], at(1))
+    found = cond(job, ConditionType.RUNNING)
+    assert found is not None
+    assert found[2].endswith("is running. Waiting on worker-0: node n1 is not ready (NodeStatusUnknown since T0).")
+
+
 def test_replicas_not_yet_seen_at_start_up_are_not_vanished() -> None:
     job, _ = step(three(), [])
     job, result = step(job, [running("master-0"), pending("worker-0")], at(1))

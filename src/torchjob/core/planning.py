@@ -253,7 +253,12 @@ class _Planner:
         expected = expected_replicas(self.job)
         group_up = all(phases.get(r) in (Phase.RUNNING, Phase.SUCCEEDED) for r in expected)
         if group_up and any(p is Phase.RUNNING for p in phases.values()):
-            self._condition(ConditionType.RUNNING, conditions.REASON_RUNNING, f"{self._kind_name()} is running.")
+            message = f"{self._kind_name()} is running."
+            # A running replica can still be in trouble the platform reports (its node stopped reporting).
+            waiting = [f"{o.replica}: {o.message}" for o in current if o.phase is Phase.RUNNING and o.message]
+            if waiting:
+                message += " Waiting on " + "; ".join(sorted(waiting)) + "."
+            self._condition(ConditionType.RUNNING, conditions.REASON_RUNNING, message)
 
     def _count_replicas(self, current: list[ReplicaObservation], finished: bool = False) -> None:
         """Replica counts of the current attempt. Once the job has finished, replicas that are cleaned up

@@ -18,7 +18,7 @@ from typing import Any
 
 from lightkube import ApiError, Client
 from lightkube.resources.core_v1 import Event as KubeEvent
-from lightkube.resources.core_v1 import Pod, Service
+from lightkube.resources.core_v1 import Node, Pod, Service
 from lightkube.types import PatchType
 
 from torchjob.api import extensions
@@ -70,8 +70,18 @@ class KubernetesBackend:
         # Only Pods this job object owns: a job deleted and created again under the same name starts afresh.
         owned = [p for p in pods if _owned_by(p, job.metadata.uid)]
         self._pods = {p["metadata"]["name"]: p for p in owned}
-        observations = [mapping.observe_pod(p) for p in owned]
+        in_doubt = {mapping.node_in_doubt(p) for p in owned} - {None}
+        nodes = {name: self._node(name) for name in in_doubt if name}
+        observations = [mapping.observe_pod(p, nodes.get(p.get("spec", {}).get("nodeName", ""))) for p in owned]
         return [o for o in observations if o is not None]
+
+    def _node(self, name: str) -> dict[str, Any] | None:
+        """The Node a running Pod that is not Ready sits on (its kubelet may have stopped reporting)."""
+        self.counter.add("get")
+        try:
+            return as_dict(self.client.get(Node, name))
+        except ApiError:
+            return None  # deleted, or not readable: the Pod says what it says
 
     def execute(self, job: PyTorchJob, actions: list[Action]) -> None:
         store = mapping.store_name(job)

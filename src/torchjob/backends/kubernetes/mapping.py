@@ -231,8 +231,31 @@ def replica_of(pod: dict[str, Any]) -> tuple[ReplicaId, int] | None:
         return None
 
 
-def observe_pod(pod: dict[str, Any]) -> ReplicaObservation | None:
-    """A Pod as the planner sees it: phase, exit code or signal, the platform's reason, the crash's last lines."""
+def node_in_doubt(pod: dict[str, Any]) -> str | None:
+    """The node of a Pod that is Running but not Ready: the node lifecycle controller marks a lost node's Pods
+    so (its containers may well still run). Only then is the Node worth reading; None otherwise."""
+    status = pod.get("status") or {}
+    ready = _condition(status, "Ready")
+    if status.get("phase") != "Running" or ready is None or ready.get("status") == "True":
+        return None
+    return str((pod.get("spec") or {}).get("nodeName") or "") or None
+
+
+def _node_problem(node: dict[str, Any] | None) -> str | None:
+    """What is wrong with a Pod's node, in words, or None when it is Ready (or unknown)."""
+    if node is None:
+        return None
+    ready = _condition(node.get("status") or {}, "Ready")
+    if ready is None or ready.get("status") == "True":
+        return None
+    name = (node.get("metadata") or {}).get("name", "?")
+    since = ready.get("lastTransitionTime", "")
+    return f"node {name} is not ready ({ready.get('reason') or 'NotReady'} since {since}): waiting for it to return"
+
+
+def observe_pod(pod: dict[str, Any], node: dict[str, Any] | None = None) -> ReplicaObservation | None:
+    """A Pod as the planner sees it: phase, exit code or signal, the platform's reason, the crash's last lines;
+    for a live Pod, why it is waiting (a container's waiting reason, or ``node``, its Node, not being Ready)."""
     identity = replica_of(pod)
     if identity is None:
         return None
@@ -259,7 +282,7 @@ def observe_pod(pod: dict[str, Any]) -> ReplicaObservation | None:
             replica, attempt, phase, exit_code=0, finished_at=_parse_time((terminated or {}).get("finishedAt"))
         )
     if phase is not Phase.FAILED:
-        waiting = _waiting_message(status)
+        waiting = _node_problem(node) or _waiting_message(status)
         return ReplicaObservation(
             replica,
             attempt,

@@ -1,0 +1,241 @@
+"""The torchjob operator beside Kubeflow's own training-operator (v1), on the same real node, in the same run.
+
+One node (tools/real_node.py); the operators take turns, each with its own CRD. The same jobs go to both:
+- Kubeflow's classic simple.yaml (1 Master + 1 Worker, one epoch of MNIST): ``kubectl apply`` → every Pod
+  Running (pod start latency) → Succeeded;
+- the same job over three epochs, with the Worker's training process SIGKILLed from the host once it has done
+  10 steps: does the job recover, how long from the kill to the Worker's first step after it, steps lost;
+- behaviour under ``restartPolicy: ExitCode`` with exit 1 and with SIGKILL, and a crash loop under OnFailure
+  with ``backoffLimit: 2``: the state and message each operator shows (a table for the README).
+
+    .venv/bin/python -m bench.real_node [TRIALS]
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from statistics import median
+from typing import Any
+
+import yaml
+from tests.conftest import DATA
+from tests.kube.conftest import DEPLOY, deploy_operator
+from tests.node.images import push_test_images
+from tools import kube_rig, kubeflow_operator, real_node
+
+OPERATORS = ("torchjob", "kubeflow")
+NAMESPACE = "kubeflow"  # simple.yaml's own
+
+
+@dataclass
+class OperatorRun:
+    to_running: list[float] = field(default_factory=list)
+    to_succeeded: list[float] = field(default_factory=list)
+    recovery: list[float | None] = field(default_factory=list)  # kill → first step after it; None: never
+    steps_lost: list[int] = field(default_factory=list)
+    behaviour: dict[str, str] = field(default_factory=dict)
+
+
+def _job(name: str, epochs: int, **changes: Any) -> dict[str, Any]:
+    job: dict[str, Any] = yaml.safe_load((DATA / "valid" / "kubeflow-mnist.yaml").read_text())
+    job["metadata"]["name"] = name
+    for spec in job["spec"]["pytorchReplicaSpecs"].values():
+        spec["template"]["spec"]["containers"][0]["command"][-1] = f"--epochs={epochs}"
+        spec["template"]["spec"]["containers"][0]["command"].append("--log-interval=5")
+        spec.update(changes.get("replica", {}))
+    job["spec"].update(changes.get("spec", {}))
+    return job
+
+
+def _pods(rig: kube_rig.Rig, job: str) -> list[dict[str, Any]]:
+    selector = f"training.kubeflow.org/job-name={job}"
+    items: list[dict[str, Any]] = rig.kubectl_json("get", "pods", "-n", NAMESPACE, "-l", selector)["items"]
+    return items
+
+
+def _state(rig: kube_rig.Rig, job: str) -> tuple[str, str]:
+    """The job's last true condition (what `kubectl get` shows as State) and its message."""
+    found = rig.kubectl_json("get", "pytorchjob", job, "-n", NAMESPACE)
+    true = [c for c in found.get("status", {}).get("conditions") or [] if c.get("status") == "True"]
+    return (true[-1]["type"], true[-1].get("message", "")) if true else ("", "")
+
+
+def _wait(check: Any, timeout: float, poll: float = 0.2) -> float | None:
+    started = time.monotonic()
+    while time.monotonic() - started < timeout:
+        if check():
+            return time.monotonic() - started
+        time.sleep(poll)
+    return None
+
+
+def _clean(rig: kube_rig.Rig, job: str) -> None:
+    rig.kubectl("delete", "pytorchjob", job, "-n", NAMESPACE, "--ignore-not-found", "--wait=true", timeout=120)
+    _wait(lambda: not _pods(rig, job), 120)
+
+
+def _latency(rig: kube_rig.Rig, run: OperatorRun) -> None:
+    job = _job("latency", epochs=1)
+    started = time.monotonic()
+    rig.apply(job)
+
+    def all_running() -> bool:
+        pods = _pods(rig, "latency")
+        return len(pods) == 2 and all(p["status"].get("phase") in ("Running", "Succeeded") for p in pods)
+
+    running = _wait(all_running, 300)
+    done = _wait(lambda: _state(rig, "latency")[0] in ("Succeeded", "Failed"), 300)
+    if running is not None:
+        run.to_running.append(running)
+    if done is not None and _state(rig, "latency")[0] == "Succeeded":
+        run.to_succeeded.append(time.monotonic() - started)
+    _clean(rig, "latency")
+
+
+def _worker_log(rig: kube_rig.Rig, job: str) -> str:
+    return rig.kubectl("logs", "-n", NAMESPACE, f"{job}-worker-0", check=False).stdout
+
+
+def _steps(log: str) -> int:
+    """The Worker's last reported step (batch lines come every 5 steps)."""
+    lines = [line for line in log.splitlines() if "Rank 1: epoch: " in line and "batch: " in line]
+    if not lines:
+        return 0
+    epoch = int(lines[-1].split("epoch: ")[1].split("/")[0])
+    batch, per_epoch = (int(x) for x in lines[-1].split("batch: ")[1].split(",")[0].split("/"))
+    return (epoch - 1) * per_epoch + batch
+
+
+def _recovery(node: real_node.RealNode, run: OperatorRun) -> None:
+    rig = node.rig
+    rig.apply(_job("kill", epochs=3))
+    if _wait(lambda: _steps(_worker_log(rig, "kill")) >= 10, 300) is None:
+        run.recovery.append(None)
+        _clean(rig, "kill")
+        return
+    before = {p["metadata"]["uid"]: p for p in _pods(rig, "kill")}
+    worker = next(p for p in before.values() if p["metadata"]["name"] == "kill-worker-0")
+    done = _steps(_worker_log(rig, "kill"))
+    killed_at = time.monotonic()
+    for pid in node.container_pids(NAMESPACE, "kill-worker-0"):
+        os.kill(pid, signal.SIGKILL)
+
+    def restarted_and_stepping() -> bool:
+        pods = {p["metadata"]["name"]: p for p in _pods(rig, "kill")}
+        current = pods.get("kill-worker-0")
+        if current is None:
+            return False
+        restarts = sum(s.get("restartCount", 0) for s in current["status"].get("containerStatuses") or [])
+        fresh = current["metadata"]["uid"] != worker["metadata"]["uid"] or restarts > 0
+        return fresh and _steps(_worker_log(rig, "kill")) >= 5
+
+    took = _wait(restarted_and_stepping, 180, poll=0.25)
+    run.recovery.append(took if took is None else time.monotonic() - killed_at)
+    if took is not None:
+        run.steps_lost.append(done)  # the plain script keeps no checkpoint: the new attempt starts at step 0
+        _wait(lambda: _state(rig, "kill")[0] in ("Succeeded", "Failed"), 300)
+    _clean(rig, "kill")
+
+
+_BEHAVIOURS = {
+    "ExitCode, Worker exits 1": ({"restartPolicy": "ExitCode"}, {}, "import sys; sys.exit(1)"),
+    # Not as the container's pid 1, which the kernel never lets a signal without a handler kill: sh stays pid 1.
+    "ExitCode, Worker SIGKILLed (137)": (
+        {"restartPolicy": "ExitCode"},
+        {"runPolicy": {"backoffLimit": 1}},
+        "import os, signal; os.kill(os.getpid(), signal.SIGKILL)",
+    ),
+    "OnFailure crash loop, backoffLimit 2": (
+        {"restartPolicy": "OnFailure"},
+        {"runPolicy": {"backoffLimit": 2}},
+        "import sys; sys.exit(3)",
+    ),
+}
+
+
+def _behaviour(rig: kube_rig.Rig, run: OperatorRun) -> None:
+    for label, (replica, spec, program) in _BEHAVIOURS.items():
+        job = _job("behaviour", epochs=1, replica=replica, spec=spec)
+        master = job["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["containers"][0]
+        master["command"] = ["python3", "-c", "import time; time.sleep(600)"]
+        worker = job["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]
+        worker["command"] = ["sh", "-c", f'python3 -c "{program}"; exit $?']
+        rig.apply(job)
+        _wait(lambda: _state(rig, "behaviour")[0] == "Failed", 90)
+        time.sleep(10)  # what each operator does with the other replicas once the job has failed
+        state, message = _state(rig, "behaviour")
+        pods = _pods(rig, "behaviour")
+        restarts = sum(s.get("restartCount", 0) for p in pods for s in p["status"].get("containerStatuses") or [])
+        worker_pods = [p for p in pods if "worker" in p["metadata"]["name"]]
+        after = state or "no condition"
+        if message:
+            after += f" ({message[:110]})"
+        master_running = any("master" in p["metadata"]["name"] and p["status"].get("phase") == "Running" for p in pods)
+        after += f"; Worker container restarts {restarts}; Master {'running' if master_running else 'stopped'}"
+        run.behaviour[label] = after if worker_pods else after + "; no Worker Pod left"
+        _clean(rig, "behaviour")
+
+
+def measure(trials: int = 3) -> dict[str, OperatorRun]:
+    directory = Path(tempfile.mkdtemp(prefix="bench-real-node-"))
+    node = real_node.up(directory / "rig")
+    results = {name: OperatorRun() for name in OPERATORS}
+    try:
+        push_test_images(node)
+        kubeflow_operator.push_init_image(node)
+        node.rig.kubectl("create", "namespace", NAMESPACE, check=False)
+        for name in OPERATORS:
+            print(f"  {name} operator ...", flush=True)
+            if name == "torchjob":
+                node.rig.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(DEPLOY / "crd.yaml"))
+                operator: Any = deploy_operator(node.rig, directory / "torchjob")
+            else:
+                operator = kubeflow_operator.start(node.rig, directory / "kubeflow")
+            try:
+                for _ in range(trials):
+                    _latency(node.rig, results[name])
+                    _recovery(node, results[name])
+                _behaviour(node.rig, results[name])
+            finally:
+                operator.stop()
+    finally:
+        real_node.down(directory / "rig")
+    return results
+
+
+def _median(values: list[float]) -> str:
+    return f"{median(values):.1f}" if values else "n/a"
+
+
+def report(results: dict[str, OperatorRun]) -> str:
+    rows = ["| on the real node | torchjob operator | Kubeflow training-operator v1.8.1 |", "|---|---|---|"]
+    t, k = results["torchjob"], results["kubeflow"]
+    rows.append(f"| apply → both Pods Running (median s) | {_median(t.to_running)} | {_median(k.to_running)} |")
+    rows.append(f"| apply → Succeeded, 1 epoch (median s) | {_median(t.to_succeeded)} | {_median(k.to_succeeded)} |")
+
+    def recovered(run: OperatorRun) -> str:
+        ok = [r for r in run.recovery if r is not None]
+        return f"{len(ok)} of {len(run.recovery)}" + (f", median {median(ok):.1f} s" if ok else "")
+
+    rows.append(
+        f"| SIGKILL of the Worker's trainer: recovered, kill → its first step | {recovered(t)} | {recovered(k)} |"
+    )
+    lost = [_median([float(s) for s in run.steps_lost]) for run in (t, k)]
+    rows.append(f"| steps lost (plain script, no checkpoint) | {lost[0]} | {lost[1]} |")
+    rows += ["", "| behaviour | torchjob operator | Kubeflow training-operator v1.8.1 |", "|---|---|---|"]
+    for label in _BEHAVIOURS:
+        rows.append(f"| {label} | {t.behaviour.get(label, '')} | {k.behaviour.get(label, '')} |")
+    return "\n".join(rows)
+
+
+if __name__ == "__main__":
+    measured = measure(int(sys.argv[1]) if len(sys.argv) > 1 else 3)
+    print(report(measured))
+    print(json.dumps({name: run.__dict__ for name, run in measured.items()}))
