@@ -31,6 +31,7 @@ def test_an_elastic_job_loses_a_pod_and_carries_on(node: real_node.RealNode, nod
             "kind": "PyTorchJob",
             "metadata": {"name": "stretchy", "namespace": namespace},
             "spec": {
+                "nprocPerNode": "1",  # "auto" is a process per CPU on a CPU-only node
                 "elasticPolicy": {"minReplicas": 1, "maxReplicas": 2, "rdzvBackend": "c10d"},
                 "pytorchReplicaSpecs": {"Worker": {"replicas": 2, "template": {"spec": pod}}},
             },
