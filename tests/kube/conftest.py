@@ -116,7 +116,7 @@ def operator(rig: kube_rig.Rig, tmp_path_factory: pytest.TempPathFactory) -> Ite
     process.stop()
 
 
-def deploy_operator(rig: kube_rig.Rig, directory: Path) -> OperatorProcess:
+def deploy_operator(rig: kube_rig.Rig, directory: Path, *args: str) -> OperatorProcess:
     """The CRD, namespace and RBAC from deploy/ applied as they ship, and the operator running with them."""
     directory.mkdir(parents=True, exist_ok=True)
     for manifest in ("namespace.yaml", "crd.yaml", "rbac.yaml"):
@@ -141,6 +141,6 @@ def deploy_operator(rig: kube_rig.Rig, directory: Path) -> OperatorProcess:
             }
         )
     )
-    process = OperatorProcess(rig, kubeconfig, directory / "operator.log")
+    process = OperatorProcess(rig, kubeconfig, directory / "operator.log", ("--all-namespaces", *args))
     process.start()
     return process

@@ -60,3 +60,15 @@ def wait_for_condition(node: real_node.RealNode, namespace: str, job: str, kinds
             pods = node.rig.kubectl("get", "pods", "-n", namespace, "-o", "wide", check=False).stdout
             pytest.fail(f"{job} reached none of {sorted(kinds)} in {timeout:.0f}s: {conditions}\n{pods}")
         time.sleep(1)
+
+
+def wait_for_pod_phase(node: real_node.RealNode, namespace: str, pod: str, phase: str, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        found = node.rig.kubectl("get", "pod", pod, "-n", namespace, "-o", "json", check=False)
+        if found.returncode == 0 and json.loads(found.stdout).get("status", {}).get("phase") == phase:
+            return
+        if time.monotonic() > deadline:
+            events = node.rig.kubectl("get", "events", "-n", namespace, check=False).stdout
+            pytest.fail(f"pod {pod} never reached {phase} in {timeout:.0f}s:\n{events[-2000:]}")
+        time.sleep(0.5)

@@ -17,6 +17,9 @@ RUNTIME_PATH = {"/usr/lib/python3/dist-packages/torchjob-node-runtime.pth": f"{r
 # The image of Kubeflow's classic PyTorchJob example (tests/data/valid/kubeflow-mnist.yaml, unchanged): a
 # plain torch.distributed MNIST script at the path and with the arguments that job uses.
 KUBEFLOW_MNIST = "docker.io/kubeflowkatib/pytorch-mnist:v1beta1-45c5727"
+# The image of Kubeflow's dist-mnist example (tests/data/valid/kubeflow-dist-mnist-gloo.yaml): the job gives only
+# arguments, so the image's entrypoint runs the script (one epoch, as that example's script defaults to).
+DIST_MNIST = "docker.io/kubeflow/pytorch-dist-mnist:latest"
 # The image examples/mnist/job.yaml names (examples/mnist/Dockerfile builds the same for a real registry).
 EXAMPLE_MNIST = "ghcr.io/torchjob/examples-mnist:0.1"
 # The integration tests' training scripts (tests/integration/scripts), with torchjob and torchrun.
@@ -35,6 +38,17 @@ def push_test_images(node: real_node.RealNode) -> None:
             "/opt/pytorch-mnist/model.py": MNIST / "model.py",
             **TORCHRUN,  # what pip writes for torch's console script: `render --to indexed-job` runs torchrun
         },
+    )
+    node.push_image(
+        DIST_MNIST,
+        {
+            **RUNTIME_PATH,
+            "/opt/mnist/src/mnist.py": MNIST / "train_plain.py",
+            "/opt/mnist/src/mnist_data.py": MNIST / "mnist_data.py",
+            "/opt/mnist/src/model.py": MNIST / "model.py",
+        },
+        entrypoint=["python3", "/opt/mnist/src/mnist.py", "--epochs", "1"],
+        workdir="/opt/mnist",
     )
     node.push_image(
         EXAMPLE_MNIST,

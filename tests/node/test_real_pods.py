@@ -7,6 +7,7 @@ import json
 import subprocess
 import sys
 
+import pytest
 from tools import real_node
 
 from tests.conftest import DATA
@@ -19,26 +20,37 @@ def _pod(node: real_node.RealNode, namespace: str, name: str) -> dict:  # type: 
     return json.loads(node.rig.kubectl("get", "pod", name, "-n", namespace, "-o", "json").stdout)  # type: ignore[no-any-return]
 
 
-def test_kubeflow_example_trains_unchanged(node: real_node.RealNode, node_operator: OperatorProcess) -> None:
-    """Kubeflow's classic simple.yaml, applied with kubectl as it is (namespace kubeflow, imagePullPolicy
-    Always): both pods pull the image, find each other through the headless Service and train with gloo."""
-    node.rig.kubectl("create", "namespace", "kubeflow", check=False)
-    node.rig.kubectl("apply", "-f", str(DATA / "valid" / "kubeflow-mnist.yaml"))
-    job = wait_for_condition(node, "kubeflow", "pytorch-simple", {"Succeeded", "Failed"}, timeout=300)
+@pytest.mark.parametrize(
+    ("manifest", "namespace", "name"),
+    [
+        # Kubeflow's classic simple.yaml: its own namespace, imagePullPolicy Always, the command in the job.
+        ("kubeflow-mnist.yaml", "kubeflow", "pytorch-simple"),
+        # Kubeflow's dist-mnist over gloo: only arguments in the job, the image's entrypoint runs the script.
+        ("kubeflow-dist-mnist-gloo.yaml", "default", "pytorch-dist-mnist-gloo"),
+    ],
+)
+def test_kubeflow_examples_train_unchanged(
+    node: real_node.RealNode, node_operator: OperatorProcess, manifest: str, namespace: str, name: str
+) -> None:
+    """Applied with kubectl as they are: both Pods pull the image, find each other through the headless
+    Service and train together over gloo."""
+    node.rig.kubectl("create", "namespace", namespace, check=False)
+    node.rig.kubectl("apply", "-f", str(DATA / "valid" / manifest))
+    job = wait_for_condition(node, namespace, name, {"Succeeded", "Failed"}, timeout=300)
     states = {c["type"]: c for c in job["status"]["conditions"]}
     assert "Failed" not in states, states["Failed"]["message"]
-    for pod_name, rank in (("pytorch-simple-master-0", 0), ("pytorch-simple-worker-0", 1)):
-        pod = _pod(node, "kubeflow", pod_name)
+    for pod_name, rank in ((f"{name}-master-0", 0), (f"{name}-worker-0", 1)):
+        pod = _pod(node, namespace, pod_name)
         assert pod["spec"]["nodeName"] == real_node.NODE_NAME
         assert pod["status"]["containerStatuses"][0]["state"]["terminated"]["exitCode"] == 0
-        log = node.rig.kubectl("logs", "-n", "kubeflow", pod_name).stdout
+        log = node.rig.kubectl("logs", "-n", namespace, pod_name).stdout
         assert f"Rank {rank}: world size 2" in log, log
         assert f"Rank {rank}: epoch 1/1, average epoch loss=" in log, log
         assert f"Rank {rank}: training completed." in log, log
-    master_log = node.rig.kubectl("logs", "-n", "kubeflow", "pytorch-simple-master-0").stdout
+    master_log = node.rig.kubectl("logs", "-n", namespace, f"{name}-master-0").stdout
     accuracy = float(master_log.split("test accuracy=")[1].split()[0])
     assert accuracy > 0.5  # one epoch on 4,000 digits; the point is that both ranks trained together
-    node.rig.kubectl("delete", "pytorchjob", "pytorch-simple", "-n", "kubeflow")
+    node.rig.kubectl("delete", "pytorchjob", name, "-n", namespace)
 
 
 def test_a_container_over_its_memory_limit_fails_the_job_as_oomkilled(
