@@ -206,7 +206,7 @@ def measure(trials: int = 3) -> dict[str, OperatorRun]:
     try:
         push_test_images(node)
         kubeflow_operator.push_init_image(node)
-        node.rig.kubectl("create", "namespace", NAMESPACE, check=False)
+        node.namespace(NAMESPACE)
         # Trials alternate between the operators, so this VM's drifting speed hits both alike.
         for trial in range(trials + 1):
             for name in OPERATORS:

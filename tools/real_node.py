@@ -77,11 +77,16 @@ def _run(*argv: str) -> str:
     return result.stdout
 
 
+def _socket_dir(k: int) -> Path:
+    return Path(f"/run/torchjob-node{k}")
+
+
 def _free_index() -> int:
     """The first K with neither a namespace nor a host address of ours: two rigs never share a subnet."""
     addresses = _run("ip", "-4", "-o", "addr")
     for k in range(1, 250):
-        if not Path(f"/run/netns/torchjob-node{k}").exists() and f" 10.99.{k}.1/" not in addresses:
+        taken = Path(f"/run/netns/torchjob-node{k}").exists() or _socket_dir(k).exists()
+        if not taken and f" 10.99.{k}.1/" not in addresses:
             return k
     raise RuntimeError("no free 10.99.K.0/24 subnet for a real node")
 
@@ -111,6 +116,22 @@ class RealNode:
     @property
     def cgroup(self) -> str:
         return f"torchjob-node{self.index}"
+
+    @property
+    def socket(self) -> str:
+        # Not under the rig's folder: a unix socket's path (containerd adds ".ttrpc") must stay under 104 bytes.
+        return f"{_socket_dir(self.index)}/containerd.sock"
+
+    def namespace(self, name: str) -> str:
+        """Create namespace ``name`` unless it exists, and wait for its default ServiceAccount (Pods need it)."""
+        self.rig.kubectl("create", "namespace", name, check=False)
+        kube_rig.wait_for(
+            self.rig.directory,
+            f"the default service account of {name}",
+            lambda: self.rig.kubectl("get", "serviceaccount", "default", "-n", name, check=False).returncode == 0,
+            60,
+        )
+        return name
 
     def claim(self, namespace: str, name: str) -> Path:
         """A PersistentVolumeClaim ``name`` in ``namespace``, bound to a hostPath volume of the node's (a static
@@ -170,6 +191,9 @@ def _namespace_script(veth: str, node_ip: str, fakes: Path) -> str:
     resolv = fakes / "resolv.conf"
     resolv.write_text("nameserver 127.0.0.1\n")
     lines.append(f"mount --bind {resolv} /etc/resolv.conf")
+    # containerd 1.6 keeps shim sockets and runc's state under /run/containerd whatever its config says: a
+    # tmpfs of the node's own there keeps them apart from a containerd the host may run, and goes with it.
+    lines += ["mkdir -p /run/containerd", "mount -t tmpfs -o mode=0700 tmpfs /run/containerd"]
     lines += [
         "ip link set lo up",
         f"ip link set {veth} name eth0",
@@ -205,7 +229,7 @@ def _write_configs(node: RealNode, rig_dir: Path, server: str) -> dict[str, Path
 root = "{d}/containerd/root"
 state = "{d}/containerd/state"
 [grpc]
-  address = "{d}/containerd.sock"
+  address = "{node.socket}"
 [plugins."io.containerd.grpc.v1.cri"]
   sandbox_image = "{PAUSE_IMAGE}"
   restrict_oom_score_adj = true
@@ -246,7 +270,7 @@ state = "{d}/containerd/state"
         "failCgroupV1": False,
         "cgroupDriver": "cgroupfs",
         "cgroupRoot": f"/{node.cgroup}",
-        "containerRuntimeEndpoint": f"unix://{d}/containerd.sock",
+        "containerRuntimeEndpoint": f"unix://{node.socket}",
         "address": node.node_ip,
         "readOnlyPort": 0,
         "healthzPort": 0,
@@ -317,6 +341,7 @@ def up(directory: Path, timeout: float = 120) -> RealNode:
     host_veth, node_veth = f"tjh{k}", f"tjn{k}"
     directory.mkdir(parents=True, exist_ok=True)
     (directory / "node").mkdir(exist_ok=True)
+    _socket_dir(k).mkdir(parents=True)
     registry = f"{host_ip}:{kube_rig.free_port()}"
     (directory / "node" / "state.json").write_text(json.dumps({"index": k, "registry": registry}))
     try:
@@ -360,7 +385,7 @@ def up(directory: Path, timeout: float = 120) -> RealNode:
         kube_rig.wait_for(directory, "the registry", lambda: http_ok(f"http://{registry}/v2/"), 30)
         node.push_image(PAUSE_IMAGE, {"/pause": binaries / "pause"}, base=False, entrypoint=["/pause"])
         kube_rig.start_process(directory, "containerd", [*enter, "containerd", "--config", str(d / "containerd.toml")])
-        kube_rig.wait_for(directory, "containerd", lambda: (d / "containerd.sock").exists(), 30)
+        kube_rig.wait_for(directory, "containerd", lambda: Path(node.socket).exists(), 30)
         kube_rig.start_process(
             directory,
             "kubelet",
@@ -450,4 +475,5 @@ def _teardown(directory: Path, k: int) -> None:
                     leaf.rmdir()
             with contextlib.suppress(OSError):
                 root.rmdir()
+    shutil.rmtree(_socket_dir(k), ignore_errors=True)
     shutil.rmtree(directory, ignore_errors=True)

@@ -14,8 +14,7 @@ from tests.node.images import TEST_SCRIPTS
 
 
 def test_an_elastic_job_loses_a_pod_and_carries_on(node: real_node.RealNode, node_operator: OperatorProcess) -> None:
-    namespace = "elastic"
-    node.rig.kubectl("create", "namespace", namespace, check=False)
+    namespace = node.namespace("elastic")
     data = node.claim(namespace, "data")
     container = {
         "name": "pytorch",

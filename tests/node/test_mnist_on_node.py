@@ -61,8 +61,7 @@ def _submit(node: real_node.RealNode, job: dict[str, Any], directory: Path, foll
 def test_mnist_example_trains_to_090_and_saves_its_model_on_a_claim(
     node: real_node.RealNode, node_operator: OperatorProcess, tmp_path: Path
 ) -> None:
-    namespace = "mnist"
-    node.rig.kubectl("create", "namespace", namespace, check=False)
+    namespace = node.namespace("mnist")
     data = node.claim(namespace, "data")
     submitted = _submit(node, _mnist_job(namespace), tmp_path, follow=True)
     output, _ = submitted.communicate(timeout=400)
@@ -82,8 +81,7 @@ def test_mnist_example_trains_to_090_and_saves_its_model_on_a_claim(
 def test_sigkill_of_a_training_process_restarts_the_group_from_the_claims_checkpoint(
     node: real_node.RealNode, node_operator: OperatorProcess, tmp_path: Path
 ) -> None:
-    namespace = "mnist-kill"
-    node.rig.kubectl("create", "namespace", namespace, check=False)
+    namespace = node.namespace("mnist-kill")
     data = node.claim(namespace, "data")
     submitted = _submit(node, _mnist_job(namespace, "--checkpoint-every", "10"), tmp_path, follow=False)
     assert submitted.wait(timeout=60) == 0, submitted.stdout.read() if submitted.stdout else ""

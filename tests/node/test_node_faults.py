@@ -42,8 +42,7 @@ def test_an_eviction_restarts_the_group_without_counting_against_backoff_limit(
 ) -> None:
     """backoffLimit 0: one counted failure would end the job. An eviction through the Eviction API (what
     `kubectl drain` and the cluster autoscaler use) is the platform's doing, so the group restarts."""
-    namespace = "evict"
-    node.rig.kubectl("create", "namespace", namespace, check=False)
+    namespace = node.namespace("evict")
     node.rig.apply(_job("evicted", namespace, epochs=2, backoffLimit=0))
     _wait_for_log_line(node, namespace, "evicted-worker-0", "Rank 1: epoch: 1/2, batch: 5/", timeout=240)
     eviction = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": "evicted-worker-0"}}
@@ -68,8 +67,7 @@ def test_a_lost_node_is_named_in_the_status_and_the_job_finishes_when_it_returns
 ) -> None:
     """kubelet stops: the Node goes NotReady and its Pods not Ready. With one node there is nowhere to go, and
     Kubernetes evicts nothing when every node of a zone is down, so the status must say what the job waits on."""
-    namespace = "lost-node"
-    node.rig.kubectl("create", "namespace", namespace, check=False)
+    namespace = node.namespace("lost-node")
     node.rig.apply(_job("stranded", namespace, epochs=3))
     _wait_for_log_line(node, namespace, "stranded-worker-0", "Rank 1: epoch: 1/3, batch: 5/", timeout=240)
     kubelet = node.rig.stop_process("kubelet")

@@ -34,7 +34,7 @@ def test_kubeflow_examples_train_unchanged(
 ) -> None:
     """Applied with kubectl as they are: both Pods pull the image, find each other through the headless
     Service and train together over gloo."""
-    node.rig.kubectl("create", "namespace", namespace, check=False)
+    node.namespace(namespace)
     node.rig.kubectl("apply", "-f", str(DATA / "valid" / manifest))
     job = wait_for_condition(node, namespace, name, {"Succeeded", "Failed"}, timeout=300)
     states = {c["type"]: c for c in job["status"]["conditions"]}
@@ -56,8 +56,7 @@ def test_kubeflow_examples_train_unchanged(
 def test_a_container_over_its_memory_limit_fails_the_job_as_oomkilled(
     node: real_node.RealNode, node_operator: OperatorProcess
 ) -> None:
-    namespace = "oom"
-    node.rig.kubectl("create", "namespace", namespace, check=False)
+    namespace = node.namespace("oom")
     container = {
         "name": "pytorch",
         "image": KUBEFLOW_MNIST,
@@ -90,8 +89,7 @@ def test_a_container_over_its_memory_limit_fails_the_job_as_oomkilled(
 def test_rendered_indexed_job_trains_with_torchrun_in_pods(node: real_node.RealNode) -> None:
     """The operator-less path: `torchjob render --to indexed-job | kubectl apply -f -`; every Pod runs torchrun,
     which starts the script as one rank of the group (no torchjob operator involved)."""
-    namespace = "indexed"
-    node.rig.kubectl("create", "namespace", namespace, check=False)
+    namespace = node.namespace("indexed")
     wire = (
         (DATA / "valid" / "kubeflow-mnist.yaml").read_text().replace("namespace: kubeflow", f"namespace: {namespace}")
     )
