@@ -77,15 +77,17 @@ def _run(*argv: str) -> str:
     return result.stdout
 
 
-def _socket_dir(k: int) -> Path:
-    return Path(f"/run/torchjob-node{k}")
+def _short_dir(k: int) -> Path:
+    """Where the node keeps what holds unix sockets (containerd's, kubelet's root): a socket's path must stay
+    under 104 bytes, and the rig's own folder (a pytest tmp_path, say) can be much deeper."""
+    return Path(f"/var/lib/torchjob-node{k}")
 
 
 def _free_index() -> int:
     """The first K with neither a namespace nor a host address of ours: two rigs never share a subnet."""
     addresses = _run("ip", "-4", "-o", "addr")
     for k in range(1, 250):
-        taken = Path(f"/run/netns/torchjob-node{k}").exists() or _socket_dir(k).exists()
+        taken = Path(f"/run/netns/torchjob-node{k}").exists() or _short_dir(k).exists()
         if not taken and f" 10.99.{k}.1/" not in addresses:
             return k
     raise RuntimeError("no free 10.99.K.0/24 subnet for a real node")
@@ -119,8 +121,11 @@ class RealNode:
 
     @property
     def socket(self) -> str:
-        # Not under the rig's folder: a unix socket's path (containerd adds ".ttrpc") must stay under 104 bytes.
-        return f"{_socket_dir(self.index)}/containerd.sock"
+        return f"{_short_dir(self.index)}/containerd.sock"
+
+    @property
+    def kubelet_root(self) -> str:
+        return f"{_short_dir(self.index)}/kubelet"
 
     def namespace(self, name: str) -> str:
         """Create namespace ``name`` unless it exists, and wait for its default ServiceAccount (Pods need it)."""
@@ -341,7 +346,7 @@ def up(directory: Path, timeout: float = 120) -> RealNode:
     host_veth, node_veth = f"tjh{k}", f"tjn{k}"
     directory.mkdir(parents=True, exist_ok=True)
     (directory / "node").mkdir(exist_ok=True)
-    _socket_dir(k).mkdir(parents=True)
+    _short_dir(k).mkdir(parents=True)
     registry = f"{host_ip}:{kube_rig.free_port()}"
     (directory / "node" / "state.json").write_text(json.dumps({"index": k, "registry": registry}))
     try:
@@ -396,7 +401,7 @@ def up(directory: Path, timeout: float = 120) -> RealNode:
                 f"--kubeconfig={paths['kubeconfig']}",
                 f"--hostname-override={NODE_NAME}",
                 f"--node-ip={node.node_ip}",
-                f"--root-dir={d}/kubelet",
+                f"--root-dir={node.kubelet_root}",
                 f"--cert-dir={d}/kubelet-pki",
                 "--v=1",
             ],
@@ -475,5 +480,5 @@ def _teardown(directory: Path, k: int) -> None:
                     leaf.rmdir()
             with contextlib.suppress(OSError):
                 root.rmdir()
-    shutil.rmtree(_socket_dir(k), ignore_errors=True)
+    shutil.rmtree(_short_dir(k), ignore_errors=True)
     shutil.rmtree(directory, ignore_errors=True)

@@ -49,7 +49,7 @@ def test_a_second_node_serves_exec_and_logs_and_leaves_nothing_behind(node: real
         assert second.rig.kubectl("logs", "sleeper").stdout.strip() == "up"
     finally:
         real_node.down(directory)
-    assert not Path(f"/run/netns/torchjob-node{k}").exists() and not Path(f"/run/torchjob-node{k}").exists()
+    assert not Path(f"/run/netns/torchjob-node{k}").exists() and not Path(f"/var/lib/torchjob-node{k}").exists()
     links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True, check=True).stdout
     assert f"tjh{k}" not in links
     assert not list(Path("/sys/fs/cgroup").glob(f"*/torchjob-node{k}"))
