@@ -30,6 +30,7 @@ import signal
 import subprocess
 import sysconfig
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -77,34 +78,17 @@ def _run(*argv: str) -> str:
     return result.stdout
 
 
-def _short_dir(k: int) -> Path:
-    """Where the node keeps what holds unix sockets (containerd's, kubelet's root): a socket's path must stay
-    under 104 bytes, and the rig's own folder (a pytest tmp_path, say) can be much deeper."""
-    return Path(f"/var/lib/torchjob-node{k}")
+@dataclass
+class Slot:
+    """Everything named after a node's index K, in one place: its network namespace and cgroup root
+    (``torchjob-node<K>``), its subnet ``10.99.<K>.0/24``, its veth pair, and a short folder for what holds unix
+    sockets (containerd's, kubelet's root): a socket's path must stay under 104 bytes, and the rig's own folder
+    (a pytest tmp_path, say) can be much deeper."""
 
-
-def _free_index() -> int:
-    """The first K with neither a namespace nor a host address of ours: two rigs never share a subnet."""
-    addresses = _run("ip", "-4", "-o", "addr")
-    for k in range(1, 250):
-        taken = Path(f"/run/netns/torchjob-node{k}").exists() or _short_dir(k).exists()
-        if not taken and f" 10.99.{k}.1/" not in addresses:
-            return k
-    raise RuntimeError("no free 10.99.K.0/24 subnet for a real node")
-
-
-class RealNode:
-    """The state of one real node, kept in ``<rig>/node/state.json`` so that ``down`` works from any shell."""
-
-    def __init__(self, rig: kube_rig.Rig) -> None:
-        self.rig = rig
-        self.directory = rig.directory / "node"
-        data = json.loads((self.directory / "state.json").read_text())
-        self.index: int = data["index"]
-        self.registry: str = data["registry"]
+    index: int
 
     @property
-    def netns(self) -> str:
+    def name(self) -> str:
         return f"torchjob-node{self.index}"
 
     @property
@@ -116,16 +100,46 @@ class RealNode:
         return f"10.99.{self.index}.2"
 
     @property
-    def cgroup(self) -> str:
-        return f"torchjob-node{self.index}"
+    def host_veth(self) -> str:
+        return f"tjh{self.index}"
+
+    @property
+    def node_veth(self) -> str:
+        return f"tjn{self.index}"
+
+    @property
+    def short_dir(self) -> Path:
+        return Path(f"/var/lib/{self.name}")
 
     @property
     def socket(self) -> str:
-        return f"{_short_dir(self.index)}/containerd.sock"
+        return f"{self.short_dir}/containerd.sock"
 
     @property
     def kubelet_root(self) -> str:
-        return f"{_short_dir(self.index)}/kubelet"
+        return f"{self.short_dir}/kubelet"
+
+
+def _free_slot() -> Slot:
+    """The first K with neither a namespace nor a host address of ours: two rigs never share a subnet."""
+    addresses = _run("ip", "-4", "-o", "addr")
+    for k in range(1, 250):
+        slot = Slot(k)
+        taken = Path(f"/run/netns/{slot.name}").exists() or slot.short_dir.exists()
+        if not taken and f" {slot.host_ip}/" not in addresses:
+            return slot
+    raise RuntimeError("no free 10.99.K.0/24 subnet for a real node")
+
+
+class RealNode(Slot):
+    """The state of one real node, kept in ``<rig>/node/state.json`` so that ``down`` works from any shell."""
+
+    def __init__(self, rig: kube_rig.Rig) -> None:
+        self.rig = rig
+        self.directory = rig.directory / "node"
+        data = json.loads((self.directory / "state.json").read_text())
+        super().__init__(data["index"])
+        self.registry: str = data["registry"]
 
     def namespace(self, name: str) -> str:
         """Create namespace ``name`` unless it exists, and wait for its default ServiceAccount (Pods need it)."""
@@ -166,7 +180,7 @@ class RealNode:
         statuses = found.get("status", {}).get("containerStatuses", [])
         container_id = next(s["containerID"] for s in statuses if s["name"] == container).split("://")[1]
         pids: list[int] = []
-        for procs in (CGROUP_ROOT / "memory" / self.cgroup).rglob(f"{container_id}/cgroup.procs"):
+        for procs in (CGROUP_ROOT / "memory" / self.name).rglob(f"{container_id}/cgroup.procs"):
             pids += [int(p) for p in procs.read_text().split()]
         return pids
 
@@ -274,7 +288,7 @@ state = "{d}/containerd/state"
         "kind": "KubeletConfiguration",
         "failCgroupV1": False,
         "cgroupDriver": "cgroupfs",
-        "cgroupRoot": f"/{node.cgroup}",
+        "cgroupRoot": f"/{node.name}",
         "containerRuntimeEndpoint": f"unix://{node.socket}",
         "address": node.node_ip,
         "readOnlyPort": 0,
@@ -341,20 +355,19 @@ def up(directory: Path, timeout: float = 120) -> RealNode:
         raise RuntimeError(
             f"the real node is not built ({', '.join(missing) or 'rootfs'}): run tools/bootstrap --test-servers"
         )
-    k = _free_index()
-    netns, host_ip = f"torchjob-node{k}", f"10.99.{k}.1"
-    host_veth, node_veth = f"tjh{k}", f"tjn{k}"
+    slot = _free_slot()
+    netns = slot.name
     directory.mkdir(parents=True, exist_ok=True)
     (directory / "node").mkdir(exist_ok=True)
-    _short_dir(k).mkdir(parents=True)
-    registry = f"{host_ip}:{kube_rig.free_port()}"
-    (directory / "node" / "state.json").write_text(json.dumps({"index": k, "registry": registry}))
+    slot.short_dir.mkdir(parents=True)
+    registry = f"{slot.host_ip}:{kube_rig.free_port()}"
+    (directory / "node" / "state.json").write_text(json.dumps({"index": slot.index, "registry": registry}))
     try:
         _run("ip", "netns", "add", netns)
-        _run("ip", "link", "add", host_veth, "type", "veth", "peer", "name", node_veth, "netns", netns)
-        _run("ip", "addr", "add", f"{host_ip}/24", "dev", host_veth)
-        _run("ip", "link", "set", host_veth, "up")
-        rig = kube_rig.up(directory, nodes=0, timeout=timeout, address=host_ip, extra_args=LOST_NODE_TIMING)
+        _run("ip", "link", "add", slot.host_veth, "type", "veth", "peer", "name", slot.node_veth, "netns", netns)
+        _run("ip", "addr", "add", f"{slot.host_ip}/24", "dev", slot.host_veth)
+        _run("ip", "link", "set", slot.host_veth, "up")
+        rig = kube_rig.up(directory, nodes=0, timeout=timeout, address=slot.host_ip, extra_args=LOST_NODE_TIMING)
         node = RealNode(rig)
         paths = _write_configs(node, directory, rig.server)
         d = node.directory
@@ -370,7 +383,7 @@ def up(directory: Path, timeout: float = 120) -> RealNode:
                 "private",
                 "sh",
                 "-c",
-                _namespace_script(node_veth, node.node_ip, d / "fakes"),
+                _namespace_script(slot.node_veth, node.node_ip, d / "fakes"),
             ],
         )
         enter = ["nsenter", "-t", str(namespace_pid), "-n", "-m"]
@@ -385,7 +398,7 @@ def up(directory: Path, timeout: float = 120) -> RealNode:
         )
         for hierarchy in CGROUP_ROOT.iterdir():  # kubelet's cgroupRoot must exist in every v1 hierarchy
             if (hierarchy / "cgroup.procs").exists() and hierarchy.name != "unified":
-                (hierarchy / node.cgroup).mkdir(exist_ok=True)
+                (hierarchy / node.name).mkdir(exist_ok=True)
         kube_rig.start_process(directory, "registry", [str(binaries / "registry"), "serve", str(d / "registry.yaml")])
         kube_rig.wait_for(directory, "the registry", lambda: http_ok(f"http://{registry}/v2/"), 30)
         node.push_image(PAUSE_IMAGE, {"/pause": binaries / "pause"}, base=False, entrypoint=["/pause"])
@@ -410,7 +423,7 @@ def up(directory: Path, timeout: float = 120) -> RealNode:
         kube_rig.wait_for(directory, f"node {NODE_NAME} Ready", lambda: _node_ready(rig), timeout)
         return node
     except BaseException:
-        _teardown(directory, k)
+        _teardown(directory, slot)
         raise
 
 
@@ -449,11 +462,11 @@ def down(directory: Path) -> None:
     if not state_file.exists():
         kube_rig.down(directory)
         return
-    _teardown(directory, json.loads(state_file.read_text())["index"])
+    _teardown(directory, Slot(json.loads(state_file.read_text())["index"]))
 
 
-def _teardown(directory: Path, k: int) -> None:
-    netns = cgroup = f"torchjob-node{k}"
+def _teardown(directory: Path, slot: Slot) -> None:
+    netns = cgroup = slot.name
     with contextlib.suppress(Exception):  # a half-started rig may have no API server to ask
         # While kubelet still runs, it stops the containers and releases each Pod's network (CNI DEL).
         kube_rig.Rig(directory).kubectl(
@@ -470,7 +483,7 @@ def _teardown(directory: Path, k: int) -> None:
             break
         time.sleep(0.3)
     subprocess.run(["ip", "netns", "del", netns], capture_output=True)
-    subprocess.run(["ip", "link", "del", f"tjh{k}"], capture_output=True)  # gone with its peer, unless half made
+    subprocess.run(["ip", "link", "del", slot.host_veth], capture_output=True)  # gone with its peer, unless half made
     for hierarchy in CGROUP_ROOT.iterdir():
         root = hierarchy / cgroup
         if root.is_dir():
@@ -480,5 +493,5 @@ def _teardown(directory: Path, k: int) -> None:
                     leaf.rmdir()
             with contextlib.suppress(OSError):
                 root.rmdir()
-    shutil.rmtree(_short_dir(k), ignore_errors=True)
+    shutil.rmtree(slot.short_dir, ignore_errors=True)
     shutil.rmtree(directory, ignore_errors=True)

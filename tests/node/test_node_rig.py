@@ -27,9 +27,9 @@ def _processes_mentioning(text: str) -> list[str]:
 def test_a_second_node_serves_exec_and_logs_and_leaves_nothing_behind(node: real_node.RealNode, tmp_path: Path) -> None:
     directory = tmp_path / "second"
     second = real_node.up(directory)
-    k = second.index
+
     try:
-        assert k != node.index  # its own namespace, subnet and cgroup root
+        assert second.index != node.index  # its own namespace, subnet and cgroup root
         second.push_image(KUBEFLOW_MNIST, {**RUNTIME_PATH})
         second.rig.apply(
             {
@@ -49,10 +49,10 @@ def test_a_second_node_serves_exec_and_logs_and_leaves_nothing_behind(node: real
         assert second.rig.kubectl("logs", "sleeper").stdout.strip() == "up"
     finally:
         real_node.down(directory)
-    assert not Path(f"/run/netns/torchjob-node{k}").exists() and not Path(f"/var/lib/torchjob-node{k}").exists()
+    assert not Path(f"/run/netns/{second.name}").exists() and not second.short_dir.exists()
     links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True, check=True).stdout
-    assert f"tjh{k}" not in links
-    assert not list(Path("/sys/fs/cgroup").glob(f"*/torchjob-node{k}"))
+    assert second.host_veth not in links
+    assert not list(Path("/sys/fs/cgroup").glob(f"*/{second.name}"))
     assert not _processes_mentioning(str(directory))
     assert not directory.exists()
-    assert Path(f"/run/netns/torchjob-node{node.index}").exists()  # the other node was left alone
+    assert Path(f"/run/netns/{node.name}").exists()  # the other node was left alone
