@@ -12,6 +12,7 @@ from torchjob.core import conditions
 from torchjob.core.actions import CreateReplica, DeleteJob, DeleteReplica, Plan
 from torchjob.core.observed import ReplicaObservation
 from torchjob.core.planning import plan
+from torchjob.core.policies import elastic
 from torchjob.core.times import timestamp
 from torchjob.testing import failed, make_job, pending, running, succeeded
 
@@ -23,7 +24,8 @@ def at(seconds: float) -> datetime:
 
 
 def step(job: PyTorchJob, observed: list[ReplicaObservation], now: datetime = T0) -> tuple[PyTorchJob, Plan]:
-    result = plan(job, observed, now)
+    # A job that needs torchjob's rendezvous store has it running here (its lifecycle has tests of its own).
+    result = plan(job, observed, now, store_running=elastic.hosts_rendezvous_store(job))
     return job.model_copy(update={"status": result.status}), result
 
 

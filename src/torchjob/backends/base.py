@@ -1,32 +1,36 @@
-"""The interface every backend implements: observe a job's replicas, carry out the planner's actions."""
+"""What every backend does for the reconcile loop: observe a job, carry out the planner's actions, record.
+
+Only what both backends share is here. What the local driver alone needs (a pending scale request, waiting
+on process exits) belongs to ``LocalBackend`` and ``controller/supervise.py``; the operator is woken by
+watches instead.
+"""
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Protocol
 
 from torchjob.api.types import PyTorchJob
 from torchjob.core.actions import Action, Event
-from torchjob.core.observed import ReplicaObservation
+from torchjob.core.observed import Observed
 
 
 class Backend(Protocol):
-    def refresh(self, job: PyTorchJob) -> PyTorchJob:
-        """The job as it is to be planned now, with changes asked for since the last pass (e.g. a scale)."""
-        ...
+    # Whether the replicas can reach a rendezvous host the job names (``elasticPolicy.rdzvHost``); when they
+    # cannot, torchjob hosts the job's rendezvous store itself. A fact about the platform, for the planner.
+    reaches_rdzv_host: bool
 
-    def observe(self, job: PyTorchJob) -> list[ReplicaObservation]:
-        """The job's replicas as they are now, of every attempt that still has one."""
+    def observe(self, job: PyTorchJob) -> Observed:
+        """The job's replicas as they are now, of every attempt that still has one, and its store."""
         ...
 
     def execute(self, job: PyTorchJob, actions: list[Action]) -> None:
         """Carry out actions; may return before they complete (a stop takes its grace period)."""
         ...
 
-    def record_status(self, job: PyTorchJob, events: list[Event]) -> None:
-        """Persist the job's status (called only when it changed) and publish events."""
+    def record_status(self, job: PyTorchJob) -> None:
+        """Persist the job's status. Called only when the planner changed it."""
         ...
 
-    def wait(self, until: datetime | None) -> None:
-        """Block until something about the replicas may have changed, or until ``until``."""
+    def publish(self, job: PyTorchJob, events: list[Event]) -> None:
+        """Show events to people: Kubernetes Events on the job, or lines in ``torchjob run``'s output."""
         ...

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from torchjob.sdk.client import JobClient
     from torchjob.sdk.cluster import ClusterClient
     from torchjob.sdk.local import LocalClient
 
@@ -82,7 +83,7 @@ def cluster_client(args: argparse.Namespace) -> ClusterClient:
     return ClusterClient(args.namespace, args.context, args.kubeconfig)
 
 
-def client(args: argparse.Namespace) -> LocalClient | ClusterClient:
+def client(args: argparse.Namespace) -> JobClient:
     # Imported here so `torchjob --help` does not load the SDK.
     return cluster_client(args) if on_cluster(args) else local_client(args)
 

@@ -35,15 +35,15 @@ def handle(args: argparse.Namespace) -> int:
 
 
 def summary(wire: dict[str, Any]) -> str:
-    from torchjob.core.times import parse_timestamp
+    from torchjob.core.times import age_seconds
+    from torchjob.sdk.summary import last_condition
 
     status = wire.get("status", {})
     conditions = status.get("conditions", [])
-    created = wire.get("metadata", {}).get("creationTimestamp")
-    age = (datetime.now(timezone.utc) - parse_timestamp(created)).total_seconds() if created else 0
+    age = age_seconds(wire.get("metadata", {}).get("creationTimestamp"), datetime.now(timezone.utc))
     lines = [
         f"Name:      {wire['metadata']['name']}",
-        f"State:     {conditions[-1]['type'] if conditions else 'Pending'}",
+        f"State:     {last_condition(wire).get('type', 'Pending')}",
         f"Age:       {human_age(age)}",
         f"Attempt:   {status.get('attempt', 0)} ({status.get('restartCount', 0)} restarts; 0 is the first)",
     ]

@@ -48,7 +48,8 @@ def add_parser(verbs: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
 def handle(args: argparse.Namespace) -> int:
     from torchjob.backends.kubernetes.cluster import connect
     from torchjob.controller.leader import ElectionSettings
-    from torchjob.controller.operator import DEFAULT_MANAGED_BY, OperatorSettings, run_operator
+    from torchjob.controller.operator import DEFAULT_MANAGED_BY, OperatorSettings
+    from torchjob.controller.running import run_operator
 
     if args.workers < 1:
         print("torchjob: --workers: must be at least 1", file=sys.stderr)

@@ -49,7 +49,7 @@ def handle(args: argparse.Namespace) -> int:
 def _foreground(c: LocalClient, job: PyTorchJob) -> int:
     from torchjob.api.types import ConditionType
     from torchjob.cli.display import RunDisplay
-    from torchjob.controller.local import Interrupted
+    from torchjob.controller.supervise import Interrupted
     from torchjob.core import conditions
 
     display = RunDisplay(c, job)

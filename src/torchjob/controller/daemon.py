@@ -9,7 +9,7 @@ from __future__ import annotations
 import sys
 
 from torchjob.backends.local.store import JobStore
-from torchjob.controller.local import Interrupted, supervise
+from torchjob.controller.supervise import Interrupted, supervise
 from torchjob.core.actions import Event
 
 

@@ -6,13 +6,12 @@ so a controller that restarts picks up where the last one stopped.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from torchjob.api.types import PyTorchJob
 from torchjob.backends.base import Backend
-from torchjob.controller.clock import Clock, SystemClock
+from torchjob.controller.clock import Clock
 from torchjob.core import conditions
 from torchjob.core.actions import DeleteJob
 from torchjob.core.observed import ReplicaObservation
@@ -31,18 +30,19 @@ class PassResult:
 
 def reconcile_once(job: PyTorchJob, backend: Backend, clock: Clock) -> PassResult:
     """One pass: the job with its new status, what was observed, whether the job is done."""
-    job = backend.refresh(job)
-    observed = backend.observe(job)
+    seen = backend.observe(job)
     now = clock.now()
-    result = plan(job, observed, now)
+    result = plan(
+        job, seen.replicas, now, store_running=seen.store_running, reaches_rdzv_host=backend.reaches_rdzv_host
+    )
     backend.execute(job, result.actions)
     if result.status != job.status:
         job = job.model_copy(update={"status": result.status})
-        backend.record_status(job, result.events)
-    elif result.events:
-        backend.record_status(job, result.events)
+        backend.record_status(job)
+    if result.events:
+        backend.publish(job, result.events)
     deleted = any(isinstance(a, DeleteJob) for a in result.actions)
-    idle = not any(o.phase.live for o in observed)
+    idle = not any(o.phase.live for o in seen.replicas)
     done = deleted or (conditions.is_finished(job.status) and idle and not result.actions)
     requeue_at = result.requeue_at
     if result.actions:
@@ -50,23 +50,4 @@ def reconcile_once(job: PyTorchJob, backend: Backend, clock: Clock) -> PassResul
         # so the status says Running as soon as the replicas run, not after the idle timeout.
         soon = now + ACTED_REQUEUE
         requeue_at = soon if requeue_at is None else min(requeue_at, soon)
-    return PassResult(job, observed, done, requeue_at)
-
-
-def run_until_done(
-    job: PyTorchJob,
-    backend: Backend,
-    clock: Clock | None = None,
-    on_pass: Callable[[PassResult], None] | None = None,
-) -> PyTorchJob:
-    """Reconcile until the job has finished and none of its replicas is still live."""
-    clock = clock or SystemClock()
-    while True:
-        result = reconcile_once(job, backend, clock)
-        job = result.job
-        if on_pass is not None:
-            on_pass(result)
-        if result.done:
-            return job
-        # A finished job waits only for its replicas to go, not for its TTL (that is enforced on read).
-        backend.wait(None if conditions.is_finished(job.status) else result.requeue_at)
+    return PassResult(job, seen.replicas, done, requeue_at)

@@ -1,5 +1,8 @@
 """The torchjob operator: reconciles every PyTorchJob on a cluster with the same planner as ``torchjob run``.
 
+This module holds the watches, the work queue's workers and one job's reconcile; ``controller/running.py``
+runs it (alone, or under leader election) and ``controller/health.py`` serves its probes.
+
 Two watches (PyTorchJobs, and Pods carrying the Kubeflow operator label) turn changes into job keys on a
 work queue; worker threads take a key, read the job and its Pods fresh from the API server, plan, act and
 write the status. Nothing is remembered between passes, so killing the operator at any point is safe: a new
@@ -12,20 +15,13 @@ leader election (``--leader-elect``) several replicas can run; only the one hold
 
 from __future__ import annotations
 
-import json
 import logging
-import os
-import secrets
-import socket
 import threading
-import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from typing import Any
 
-import httpx
 from lightkube import ALL_NS, ApiError, Client
 from lightkube.resources.core_v1 import Pod
 
@@ -35,11 +31,13 @@ from torchjob.api.types import ConditionType, JobStatus
 from torchjob.backends.kubernetes.backend import KubernetesBackend, RequestCounter
 from torchjob.backends.kubernetes.cluster import PyTorchJobResource, as_dict
 from torchjob.controller.clock import Clock, SystemClock
-from torchjob.controller.leader import ElectionSettings, LeaseLock
+from torchjob.controller.health import health_server
+from torchjob.controller.leader import ElectionSettings
 from torchjob.controller.loop import reconcile_once
 from torchjob.controller.workqueue import WorkQueue
 from torchjob.core import conditions, replicas
 from torchjob.core.actions import Event
+from torchjob.core.times import timestamp
 
 log = logging.getLogger("torchjob.operator")
 
@@ -91,7 +89,7 @@ class Operator:
     def serve_health(self) -> None:
         """Serve /healthz, /readyz and /metrics (once), before or without leading."""
         if self.settings.health_port is not None and self._server is None:
-            self._server = _health_server(self, self.settings.health_port)
+            self._server = health_server(self, self.settings.health_port)
             self._spawn("health", self._server.serve_forever)
 
     def start(self) -> None:
@@ -114,6 +112,14 @@ class Operator:
         for thread in self._threads:
             if thread.name.startswith("worker"):
                 thread.join(timeout=30)
+
+    @property
+    def alive(self) -> bool:
+        return not self.stopping.is_set()
+
+    def metrics(self) -> dict[str, object]:
+        """What bench/ reads: API requests by verb, reconcile passes, whether this replica leads."""
+        return {"requests": dict(self.counter.by_verb), "passes": self.health.passes, "leader": self.leading}
 
     @property
     def ready(self) -> bool:
@@ -148,7 +154,7 @@ class Operator:
                         return
             except Exception as err:  # noqa: BLE001 - any failure of a watch (API server restart...) is retried
                 self.health.synced.discard(name)
-                log.warning("%s: %s; watching again in %.0fs", name, _one_line(err), _RETRY_SECONDS)
+                log.warning("%s: %s; watching again in %.0fs", name, one_line(err), _RETRY_SECONDS)
                 self.stopping.wait(_RETRY_SECONDS)
 
     def _resync(self) -> None:
@@ -160,7 +166,7 @@ class Operator:
                     if key is not None:
                         self.queue.add(key)
             except Exception as err:  # noqa: BLE001 - the next resync tries again
-                log.warning("resync: %s", _one_line(err))
+                log.warning("resync: %s", one_line(err))
 
     # -- reconciling ----------------------------------------------------------------------------------
 
@@ -172,7 +178,7 @@ class Operator:
             try:
                 self.reconcile(key)
             except Exception as err:  # noqa: BLE001 - one job's trouble must not stop the others
-                log.warning("%s/%s: %s; retrying in %.0fs", *key, _one_line(err), _RETRY_SECONDS)
+                log.warning("%s/%s: %s; retrying in %.0fs", *key, one_line(err), _RETRY_SECONDS)
                 self.queue.add_after(key, _RETRY_SECONDS)
             finally:
                 self.queue.done(key)
@@ -212,9 +218,9 @@ class Operator:
             return
         metadata = wire["metadata"]
         cause = f"its spec is invalid: {problem}"
-        message = conditions.fail_job(
-            status, metadata["namespace"], metadata["name"], cause, datetime.now(timezone.utc)
-        )
+        now = self.clock.now()
+        message = conditions.fail_job(status, metadata["namespace"], metadata["name"], cause, now)
+        status.last_reconcile_time = timestamp(now)
         wire_status = status.model_dump(by_alias=True, exclude_none=True, mode="json")
         self.backend.patch_status(metadata["namespace"], metadata["name"], wire_status)
         self.backend.emit(
@@ -233,83 +239,9 @@ def _pod_owner_key(obj: dict[str, Any]) -> JobKey | None:
     return (meta["namespace"], job) if job else None
 
 
-def _one_line(err: BaseException) -> str:
+def one_line(err: BaseException) -> str:
+    """An API or connection error in one log line."""
     if isinstance(err, ApiError):
         return f"API error {err.status.code}: {err.status.message}"
     text = str(err).strip().splitlines()
     return f"{type(err).__name__}: {text[0] if text else ''}"
-
-
-def _health_server(operator: Operator, port: int) -> ThreadingHTTPServer:
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            if self.path == "/metrics":  # what bench/ reads: API requests by verb, reconcile passes
-                body = {
-                    "requests": dict(operator.counter.by_verb),
-                    "passes": operator.health.passes,
-                    "leader": operator.leading,
-                }
-                self.send_response(200)
-                self.end_headers()
-                self.wfile.write(json.dumps(body).encode())
-                return
-            healthy = {"/healthz": not operator.stopping.is_set(), "/readyz": operator.ready}.get(self.path)
-            self.send_response(404 if healthy is None else 200 if healthy else 503)
-            self.end_headers()
-            self.wfile.write(b"ok\n" if healthy else b"not ready\n")
-
-        def log_message(self, *args: Any) -> None:  # probes every few seconds: not worth a log line
-            return
-
-    return ThreadingHTTPServer(("0.0.0.0", port), Handler)
-
-
-def run_operator(client: Client, settings: OperatorSettings) -> None:
-    """Run until SIGTERM/SIGINT (the CLI turns both into KeyboardInterrupt).
-
-    With leader election, wait for the Lease first, then act while renewing it. A leader that cannot renew
-    in time exits at once: another replica may hold the Lease by then, and two operators must never act on
-    the same jobs (Kubernetes restarts the process, which then stands by).
-    """
-    operator = Operator(client, settings)
-    election = settings.election
-    if election is None:
-        operator.start()
-        try:
-            while True:
-                time.sleep(3600)
-        finally:
-            operator.stop()
-        return
-    lock = LeaseLock(client, election, settings.identity or _identity())
-    operator.serve_health()
-    try:
-        log.info("waiting to lead: lease %s/%s as %s", election.namespace, election.name, lock.identity)
-        while not _renewed(lock):
-            time.sleep(election.renew_seconds)
-        operator.start()
-        renewed_at = time.monotonic()
-        while True:
-            time.sleep(election.renew_seconds)
-            if _renewed(lock):
-                renewed_at = time.monotonic()
-            elif time.monotonic() - renewed_at > election.renew_deadline_seconds:
-                log.error("lost the lease %s/%s: stopping at once", election.namespace, election.name)
-                logging.shutdown()
-                os._exit(1)
-    finally:
-        if operator.leading:
-            operator.stop()
-            lock.release()
-
-
-def _renewed(lock: LeaseLock) -> bool:
-    try:
-        return lock.try_acquire_or_renew()
-    except (ApiError, httpx.HTTPError, OSError) as err:
-        log.warning("lease %s: %s", lock.settings.name, _one_line(err))
-        return False
-
-
-def _identity() -> str:
-    return f"{socket.gethostname()}_{secrets.token_hex(4)}"

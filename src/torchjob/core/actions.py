@@ -19,11 +19,26 @@ class CreateReplica:
 
 @dataclass(frozen=True)
 class DeleteReplica:
-    """Stop and remove one replica: SIGTERM, then SIGKILL after the grace period. Its logs are kept."""
+    """Stop and remove one replica: SIGTERM, then SIGKILL after the grace period. Its logs are kept.
+
+    ``final`` when the job is over: what the replica kept across attempts (its Service) goes with it.
+    """
 
     replica: ReplicaId
     attempt: int
     reason: str
+    final: bool = False
+
+
+@dataclass(frozen=True)
+class CreateRendezvousStore:
+    """Start the job's c10d rendezvous store, outside every agent, so any member of an elastic group can be
+    lost (see ``policies/elastic.hosts_rendezvous_store``). One per job, for the job's whole life."""
+
+
+@dataclass(frozen=True)
+class DeleteRendezvousStore:
+    """Stop the job's rendezvous store (the job is over; the store holds no logs)."""
 
 
 @dataclass(frozen=True)
@@ -42,7 +57,7 @@ class Event:
     message: str
 
 
-Action = CreateReplica | DeleteReplica | DeleteJob
+Action = CreateReplica | DeleteReplica | CreateRendezvousStore | DeleteRendezvousStore | DeleteJob
 
 
 @dataclass

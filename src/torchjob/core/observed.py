@@ -23,6 +23,18 @@ class Phase(str, Enum):
         return self in (Phase.PENDING, Phase.RUNNING)
 
 
+class PlatformReason(str, Enum):
+    """Why the platform, not the program, ended or is ending a replica."""
+
+    PREEMPTED = "Preempted"  # an outside SIGTERM, a preemption notice, a DisruptionTarget of preemption
+    EVICTED = "Evicted"  # the kubelet or the Eviction API took the Pod away
+    OOM_KILLED = "OOMKilled"  # over its memory limit (this one is the program's to fix: it counts)
+    # A replica of a running group that is simply gone (its Pod deleted by hand or by a lost node's garbage
+    # collection). A lone replacement could never rejoin a static DDP group (kubeflow/trainer #1478), so it
+    # ends the attempt like any failure, but it is not the program's fault either.
+    VANISHED = "Vanished"
+
+
 @dataclass(frozen=True)
 class ReplicaObservation:
     """One replica (process or Pod) of one attempt, as it is now."""
@@ -33,8 +45,7 @@ class ReplicaObservation:
     exit_code: int | None = None
     # The signal that ended it, when it was killed by one (a Pod reports these as exit code 128+N).
     signal: int | None = None
-    # A platform reason such as OOMKilled, Evicted or Preempted.
-    reason: str | None = None
+    reason: PlatformReason | None = None
     # The last lines of its output, or the exception it raised.
     message: str | None = None
     finished_at: datetime | None = None
@@ -47,6 +58,11 @@ class ReplicaObservation:
     # Its failure began then, not when it finally exited after checkpointing; peers that crash meanwhile
     # are collateral damage.
     disrupted_at: datetime | None = None
+
+    def __post_init__(self) -> None:
+        # A reason given by its value ("Evicted", as the API server spells it) is the same reason.
+        if self.reason is not None and not isinstance(self.reason, PlatformReason):
+            object.__setattr__(self, "reason", PlatformReason(self.reason))
 
     @property
     def failure_onset(self) -> datetime | None:
@@ -62,12 +78,12 @@ class ReplicaObservation:
 
     def describe(self) -> str:
         """The root cause in words, e.g. ``worker-1 exited with code 3: ValueError: bad input``."""
-        if self.reason == "Preempted":
+        if self.reason is PlatformReason.PREEMPTED:
             what = f"{self.replica} was preempted (SIGTERM from outside torchjob)"
-        elif self.reason == "Vanished":
+        elif self.reason is PlatformReason.VANISHED:
             what = f"{self.replica} vanished while the group was running (its Pod was deleted)"
-        elif self.reason in ("OOMKilled", "Evicted"):
-            what = f"{self.replica} was {self.reason}"
+        elif self.reason in (PlatformReason.OOM_KILLED, PlatformReason.EVICTED):
+            what = f"{self.replica} was {self.reason.value}"
             if self.effective_exit_code is not None:
                 what += f" (exit code {self.effective_exit_code})"
         elif self.signal is not None:
@@ -77,10 +93,19 @@ class ReplicaObservation:
         elif self.exit_code is not None:
             what = f"{self.replica} exited with code {self.exit_code}"
         else:
-            what = f"{self.replica} failed" + (f" ({self.reason})" if self.reason else "")
+            what = f"{self.replica} failed" + (f" ({self.reason.value})" if self.reason else "")
         if self.message:
             what += f": {self.message}"
         return what
+
+
+@dataclass(frozen=True)
+class Observed:
+    """Everything a backend saw of one job in one pass."""
+
+    replicas: list[ReplicaObservation]
+    # The job's rendezvous store runs and is not being stopped.
+    store_running: bool = False
 
 
 def _signal_name(number: int) -> str:

@@ -13,6 +13,7 @@ name, locally the rendezvous must not see stale members).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
 
 from torchjob.api.types import (
@@ -23,16 +24,36 @@ from torchjob.api.types import (
     ReplicaStatus,
 )
 from torchjob.core import conditions
-from torchjob.core.actions import Action, CreateReplica, DeleteReplica, Event, Plan
+from torchjob.core.actions import (
+    Action,
+    CreateRendezvousStore,
+    CreateReplica,
+    DeleteRendezvousStore,
+    DeleteReplica,
+    Event,
+    Plan,
+)
 from torchjob.core.observed import Phase, ReplicaObservation
 from torchjob.core.policies import backoff, cleanup, deadline, elastic, progress, restart, success
 from torchjob.core.replicas import ReplicaId, expected_replicas, selector
 from torchjob.core.times import parse_timestamp, timestamp
 
 
-def plan(job: PyTorchJob, observed: Sequence[ReplicaObservation], now: datetime) -> Plan:
-    """Decide what to do next for ``job`` given its ``observed`` replicas at time ``now``."""
-    planner = _Planner(job, list(observed), now)
+def plan(
+    job: PyTorchJob,
+    observed: Sequence[ReplicaObservation],
+    now: datetime,
+    *,
+    store_running: bool = False,
+    reaches_rdzv_host: bool = True,
+) -> Plan:
+    """Decide what to do next for ``job`` given its ``observed`` replicas at time ``now``.
+
+    ``store_running``: the job's rendezvous store runs. ``reaches_rdzv_host``: the platform can reach a
+    ``rdzvHost`` the job names (a cluster can resolve it, a laptop cannot, so locally torchjob hosts the store).
+    """
+    hosts_store = elastic.hosts_rendezvous_store(job, honor_rdzv_host=reaches_rdzv_host)
+    planner = _Planner(job, list(observed), now, _StoreView(hosts_store, store_running))
     planner.run()
     status = planner.status
     if status != job.status:
@@ -40,13 +61,20 @@ def plan(job: PyTorchJob, observed: Sequence[ReplicaObservation], now: datetime)
     return Plan(actions=planner.actions, status=status, events=planner.events, requeue_at=planner.requeue_at)
 
 
+@dataclass(frozen=True)
+class _StoreView:
+    needed: bool  # torchjob hosts this job's rendezvous store
+    running: bool
+
+
 class _Planner:
     """One planning pass. Holds the working copy of the status and the actions decided so far."""
 
-    def __init__(self, job: PyTorchJob, observed: list[ReplicaObservation], now: datetime) -> None:
+    def __init__(self, job: PyTorchJob, observed: list[ReplicaObservation], now: datetime, store: _StoreView) -> None:
         self.job = job
         self.observed = observed
         self.now = now
+        self.store = store
         self.status: JobStatus = job.status.model_copy(deep=True)
         self.actions: list[Action] = []
         self.events: list[Event] = []
@@ -95,6 +123,7 @@ class _Planner:
             return
         self._wake_at(hang.check_at)
         self._create_missing(current)
+        self._keep_store(current)
         self._mark_running(current)
         self._count_replicas(current)
 
@@ -103,6 +132,9 @@ class _Planner:
     def _finished(self) -> None:
         self._count_replicas(self._current(), finished=True)
         self.actions += cleanup.replicas_to_remove(self.job, self.status, self.observed)
+        if self.store.running:
+            # Whatever the cleanPodPolicy: the store holds no logs, and nobody will meet at it again.
+            self.actions.append(DeleteRendezvousStore())
         delete_job, expiry = cleanup.ttl_action(self.job, self.status, self.now)
         if delete_job is not None:
             self.actions.append(delete_job)
@@ -238,6 +270,15 @@ class _Planner:
                 self._wake_at(deadline.deadline(self.job, self.status))
             if not any(a.attempt == self.status.attempt for a in self.status.attempts):
                 self.status.attempts.append(AttemptRecord(attempt=self.status.attempt, start_time=timestamp(self.now)))
+
+    def _keep_store(self, current: list[ReplicaObservation]) -> None:
+        """The rendezvous store runs whenever the group does: started before the first replicas that meet at
+        it, and again if it was lost (a replica could not re-form its group without it)."""
+        if not self.store.needed or self.store.running:
+            return
+        creating = any(isinstance(a, CreateReplica) for a in self.actions)
+        if creating or any(o.phase.live and not o.stopping for o in current):
+            self.actions.insert(0, CreateRendezvousStore())
 
     def _replacement_waits(self, replica: ReplicaId) -> bool:
         """A lost member's replacement waits until its due time (the planner wakes up then)."""

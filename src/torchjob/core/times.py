@@ -25,3 +25,8 @@ def later(start: datetime, seconds: float) -> datetime:
         return min(start + timedelta(seconds=seconds), NEVER)
     except OverflowError:
         return NEVER
+
+
+def age_seconds(created: str | None, now: datetime) -> float:
+    """Seconds since an object's ``creationTimestamp`` (0 when it has none yet)."""
+    return (now - parse_timestamp(created)).total_seconds() if created else 0.0

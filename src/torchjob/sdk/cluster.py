@@ -24,15 +24,16 @@ from torchjob.api.types import PyTorchJob
 from torchjob.backends.kubernetes.cluster import PyTorchJobResource, as_dict, connect
 from torchjob.backends.kubernetes.mapping import replica_of
 from torchjob.core import replicas
-from torchjob.core.times import parse_timestamp
+from torchjob.core.times import age_seconds
+from torchjob.sdk.client import JobClient
 from torchjob.sdk.errors import JobExistsError, JobNotFoundError, SdkError
-from torchjob.sdk.summary import JobSummary
+from torchjob.sdk.summary import JobSummary, last_condition
 
 _FINISHED = ("Succeeded", "Failed")
 _DRAIN_SECONDS = 3.0
 
 
-class ClusterClient:
+class ClusterClient(JobClient):
     def __init__(self, namespace: str | None = None, context: str | None = None, kubeconfig: str | None = None):
         try:
             self.client = connect(kubeconfig, context, namespace)
@@ -80,23 +81,21 @@ class ClusterClient:
         summaries = []
         for wire in items:
             status = wire.get("status") or {}
-            created = wire["metadata"].get("creationTimestamp")
-            conditions = status.get("conditions") or []
+            last = last_condition(wire)
             summaries.append(
                 JobSummary(
                     name=wire["metadata"]["name"],
-                    state=conditions[-1]["type"] if conditions else "",
-                    age_seconds=(now - parse_timestamp(created)).total_seconds() if created else 0.0,
+                    state=last.get("type", ""),
+                    age_seconds=age_seconds(wire["metadata"].get("creationTimestamp"), now),
                     attempt=status.get("attempt", 0),
                     restarts=status.get("restartCount", 0),
-                    message=conditions[-1].get("message", "") if conditions else "",
+                    message=last.get("message", ""),
                 )
             )
         return summaries
 
     def state(self, name: str) -> str:
-        conditions = (self.get_wire(name).get("status") or {}).get("conditions") or []
-        return conditions[-1]["type"] if conditions else ""
+        return str(last_condition(self.get_wire(name)).get("type", ""))
 
     def wait(self, name: str, timeout: float | None = None, poll: float = 1.0) -> dict[str, Any]:
         """Block until the job Succeeded or Failed; the job as it ended."""

@@ -10,9 +10,7 @@ from __future__ import annotations
 
 import builtins
 import functools
-import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -22,11 +20,13 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
-from torchjob import worker_files
-from torchjob.backends.local import processes
+from torchjob.api.extensions import DEFAULT_TERMINATION_GRACE
+from torchjob.backends.local import outputs, processes
 from torchjob.backends.local.logs import LogFollower
 from torchjob.backends.local.store import DamagedRecord, JobStore, LocalState, UnusableHome
-from torchjob.core.times import parse_timestamp
+from torchjob.core.times import age_seconds
+from torchjob.sdk import upkeep
+from torchjob.sdk.client import JobClient
 from torchjob.sdk.errors import (
     JobExistsError,
     JobNotFoundError,
@@ -63,7 +63,7 @@ def _store_errors(method: Callable[_P, _R]) -> Callable[_P, _R]:
     return wrapper
 
 
-class LocalClient:
+class LocalClient(JobClient):
     def __init__(self, home: Path | None = None) -> None:
         self.store = JobStore(home)
 
@@ -109,7 +109,7 @@ class LocalClient:
         on_pass: Callable[[PassResult], None] | None = None,
     ) -> PyTorchJob | None:
         """Supervise a created job in this process until it ends (raises ``Interrupted`` on a signal)."""
-        from torchjob.controller.local import AlreadySupervised, supervise
+        from torchjob.controller.supervise import AlreadySupervised, supervise
 
         try:
             return supervise(self.store, name, on_event=on_event, on_pass=on_pass)
@@ -159,13 +159,11 @@ class LocalClient:
             except DamagedRecord as err:
                 summaries.append(JobSummary(name, UNREADABLE, 0.0, 0, 0, str(err)))
                 continue
-            created = summary.get("created")
-            age = (now - parse_timestamp(created)).total_seconds() if created else 0.0
             summaries.append(
                 JobSummary(
                     name=name,
                     state=summary.get("state", ""),
-                    age_seconds=age,
+                    age_seconds=age_seconds(summary.get("created"), now),
                     attempt=summary.get("attempt", 0),
                     restarts=summary.get("restarts", 0),
                     message=summary.get("message", ""),
@@ -174,7 +172,12 @@ class LocalClient:
         return summaries
 
     @_store_errors
-    def state(self, name: str) -> LocalState:
+    def state(self, name: str) -> str:
+        return str(self._settle(name).get("state", ""))
+
+    @_store_errors
+    def records(self, name: str) -> LocalState:
+        """What the local backend keeps of the job's processes (controller, replicas, ports)."""
         try:
             return self.store.read_state(name)
         except FileNotFoundError:
@@ -186,17 +189,11 @@ class LocalClient:
         current one, or the newest that has output while the current one starts)."""
         if not self.store.exists(name):
             raise JobNotFoundError(name)
-        logs_dir = self.store.job_dir(name) / "logs"
-        started = sorted(int(p.name) for p in logs_dir.glob("*") if p.name.isdigit() and p.is_dir())
-        if attempt is not None:
-            if attempt not in started:
-                have = f"attempts {started[0]}–{started[-1]}" if len(started) > 1 else f"attempt {started[0]}"
-                raise SdkError(f"job {name!r} has no attempt {attempt}; it has {have if started else 'none yet'}")
-            return {p.stem: p for p in sorted((logs_dir / str(attempt)).glob("*.log"))}
         current = int(self._summary(name).get("attempt", 0))
-        # The current attempt may not have started yet (being restarted): show the previous one.
-        newest = max((a for a in started if a <= current), default=None)
-        return {} if newest is None else {p.stem: p for p in sorted((logs_dir / str(newest)).glob("*.log"))}
+        try:
+            return outputs.log_files(self.store.job_dir(name) / "logs", attempt, current)
+        except outputs.NoSuchAttempt as err:
+            raise SdkError(f"job {name!r} {err}") from None
 
     @_store_errors
     def logs(self, name: str, replica: str | None = None, attempt: int | None = None) -> str:
@@ -238,22 +235,14 @@ class LocalClient:
         """Rank → its step records, from the JSONL files torchjob.train writes into the job's output."""
         if not self.store.exists(name):
             raise JobNotFoundError(name)
-        found: dict[int, builtins.list[dict[str, Any]]] = {}
-        for path in sorted((self.store.output_dir(name) / worker_files.METRICS_DIR).glob("rank-*.jsonl")):
-            rank_text = path.stem.removeprefix("rank-")
-            if not rank_text.isdigit():
-                continue
-            with open(path, errors="replace") as f:
-                # A line being written as we read is simply not complete yet; a damaged one is skipped.
-                found[int(rank_text)] = [r for r in map(_json_record, f) if r is not None]
-        return found
+        return outputs.rank_metrics(self.store.output_dir(name))
 
     @_store_errors
-    def wait(self, name: str, timeout: float | None = None, poll: float = 0.2) -> PyTorchJob:
+    def wait(self, name: str, timeout: float | None = None, poll: float = 0.2) -> dict[str, Any]:
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             if self._is_over(name):
-                return self.get(name)
+                return self.get_wire(name)
             if deadline is not None and time.monotonic() > deadline:
                 raise SdkError(f"job {name!r} did not finish within {timeout}s")
             time.sleep(poll)
@@ -263,14 +252,14 @@ class LocalClient:
     @_store_errors
     def scale(self, name: str, workers: int) -> None:
         """Ask a running elastic job for ``workers`` Workers; its controller applies it within a pass."""
-        from torchjob.controller.local import WAKE_SIGNAL
+        from torchjob.controller.supervise import WAKE_SIGNAL
         from torchjob.core.policies.elastic import scale_problem
 
         self._settle(name)
         problem = scale_problem(self.get(name), workers)
         if problem:
             raise SdkError(problem)
-        controller = processes.controller(self.state(name).controller, self.store.controller_lock_path(name))
+        controller = processes.controller(self.records(name).controller, self.store.controller_lock_path(name))
         if controller is None:
             raise SdkError(f"job {name!r} has no running controller to apply the change")
         self.store.request_scale(name, workers)
@@ -279,29 +268,14 @@ class LocalClient:
     # -- deleting -------------------------------------------------------------------------------------
 
     @_store_errors
-    def delete(self, name: str, grace: float = 10.0) -> None:
+    def delete(self, name: str, grace: float = DEFAULT_TERMINATION_GRACE) -> None:
         """Stop a running job's controller (which stops its replicas), then remove its records and logs.
 
         A job whose records are damaged is removed all the same; only processes proven to be its own are
         stopped. Raises when something could not be removed, naming it."""
         if not self.store.exists(name):
             raise JobNotFoundError(name)
-        import psutil
-
-        try:
-            state: LocalState | None = self.store.read_state(name)
-        except (DamagedRecord, FileNotFoundError):
-            state = None  # nothing proves which processes were the job's: none is touched
-        if state is not None:
-            controller = processes.controller(state.controller, self.store.controller_lock_path(name))
-            if controller is not None:
-                controller.send_signal(signal.SIGTERM)
-                try:
-                    controller.wait(grace + 5)
-                except psutil.TimeoutExpired:
-                    controller.kill()
-            processes.kill_marked(state.job_uid)
-        left = self.store.remove(name)
+        left = upkeep.remove_job(self.store, name, grace)
         if left:
             more = f" (and {len(left) - 1} more)" if len(left) > 1 else ""
             raise SdkError(f"job {name!r} was only partly deleted: cannot remove {left[0]}{more}")
@@ -315,7 +289,7 @@ class LocalClient:
             raise JobNotFoundError(name) from None
 
     def _controller_lives(self, name: str) -> bool:
-        return processes.controller_lock_held(self.store.controller_lock_path(name))
+        return upkeep.controller_lives(self.store, name)
 
     def _state_or_unreadable(self, name: str) -> str:
         try:
@@ -332,41 +306,13 @@ class LocalClient:
         return bool(summary.get("finished")) and not self._controller_lives(name)
 
     def _settle(self, name: str) -> dict[str, Any]:
-        """Bring a record up to date with reality: an expired job goes (TTL), an orphaned one fails.
-        Returns the job's summary as it is afterwards."""
+        """The job's summary, once its record is brought up to date with reality (see ``upkeep.settle``)."""
         if not self.store.exists(name):
             raise JobNotFoundError(name)
-        summary = self._summary(name)
-        if summary.get("finished"):
-            expires = summary.get("ttlExpiresAt")
-            if expires and datetime.now(timezone.utc) >= parse_timestamp(expires):
-                self.delete(name)
-                raise JobNotFoundError(name)
-            return summary
         try:
-            state = self.store.read_state(name)
+            summary = upkeep.settle(self.store, name)
         except FileNotFoundError:
             raise JobNotFoundError(name) from None
-        if state.controller_pid is None or self._controller_lives(name):
-            return summary  # not started yet, or its controller is alive
-        self._fail_orphan(name, state)
-        return self._summary(name)
-
-    def _fail_orphan(self, name: str, state: LocalState) -> None:
-        from torchjob.core import conditions
-
-        processes.kill_marked(state.job_uid)
-        job = self.store.read_job(name)
-        cause = f"its controller (pid {state.controller_pid}) ended without finishing it"
-        conditions.fail_job(job.status, job.namespace, job.name, cause, datetime.now(timezone.utc))
-        self.store.write_job(job)
-
-
-def _json_record(line: str) -> dict[str, Any] | None:
-    if not line.endswith("\n"):
-        return None
-    try:
-        record = json.loads(line)
-    except ValueError:
-        return None
-    return record if isinstance(record, dict) else None
+        if summary is None:
+            raise JobNotFoundError(name)  # its TTL had passed: it is gone now
+        return summary

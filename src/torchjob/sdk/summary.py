@@ -1,8 +1,10 @@
-"""``JobSummary``: the row `torchjob list` shows for one job, the same shape for local and cluster jobs."""
+"""``JobSummary``: the row `torchjob list` shows for one job, the same shape for local and cluster jobs; and
+the one reading of a job's State from its wire form."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 # The state shown for a local job whose records cannot be read; `torchjob delete` still removes it.
 UNREADABLE = "Unreadable"
@@ -16,3 +18,13 @@ class JobSummary:
     attempt: int
     restarts: int
     message: str
+
+
+def last_condition(wire: dict[str, Any]) -> dict[str, Any]:
+    """A job's last condition in wire form: its type is the job's State (what ``kubectl get`` shows), shown
+    with its message. Empty when there is none yet.
+
+    For readers of the wire format (``torchjob get``, the cluster client), which must show any job, even one
+    whose spec does not validate; :func:`torchjob.core.conditions.state` is the same rule on a typed job."""
+    found = (wire.get("status") or {}).get("conditions") or []
+    return found[-1] if found and isinstance(found[-1], dict) else {}

@@ -12,7 +12,7 @@ from typing import Any
 
 from torchjob.api.loading import job_from_mapping
 from torchjob.api.types import PyTorchJob, ReplicaType
-from torchjob.core.observed import Phase, ReplicaObservation
+from torchjob.core.observed import Phase, PlatformReason, ReplicaObservation
 from torchjob.core.replicas import ReplicaId
 
 
@@ -122,7 +122,7 @@ def failed(
         Phase.FAILED,
         exit_code=None if signal else exit_code,
         signal=signal,
-        reason=reason,
+        reason=PlatformReason(reason) if reason else None,
         message=message,
         finished_at=at,
         stopping=stopping,

@@ -26,12 +26,9 @@ import json
 import os
 import random
 import re
-import signal
-import sys
 import threading
 import time
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
 import fsspec
@@ -39,11 +36,10 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from torchjob import worker_files
 from torchjob.train.init import DistContext
+from torchjob.train.preemption import PreemptionWatch
 
 _MANIFEST = re.compile(r"ckpt-(\d{12})\.json$")
-PREEMPTED_EXIT_CODE = 143  # 128 + SIGTERM: retryable under every restart policy, ExitCode included
 
 
 class CheckpointError(RuntimeError):
@@ -73,8 +69,7 @@ class Checkpointer:
         self.last_save_seconds = 0.0
         self._pending: threading.Thread | None = None
         self._pending_error: BaseException | None = None
-        self._preempted = False
-        self._signalled_ranks: list[int] = []
+        self._preemption = PreemptionWatch(ctx)
 
     # -- saving ---------------------------------------------------------------------------------------
 
@@ -193,7 +188,7 @@ class Checkpointer:
         if self.ctx.rank < len(ranks):
             _set_rng_state(ranks[self.ctx.rank])
 
-    # -- preemption -----------------------------------------------------------------------------------
+    # -- preemption (see preemption.py) -------------------------------------------------------------------
 
     def handle_preemption(self, grace_seconds: float = 8.0) -> None:
         """On SIGTERM (eviction, preemption, a group restart) finish the current step, checkpoint, exit.
@@ -202,52 +197,17 @@ class Checkpointer:
         stop at the same step and save together. A rank that cannot get there (stuck in a collective whose
         peer is gone) exits with 143 after ``grace_seconds``, before the controller's SIGKILL.
         """
-
-        def on_sigterm(signum: int, _frame: FrameType | None) -> None:
-            if not self._preempted:
-                self._preempted = True
-                self._record_notice()
-                timer = threading.Timer(grace_seconds, os._exit, args=(PREEMPTED_EXIT_CODE,))
-                timer.daemon = True
-                timer.start()
-
-        signal.signal(signal.SIGTERM, on_sigterm)
-
-    def _record_notice(self) -> None:
-        """Tell the controller when the notice came: peers may crash before this rank is done saving."""
-        output = os.environ.get(worker_files.ENV_OUTPUT_DIR)
-        if not output:
-            return
-        key = worker_files.process_key(os.environ.get(worker_files.ENV_REPLICA), self.ctx.local_rank, self.ctx.rank)
-        path = worker_files.preemption_file(output, key)
-        with contextlib.suppress(OSError):
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_suffix(".tmp")
-            tmp.write_text(json.dumps({"time": time.time()}))
-            os.replace(tmp, path)
+        self._preemption.install(grace_seconds)
 
     def preempted(self) -> bool:
         """Whether any rank has been told to stop (collective: call it on every rank after each step)."""
-        flags = [torch.tensor([1 if self._preempted else 0])]
-        if self.ctx.distributed:
-            local, flags = flags[0], [torch.zeros(1, dtype=torch.long) for _ in range(self.ctx.world_size)]
-            dist.all_gather(flags, local)
-        self._signalled_ranks = [rank for rank, flag in enumerate(flags) if flag.item()]
-        return bool(self._signalled_ranks)
+        return self._preemption.any_rank()
 
     def exit_preempted(self, state: dict[str, Any], step: int) -> None:
         """Save a final checkpoint, wait for it, and exit with 143 so the controller retries the replica."""
         self.save(state, step)
         self.wait()
-        if self.ctx.is_main:
-            ranks = ", ".join(map(str, self._signalled_ranks)) or "?"
-            print(f"Rank 0: preempted (SIGTERM to rank {ranks}); checkpoint of step {step} saved, exiting", flush=True)
-        # Exit without interpreter shutdown: tearing down a gloo group (or its threads at exit) while peers
-        # leave at the same moment can abort with SIGABRT, turning a clean preemption (143) into a crash.
-        # Everything worth keeping is on disk: the checkpoint was waited for, metrics are line-buffered.
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(PREEMPTED_EXIT_CODE)
+        self._preemption.exit(step)
 
     # -- helpers --------------------------------------------------------------------------------------
 

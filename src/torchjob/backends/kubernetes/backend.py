@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import secrets
 import threading
-import time
 from collections import Counter
 from datetime import datetime, timezone
 from typing import Any
@@ -23,12 +22,20 @@ from lightkube.types import PatchType
 
 from torchjob.api import extensions
 from torchjob.api.types import PyTorchJob
+from torchjob.backends.base import Backend
 from torchjob.backends.kubernetes import crd, mapping
 from torchjob.backends.kubernetes.cluster import PyTorchJobResource, as_dict
-from torchjob.core import conditions, replicas
-from torchjob.core.actions import Action, CreateReplica, DeleteJob, DeleteReplica, Event
-from torchjob.core.observed import ReplicaObservation
-from torchjob.core.policies import elastic
+from torchjob.core import replicas
+from torchjob.core.actions import (
+    Action,
+    CreateRendezvousStore,
+    CreateReplica,
+    DeleteJob,
+    DeleteRendezvousStore,
+    DeleteReplica,
+    Event,
+)
+from torchjob.core.observed import Observed
 from torchjob.core.times import timestamp
 
 COMPONENT = "torchjob-operator"
@@ -50,7 +57,12 @@ class RequestCounter:
         return sum(self.by_verb.values())
 
 
-class KubernetesBackend:
+class KubernetesBackend(Backend):
+    """One per operator: carries out plans against the API server for every job it reconciles."""
+
+    # Pods resolve a job's rdzvHost through the cluster's DNS.
+    reaches_rdzv_host = True
+
     def __init__(self, client: Client, counter: RequestCounter | None = None) -> None:
         self.client = client
         self.counter = counter or RequestCounter()
@@ -59,11 +71,7 @@ class KubernetesBackend:
 
     # -- Backend --------------------------------------------------------------------------------------
 
-    def refresh(self, job: PyTorchJob) -> PyTorchJob:
-        # The operator reads the job from the API server at the start of every pass.
-        return job
-
-    def observe(self, job: PyTorchJob) -> list[ReplicaObservation]:
+    def observe(self, job: PyTorchJob) -> Observed:
         self.counter.add("list")
         selector: dict[str, Any] = {replicas.LABEL_JOB_NAME: job.name, replicas.LABEL_OPERATOR: replicas.OPERATOR_NAME}
         pods = [as_dict(p) for p in self.client.list(Pod, namespace=job.namespace, labels=selector)]
@@ -73,7 +81,9 @@ class KubernetesBackend:
         in_doubt = {mapping.node_in_doubt(p) for p in owned} - {None}
         nodes = {name: self._node(name) for name in in_doubt if name}
         observations = [mapping.observe_pod(p, nodes.get(p.get("spec", {}).get("nodeName", ""))) for p in owned]
-        return [o for o in observations if o is not None]
+        store = self._pods.get(mapping.store_name(job))
+        store_running = store is not None and store["metadata"].get("deletionTimestamp") is None
+        return Observed([o for o in observations if o is not None], store_running=store_running)
 
     def _node(self, name: str) -> dict[str, Any] | None:
         """The Node a running Pod that is not Ready sits on (its kubelet may have stopped reporting)."""
@@ -84,17 +94,14 @@ class KubernetesBackend:
             return None  # deleted, or not readable: the Pod says what it says
 
     def execute(self, job: PyTorchJob, actions: list[Action]) -> None:
-        store = mapping.store_name(job)
-        if elastic.hosts_rendezvous_store(job):
-            if any(isinstance(a, CreateReplica) for a in actions) and store not in self._pods:
+        for action in actions:
+            if isinstance(action, CreateRendezvousStore):
                 self._create(mapping.store_service_manifest(job), Service)
                 self._create(mapping.store_pod_manifest(job), Pod)
-            elif conditions.is_finished(job.status) and store in self._pods:
-                # The job is over: its rendezvous store goes whatever the cleanPodPolicy (it holds no logs).
-                self._delete(Pod, store, job.namespace)
-                self._delete(Service, store, job.namespace)
-        for action in actions:
-            if isinstance(action, CreateReplica):
+            elif isinstance(action, DeleteRendezvousStore):
+                self._delete(Pod, mapping.store_name(job), job.namespace)
+                self._delete(Service, mapping.store_name(job), job.namespace)
+            elif isinstance(action, CreateReplica):
                 self._create(mapping.service_manifest(job, action.replica), Service)
                 self._create(mapping.pod_manifest(job, action.replica, action.attempt), Pod)
             elif isinstance(action, DeleteReplica):
@@ -104,20 +111,16 @@ class KubernetesBackend:
                 with contextlib.suppress(ApiError):
                     self.client.delete(PyTorchJobResource, job.name, namespace=job.namespace)
 
-    def record_status(self, job: PyTorchJob, events: list[Event]) -> None:
+    def record_status(self, job: PyTorchJob) -> None:
         self.patch_status(job.namespace, job.name, job.to_wire()["status"])
+
+    def publish(self, job: PyTorchJob, events: list[Event]) -> None:
         for event in events:
             self.emit(job.namespace, job.name, job.metadata.uid, event)
-
-    def wait(self, until: datetime | None) -> None:
-        # The operator is woken by watches; this is only for run_until_done on a cluster job.
-        delay = 1.0 if until is None else (until - datetime.now(timezone.utc)).total_seconds()
-        time.sleep(min(max(delay, 0.05), 1.0))
 
     # -- helpers --------------------------------------------------------------------------------------
 
     def patch_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
-        status = {**status, "lastReconcileTime": timestamp(datetime.now(timezone.utc))}
         self.counter.add("patch")
         self.client.patch(
             PyTorchJobResource.Status, name, {"status": status}, namespace=namespace, patch_type=PatchType.MERGE
@@ -180,7 +183,7 @@ class KubernetesBackend:
                 namespace=job.namespace,
                 grace_period=int(float(grace)) if grace is not None else None,
             )
-        if conditions.is_finished(job.status):
+        if action.final:
             # The job is over: its Services go with its Pods (under cleanPodPolicy, as Kubeflow does).
             self._delete(Service, name, job.namespace)
 

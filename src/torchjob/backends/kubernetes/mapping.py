@@ -24,14 +24,13 @@ from torchjob.api import extensions
 from torchjob.api.types import DEFAULT_CONTAINER_NAME, DEFAULT_PORT, DEFAULT_PORT_NAME, PyTorchJob, ReplicaType
 from torchjob.core import replicas
 from torchjob.core.envs import Addressing, replica_env
-from torchjob.core.observed import Phase, ReplicaObservation
+from torchjob.core.observed import Phase, PlatformReason, ReplicaObservation
 from torchjob.core.policies.elastic import hosts_rendezvous_store
 from torchjob.core.replicas import ReplicaId
 
 # Pod conditions the API server or the kubelet add when the platform takes a Pod away (Kubernetes ≥ 1.26).
 _DISRUPTION_CONDITION = "DisruptionTarget"
 _PREEMPTION_REASONS = ("PreemptionByScheduler", "PreemptionByKubeScheduler")
-_EVICTION_REASONS = ("EvictionByEvictionAPI", "DeletionByTaintManager", "TerminationByKubelet", "DeletionByPodGC")
 _MAX_MESSAGE = 600
 # torchrun's default c10d port; the store listens there unless the job's rdzvPort says otherwise.
 STORE_PORT = 29400
@@ -264,13 +263,14 @@ def observe_pod(pod: dict[str, Any], node: dict[str, Any] | None = None) -> Repl
     status = pod.get("status") or {}
     stopping = metadata.get("deletionTimestamp") is not None
     disruption = _condition(status, _DISRUPTION_CONDITION)
-    platform_reason: str | None = None
+    platform_reason: PlatformReason | None = None
     disrupted_at: datetime | None = None
     if disruption is not None and disruption.get("status") == "True":
-        platform_reason = "Preempted" if disruption.get("reason") in _PREEMPTION_REASONS else "Evicted"
+        preempted = disruption.get("reason") in _PREEMPTION_REASONS
+        platform_reason = PlatformReason.PREEMPTED if preempted else PlatformReason.EVICTED
         disrupted_at = _parse_time(disruption.get("lastTransitionTime"))
-    if status.get("reason") == "Evicted":
-        platform_reason = "Evicted"
+    if status.get("reason") == PlatformReason.EVICTED.value:
+        platform_reason = PlatformReason.EVICTED
     phase = {"Pending": Phase.PENDING, "Running": Phase.RUNNING, "Succeeded": Phase.SUCCEEDED}.get(
         status.get("phase") or "Pending", Phase.FAILED
     )
@@ -294,8 +294,8 @@ def observe_pod(pod: dict[str, Any], node: dict[str, Any] | None = None) -> Repl
         )
     terminated = terminated or {}
     reason = platform_reason
-    if terminated.get("reason") == "OOMKilled":
-        reason = "OOMKilled"
+    if terminated.get("reason") == PlatformReason.OOM_KILLED.value:
+        reason = PlatformReason.OOM_KILLED
     exit_code = terminated.get("exitCode")
     message = (terminated.get("message") or status.get("message") or "").strip()
     return ReplicaObservation(

@@ -26,18 +26,29 @@ from pathlib import Path
 from torchjob import worker_files
 from torchjob.api import extensions
 from torchjob.api.types import PyTorchJob
-from torchjob.backends.local import mapping, processes, shim
+from torchjob.backends.base import Backend
+from torchjob.backends.local import mapping, observing, processes, shim
 from torchjob.backends.local.logs import failure_summary
+from torchjob.backends.local.shim import ExitRecord
 from torchjob.backends.local.store import JobStore, LocalState, ProcessRecord
-from torchjob.core.actions import Action, CreateReplica, DeleteJob, DeleteReplica, Event
+from torchjob.core.actions import (
+    Action,
+    CreateRendezvousStore,
+    CreateReplica,
+    DeleteJob,
+    DeleteRendezvousStore,
+    DeleteReplica,
+    Event,
+)
 from torchjob.core.envs import Addressing
-from torchjob.core.observed import Phase, ReplicaObservation
+from torchjob.core.observed import Observed, ReplicaObservation
 from torchjob.core.policies import elastic
 from torchjob.core.replicas import ReplicaId, parse_replica_name
 
 LOCALHOST = "127.0.0.1"
 ROLE_REPLICA = "replica"
 ROLE_STORE = "rendezvous-store"
+_STORE_PORTS = "store"  # the key of the store's port in LocalState.ports (the others are attempts)
 # The longest the controller sleeps without a reason. It is woken at once by any replica's exit (pidfd) and
 # by the planner's own deadlines, so this only bounds how stale a missed event can get.
 MAX_IDLE_SECONDS = 5.0
@@ -51,8 +62,11 @@ def free_port() -> int:
         return port
 
 
-class LocalBackend:
+class LocalBackend(Backend):
     """Runs the replicas of one job as local processes. One instance per controller process."""
+
+    # A job's rdzvHost is a cluster name this machine cannot resolve: torchjob hosts the store instead.
+    reaches_rdzv_host = False
 
     def __init__(
         self,
@@ -71,24 +85,10 @@ class LocalBackend:
         self._popens: dict[tuple[str, int], subprocess.Popen[bytes]] = {}
         self._pidfds: dict[int, int] = {}
         self.deleted = False
-        # Readable when the controller got a signal (set up by controller.local): `torchjob scale` wakes it.
+        # Readable when the controller got a signal (set up by controller.supervise): `torchjob scale` wakes it.
         self.wake_fd: int | None = None
 
-    # -- Backend interface ----------------------------------------------------------------------------
-
-    def refresh(self, job: PyTorchJob) -> PyTorchJob:
-        workers = self.store.scale_request(self.name)
-        if workers is None:
-            return job
-        data = job.to_wire()
-        if elastic.scale_problem(job, workers) is None:
-            elastic.with_workers(data, workers)
-            job = PyTorchJob.model_validate(data)
-            self.store.write_job(job)
-        self.store.clear_scale_request(self.name)
-        return job
-
-    def observe(self, job: PyTorchJob) -> list[ReplicaObservation]:
+    def observe(self, job: PyTorchJob) -> Observed:
         changed = False
         observations = []
         for record in self.state.processes:
@@ -99,20 +99,18 @@ class LocalBackend:
                 if result is None and time.time() - record.stopping_since >= self.grace:
                     processes.kill_tree(record.identity, self.job_uid)
                 if result is not None:
-                    # A replica we stopped is gone: it is no longer part of the job.
-                    record.removed = True
-                    changed = True
+                    # A process we stopped is gone: it is no longer part of the job.
+                    record.removed = changed = True
                     continue
             if record.role != ROLE_REPLICA:
-                # A helper that died on its own takes its attempt's replicas down with it; they report that.
+                # A store that died on its own is gone; the planner starts another if the group needs one.
                 if result is not None:
                     record.removed = changed = True
                 continue
-            observations.append(self._observation(job, record, result))
-        changed |= self._stop_idle_helpers()
+            observations.append(self._observation(record, result))
         if changed:
             self._save_state()
-        return observations
+        return Observed(observations, store_running=self._store() is not None)
 
     def execute(self, job: PyTorchJob, actions: list[Action]) -> None:
         for action in actions:
@@ -120,16 +118,39 @@ class LocalBackend:
                 self._start(job, action.replica, action.attempt)
             elif isinstance(action, DeleteReplica):
                 self._stop(str(action.replica), action.attempt)
+            elif isinstance(action, CreateRendezvousStore):
+                self._start_store(job)
+            elif isinstance(action, DeleteRendezvousStore):
+                store = self._store()
+                if store is not None:
+                    self._stop(store.replica, store.attempt)
             elif isinstance(action, DeleteJob):
                 self.deleted = True
         if actions:
             self._save_state()
 
-    def record_status(self, job: PyTorchJob, events: list[Event]) -> None:
+    def record_status(self, job: PyTorchJob) -> None:
         if not self.deleted:
             self.store.write_job(job)
+
+    def publish(self, job: PyTorchJob, events: list[Event]) -> None:
         for event in events:
             self.on_event(event)
+
+    # -- what only the local driver needs (controller/supervise.py) -----------------------------------
+
+    def refresh(self, job: PyTorchJob) -> PyTorchJob:
+        """The job with a pending `torchjob scale` request applied (only the controller writes job.json)."""
+        workers = self.store.scale_request(self.name)
+        if workers is None:
+            return job
+        data = job.to_wire()
+        if elastic.scale_problem(job, workers) is None:
+            elastic.with_workers(data, workers)
+            job = PyTorchJob.model_validate(data)
+            self.store.write_job(job)
+        self.store.clear_scale_request(self.name)
+        return job
 
     def wait(self, until: datetime | None) -> None:
         timeout = MAX_IDLE_SECONDS
@@ -156,8 +177,6 @@ class LocalBackend:
             with contextlib.suppress(BlockingIOError):
                 os.read(self.wake_fd, 4096)
 
-    # -- beyond the interface -------------------------------------------------------------------------
-
     def stop_everything(self, grace: float | None = None) -> None:
         """Stop every live replica of the job and wait until all are gone (Ctrl-C, SIGTERM, delete)."""
         grace = self.grace if grace is None else grace
@@ -178,16 +197,20 @@ class LocalBackend:
 
     # -- processes ------------------------------------------------------------------------------------
 
-    def _addressing(self, job: PyTorchJob, attempt: int) -> Addressing:
-        ports = self.state.ports.get(str(attempt))
+    def _ports(self, key: str) -> dict[str, int]:
+        ports = self.state.ports.get(key)
         if ports is None:
             ports = {"master": free_port(), "rdzv": free_port()}
-            self.state.ports[str(attempt)] = ports
-        return mapping.local_addressing(job, LOCALHOST, ports["master"], ports["rdzv"], f"{self.name}-{attempt}")
+            self.state.ports[key] = ports
+        return ports
+
+    def _addressing(self, job: PyTorchJob, attempt: int) -> Addressing:
+        ports = self._ports(str(attempt))
+        # The rendezvous store lives as long as the job, so every attempt meets at its port.
+        rdzv_port = self._ports(_STORE_PORTS)["rdzv"] if self._hosts_store(job) else ports["rdzv"]
+        return mapping.local_addressing(job, LOCALHOST, ports["master"], rdzv_port, f"{self.name}-{attempt}")
 
     def _start(self, job: PyTorchJob, replica: ReplicaId, attempt: int) -> None:
-        if elastic.hosts_rendezvous_store(job, honor_rdzv_host=False):
-            self._ensure_store(job, attempt)
         log_path = self.store.log_path(self.name, attempt, str(replica))
         log_path.parent.mkdir(parents=True, exist_ok=True)
         spec = mapping.process_spec(
@@ -203,32 +226,36 @@ class LocalBackend:
         )
         self._spawn(str(replica), attempt, log_path, spec.argv, spec.env, spec.cwd)
 
-    def _ensure_store(self, job: PyTorchJob, attempt: int) -> None:
-        """Start the attempt's c10d rendezvous store (see torchjob.train.store_server) unless it runs."""
-        if any(r.role == ROLE_STORE and r.attempt == attempt and not r.removed for r in self.state.processes):
-            return
-        port = self._addressing(job, attempt).rdzv_port
+    def _hosts_store(self, job: PyTorchJob) -> bool:
+        return elastic.hosts_rendezvous_store(job, honor_rdzv_host=self.reaches_rdzv_host)
+
+    def _store(self) -> ProcessRecord | None:
+        """The job's rendezvous store process, while it runs and is not being stopped."""
+        return next(
+            (r for r in self.state.processes if r.role == ROLE_STORE and not r.removed and r.stopping_since is None),
+            None,
+        )
+
+    def _start_store(self, job: PyTorchJob) -> None:
+        """Start the job's c10d rendezvous store (see torchjob.train.store_server); its log is kept with the
+        attempt it started in."""
+        attempt = job.status.attempt
+        port = self._ports(_STORE_PORTS)["rdzv"]
         log_path = self.store.log_path(self.name, attempt, ROLE_STORE)
         log_path.parent.mkdir(parents=True, exist_ok=True)
         argv = [sys.executable, "-m", "torchjob.train.store_server", str(port)]
-        self._spawn(ROLE_STORE, attempt, log_path, argv, {"OMP_NUM_THREADS": "1"}, self.state.job_file_dir)
-        self.state.processes[-1].role = ROLE_STORE
-
-    def _stop_idle_helpers(self) -> bool:
-        """Stop helpers whose attempt has no replica left. True when something was asked to stop."""
-        live_attempts = {r.attempt for r in self.state.processes if r.role == ROLE_REPLICA and not r.removed}
-        stopped = False
-        for record in self.state.processes:
-            if record.role == ROLE_REPLICA or record.removed or record.stopping_since is not None:
-                continue
-            if record.attempt not in live_attempts:
-                processes.signal_group(record.identity, self.job_uid, signal.SIGTERM)
-                record.stopping_since = time.time()
-                stopped = True
-        return stopped
+        env = {"OMP_NUM_THREADS": "1"}
+        self._spawn(ROLE_STORE, attempt, log_path, argv, env, self.state.job_file_dir, role=ROLE_STORE)
 
     def _spawn(
-        self, name: str, attempt: int, log_path: Path, command: list[str], env: dict[str, str], cwd: str
+        self,
+        name: str,
+        attempt: int,
+        log_path: Path,
+        command: list[str],
+        env: dict[str, str],
+        cwd: str,
+        role: str = ROLE_REPLICA,
     ) -> None:
         """Start ``command`` under the shim, its output in ``log_path``, and record it."""
         status_path = str(log_path.with_suffix(".exit.json"))
@@ -248,7 +275,7 @@ class LocalBackend:
             except OSError as err:
                 # Recorded as a failed replica, so the planner reports it like any other failure.
                 log.write(f"torchjob: cannot start {command[0]!r} in {cwd}: {err.strerror}\n".encode())
-                Path(status_path).write_text(json.dumps({"exitCode": 127, "finishedAt": time.time()}))
+                ExitRecord(time.time(), exit_code=127).write(status_path)
             else:
                 self._popens[(name, attempt)] = popen
         self.state.processes.append(
@@ -260,6 +287,7 @@ class LocalBackend:
                 status_path=status_path,
                 started_at=time.time(),
                 process_started=identity.started if identity else None,
+                role=role,
             )
         )
 
@@ -272,7 +300,7 @@ class LocalBackend:
                     processes.signal_group(record.identity, self.job_uid, signal.SIGTERM)
                     record.stopping_since = time.time()
 
-    def _exit_status(self, record: ProcessRecord) -> dict[str, float] | None:
+    def _exit_status(self, record: ProcessRecord) -> ExitRecord | None:
         """How the replica ended, or None while it runs."""
         popen = self._popens.get((record.replica, record.attempt))
         if popen is not None and popen.poll() is None:
@@ -280,74 +308,33 @@ class LocalBackend:
         if popen is None and processes.replica(record.identity, self.job_uid) is not None:
             return None
         self._forget(record)
-        try:
-            result: dict[str, float] = json.loads(Path(record.status_path).read_text())
-            return result
-        except (OSError, ValueError):
-            # The shim itself was killed before it could write: its own fate is the replica's.
-            code = popen.returncode if popen is not None else None
-            if code is not None and code < 0:
-                return {"signal": -code, "finishedAt": time.time()}
-            return {"exitCode": 137 if code is None else code, "finishedAt": time.time()}
+        ended = ExitRecord.read(record.status_path)
+        if ended is not None:
+            return ended
+        # The shim itself was killed before it could write: its own fate is the replica's.
+        code = popen.returncode if popen is not None else None
+        if code is not None and code < 0:
+            return ExitRecord(time.time(), signal=-code)
+        return ExitRecord(time.time(), exit_code=137 if code is None else code)
 
-    def _observation(
-        self, job: PyTorchJob, record: ProcessRecord, result: dict[str, float] | None
-    ) -> ReplicaObservation:
+    def _observation(self, record: ProcessRecord, ended: ExitRecord | None) -> ReplicaObservation:
+        """Gather what the pure classifier (observing.py) needs about one replica process."""
         replica = parse_replica_name(record.replica)
         assert replica is not None, record.replica  # only replicas' records are observed
-        stopping = record.stopping_since is not None
-        # A SIGTERM torchjob did not send came from outside: an eviction or preemption, not the program's fault.
-        disrupted_at = None if stopping else self._preemption_notice(job, replica, record)
-        if result is None:
-            progress_at, progress_step = self._progress(job, replica)
-            return ReplicaObservation(
-                replica,
-                record.attempt,
-                Phase.RUNNING,
-                reason="Preempted" if disrupted_at else None,
-                stopping=stopping,
-                progress_at=progress_at,
-                progress_step=progress_step,
-                disrupted_at=disrupted_at,
-            )
-        finished = datetime.fromtimestamp(result.get("finishedAt", time.time()), timezone.utc)
-        code = int(result.get("exitCode", 0))
-        sig = int(result["signal"]) if "signal" in result else None
-        if sig is None and code == 0:
-            return ReplicaObservation(replica, record.attempt, Phase.SUCCEEDED, exit_code=0, finished_at=finished)
-        terminated = sig == signal.SIGTERM or (sig is None and code == 128 + signal.SIGTERM)
-        preempted = not stopping and (terminated or disrupted_at is not None)
+        output = self.store.output_dir(self.name)
+        notices = _times_in(worker_files.replica_files(output / worker_files.PREEMPTED_DIR, record.replica))
+        beats = _beats_in(worker_files.replica_files(output / worker_files.HEARTBEAT_DIR, record.replica))
+        failed = ended is not None and (ended.signal is not None or ended.exit_code != 0)
         log = Path(record.log_path)
-        return ReplicaObservation(
+        return observing.observe_process(
             replica,
             record.attempt,
-            Phase.FAILED,
-            exit_code=None if sig is not None else code,
-            signal=sig,
-            finished_at=finished,
-            reason="Preempted" if preempted else None,
-            stopping=stopping,
-            message=failure_summary(log, error_file=_error_file(log)),
-            disrupted_at=disrupted_at,
+            ended,
+            stopping=record.stopping_since is not None,
+            notice_at=observing.preemption_onset(notices, record.started_at),
+            beat=observing.slowest(beats) if ended is None else None,
+            message=failure_summary(log, error_file=_error_file(log)) if failed else None,
         )
-
-    def _preemption_notice(self, job: PyTorchJob, replica: ReplicaId, record: ProcessRecord) -> datetime | None:
-        """When torchjob.train saw one of this replica's processes get an outside SIGTERM, if it did."""
-        folder = self.store.output_dir(self.name) / worker_files.PREEMPTED_DIR
-        times = [t for t in map(_time_in, worker_files.replica_files(folder, str(replica))) if t is not None]
-        # A notice from an earlier attempt is stale.
-        fresh = [t for t in times if t >= record.started_at]
-        return datetime.fromtimestamp(min(fresh), timezone.utc) if fresh else None
-
-    def _progress(self, job: PyTorchJob, replica: ReplicaId) -> tuple[datetime | None, int | None]:
-        """This replica's progress from the heartbeats torchjob.train writes: its slowest process's, since
-        one stuck process stalls the whole replica."""
-        folder = self.store.output_dir(self.name) / worker_files.HEARTBEAT_DIR
-        beats = [b for b in map(_beat_in, worker_files.replica_files(folder, str(replica))) if b is not None]
-        if not beats:
-            return None, None
-        when, step = min(beats)
-        return datetime.fromtimestamp(when, timezone.utc), step
 
     def _pidfd(self, pid: int) -> int | None:
         if pid not in self._pidfds:
@@ -373,19 +360,23 @@ class LocalBackend:
         self.store.write_state(self.name, self.state)
 
 
-def _time_in(path: Path) -> float | None:
-    try:
-        return float(json.loads(path.read_text())["time"])
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
+def _times_in(paths: list[Path]) -> list[float]:
+    """The times of the preemption notices in ``paths`` (a damaged one is skipped)."""
+    times = []
+    for path in paths:
+        with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+            times.append(float(json.loads(path.read_text())["time"]))
+    return times
 
 
-def _beat_in(path: Path) -> tuple[float, int] | None:
-    try:
-        beat = json.loads(path.read_text())
-        return float(beat["time"]), int(beat["step"])
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
+def _beats_in(paths: list[Path]) -> list[observing.Beat]:
+    """The heartbeats in ``paths`` (a damaged one, or one being written, is skipped)."""
+    beats = []
+    for path in paths:
+        with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+            beat = json.loads(path.read_text())
+            beats.append(observing.Beat(float(beat["time"]), int(beat["step"])))
+    return beats
 
 
 def _error_file(log_path: Path) -> Path:

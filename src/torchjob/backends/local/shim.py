@@ -13,8 +13,11 @@ It runs as a plain file (``python shim.py``), importing nothing of torchjob, so 
 Usage: ``shim.py STATUS_FILE GRACE_SECONDS PARENT_PID -- COMMAND [ARG...]``
 """
 
+from __future__ import annotations
+
 import contextlib
 import ctypes
+import dataclasses
 import json
 import os
 import signal
@@ -23,6 +26,41 @@ import time
 
 PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
+
+
+@dataclasses.dataclass(frozen=True)
+class ExitRecord:
+    """How a replica's command ended: the status file the shim writes and the local backend reads."""
+
+    finished_at: float
+    exit_code: int | None = None
+    signal: int | None = None  # the signal that ended it, if one did (then exit_code is None)
+
+    def to_json(self) -> dict[str, object]:
+        data: dict[str, object] = {"finishedAt": self.finished_at}
+        if self.signal is not None:
+            data["signal"] = self.signal
+        else:
+            data["exitCode"] = self.exit_code if self.exit_code is not None else 0
+        return data
+
+    @classmethod
+    def read(cls, path: str) -> ExitRecord | None:
+        """The record at ``path``; None while there is none (the command runs, or the shim was killed)."""
+        try:
+            with open(path) as f:
+                data = json.load(f)
+            sig = data.get("signal")
+            return cls(
+                finished_at=float(data["finishedAt"]),
+                exit_code=None if sig is not None else int(data.get("exitCode", 0)),
+                signal=None if sig is None else int(sig),
+            )
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            return None
+
+    def write(self, path: str) -> None:
+        _write_json(path, self.to_json())
 
 
 def main() -> int:
@@ -71,14 +109,13 @@ def main() -> int:
             break
         except InterruptedError:
             continue
-    result: dict[str, object] = {"finishedAt": time.time()}
     if os.WIFSIGNALED(wait_status):
-        result["signal"] = os.WTERMSIG(wait_status)
+        ended = ExitRecord(time.time(), signal=os.WTERMSIG(wait_status))
         code = 128 + os.WTERMSIG(wait_status)
     else:
-        result["exitCode"] = os.WEXITSTATUS(wait_status)
+        ended = ExitRecord(time.time(), exit_code=os.WEXITSTATUS(wait_status))
         code = os.WEXITSTATUS(wait_status)
-    _write_json(status_file, result)
+    ended.write(status_file)
     # Leave nothing behind: a command's own children, in its group or in sessions of their own.
     _kill_everything_below()
     return code

@@ -31,7 +31,7 @@ def replicas_to_remove(job: PyTorchJob, status: JobStatus, observed: list[Replic
             reason = "the job failed"
         else:
             continue
-        actions.append(DeleteReplica(o.replica, o.attempt, reason))
+        actions.append(DeleteReplica(o.replica, o.attempt, reason, final=True))
     return actions
 
 

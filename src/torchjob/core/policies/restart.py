@@ -16,14 +16,11 @@ from dataclasses import dataclass
 
 from torchjob.api.types import ConditionType, JobStatus, PyTorchJob, RestartPolicy
 from torchjob.core import conditions
-from torchjob.core.observed import Phase, ReplicaObservation
+from torchjob.core.observed import Phase, PlatformReason, ReplicaObservation
 from torchjob.core.replicas import expected_replicas
 
-# "Vanished": a replica of a running group that is simply gone (its Pod deleted by hand or by the node's
-# garbage collection). A lone replacement could never rejoin a static DDP group (kubeflow/trainer #1478),
-# so it ends the attempt like any failure, but it is not the program's fault either.
-VANISHED = "Vanished"
-PLATFORM_REASONS = ("Evicted", "Preempted", VANISHED)
+# The platform's doing, not the program's: retried whatever the restart policy, and never counted.
+PLATFORM_REASONS = (PlatformReason.EVICTED, PlatformReason.PREEMPTED, PlatformReason.VANISHED)
 
 
 @dataclass(frozen=True)
@@ -88,7 +85,7 @@ def vanished_replicas(
     disrupted = record.disrupted if record is not None else {}
     # A replica the platform was seen disrupting is gone because of that: say so, not just "vanished".
     return [
-        ReplicaObservation(replica, generation, Phase.FAILED, reason=disrupted.get(str(replica), VANISHED))
+        ReplicaObservation(replica, generation, Phase.FAILED, reason=_reason(disrupted.get(str(replica))))
         for replica in expected_replicas(job)
         if replica not in present
     ]
@@ -101,4 +98,12 @@ def remember_disruptions(status: JobStatus, attempt: list[ReplicaObservation]) -
         return
     for o in attempt:
         if o.disrupted_at is not None and o.reason in PLATFORM_REASONS:
-            record.disrupted.setdefault(str(o.replica), o.reason)
+            record.disrupted.setdefault(str(o.replica), o.reason.value)
+
+
+def _reason(recorded: str | None) -> PlatformReason:
+    """The disruption an attempt record remembers, or Vanished when it remembers none."""
+    try:
+        return PlatformReason(recorded) if recorded else PlatformReason.VANISHED
+    except ValueError:
+        return PlatformReason.VANISHED

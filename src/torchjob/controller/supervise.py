@@ -10,15 +10,18 @@ import os
 import signal
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from datetime import datetime
 from types import FrameType
+from typing import Protocol
 
 from torchjob.api.types import PyTorchJob
+from torchjob.backends.base import Backend
 from torchjob.backends.local import processes
 from torchjob.backends.local.backend import LocalBackend
 from torchjob.backends.local.processes import ControllerLock
 from torchjob.backends.local.store import JobStore
-from torchjob.controller.clock import SystemClock
-from torchjob.controller.loop import PassResult, run_until_done
+from torchjob.controller.clock import Clock, SystemClock
+from torchjob.controller.loop import PassResult, reconcile_once
 from torchjob.core import conditions
 from torchjob.core.actions import Event
 
@@ -75,6 +78,37 @@ def supervise(
         store.remove(name)
         return None
     return job
+
+
+class SelfDriven(Backend, Protocol):
+    """A backend that drives its own loop (the local one; the operator is woken by watches instead)."""
+
+    def refresh(self, job: PyTorchJob) -> PyTorchJob:
+        """The job with changes asked for since the last pass (a pending `torchjob scale`)."""
+        ...
+
+    def wait(self, until: datetime | None) -> None:
+        """Block until something about the replicas may have changed, or until ``until``."""
+        ...
+
+
+def run_until_done(
+    job: PyTorchJob,
+    backend: SelfDriven,
+    clock: Clock | None = None,
+    on_pass: Callable[[PassResult], None] | None = None,
+) -> PyTorchJob:
+    """Reconcile until the job has finished and none of its replicas is still live."""
+    clock = clock or SystemClock()
+    while True:
+        result = reconcile_once(backend.refresh(job), backend, clock)
+        job = result.job
+        if on_pass is not None:
+            on_pass(result)
+        if result.done:
+            return job
+        # A finished job waits only for its replicas to go, not for its TTL (that is enforced on read).
+        backend.wait(None if conditions.is_finished(job.status) else result.requeue_at)
 
 
 def _record_interruption(job: PyTorchJob, signum: int) -> None:

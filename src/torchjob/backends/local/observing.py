@@ -1,0 +1,87 @@
+"""A local replica as the planner sees it: the pure twin of ``backends/kubernetes/mapping.observe_pod``.
+
+The local backend gathers the facts (the shim's exit record, whether torchjob asked the replica to stop, the
+preemption notices and heartbeats ``torchjob.train`` wrote, the last lines of its log); this module only
+classifies them, so every rule has a unit test that needs no process.
+"""
+
+from __future__ import annotations
+
+import signal
+from dataclasses import dataclass
+from datetime import datetime, timezone
+
+from torchjob.backends.local.shim import ExitRecord
+from torchjob.core.observed import Phase, PlatformReason, ReplicaObservation
+from torchjob.core.replicas import ReplicaId
+
+
+@dataclass(frozen=True)
+class Beat:
+    """One training process's last heartbeat: the step it completed, and when."""
+
+    time: float
+    step: int
+
+
+def _utc(seconds: float) -> datetime:
+    return datetime.fromtimestamp(seconds, timezone.utc)
+
+
+def preemption_onset(notices: list[float], started_at: float) -> datetime | None:
+    """When the replica's first process got an outside SIGTERM, among notices written since it started (a
+    notice from an earlier attempt is stale)."""
+    fresh = [t for t in notices if t >= started_at]
+    return _utc(min(fresh)) if fresh else None
+
+
+def slowest(beats: list[Beat]) -> Beat | None:
+    """A replica progresses only as fast as its slowest process: one stuck process stalls the replica."""
+    return min(beats, key=lambda b: (b.time, b.step)) if beats else None
+
+
+def observe_process(
+    replica: ReplicaId,
+    attempt: int,
+    ended: ExitRecord | None,
+    *,
+    stopping: bool,
+    notice_at: datetime | None = None,
+    beat: Beat | None = None,
+    message: str | None = None,
+) -> ReplicaObservation:
+    """Classify one replica process.
+
+    ``ended`` is None while it runs; ``stopping`` when torchjob asked it to stop; ``notice_at`` its preemption
+    notice; ``beat`` its slowest process's heartbeat; ``message`` the last lines of its output.
+    """
+    # A SIGTERM torchjob did not send came from outside: an eviction or preemption, not the program's fault.
+    disrupted_at = None if stopping else notice_at
+    if ended is None:
+        return ReplicaObservation(
+            replica,
+            attempt,
+            Phase.RUNNING,
+            reason=PlatformReason.PREEMPTED if disrupted_at else None,
+            stopping=stopping,
+            progress_at=_utc(beat.time) if beat else None,
+            progress_step=beat.step if beat else None,
+            disrupted_at=disrupted_at,
+        )
+    finished = _utc(ended.finished_at)
+    if ended.signal is None and ended.exit_code == 0:
+        return ReplicaObservation(replica, attempt, Phase.SUCCEEDED, exit_code=0, finished_at=finished)
+    terminated = ended.signal == signal.SIGTERM or (ended.signal is None and ended.exit_code == 128 + signal.SIGTERM)
+    preempted = not stopping and (terminated or disrupted_at is not None)
+    return ReplicaObservation(
+        replica,
+        attempt,
+        Phase.FAILED,
+        exit_code=ended.exit_code,
+        signal=ended.signal,
+        finished_at=finished,
+        reason=PlatformReason.PREEMPTED if preempted else None,
+        stopping=stopping,
+        message=message,
+        disrupted_at=disrupted_at,
+    )

@@ -1,0 +1,45 @@
+"""``JobClient``: the verbs both clients offer, with the same shapes, so the CLI treats local and cluster jobs
+alike. :class:`torchjob.sdk.local.LocalClient` and :class:`torchjob.sdk.cluster.ClusterClient` implement it.
+"""
+
+from __future__ import annotations
+
+import builtins
+from collections.abc import Iterator
+from typing import Any, Protocol
+
+from torchjob.sdk.summary import JobSummary
+
+
+class JobClient(Protocol):
+    def get_wire(self, name: str) -> dict[str, Any]:
+        """The job with its status, in Kubeflow's wire format."""
+        ...
+
+    def list(self) -> builtins.list[JobSummary]:
+        """A row per job."""
+        ...
+
+    def state(self, name: str) -> str:
+        """The job's State (its last condition's type; empty before the first)."""
+        ...
+
+    def logs(self, name: str, replica: str | None = None, attempt: int | None = None) -> str:
+        """What the replicas printed so far, each line prefixed ``[replica]`` unless one replica is asked for."""
+        ...
+
+    def follow(self, name: str, replica: str | None = None, poll: float = ...) -> Iterator[tuple[str, str]]:
+        """(replica, line) as replicas write, across restarts, until the job has ended."""
+        ...
+
+    def wait(self, name: str, timeout: float | None = None, poll: float = ...) -> dict[str, Any]:
+        """Block until the job has ended; the job as it ended, in wire format."""
+        ...
+
+    def scale(self, name: str, workers: int) -> None:
+        """Ask a running elastic job for ``workers`` Workers."""
+        ...
+
+    def delete(self, name: str) -> None:
+        """Remove the job (a running one is stopped first)."""
+        ...

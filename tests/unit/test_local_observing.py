@@ -1,0 +1,73 @@
+"""How a local replica process is classified: the pure twin of the Pod mapping's golden tests."""
+
+from __future__ import annotations
+
+import signal
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pytest
+
+from torchjob.api.types import ReplicaType
+from torchjob.backends.local.observing import Beat, observe_process, preemption_onset, slowest
+from torchjob.backends.local.shim import ExitRecord
+from torchjob.core.observed import Phase, PlatformReason
+from torchjob.core.replicas import ReplicaId
+
+WORKER = ReplicaId(ReplicaType.WORKER, 1)
+T = 1_800_000_000.0
+
+
+def utc(seconds: float) -> datetime:
+    return datetime.fromtimestamp(seconds, timezone.utc)
+
+
+def test_a_running_replica_reports_its_slowest_process() -> None:
+    beat = slowest([Beat(T + 9, 40), Beat(T + 3, 12), Beat(T + 8, 39)])
+    seen = observe_process(WORKER, 2, None, stopping=False, beat=beat)
+    assert (seen.phase, seen.attempt, seen.progress_step, seen.progress_at) == (Phase.RUNNING, 2, 12, utc(T + 3))
+    assert seen.reason is None and slowest([]) is None
+
+
+@pytest.mark.parametrize(
+    ("ended", "stopping", "phase", "reason", "code", "sig"),
+    [
+        (ExitRecord(T, exit_code=0), False, Phase.SUCCEEDED, None, 0, None),
+        (ExitRecord(T, exit_code=3), False, Phase.FAILED, None, 3, None),
+        (ExitRecord(T, signal=signal.SIGKILL), False, Phase.FAILED, None, None, signal.SIGKILL),
+        # An outside SIGTERM (to the process, or the exit code a shell gives it) is a preemption...
+        (ExitRecord(T, signal=signal.SIGTERM), False, Phase.FAILED, PlatformReason.PREEMPTED, None, signal.SIGTERM),
+        (ExitRecord(T, exit_code=143), False, Phase.FAILED, PlatformReason.PREEMPTED, 143, None),
+        # ...but not when torchjob sent it.
+        (ExitRecord(T, signal=signal.SIGTERM), True, Phase.FAILED, None, None, signal.SIGTERM),
+    ],
+)
+def test_how_a_replica_ended(
+    ended: ExitRecord, stopping: bool, phase: Phase, reason: PlatformReason | None, code: int | None, sig: int | None
+) -> None:
+    seen = observe_process(WORKER, 0, ended, stopping=stopping, message="boom")
+    assert (seen.phase, seen.reason, seen.exit_code, seen.signal) == (phase, reason, code, sig)
+    assert seen.finished_at == utc(T) and seen.stopping is stopping
+
+
+def test_a_notice_marks_the_onset_of_a_preemption_and_an_exit_after_it_is_no_fault() -> None:
+    onset = preemption_onset([T - 50, T + 2, T + 1], started_at=T)  # the first is an earlier attempt's
+    assert onset == utc(T + 1)
+    running = observe_process(WORKER, 0, None, stopping=False, notice_at=onset)
+    assert (running.reason, running.disrupted_at) == (PlatformReason.PREEMPTED, onset)
+    # It checkpointed and exited 1 afterwards: still the platform's doing, dated from the notice.
+    ended = observe_process(WORKER, 0, ExitRecord(T + 9, exit_code=1), stopping=False, notice_at=onset)
+    assert (ended.reason, ended.failure_onset) == (PlatformReason.PREEMPTED, onset)
+    # A notice means nothing once torchjob itself is stopping the replica.
+    assert observe_process(WORKER, 0, None, stopping=True, notice_at=onset).reason is None
+    assert preemption_onset([T - 50], started_at=T) is None
+
+
+def test_the_exit_record_round_trips_through_its_file(tmp_path: Path) -> None:
+    path = str(tmp_path / "worker-1.exit.json")
+    assert ExitRecord.read(path) is None
+    for record in (ExitRecord(T, exit_code=0), ExitRecord(T, exit_code=2), ExitRecord(T, signal=9)):
+        record.write(path)
+        assert ExitRecord.read(path) == record
+    Path(path).write_text("{not json")
+    assert ExitRecord.read(path) is None
