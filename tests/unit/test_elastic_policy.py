@@ -124,7 +124,7 @@ def test_an_elastic_job_that_does_not_start_torchrun_is_warned_about() -> None:
 
 
 def test_scale_problems_name_the_bound_or_the_missing_policy() -> None:
-    from torchjob.core.policies.elastic import scale_problem
+    from torchjob.sdk.client import scale_problem
 
     job = elastic_job(workers=2, low=1, high=3)
     assert scale_problem(job, 3) is None

@@ -6,9 +6,12 @@ from __future__ import annotations
 
 import builtins
 from collections.abc import Iterator
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from torchjob.sdk.summary import JobSummary
+
+if TYPE_CHECKING:
+    from torchjob.api.types import PyTorchJob
 
 
 class JobClient(Protocol):
@@ -43,3 +46,14 @@ class JobClient(Protocol):
     def delete(self, name: str) -> None:
         """Remove the job (a running one is stopped first)."""
         ...
+
+
+def scale_problem(job: PyTorchJob, workers: int) -> str | None:
+    """Why ``job`` cannot be scaled to ``workers`` Workers now, in one line; None when it can."""
+    from torchjob.api.scaling import workers_problem
+    from torchjob.core import conditions
+
+    problem = workers_problem(job, workers)
+    if problem is None and conditions.is_finished(job.status):
+        problem = f"job {job.name!r} has already finished ({conditions.state(job.status)})"
+    return problem

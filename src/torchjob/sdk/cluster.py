@@ -25,7 +25,7 @@ from torchjob.backends.kubernetes.cluster import PyTorchJobResource, as_dict, co
 from torchjob.backends.kubernetes.mapping import replica_of
 from torchjob.core import replicas
 from torchjob.core.times import age_seconds
-from torchjob.sdk.client import JobClient
+from torchjob.sdk.client import JobClient, scale_problem
 from torchjob.sdk.errors import JobExistsError, JobNotFoundError, SdkError
 from torchjob.sdk.summary import JobSummary, last_condition
 
@@ -112,7 +112,6 @@ class ClusterClient(JobClient):
     def scale(self, name: str, workers: int) -> None:
         """Set a running elastic job's Worker count; the operator starts or stops Workers to match."""
         from torchjob.api.loading import job_from_mapping
-        from torchjob.core.policies.elastic import scale_problem
 
         problem = scale_problem(job_from_mapping(self.get_wire(name)), workers)
         if problem:

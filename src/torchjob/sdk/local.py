@@ -26,7 +26,7 @@ from torchjob.backends.local.logs import LogFollower
 from torchjob.backends.local.store import DamagedRecord, JobStore, LocalState, UnusableHome
 from torchjob.core.times import age_seconds
 from torchjob.sdk import upkeep
-from torchjob.sdk.client import JobClient
+from torchjob.sdk.client import JobClient, scale_problem
 from torchjob.sdk.errors import (
     JobExistsError,
     JobNotFoundError,
@@ -253,7 +253,6 @@ class LocalClient(JobClient):
     def scale(self, name: str, workers: int) -> None:
         """Ask a running elastic job for ``workers`` Workers; its controller applies it within a pass."""
         from torchjob.controller.supervise import WAKE_SIGNAL
-        from torchjob.core.policies.elastic import scale_problem
 
         self._settle(name)
         problem = scale_problem(self.get(name), workers)

@@ -25,6 +25,7 @@ from pathlib import Path
 
 from torchjob import worker_files
 from torchjob.api import extensions
+from torchjob.api.scaling import with_workers, workers_problem
 from torchjob.api.types import PyTorchJob
 from torchjob.backends.base import Backend
 from torchjob.backends.local import mapping, observing, processes, shim
@@ -144,10 +145,8 @@ class LocalBackend(Backend):
         workers = self.store.scale_request(self.name)
         if workers is None:
             return job
-        data = job.to_wire()
-        if elastic.scale_problem(job, workers) is None:
-            elastic.with_workers(data, workers)
-            job = PyTorchJob.model_validate(data)
+        if workers_problem(job, workers) is None:  # checked when asked; the request file may be stale
+            job = with_workers(job, workers)
             self.store.write_job(job)
         self.store.clear_scale_request(self.name)
         return job

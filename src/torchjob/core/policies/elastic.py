@@ -16,11 +16,9 @@ Membership changes are counted in ``status.membershipChanges``, never in ``statu
 from __future__ import annotations
 
 from datetime import timedelta
-from typing import Any
 
 from torchjob.api import extensions
 from torchjob.api.types import PyTorchJob, ReplicaType
-from torchjob.core import conditions
 from torchjob.core.observed import Phase, ReplicaObservation
 from torchjob.core.policies.restart import is_retryable, restart_policy_of
 from torchjob.core.replicas import replica_count
@@ -84,24 +82,3 @@ def surplus_members(job: PyTorchJob, current: list[ReplicaObservation]) -> list[
 def remaining_workers(current: list[ReplicaObservation], leaving: list[ReplicaObservation]) -> int:
     gone = {o.replica for o in leaving}
     return sum(o.phase.live and o.replica not in gone for o in _workers(current))
-
-
-def scale_problem(job: PyTorchJob, workers: int) -> str | None:
-    """Why ``job`` cannot be scaled to ``workers`` Workers now, in one line; None when it can."""
-    elastic = job.spec.elastic_policy
-    if elastic is None:
-        return (
-            f"job {job.name!r} has no spec.elasticPolicy: a fixed DDP group cannot change size while it runs; "
-            "add elasticPolicy (minReplicas, maxReplicas) and launch with torchrun"
-        )
-    low, high = elastic.min_replicas or 1, elastic.max_replicas or workers
-    if not low <= workers <= high:
-        return f"--workers: must be within the job's elasticPolicy bounds [{low}, {high}], got {workers}"
-    if conditions.is_finished(job.status):
-        return f"job {job.name!r} has already finished ({conditions.state(job.status)})"
-    return None
-
-
-def with_workers(data: dict[str, Any], workers: int) -> None:
-    """Set the Worker count in a job's wire mapping (in place)."""
-    data["spec"]["pytorchReplicaSpecs"]["Worker"]["replicas"] = workers
