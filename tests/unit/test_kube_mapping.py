@@ -10,7 +10,8 @@ import yaml
 
 from torchjob.api.types import ReplicaType
 from torchjob.backends.kubernetes.crd import crd_manifest
-from torchjob.backends.kubernetes.mapping import node_in_doubt, observe_pod, pod_manifest, service_manifest
+from torchjob.backends.kubernetes.mapping import pod_manifest, service_manifest
+from torchjob.backends.kubernetes.observing import node_in_doubt, observe_pod
 from torchjob.core.observed import Phase
 from torchjob.core.replicas import ReplicaId
 from torchjob.testing import make_job
@@ -188,7 +189,7 @@ def test_elastic_c10d_jobs_meet_at_torchjobs_store_pod_unless_they_name_a_host()
     assert where.rdzv_conf_defaults == (("is_host", "false"),)
     pod = kube.store_pod_manifest(job)
     assert pod["metadata"]["labels"]["torchjob.io/role"] == "rendezvous-store"
-    assert kube.observe_pod(pod) is None  # never mistaken for a replica
+    assert observe_pod(pod) is None  # never mistaken for a replica
     assert pod["spec"]["containers"][0]["command"][-1] == "29400"
     assert kube.store_service_manifest(job)["spec"]["selector"] == pod["metadata"]["labels"]
     own = make_job("el").workers(2).elastic(minReplicas=1, rdzvHost="rdzv.example", rdzvPort=3000).build()

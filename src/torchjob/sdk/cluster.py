@@ -22,7 +22,7 @@ from lightkube.types import PatchType
 
 from torchjob.api.types import PyTorchJob
 from torchjob.backends.kubernetes.cluster import PyTorchJobResource, as_dict, connect
-from torchjob.backends.kubernetes.mapping import replica_of
+from torchjob.backends.kubernetes.observing import replica_of
 from torchjob.core import replicas
 from torchjob.core.times import age_seconds
 from torchjob.sdk.client import JobClient, scale_problem

@@ -23,7 +23,7 @@ from lightkube.types import PatchType
 from torchjob.api import extensions
 from torchjob.api.types import PyTorchJob
 from torchjob.backends.base import Backend
-from torchjob.backends.kubernetes import crd, mapping
+from torchjob.backends.kubernetes import crd, mapping, observing
 from torchjob.backends.kubernetes.cluster import PyTorchJobResource, as_dict
 from torchjob.core import replicas
 from torchjob.core.actions import (
@@ -78,9 +78,9 @@ class KubernetesBackend(Backend):
         # Only Pods this job object owns: a job deleted and created again under the same name starts afresh.
         owned = [p for p in pods if _owned_by(p, job.metadata.uid)]
         self._pods = {p["metadata"]["name"]: p for p in owned}
-        in_doubt = {mapping.node_in_doubt(p) for p in owned} - {None}
+        in_doubt = {observing.node_in_doubt(p) for p in owned} - {None}
         nodes = {name: self._node(name) for name in in_doubt if name}
-        observations = [mapping.observe_pod(p, nodes.get(p.get("spec", {}).get("nodeName", ""))) for p in owned]
+        observations = [observing.observe_pod(p, nodes.get(p.get("spec", {}).get("nodeName", ""))) for p in owned]
         store = self._pods.get(mapping.store_name(job))
         store_running = store is not None and store["metadata"].get("deletionTimestamp") is None
         return Observed([o for o in observations if o is not None], store_running=store_running)
@@ -171,7 +171,7 @@ class KubernetesBackend(Backend):
     def _delete_pod(self, job: PyTorchJob, action: DeleteReplica) -> None:
         name = action.replica.pod_name(job.name)
         pod = self._pods.get(name)
-        identity = mapping.replica_of(pod) if pod else None
+        identity = observing.replica_of(pod) if pod else None
         if identity is None or identity[1] != action.attempt:
             return  # already gone, or the name now belongs to another attempt
         grace = job.annotation(extensions.TERMINATION_GRACE)

@@ -1,5 +1,5 @@
-"""Pure mapping between the planner's world and Kubernetes objects: Pod and Service manifests for a replica,
-and a ReplicaObservation from a Pod as the API server reports it. No I/O, so it is golden-tested.
+"""Pure mapping from the planner's world to Kubernetes objects: the Pod and Service manifests of a replica and
+of the rendezvous store. No I/O, so it is golden-tested; ``observing.py`` reads Pods back.
 
 Names, labels, env and ownerReferences follow Kubeflow's contract (``<job>-master-0``, ``<job>-worker-<i>``,
 one headless Service per Pod with the Pod's name). Two deliberate differences, both invisible to training
@@ -10,13 +10,13 @@ scripts and to clients that read Kubeflow's fields:
   cannot rejoin a static DDP group (kubeflow/trainer #1478) and resets the restart count backoffLimit needs
   (#2045).
 - The ``pytorch`` container gets ``terminationMessagePolicy: FallbackToLogsOnError`` unless it sets one, so
-  the kubelet keeps the last lines of a crash in the Pod status, and the job's Failed condition can say why.
+  the kubelet keeps the last lines of a crash in the Pod status, and the job's Failed condition can say why
+  (see ``observing.py``).
 """
 
 from __future__ import annotations
 
 import copy
-from datetime import datetime
 from importlib import resources
 from typing import Any
 
@@ -24,14 +24,9 @@ from torchjob.api import extensions
 from torchjob.api.types import DEFAULT_CONTAINER_NAME, DEFAULT_PORT, DEFAULT_PORT_NAME, PyTorchJob, ReplicaType
 from torchjob.core import replicas
 from torchjob.core.envs import Addressing, replica_env
-from torchjob.core.observed import Phase, PlatformReason, ReplicaObservation
 from torchjob.core.policies.elastic import hosts_rendezvous_store
 from torchjob.core.replicas import ReplicaId
 
-# Pod conditions the API server or the kubelet add when the platform takes a Pod away (Kubernetes ≥ 1.26).
-_DISRUPTION_CONDITION = "DisruptionTarget"
-_PREEMPTION_REASONS = ("PreemptionByScheduler", "PreemptionByKubeScheduler")
-_MAX_MESSAGE = 600
 # torchrun's default c10d port; the store listens there unless the job's rdzvPort says otherwise.
 STORE_PORT = 29400
 LABEL_ROLE = "torchjob.io/role"
@@ -43,7 +38,7 @@ _STORE_POD_FIELDS = ("imagePullSecrets", "nodeSelector", "tolerations", "affinit
 def declared_port(job: PyTorchJob, replica_type: ReplicaType | None = None) -> int:
     """The ``pytorchjob-port`` the replica's ``pytorch`` container declares (defaulting adds 23456)."""
     rtype = replica_type or replicas.rendezvous_replica(job).replica_type
-    container = _pytorch_container(job.spec.pytorch_replica_specs[rtype].template)
+    container = pytorch_container(job.spec.pytorch_replica_specs[rtype].template)
     for port in (container or {}).get("ports") or []:
         if isinstance(port, dict) and port.get("name") == DEFAULT_PORT_NAME and port.get("containerPort"):
             return int(port["containerPort"])
@@ -96,7 +91,7 @@ def store_pod_manifest(job: PyTorchJob) -> dict[str, Any]:
     """
     worker = job.spec.pytorch_replica_specs[ReplicaType.WORKER].template
     pod = worker.get("spec") or {}
-    container = _pytorch_container(worker) or {}
+    container = pytorch_container(worker) or {}
     port = store_port(job)
     spec: dict[str, Any] = {k: copy.deepcopy(pod[k]) for k in _STORE_POD_FIELDS if k in pod}
     spec["restartPolicy"] = "Always"
@@ -200,7 +195,7 @@ def pod_manifest(job: PyTorchJob, replica: ReplicaId, attempt: int) -> dict[str,
 
 def service_manifest(job: PyTorchJob, replica: ReplicaId) -> dict[str, Any]:
     """The headless Service that gives a replica's Pod a stable DNS name (the Pod's own name)."""
-    container = _pytorch_container(job.spec.pytorch_replica_specs[replica.replica_type].template) or {}
+    container = pytorch_container(job.spec.pytorch_replica_specs[replica.replica_type].template) or {}
     ports = [
         {"name": p["name"], "port": int(p["containerPort"]), "targetPort": int(p["containerPort"])}
         for p in container.get("ports") or []
@@ -220,138 +215,8 @@ def service_manifest(job: PyTorchJob, replica: ReplicaId) -> dict[str, Any]:
     }
 
 
-def replica_of(pod: dict[str, Any]) -> tuple[ReplicaId, int] | None:
-    """Which replica and attempt a Pod is, from its labels; None for a Pod that is not a replica."""
-    labels = (pod.get("metadata") or {}).get("labels") or {}
-    try:
-        rtype = ReplicaType(labels[replicas.LABEL_REPLICA_TYPE].capitalize())
-        return ReplicaId(rtype, int(labels[replicas.LABEL_REPLICA_INDEX])), int(labels.get(replicas.LABEL_ATTEMPT, 0))
-    except (KeyError, ValueError):
-        return None
-
-
-def node_in_doubt(pod: dict[str, Any]) -> str | None:
-    """The node of a Pod that is Running but not Ready: the node lifecycle controller marks a lost node's Pods
-    so (its containers may well still run). Only then is the Node worth reading; None otherwise."""
-    status = pod.get("status") or {}
-    ready = _condition(status, "Ready")
-    if status.get("phase") != "Running" or ready is None or ready.get("status") == "True":
-        return None
-    return str((pod.get("spec") or {}).get("nodeName") or "") or None
-
-
-def _node_problem(node: dict[str, Any] | None) -> str | None:
-    """What is wrong with a Pod's node, in words, or None when it is Ready (or unknown)."""
-    if node is None:
-        return None
-    ready = _condition(node.get("status") or {}, "Ready")
-    if ready is None or ready.get("status") == "True":
-        return None
-    name = (node.get("metadata") or {}).get("name", "?")
-    since = ready.get("lastTransitionTime", "")
-    return f"node {name} is not ready ({ready.get('reason') or 'NotReady'} since {since}): waiting for it to return"
-
-
-def observe_pod(pod: dict[str, Any], node: dict[str, Any] | None = None) -> ReplicaObservation | None:
-    """A Pod as the planner sees it: phase, exit code or signal, the platform's reason, the crash's last lines;
-    for a live Pod, why it is waiting (a container's waiting reason, or ``node``, its Node, not being Ready)."""
-    identity = replica_of(pod)
-    if identity is None:
-        return None
-    replica, attempt = identity
-    metadata = pod.get("metadata") or {}
-    status = pod.get("status") or {}
-    stopping = metadata.get("deletionTimestamp") is not None
-    disruption = _condition(status, _DISRUPTION_CONDITION)
-    platform_reason: PlatformReason | None = None
-    disrupted_at: datetime | None = None
-    if disruption is not None and disruption.get("status") == "True":
-        preempted = disruption.get("reason") in _PREEMPTION_REASONS
-        platform_reason = PlatformReason.PREEMPTED if preempted else PlatformReason.EVICTED
-        disrupted_at = _parse_time(disruption.get("lastTransitionTime"))
-    if status.get("reason") == PlatformReason.EVICTED.value:
-        platform_reason = PlatformReason.EVICTED
-    phase = {"Pending": Phase.PENDING, "Running": Phase.RUNNING, "Succeeded": Phase.SUCCEEDED}.get(
-        status.get("phase") or "Pending", Phase.FAILED
-    )
-    if status.get("phase") == "Unknown":
-        phase = Phase.RUNNING  # the node is unreachable: not a failure until the Pod is evicted
-    terminated = _terminated_state(status)
-    if phase is Phase.SUCCEEDED:
-        return ReplicaObservation(
-            replica, attempt, phase, exit_code=0, finished_at=_parse_time((terminated or {}).get("finishedAt"))
-        )
-    if phase is not Phase.FAILED:
-        waiting = _node_problem(node) or _waiting_message(status)
-        return ReplicaObservation(
-            replica,
-            attempt,
-            phase,
-            reason=platform_reason,
-            message=waiting,
-            stopping=stopping,
-            disrupted_at=disrupted_at,
-        )
-    terminated = terminated or {}
-    reason = platform_reason
-    if terminated.get("reason") == PlatformReason.OOM_KILLED.value:
-        reason = PlatformReason.OOM_KILLED
-    exit_code = terminated.get("exitCode")
-    message = (terminated.get("message") or status.get("message") or "").strip()
-    return ReplicaObservation(
-        replica,
-        attempt,
-        Phase.FAILED,
-        exit_code=int(exit_code) if exit_code is not None else None,
-        reason=reason,
-        message=_last_lines(message) or None,
-        finished_at=_parse_time(terminated.get("finishedAt")) or _parse_time(status.get("startTime")),
-        stopping=stopping,
-        disrupted_at=disrupted_at,
-    )
-
-
-def _pytorch_container(template: dict[str, Any]) -> dict[str, Any] | None:
+def pytorch_container(template: dict[str, Any]) -> dict[str, Any] | None:
     for container in (template.get("spec") or {}).get("containers") or []:
         if container.get("name") == DEFAULT_CONTAINER_NAME:
             return dict(container)
     return None
-
-
-def _condition(status: dict[str, Any], kind: str) -> dict[str, Any] | None:
-    return next((c for c in status.get("conditions") or [] if c.get("type") == kind), None)
-
-
-def _terminated_state(status: dict[str, Any]) -> dict[str, Any] | None:
-    """The ``pytorch`` container's termination (or the first terminated container's)."""
-    statuses = status.get("containerStatuses") or []
-    ordered = sorted(statuses, key=lambda s: s.get("name") != DEFAULT_CONTAINER_NAME)
-    for container in ordered:
-        terminated = (container.get("state") or {}).get("terminated")
-        if terminated:
-            return dict(terminated)
-    return None
-
-
-def _waiting_message(status: dict[str, Any]) -> str | None:
-    """Why a Pod is not running yet (ErrImagePull, CreateContainerConfigError...), for the user to see."""
-    for container in status.get("containerStatuses") or []:
-        waiting = (container.get("state") or {}).get("waiting") or {}
-        if waiting.get("reason") and waiting["reason"] not in ("ContainerCreating", "PodInitializing"):
-            return f"{waiting['reason']}: {waiting.get('message', '')}".strip(": ")
-    return None
-
-
-def _last_lines(message: str) -> str:
-    lines = [line.strip() for line in message.splitlines() if line.strip()]
-    text = " | ".join(lines[-3:])
-    return text if len(text) <= _MAX_MESSAGE else "…" + text[-_MAX_MESSAGE:]
-
-
-def _parse_time(value: Any) -> datetime | None:
-    if not value:
-        return None
-    try:
-        return datetime.fromisoformat(str(value).replace("Z", "+00:00"))
-    except ValueError:
-        return None

@@ -1,0 +1,152 @@
+"""Reading Pods back: a ReplicaObservation from a Pod (and its Node) as the API server reports them.
+
+The pure twin of ``backends/local/observing.py``: phase, exit code or signal, the platform's reason (a
+DisruptionTarget condition, an eviction, OOMKilled), the crash's last lines from the termination message,
+and for a live Pod why it waits (a container's waiting reason, or its Node not being Ready). No I/O, so it
+is golden-tested.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from torchjob.api.types import DEFAULT_CONTAINER_NAME, ReplicaType
+from torchjob.core import replicas
+from torchjob.core.observed import Phase, PlatformReason, ReplicaObservation
+from torchjob.core.replicas import ReplicaId
+
+# Pod conditions the API server or the kubelet add when the platform takes a Pod away (Kubernetes ≥ 1.26).
+_DISRUPTION_CONDITION = "DisruptionTarget"
+_PREEMPTION_REASONS = ("PreemptionByScheduler", "PreemptionByKubeScheduler")
+_MAX_MESSAGE = 600
+
+
+def replica_of(pod: dict[str, Any]) -> tuple[ReplicaId, int] | None:
+    """Which replica and attempt a Pod is, from its labels; None for a Pod that is not a replica."""
+    labels = (pod.get("metadata") or {}).get("labels") or {}
+    try:
+        rtype = ReplicaType(labels[replicas.LABEL_REPLICA_TYPE].capitalize())
+        return ReplicaId(rtype, int(labels[replicas.LABEL_REPLICA_INDEX])), int(labels.get(replicas.LABEL_ATTEMPT, 0))
+    except (KeyError, ValueError):
+        return None
+
+
+def node_in_doubt(pod: dict[str, Any]) -> str | None:
+    """The node of a Pod that is Running but not Ready: the node lifecycle controller marks a lost node's Pods
+    so (its containers may well still run). Only then is the Node worth reading; None otherwise."""
+    status = pod.get("status") or {}
+    ready = _condition(status, "Ready")
+    if status.get("phase") != "Running" or ready is None or ready.get("status") == "True":
+        return None
+    return str((pod.get("spec") or {}).get("nodeName") or "") or None
+
+
+def _node_problem(node: dict[str, Any] | None) -> str | None:
+    """What is wrong with a Pod's node, in words, or None when it is Ready (or unknown)."""
+    if node is None:
+        return None
+    ready = _condition(node.get("status") or {}, "Ready")
+    if ready is None or ready.get("status") == "True":
+        return None
+    name = (node.get("metadata") or {}).get("name", "?")
+    since = ready.get("lastTransitionTime", "")
+    return f"node {name} is not ready ({ready.get('reason') or 'NotReady'} since {since}): waiting for it to return"
+
+
+def observe_pod(pod: dict[str, Any], node: dict[str, Any] | None = None) -> ReplicaObservation | None:
+    """A Pod as the planner sees it: phase, exit code or signal, the platform's reason, the crash's last lines;
+    for a live Pod, why it is waiting (a container's waiting reason, or ``node``, its Node, not being Ready)."""
+    identity = replica_of(pod)
+    if identity is None:
+        return None
+    replica, attempt = identity
+    metadata = pod.get("metadata") or {}
+    status = pod.get("status") or {}
+    stopping = metadata.get("deletionTimestamp") is not None
+    disruption = _condition(status, _DISRUPTION_CONDITION)
+    platform_reason: PlatformReason | None = None
+    disrupted_at: datetime | None = None
+    if disruption is not None and disruption.get("status") == "True":
+        preempted = disruption.get("reason") in _PREEMPTION_REASONS
+        platform_reason = PlatformReason.PREEMPTED if preempted else PlatformReason.EVICTED
+        disrupted_at = _parse_time(disruption.get("lastTransitionTime"))
+    if status.get("reason") == PlatformReason.EVICTED.value:
+        platform_reason = PlatformReason.EVICTED
+    phase = {"Pending": Phase.PENDING, "Running": Phase.RUNNING, "Succeeded": Phase.SUCCEEDED}.get(
+        status.get("phase") or "Pending", Phase.FAILED
+    )
+    if status.get("phase") == "Unknown":
+        phase = Phase.RUNNING  # the node is unreachable: not a failure until the Pod is evicted
+    terminated = _terminated_state(status)
+    if phase is Phase.SUCCEEDED:
+        return ReplicaObservation(
+            replica, attempt, phase, exit_code=0, finished_at=_parse_time((terminated or {}).get("finishedAt"))
+        )
+    if phase is not Phase.FAILED:
+        waiting = _node_problem(node) or _waiting_message(status)
+        return ReplicaObservation(
+            replica,
+            attempt,
+            phase,
+            reason=platform_reason,
+            message=waiting,
+            stopping=stopping,
+            disrupted_at=disrupted_at,
+        )
+    terminated = terminated or {}
+    reason = platform_reason
+    if terminated.get("reason") == PlatformReason.OOM_KILLED.value:
+        reason = PlatformReason.OOM_KILLED
+    exit_code = terminated.get("exitCode")
+    message = (terminated.get("message") or status.get("message") or "").strip()
+    return ReplicaObservation(
+        replica,
+        attempt,
+        Phase.FAILED,
+        exit_code=int(exit_code) if exit_code is not None else None,
+        reason=reason,
+        message=_last_lines(message) or None,
+        finished_at=_parse_time(terminated.get("finishedAt")) or _parse_time(status.get("startTime")),
+        stopping=stopping,
+        disrupted_at=disrupted_at,
+    )
+
+
+def _condition(status: dict[str, Any], kind: str) -> dict[str, Any] | None:
+    return next((c for c in status.get("conditions") or [] if c.get("type") == kind), None)
+
+
+def _terminated_state(status: dict[str, Any]) -> dict[str, Any] | None:
+    """The ``pytorch`` container's termination (or the first terminated container's)."""
+    statuses = status.get("containerStatuses") or []
+    ordered = sorted(statuses, key=lambda s: s.get("name") != DEFAULT_CONTAINER_NAME)
+    for container in ordered:
+        terminated = (container.get("state") or {}).get("terminated")
+        if terminated:
+            return dict(terminated)
+    return None
+
+
+def _waiting_message(status: dict[str, Any]) -> str | None:
+    """Why a Pod is not running yet (ErrImagePull, CreateContainerConfigError...), for the user to see."""
+    for container in status.get("containerStatuses") or []:
+        waiting = (container.get("state") or {}).get("waiting") or {}
+        if waiting.get("reason") and waiting["reason"] not in ("ContainerCreating", "PodInitializing"):
+            return f"{waiting['reason']}: {waiting.get('message', '')}".strip(": ")
+    return None
+
+
+def _last_lines(message: str) -> str:
+    lines = [line.strip() for line in message.splitlines() if line.strip()]
+    text = " | ".join(lines[-3:])
+    return text if len(text) <= _MAX_MESSAGE else "…" + text[-_MAX_MESSAGE:]
+
+
+def _parse_time(value: Any) -> datetime | None:
+    if not value:
+        return None
+    try:
+        return datetime.fromisoformat(str(value).replace("Z", "+00:00"))
+    except ValueError:
+        return None
