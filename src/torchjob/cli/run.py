@@ -68,13 +68,14 @@ def _foreground(c: LocalClient, job: PyTorchJob) -> int:
 def _dry_run(c: LocalClient, job: PyTorchJob, job_file_dir: Path) -> int:
     import shlex
 
-    from torchjob.backends.local.backend import LOCALHOST
-    from torchjob.backends.local.mapping import process_spec
-    from torchjob.core.envs import Addressing
+    from torchjob.api.types import DEFAULT_PORT
+    from torchjob.backends.local.mapping import local_addressing, process_spec
+    from torchjob.backends.local.processes import LOCALHOST
+    from torchjob.core.envs import DEFAULT_RDZV_PORT
     from torchjob.core.replicas import expected_replicas
 
-    # Ports are chosen when the job starts; the dry run shows placeholders-as-numbers of the defaults.
-    addressing = Addressing(LOCALHOST, 23456, LOCALHOST, 29400, rdzv_id=f"{job.name}-0")
+    # Ports are chosen when the job starts; the dry run shows the defaults in their place.
+    addressing = local_addressing(job, LOCALHOST, DEFAULT_PORT, DEFAULT_RDZV_PORT, f"{job.name}-0")
     for replica in expected_replicas(job):
         spec = process_spec(
             job,
@@ -90,5 +91,7 @@ def _dry_run(c: LocalClient, job: PyTorchJob, job_file_dir: Path) -> int:
         print(shlex.join(spec.argv))
         for key, value in spec.env.items():
             print(f"  {key}={value}")
-    print("# ports are picked fresh when the job starts; 23456 and 29400 stand in for them here")
+    print(
+        f"# ports are picked fresh when the job starts; {DEFAULT_PORT} and {DEFAULT_RDZV_PORT} stand in for them here"
+    )
     return 0

@@ -13,6 +13,8 @@ from torchjob.api.types import PyTorchJob
 from torchjob.core.replicas import ReplicaId, node_rank, total_replicas
 
 # torchjob's own variables, read by torchjob.train (never needed by a plain Kubeflow script).
+# torchrun's default c10d rendezvous port: where a store torchjob hosts listens unless the job says otherwise.
+DEFAULT_RDZV_PORT = 29400
 ENV_JOB_NAME = "TORCHJOB_JOB_NAME"
 ENV_REPLICA = worker_files.ENV_REPLICA
 ENV_ATTEMPT = worker_files.ENV_ATTEMPT

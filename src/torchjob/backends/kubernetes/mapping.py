@@ -23,12 +23,11 @@ from typing import Any
 from torchjob.api import extensions
 from torchjob.api.types import DEFAULT_CONTAINER_NAME, DEFAULT_PORT, DEFAULT_PORT_NAME, PyTorchJob, ReplicaType
 from torchjob.core import replicas
-from torchjob.core.envs import Addressing, replica_env
+from torchjob.core.envs import DEFAULT_RDZV_PORT, Addressing, replica_env
 from torchjob.core.policies.elastic import hosts_rendezvous_store
 from torchjob.core.replicas import ReplicaId
 
-# torchrun's default c10d port; the store listens there unless the job's rdzvPort says otherwise.
-STORE_PORT = 29400
+STORE_PORT = DEFAULT_RDZV_PORT
 LABEL_ROLE = "torchjob.io/role"
 ROLE_STORE = "rendezvous-store"
 # What the store Pod takes from the Workers' pod template: where it may run and how to pull the image.

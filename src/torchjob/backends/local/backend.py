@@ -12,10 +12,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import selectors
 import signal
-import socket
-import subprocess
 import sys
 import time
 import uuid
@@ -28,7 +25,8 @@ from torchjob.api import extensions
 from torchjob.api.scaling import with_workers, workers_problem
 from torchjob.api.types import PyTorchJob
 from torchjob.backends.base import Backend
-from torchjob.backends.local import mapping, observing, processes, shim
+from torchjob.backends.local import mapping, observing, processes
+from torchjob.backends.local.children import Children
 from torchjob.backends.local.logs import failure_summary
 from torchjob.backends.local.shim import ExitRecord
 from torchjob.backends.local.store import JobStore, LocalState, ProcessRecord
@@ -46,21 +44,12 @@ from torchjob.core.observed import Observed, ReplicaObservation
 from torchjob.core.policies import elastic
 from torchjob.core.replicas import ReplicaId, parse_replica_name
 
-LOCALHOST = "127.0.0.1"
 ROLE_REPLICA = "replica"
 ROLE_STORE = "rendezvous-store"
 _STORE_PORTS = "store"  # the key of the store's port in LocalState.ports (the others are attempts)
 # The longest the controller sleeps without a reason. It is woken at once by any replica's exit (pidfd) and
 # by the planner's own deadlines, so this only bounds how stale a missed event can get.
 MAX_IDLE_SECONDS = 5.0
-
-
-def free_port() -> int:
-    """A TCP port nobody listens on now. Fresh per attempt, so a restart never meets 'address in use'."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((LOCALHOST, 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 class LocalBackend(Backend):
@@ -83,8 +72,7 @@ class LocalBackend(Backend):
         self.state.job_uid = self.job_uid
         self.grace = float(job.annotation(extensions.TERMINATION_GRACE) or extensions.DEFAULT_TERMINATION_GRACE)
         self.on_event = on_event or (lambda event: None)
-        self._popens: dict[tuple[str, int], subprocess.Popen[bytes]] = {}
-        self._pidfds: dict[int, int] = {}
+        self.children = Children(self.job_uid, self.grace)
         self.deleted = False
         # Readable when the controller got a signal (set up by controller.supervise): `torchjob scale` wakes it.
         self.wake_fd: int | None = None
@@ -95,7 +83,7 @@ class LocalBackend(Backend):
         for record in self.state.processes:
             if record.removed:
                 continue
-            result = self._exit_status(record)
+            result = self.children.exit_status(record)
             if record.stopping_since is not None:
                 if result is None and time.time() - record.stopping_since >= self.grace:
                     processes.kill_tree(record.identity, self.job_uid)
@@ -157,40 +145,23 @@ class LocalBackend(Backend):
             timeout = min(timeout, max(0.0, (until - datetime.now(timezone.utc)).total_seconds()))
         if any(r.stopping_since is not None and not r.removed for r in self.state.processes):
             timeout = min(timeout, 0.1)
-        selector = selectors.DefaultSelector()
-        try:
-            if self.wake_fd is not None:
-                selector.register(self.wake_fd, selectors.EVENT_READ)
-            for popen in self._popens.values():
-                if popen.returncode is None:
-                    fd = self._pidfd(popen.pid)
-                    if fd is not None:
-                        selector.register(fd, selectors.EVENT_READ)
-            if selector.get_map():
-                selector.select(timeout)
-            else:
-                time.sleep(timeout)
-        finally:
-            selector.close()
-        if self.wake_fd is not None:
-            with contextlib.suppress(BlockingIOError):
-                os.read(self.wake_fd, 4096)
+        self.children.wait(timeout, self.wake_fd)
 
     def stop_everything(self, grace: float | None = None) -> None:
         """Stop every live replica of the job and wait until all are gone (Ctrl-C, SIGTERM, delete)."""
         grace = self.grace if grace is None else grace
-        live = [r for r in self.state.processes if not r.removed and self._exit_status(r) is None]
+        live = [r for r in self.state.processes if not r.removed and self.children.exit_status(r) is None]
         for record in live:
             processes.signal_group(record.identity, self.job_uid, signal.SIGTERM)
             record.stopping_since = record.stopping_since or time.time()
         deadline = time.time() + grace
-        while time.time() < deadline and any(self._exit_status(r) is None for r in live):
+        while time.time() < deadline and any(self.children.exit_status(r) is None for r in live):
             time.sleep(0.05)
         for record in live:
-            if self._exit_status(record) is None:
+            if self.children.exit_status(record) is None:
                 processes.kill_tree(record.identity, self.job_uid)
         for record in live:
-            self._reap(record, timeout=5.0)
+            self.children.reap(record, timeout=5.0)
             record.removed = True
         self._save_state()
 
@@ -199,7 +170,7 @@ class LocalBackend(Backend):
     def _ports(self, key: str) -> dict[str, int]:
         ports = self.state.ports.get(key)
         if ports is None:
-            ports = {"master": free_port(), "rdzv": free_port()}
+            ports = {"master": processes.free_port(), "rdzv": processes.free_port()}
             self.state.ports[key] = ports
         return ports
 
@@ -207,7 +178,7 @@ class LocalBackend(Backend):
         ports = self._ports(str(attempt))
         # The rendezvous store lives as long as the job, so every attempt meets at its port.
         rdzv_port = self._ports(_STORE_PORTS)["rdzv"] if self._hosts_store(job) else ports["rdzv"]
-        return mapping.local_addressing(job, LOCALHOST, ports["master"], rdzv_port, f"{self.name}-{attempt}")
+        return mapping.local_addressing(job, processes.LOCALHOST, ports["master"], rdzv_port, f"{self.name}-{attempt}")
 
     def _start(self, job: PyTorchJob, replica: ReplicaId, attempt: int) -> None:
         log_path = self.store.log_path(self.name, attempt, str(replica))
@@ -223,7 +194,7 @@ class LocalBackend(Backend):
             inherited_path=os.environ.get("PATH", ""),
             error_file=str(_error_file(log_path)),
         )
-        self._spawn(str(replica), attempt, log_path, spec.argv, spec.env, spec.cwd)
+        self._spawn(str(replica), attempt, log_path, spec.argv, spec.env, spec.cwd, ROLE_REPLICA)
 
     def _hosts_store(self, job: PyTorchJob) -> bool:
         return elastic.hosts_rendezvous_store(job, honor_rdzv_host=self.reaches_rdzv_host)
@@ -244,77 +215,21 @@ class LocalBackend(Backend):
         log_path.parent.mkdir(parents=True, exist_ok=True)
         argv = [sys.executable, "-m", "torchjob.train.store_server", str(port)]
         env = {"OMP_NUM_THREADS": "1"}
-        self._spawn(ROLE_STORE, attempt, log_path, argv, env, self.state.job_file_dir, role=ROLE_STORE)
+        self._spawn(ROLE_STORE, attempt, log_path, argv, env, self.state.job_file_dir, ROLE_STORE)
 
     def _spawn(
-        self,
-        name: str,
-        attempt: int,
-        log_path: Path,
-        command: list[str],
-        env: dict[str, str],
-        cwd: str,
-        role: str = ROLE_REPLICA,
+        self, name: str, attempt: int, log_path: Path, command: list[str], env: dict[str, str], cwd: str, role: str
     ) -> None:
-        """Start ``command`` under the shim, its output in ``log_path``, and record it."""
-        status_path = str(log_path.with_suffix(".exit.json"))
-        argv = [
-            sys.executable,
-            shim.__file__,
-            status_path,
-            str(self.grace),
-            str(os.getpid()),
-            "--",
-            *command,
-        ]
-        identity = None
-        with open(log_path, "ab") as log:
-            try:
-                popen, identity = processes.spawn(argv, env, cwd, log, self.job_uid)
-            except OSError as err:
-                # Recorded as a failed replica, so the planner reports it like any other failure.
-                log.write(f"torchjob: cannot start {command[0]!r} in {cwd}: {err.strerror}\n".encode())
-                ExitRecord(time.time(), exit_code=127).write(status_path)
-            else:
-                self._popens[(name, attempt)] = popen
-        self.state.processes.append(
-            ProcessRecord(
-                replica=name,
-                attempt=attempt,
-                pid=identity.pid if identity else 0,
-                log_path=str(log_path),
-                status_path=status_path,
-                started_at=time.time(),
-                process_started=identity.started if identity else None,
-                role=role,
-            )
-        )
+        self.state.processes.append(self.children.spawn(name, attempt, log_path, command, env, cwd, role))
 
     def _stop(self, replica: str, attempt: int) -> None:
         for record in self.state.processes:
             if record.replica == replica and record.attempt == attempt and not record.removed:
-                if self._exit_status(record) is not None:
+                if self.children.exit_status(record) is not None:
                     record.removed = True
                 elif record.stopping_since is None:
                     processes.signal_group(record.identity, self.job_uid, signal.SIGTERM)
                     record.stopping_since = time.time()
-
-    def _exit_status(self, record: ProcessRecord) -> ExitRecord | None:
-        """How the replica ended, or None while it runs."""
-        popen = self._popens.get((record.replica, record.attempt))
-        if popen is not None and popen.poll() is None:
-            return None
-        if popen is None and processes.replica(record.identity, self.job_uid) is not None:
-            return None
-        self._forget(record)
-        ended = ExitRecord.read(record.status_path)
-        if ended is not None:
-            return ended
-        # The shim itself was killed before it could write: its own fate is the replica's.
-        code = popen.returncode if popen is not None else None
-        if code is not None and code < 0:
-            return ExitRecord(time.time(), signal=-code)
-        return ExitRecord(time.time(), exit_code=137 if code is None else code)
 
     def _observation(self, record: ProcessRecord, ended: ExitRecord | None) -> ReplicaObservation:
         """Gather what the pure classifier (observing.py) needs about one replica process."""
@@ -334,26 +249,6 @@ class LocalBackend(Backend):
             beat=observing.slowest(beats) if ended is None else None,
             message=failure_summary(log, error_file=_error_file(log)) if failed else None,
         )
-
-    def _pidfd(self, pid: int) -> int | None:
-        if pid not in self._pidfds:
-            try:
-                self._pidfds[pid] = os.pidfd_open(pid)
-            except (OSError, AttributeError):
-                return None
-        return self._pidfds[pid]
-
-    def _forget(self, record: ProcessRecord) -> None:
-        self._popens.pop((record.replica, record.attempt), None)
-        fd = self._pidfds.pop(record.pid, None)
-        if fd is not None:
-            os.close(fd)
-
-    def _reap(self, record: ProcessRecord, timeout: float) -> None:
-        popen = self._popens.get((record.replica, record.attempt))
-        if popen is not None:
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                popen.wait(timeout)
 
     def _save_state(self) -> None:
         self.store.write_state(self.name, self.state)

@@ -1,0 +1,114 @@
+"""The processes one local controller started, while it runs: started under the shim, waited on, reaped.
+
+Each runs under ``shim.py`` as the leader of a process group of its own, its output appended to a log file.
+How one ended comes from the shim's exit record (or, when the shim itself was killed, from the shim's own
+exit). Waiting selects on a pidfd per child, so the controller wakes the moment any of them exits. Every
+signal goes through ``processes``, which proves a process is the job's before it is touched.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import selectors
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from torchjob.backends.local import processes, shim
+from torchjob.backends.local.shim import ExitRecord
+from torchjob.backends.local.store import ProcessRecord
+
+
+class Children:
+    def __init__(self, job_uid: str, grace: float) -> None:
+        self.job_uid = job_uid
+        self.grace = grace
+        self._popens: dict[tuple[str, int], subprocess.Popen[bytes]] = {}
+        self._pidfds: dict[int, int] = {}
+
+    def spawn(
+        self, name: str, attempt: int, log_path: Path, command: list[str], env: dict[str, str], cwd: str, role: str
+    ) -> ProcessRecord:
+        """Start ``command`` under the shim, its output in ``log_path``; the record to keep of it. A command
+        that cannot start is recorded as having exited with 127, so the planner reports it like any failure."""
+        status_path = str(log_path.with_suffix(".exit.json"))
+        argv = [sys.executable, shim.__file__, status_path, str(self.grace), str(os.getpid()), "--", *command]
+        identity = None
+        with open(log_path, "ab") as log:
+            try:
+                popen, identity = processes.spawn(argv, env, cwd, log, self.job_uid)
+            except OSError as err:
+                log.write(f"torchjob: cannot start {command[0]!r} in {cwd}: {err.strerror}\n".encode())
+                ExitRecord(time.time(), exit_code=127).write(status_path)
+            else:
+                self._popens[(name, attempt)] = popen
+        return ProcessRecord(
+            replica=name,
+            attempt=attempt,
+            pid=identity.pid if identity else 0,
+            log_path=str(log_path),
+            status_path=status_path,
+            started_at=time.time(),
+            process_started=identity.started if identity else None,
+            role=role,
+        )
+
+    def exit_status(self, record: ProcessRecord) -> ExitRecord | None:
+        """How the process ended, or None while it runs (also for one an earlier controller started)."""
+        popen = self._popens.get((record.replica, record.attempt))
+        if popen is not None and popen.poll() is None:
+            return None
+        if popen is None and processes.replica(record.identity, self.job_uid) is not None:
+            return None
+        self._forget(record)
+        ended = ExitRecord.read(record.status_path)
+        if ended is not None:
+            return ended
+        # The shim itself was killed before it could write: its own fate is the replica's.
+        code = popen.returncode if popen is not None else None
+        if code is not None and code < 0:
+            return ExitRecord(time.time(), signal=-code)
+        return ExitRecord(time.time(), exit_code=137 if code is None else code)
+
+    def wait(self, timeout: float, wake_fd: int | None) -> None:
+        """Block until a child exits, ``wake_fd`` is readable, or ``timeout`` seconds pass."""
+        selector = selectors.DefaultSelector()
+        try:
+            if wake_fd is not None:
+                selector.register(wake_fd, selectors.EVENT_READ)
+            for popen in self._popens.values():
+                if popen.returncode is None:
+                    fd = self._pidfd(popen.pid)
+                    if fd is not None:
+                        selector.register(fd, selectors.EVENT_READ)
+            if selector.get_map():
+                selector.select(timeout)
+            else:
+                time.sleep(timeout)
+        finally:
+            selector.close()
+        if wake_fd is not None:
+            with contextlib.suppress(BlockingIOError):
+                os.read(wake_fd, 4096)
+
+    def reap(self, record: ProcessRecord, timeout: float) -> None:
+        popen = self._popens.get((record.replica, record.attempt))
+        if popen is not None:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                popen.wait(timeout)
+
+    def _pidfd(self, pid: int) -> int | None:
+        if pid not in self._pidfds:
+            try:
+                self._pidfds[pid] = os.pidfd_open(pid)
+            except (OSError, AttributeError):
+                return None
+        return self._pidfds[pid]
+
+    def _forget(self, record: ProcessRecord) -> None:
+        self._popens.pop((record.replica, record.attempt), None)
+        fd = self._pidfds.pop(record.pid, None)
+        if fd is not None:
+            os.close(fd)
