@@ -21,7 +21,6 @@ from torchjob.api.types import (
     ConditionType,
     JobStatus,
     PyTorchJob,
-    ReplicaStatus,
 )
 from torchjob.core import conditions
 from torchjob.core.actions import (
@@ -33,9 +32,10 @@ from torchjob.core.actions import (
     Event,
     Plan,
 )
+from torchjob.core.counting import replica_counts
 from torchjob.core.observed import Phase, ReplicaObservation
 from torchjob.core.policies import backoff, cleanup, deadline, elastic, progress, restart, success
-from torchjob.core.replicas import ReplicaId, expected_replicas, selector
+from torchjob.core.replicas import ReplicaId, expected_replicas
 from torchjob.core.times import parse_timestamp, timestamp
 
 
@@ -163,25 +163,25 @@ class _Planner:
             self._fail(f"{cause}", event="Failed")
             return
         counted = verdict.root_cause.reason not in restart.PLATFORM_REASONS
-        if counted and not backoff.may_restart(self.job, self.status.restart_count):
+        if counted:
+            self._restart_counted(cause)
+        else:
+            self._restart(cause, counted=False)
+
+    def _on_hang(self, message: str) -> None:
+        self.events.append(Event("Warning", "Hung", message))
+        self._restart_counted(message)
+
+    def _restart_counted(self, cause: str) -> None:
+        """A restart that counts against backoffLimit, or the job's end once the limit is reached."""
+        if not backoff.may_restart(self.job, self.status.restart_count):
             limit = backoff.backoff_limit(self.job)
             self._fail(
                 f"it has reached the specified backoff limit ({limit} restarts); last failure: {cause}",
                 event="BackoffLimitExceeded",
             )
             return
-        self._restart(cause, counted)
-
-    def _on_hang(self, message: str) -> None:
-        self.events.append(Event("Warning", "Hung", message))
-        if not backoff.may_restart(self.job, self.status.restart_count):
-            limit = backoff.backoff_limit(self.job)
-            self._fail(
-                f"it has reached the specified backoff limit ({limit} restarts); last failure: {message}",
-                event="BackoffLimitExceeded",
-            )
-            return
-        self._restart(message, counted=True)
+        self._restart(cause, counted=True)
 
     def _restart(self, cause: str, counted: bool) -> None:
         attempt = self.status.attempt
@@ -212,30 +212,16 @@ class _Planner:
 
     def _membership_changes(self, current: list[ReplicaObservation]) -> list[ReplicaObservation]:
         """Elastic jobs: let lost and surplus Workers go without ending the attempt. Returns the rest."""
-        lost = elastic.lost_members(self.job, current)
-        surplus = elastic.surplus_members(self.job, [o for o in current if o not in lost])
-        leaving = lost + surplus
-        if not leaving:
+        change = elastic.membership_change(self.job, current, self.now)
+        if not change.leaving:
             return current
-        remaining = elastic.remaining_workers(current, leaving)
-        minimum = self.job.spec.elastic_policy.min_replicas if self.job.spec.elastic_policy else None
-        delay = elastic.replacement_delay(self.job)
-        for o in lost:
-            due = self.now + delay
-            self.status.replacement_due[str(o.replica)] = timestamp(due)
+        self.actions += change.actions
+        self.events += change.events
+        for replica, due in change.replacements.items():
+            self.status.replacement_due[replica] = timestamp(due)
             self._wake_at(due)
-            message = (
-                f"{o.describe()}; the group carries on with {remaining} Worker(s) (minReplicas {minimum}), "
-                f"and a replacement joins in {delay.total_seconds():g}s"
-            )
-            self.events.append(Event("Warning", "MemberLost", message))
-            self.actions.append(DeleteReplica(o.replica, o.attempt, "a lost member of the elastic group"))
-        target = elastic.target_workers(self.job)
-        for o in surplus:
-            self.events.append(Event("Normal", "ScaledDown", f"{o.replica} leaves: scaled to {target} Worker(s)"))
-            self.actions.append(DeleteReplica(o.replica, o.attempt, f"scaled down to {target} Worker(s)"))
-        self.status.membership_changes += len(leaving)
-        return [o for o in current if o not in leaving]
+        self.status.membership_changes += len(change.leaving)
+        return [o for o in current if o not in change.leaving]
 
     # -- replicas -------------------------------------------------------------------------------------
 
@@ -302,23 +288,8 @@ class _Planner:
             self._condition(ConditionType.RUNNING, conditions.REASON_RUNNING, message)
 
     def _count_replicas(self, current: list[ReplicaObservation], finished: bool = False) -> None:
-        """Replica counts of the current attempt. Once the job has finished, replicas that are cleaned up
-        vanish from what is observed, so the final succeeded/failed counts only ever grow then."""
-        statuses = {}
-        for rtype in self.job.spec.pytorch_replica_specs:
-            of_type = [o for o in current if o.replica.replica_type is rtype]
-            count = ReplicaStatus(
-                active=sum(o.phase.live for o in of_type),
-                succeeded=sum(o.phase is Phase.SUCCEEDED for o in of_type),
-                failed=sum(o.phase is Phase.FAILED for o in of_type),
-                selector=selector(self.job, rtype),
-            )
-            before = self.status.replica_statuses.get(rtype)
-            if finished and before is not None:
-                count.succeeded = max(count.succeeded or 0, before.succeeded or 0)
-                count.failed = max(count.failed or 0, before.failed or 0)
-            statuses[rtype] = count
-        self.status.replica_statuses = statuses
+        before = self.status.replica_statuses if finished else {}
+        self.status.replica_statuses = replica_counts(self.job, current, before)
 
     # -- helpers --------------------------------------------------------------------------------------
 

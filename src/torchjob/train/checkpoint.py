@@ -74,7 +74,8 @@ class Checkpointer:
     # -- saving ---------------------------------------------------------------------------------------
 
     def due(self, step: int) -> bool:
-        return bool(self.every_steps) and step % self.every_steps == 0  # type: ignore[operator]
+        every = self.every_steps
+        return every is not None and every > 0 and step % every == 0
 
     def save(self, state: dict[str, Any], step: int) -> None:
         """Save ``state`` as the checkpoint of ``step`` (collective; rank 0 writes).

@@ -1,1 +1,2 @@
-"""The Kubernetes backend: pure mappings from a PyTorchJob to Kubernetes objects (the operator comes later)."""
+"""The Kubernetes backend: pure manifests (``mapping``) and observations (``observing``), the API client, and
+the backend the operator (``controller/operator.py``) reconciles jobs with."""

@@ -26,7 +26,7 @@ from typing import Any
 from torchjob.api.errors import ValidationError
 from torchjob.api.extensions import DEFAULT_BACKOFF_LIMIT
 from torchjob.api.types import DEFAULT_CONTAINER_NAME, DEFAULT_PORT, PyTorchJob, ReplicaType
-from torchjob.core.replicas import total_replicas
+from torchjob.core.replicas import LABEL_JOB_NAME, total_replicas
 
 _PYTHON = re.compile(r"^python(\d+(\.\d+)*)?$")
 _TORCHRUN_MODULES = ("torch.distributed.run", "torch.distributed.launch")
@@ -53,7 +53,7 @@ def render(job: PyTorchJob) -> tuple[list[dict[str, Any]], list[str]]:
             ]
         )
     name = job.name
-    labels = {"training.kubeflow.org/job-name": name}
+    labels = {LABEL_JOB_NAME: name}
     template = copy.deepcopy(source.template)
     template.setdefault("metadata", {}).setdefault("labels", {}).update(labels)
     pod = template.setdefault("spec", {})

@@ -29,7 +29,6 @@ from torchjob.core.replicas import ReplicaId
 
 STORE_PORT = DEFAULT_RDZV_PORT
 LABEL_ROLE = "torchjob.io/role"
-ROLE_STORE = "rendezvous-store"
 # What the store Pod takes from the Workers' pod template: where it may run and how to pull the image.
 _STORE_POD_FIELDS = ("imagePullSecrets", "nodeSelector", "tolerations", "affinity", "priorityClassName")
 
@@ -78,7 +77,7 @@ def store_labels(job: PyTorchJob) -> dict[str, str]:
     return {
         replicas.LABEL_OPERATOR: replicas.OPERATOR_NAME,
         replicas.LABEL_JOB_NAME: job.name,
-        LABEL_ROLE: ROLE_STORE,
+        LABEL_ROLE: replicas.ROLE_STORE,
     }
 
 
@@ -96,7 +95,7 @@ def store_pod_manifest(job: PyTorchJob) -> dict[str, Any]:
     spec["restartPolicy"] = "Always"
     spec["containers"] = [
         {
-            "name": ROLE_STORE,
+            "name": replicas.ROLE_STORE,
             "image": container.get("image", ""),
             **({"imagePullPolicy": container["imagePullPolicy"]} if "imagePullPolicy" in container else {}),
             "command": ["python", "-c", _store_server_source(), str(port)],

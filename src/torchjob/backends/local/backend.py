@@ -42,10 +42,9 @@ from torchjob.core.actions import (
 from torchjob.core.envs import Addressing
 from torchjob.core.observed import Observed, ReplicaObservation
 from torchjob.core.policies import elastic
-from torchjob.core.replicas import ReplicaId, parse_replica_name
+from torchjob.core.replicas import ROLE_STORE, ReplicaId, parse_replica_name
 
 ROLE_REPLICA = "replica"
-ROLE_STORE = "rendezvous-store"
 _STORE_PORTS = "store"  # the key of the store's port in LocalState.ports (the others are attempts)
 # The longest the controller sleeps without a reason. It is woken at once by any replica's exit (pidfd) and
 # by the planner's own deadlines, so this only bounds how stale a missed event can get.

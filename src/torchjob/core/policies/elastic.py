@@ -15,10 +15,12 @@ Membership changes are counted in ``status.membershipChanges``, never in ``statu
 
 from __future__ import annotations
 
-from datetime import timedelta
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 
 from torchjob.api import extensions
 from torchjob.api.types import PyTorchJob, ReplicaType
+from torchjob.core.actions import DeleteReplica, Event
 from torchjob.core.observed import Phase, ReplicaObservation
 from torchjob.core.policies.restart import is_retryable, restart_policy_of
 from torchjob.core.replicas import replica_count
@@ -82,3 +84,39 @@ def surplus_members(job: PyTorchJob, current: list[ReplicaObservation]) -> list[
 def remaining_workers(current: list[ReplicaObservation], leaving: list[ReplicaObservation]) -> int:
     gone = {o.replica for o in leaving}
     return sum(o.phase.live and o.replica not in gone for o in _workers(current))
+
+
+@dataclass(frozen=True)
+class MembershipChange:
+    """What a pass does about Workers that leave a running elastic group without ending the attempt."""
+
+    leaving: list[ReplicaObservation] = field(default_factory=list)
+    actions: list[DeleteReplica] = field(default_factory=list)
+    events: list[Event] = field(default_factory=list)
+    replacements: dict[str, datetime] = field(default_factory=dict)  # a lost Worker → when its replacement joins
+
+
+def membership_change(job: PyTorchJob, current: list[ReplicaObservation], now: datetime) -> MembershipChange:
+    """Lost Workers (the group can do without them) and surplus ones (above the target) leave the group."""
+    lost = lost_members(job, current)
+    surplus = surplus_members(job, [o for o in current if o not in lost])
+    leaving = lost + surplus
+    if not leaving:
+        return MembershipChange()
+    change = MembershipChange(leaving=leaving)
+    remaining = remaining_workers(current, leaving)
+    minimum = job.spec.elastic_policy.min_replicas if job.spec.elastic_policy else None
+    delay = replacement_delay(job)
+    for o in lost:
+        change.replacements[str(o.replica)] = now + delay
+        message = (
+            f"{o.describe()}; the group carries on with {remaining} Worker(s) (minReplicas {minimum}), "
+            f"and a replacement joins in {delay.total_seconds():g}s"
+        )
+        change.events.append(Event("Warning", "MemberLost", message))
+        change.actions.append(DeleteReplica(o.replica, o.attempt, "a lost member of the elastic group"))
+    target = target_workers(job)
+    for o in surplus:
+        change.events.append(Event("Normal", "ScaledDown", f"{o.replica} leaves: scaled to {target} Worker(s)"))
+        change.actions.append(DeleteReplica(o.replica, o.attempt, f"scaled down to {target} Worker(s)"))
+    return change

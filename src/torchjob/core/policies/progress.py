@@ -46,7 +46,7 @@ def check(
     steps = {o.replica: o.progress_step for o in running}
     known = [r for r in running if steps[r.replica] is not None]
     if known:
-        lowest = min(steps[r.replica] for r in known)  # type: ignore[type-var]
+        lowest = min(step for step in steps.values() if step is not None)
         stopped = sorted(str(r.replica) for r in known if steps[r.replica] == lowest)
         detail = f"{', '.join(stopped)} stopped at step {lowest}"
         ahead = sorted({s for s in steps.values() if s is not None and s != lowest})
