@@ -8,6 +8,17 @@ In the job's output folder (``TORCHJOB_OUTPUT_DIR``)::
     heartbeat/<process>.json    {"step": N, "time": when step N completed}: the progress of one process
     preempted/<process>.json    {"time": when the process got an outside SIGTERM}: a preemption notice
     metrics/rank-<rank>.jsonl   one line per logged step (what `torchjob metrics` reads)
+    inplace/<process>.json      {"attempt": A}: the process trains under torchjob.train's in-place repair, so
+                                its group can replace a lost member without stopping it (a spare writes one
+                                when it is warm and waiting)
+    repairs.jsonl               one line per in-place repair, from rank 0: when the failure was seen, when the
+                                next membership came, when the group was re-formed (bench/ reads it)
+    membership.json             {"attempt": A, "generation": G, "members": [...], "joined": [...],
+                                "spares": {spare: replica}}: the group as the controller last formed it
+                                (written by the controller, read by the training processes)
+
+With in-place repair, a job's processes meet at a store torchjob hosts (``TORCHJOB_STORE``, host:port); each
+generation of the group uses the store under its own prefix (:func:`group_prefix`).
 
 ``<process>`` is ``<replica>-<local rank>`` (``worker-0-1``: the second process of replica worker-0, under
 torchrun with ``nprocPerNode: 2``), so the controller finds every process of a replica by its name. Outside
@@ -22,7 +33,12 @@ from pathlib import Path
 ENV_OUTPUT_DIR = "TORCHJOB_OUTPUT_DIR"
 ENV_REPLICA = "TORCHJOB_REPLICA"
 ENV_ATTEMPT = "TORCHJOB_ATTEMPT"
+ENV_STORE = "TORCHJOB_STORE"
+ENV_SPARE = "TORCHJOB_SPARE"
 HEARTBEAT_DIR = "heartbeat"
+INPLACE_DIR = "inplace"
+MEMBERSHIP_FILE = "membership.json"
+REPAIRS_FILE = "repairs.jsonl"
 PREEMPTED_DIR = "preempted"
 METRICS_DIR = "metrics"
 
@@ -49,3 +65,20 @@ def replica_files(folder: Path, replica: str) -> list[Path]:
     never ``worker-10-0.json``)."""
     pattern = re.compile(rf"^{re.escape(replica)}-\d+\.json$")
     return sorted(p for p in folder.glob(f"{replica}-*.json") if pattern.match(p.name))
+
+
+def inplace_file(output_dir: str | Path, key: str) -> Path:
+    return Path(output_dir) / INPLACE_DIR / f"{key}.json"
+
+
+def membership_file(output_dir: str | Path) -> Path:
+    return Path(output_dir) / MEMBERSHIP_FILE
+
+
+def group_prefix(attempt: int, generation: int) -> str:
+    """The store prefix of one generation of one attempt's group: never reused (a reused prefix hangs)."""
+    return f"torchjob/{attempt}/{generation}/"
+
+
+def repairs_file(output_dir: str | Path) -> Path:
+    return Path(output_dir) / REPAIRS_FILE

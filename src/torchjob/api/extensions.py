@@ -25,6 +25,11 @@ PROGRESS_DEADLINE = PREFIX + "progress-deadline-seconds"
 # Seconds before a lost Worker of an elastic job is replaced (it rejoins the running group then).
 REPLACEMENT_DELAY = PREFIX + "replacement-delay-seconds"
 
+# Warm spares kept beside a fixed group whose script trains with torchjob.train's in-place repair: a lost
+# member is replaced by a spare while the survivors carry on (no group restart). 0 (the default) keeps none.
+SPARES = PREFIX + "spares"
+MAX_SPARES = 8
+
 # Restarts allowed when spec.runPolicy.backoffLimit is unset. Kubeflow restarts forever then; a crash-looping
 # script would hold its machines indefinitely, so torchjob follows batch/v1 Job's default instead.
 DEFAULT_BACKOFF_LIMIT = 6
@@ -49,9 +54,15 @@ def _non_negative_number(value: str) -> str | None:
     return None if ok else f"must be a number of seconds from 0 to {MAX_ANNOTATION_SECONDS:.0e}, got {value!r}"
 
 
+def _spare_count(value: str) -> str | None:
+    ok = value.isdigit() and int(value) <= MAX_SPARES
+    return None if ok else f"must be a whole number from 0 to {MAX_SPARES}, got {value!r}"
+
+
 ANNOTATION_RULES: dict[str, Callable[[str], str | None]] = {
     SUCCESS_POLICY: _one_of(SUCCESS_POLICIES),
     TERMINATION_GRACE: _non_negative_number,
     PROGRESS_DEADLINE: _non_negative_number,
     REPLACEMENT_DELAY: _non_negative_number,
+    SPARES: _spare_count,
 }

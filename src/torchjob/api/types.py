@@ -193,6 +193,10 @@ class JobStatus(_OpenWire):
     # lost Worker's replacement may start.
     membership_changes: int = 0
     replacement_due: dict[str, str] = Field(default_factory=dict)
+    # In-place repairs: lost members replaced by a warm spare while the survivors ran on (never restarts),
+    # and the spares ready now.
+    repairs: int = 0
+    spares_ready: int = 0
 
 
 class PyTorchJob(_Wire):

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 
 from torchjob.api.errors import ValidationError
-from torchjob.api.extensions import ANNOTATION_RULES
+from torchjob.api.extensions import ANNOTATION_RULES, SPARES
 from torchjob.api.names import DNS1035_LABEL, DNS1123_LABEL, DNS1123_SUBDOMAIN
 from torchjob.api.pod_templates import template_problems
 from torchjob.api.types import INT32_MAX, PyTorchJob, ReplicaType
@@ -136,4 +136,11 @@ def _check_annotations(job: PyTorchJob) -> list[str]:
             problem = rule(value)
             if problem:
                 problems.append(f"metadata.annotations[{key}]: {problem}")
+    spares = (job.metadata.annotations or {}).get(SPARES, "0")
+    nproc = job.spec.nproc_per_node or "1"
+    if spares not in ("", "0") and (job.spec.elastic_policy is not None or nproc not in ("1", "auto", "cpu", "gpu")):
+        problems.append(
+            f"metadata.annotations[{SPARES}]: in-place repair needs a fixed-size group (no spec.elasticPolicy) "
+            f"with one process per replica (nprocPerNode 1), got {spares!r} spare(s) for this job"
+        )
     return problems

@@ -18,6 +18,8 @@ class Backend(Protocol):
     # Whether the replicas can reach a rendezvous host the job names (``elasticPolicy.rdzvHost``); when they
     # cannot, torchjob hosts the job's rendezvous store itself. A fact about the platform, for the planner.
     reaches_rdzv_host: bool
+    # Whether a lost member's place can go to a warm spare while the survivors carry on (in-place repair).
+    repairs_in_place: bool
 
     def observe(self, job: PyTorchJob) -> Observed:
         """The job's replicas as they are now, of every attempt that still has one, and its store."""

@@ -35,6 +35,7 @@ def handle(args: argparse.Namespace) -> int:
 
 
 def summary(wire: dict[str, Any]) -> str:
+    from torchjob.api.extensions import SPARES
     from torchjob.core.times import age_seconds
     from torchjob.sdk.summary import last_condition
 
@@ -47,6 +48,12 @@ def summary(wire: dict[str, Any]) -> str:
         f"Age:       {human_age(age)}",
         f"Attempt:   {status.get('attempt', 0)} ({status.get('restartCount', 0)} restarts; 0 is the first)",
     ]
+    spares = (wire.get("metadata", {}).get("annotations") or {}).get(SPARES)
+    if status.get("repairs") or spares:
+        lines.append(
+            f"Repairs:   {status.get('repairs', 0)} in place (a warm spare took a lost member's place, no restart); "
+            f"{status.get('sparesReady', 0)} of {spares or 0} spare(s) ready"
+        )
     elastic = wire.get("spec", {}).get("elasticPolicy")
     if elastic is not None:
         workers = wire["spec"]["pytorchReplicaSpecs"].get("Worker", {}).get("replicas", 1)

@@ -33,7 +33,13 @@ def reconcile_once(job: PyTorchJob, backend: Backend, clock: Clock) -> PassResul
     seen = backend.observe(job)
     now = clock.now()
     result = plan(
-        job, seen.replicas, now, store_running=seen.store_running, reaches_rdzv_host=backend.reaches_rdzv_host
+        job,
+        seen.replicas,
+        now,
+        store_running=seen.store_running,
+        spares=seen.spares,
+        reaches_rdzv_host=backend.reaches_rdzv_host,
+        repairs_in_place=backend.repairs_in_place,
     )
     backend.execute(job, result.actions)
     if result.status != job.status:

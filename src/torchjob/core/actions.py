@@ -42,6 +42,31 @@ class DeleteRendezvousStore:
 
 
 @dataclass(frozen=True)
+class CreateSpare:
+    """Start a warm spare for an attempt: the group's script, stopped in ``torchjob.train.init`` until needed."""
+
+    attempt: int
+
+
+@dataclass(frozen=True)
+class DeleteSpare:
+    """Stop a spare (its attempt ended, or the job did)."""
+
+    name: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class RepairReplica:
+    """Give a lost replica's place in its running group to a ready spare, and tell the group: the survivors
+    re-form around it in place (torchjob.train.inplace). The lost replica's remains are removed."""
+
+    replica: ReplicaId
+    attempt: int
+    spare: str
+
+
+@dataclass(frozen=True)
 class DeleteJob:
     """Remove the job itself (ttlSecondsAfterFinished passed)."""
 
@@ -57,7 +82,16 @@ class Event:
     message: str
 
 
-Action = CreateReplica | DeleteReplica | CreateRendezvousStore | DeleteRendezvousStore | DeleteJob
+Action = (
+    CreateReplica
+    | DeleteReplica
+    | CreateRendezvousStore
+    | DeleteRendezvousStore
+    | CreateSpare
+    | DeleteSpare
+    | RepairReplica
+    | DeleteJob
+)
 
 
 @dataclass

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import signal
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from enum import Enum
 
@@ -58,6 +58,9 @@ class ReplicaObservation:
     # Its failure began then, not when it finally exited after checkpointing; peers that crash meanwhile
     # are collateral damage.
     disrupted_at: datetime | None = None
+    # Every process of the replica trains under torchjob.train's in-place repair: its group can replace a
+    # lost member around it without stopping it.
+    repairable: bool = False
 
     def __post_init__(self) -> None:
         # A reason given by its value ("Evicted", as the API server spells it) is the same reason.
@@ -100,12 +103,23 @@ class ReplicaObservation:
 
 
 @dataclass(frozen=True)
+class SpareObservation:
+    """A warm spare process: the same script as the group's replicas, waiting to take a lost one's place."""
+
+    name: str
+    attempt: int
+    ready: bool  # warm (torch and the script loaded) and waiting; False while it starts
+    stopping: bool = False
+
+
+@dataclass(frozen=True)
 class Observed:
     """Everything a backend saw of one job in one pass."""
 
     replicas: list[ReplicaObservation]
     # The job's rendezvous store runs and is not being stopped.
     store_running: bool = False
+    spares: list[SpareObservation] = field(default_factory=list)
 
 
 def _signal_name(number: int) -> str:

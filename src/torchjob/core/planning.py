@@ -4,10 +4,12 @@ Pure: it reads the job (spec and current status), what a backend observed of its
 is given, and returns actions plus the new status. Both backends (local processes, Kubernetes pods) run the
 same function, so every policy has the same meaning on a laptop and on a cluster.
 
-The group model: a DDP group cannot survive the loss of a member, so a retryable failure ends the whole
-attempt. Every replica of it is stopped, ``status.attempt`` advances, and the next attempt's replicas are
-created once the old ones are gone (a replica's name is free again only then — on Kubernetes the Pod
-name, locally the rendezvous must not see stale members).
+The group model: a plain DDP group cannot survive the loss of a member, so a retryable failure ends the
+whole attempt. Every replica of it is stopped, ``status.attempt`` advances, and the next attempt's replicas
+are created once the old ones are gone (a replica's name is free again only then — on Kubernetes the Pod
+name, locally the rendezvous must not see stale members). Two exceptions keep the survivors running: an
+elastic group absorbs membership changes (``policies/elastic.py``), and a group that trains under
+torchjob.train's in-place repair has a lost member replaced by a warm spare (``policies/repair.py``).
 """
 
 from __future__ import annotations
@@ -16,12 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from torchjob.api.types import (
-    AttemptRecord,
-    ConditionType,
-    JobStatus,
-    PyTorchJob,
-)
+from torchjob.api.types import AttemptRecord, ConditionType, JobStatus, PyTorchJob
 from torchjob.core import conditions
 from torchjob.core.actions import (
     Action,
@@ -29,12 +26,14 @@ from torchjob.core.actions import (
     CreateReplica,
     DeleteRendezvousStore,
     DeleteReplica,
+    DeleteSpare,
     Event,
     Plan,
+    RepairReplica,
 )
 from torchjob.core.counting import replica_counts
-from torchjob.core.observed import Phase, ReplicaObservation
-from torchjob.core.policies import backoff, cleanup, deadline, elastic, progress, restart, success
+from torchjob.core.observed import ReplicaObservation, SpareObservation
+from torchjob.core.policies import backoff, cleanup, deadline, elastic, progress, repair, restart, success
 from torchjob.core.replicas import ReplicaId, expected_replicas
 from torchjob.core.times import parse_timestamp, timestamp
 
@@ -45,15 +44,19 @@ def plan(
     now: datetime,
     *,
     store_running: bool = False,
+    spares: Sequence[SpareObservation] = (),
     reaches_rdzv_host: bool = True,
+    repairs_in_place: bool = False,
 ) -> Plan:
     """Decide what to do next for ``job`` given its ``observed`` replicas at time ``now``.
 
-    ``store_running``: the job's rendezvous store runs. ``reaches_rdzv_host``: the platform can reach a
-    ``rdzvHost`` the job names (a cluster can resolve it, a laptop cannot, so locally torchjob hosts the store).
+    ``store_running``: the job's rendezvous store runs; ``spares``: its warm spares. What the platform can do:
+    ``reaches_rdzv_host``, reach a ``rdzvHost`` the job names (a cluster can resolve it, a laptop cannot, so
+    locally torchjob hosts the store); ``repairs_in_place``, replace a lost member with a spare.
     """
-    hosts_store = elastic.hosts_rendezvous_store(job, honor_rdzv_host=reaches_rdzv_host)
-    planner = _Planner(job, list(observed), now, _StoreView(hosts_store, store_running))
+    wanted = repair.spares_wanted(job) if repairs_in_place else 0
+    hosts_store = elastic.hosts_rendezvous_store(job, honor_rdzv_host=reaches_rdzv_host) or wanted > 0
+    planner = _Planner(job, list(observed), now, _Helpers(hosts_store, store_running, list(spares), wanted))
     planner.run()
     status = planner.status
     if status != job.status:
@@ -62,19 +65,23 @@ def plan(
 
 
 @dataclass(frozen=True)
-class _StoreView:
-    needed: bool  # torchjob hosts this job's rendezvous store
-    running: bool
+class _Helpers:
+    """What the group needs beside its replicas, wanted and as observed."""
+
+    store_needed: bool  # torchjob hosts this job's rendezvous store
+    store_running: bool
+    spares: list[SpareObservation]
+    spares_wanted: int
 
 
 class _Planner:
     """One planning pass. Holds the working copy of the status and the actions decided so far."""
 
-    def __init__(self, job: PyTorchJob, observed: list[ReplicaObservation], now: datetime, store: _StoreView) -> None:
+    def __init__(self, job: PyTorchJob, observed: list[ReplicaObservation], now: datetime, helpers: _Helpers) -> None:
         self.job = job
         self.observed = observed
         self.now = now
-        self.store = store
+        self.helpers = helpers
         self.status: JobStatus = job.status.model_copy(deep=True)
         self.actions: list[Action] = []
         self.events: list[Event] = []
@@ -123,7 +130,7 @@ class _Planner:
             return
         self._wake_at(hang.check_at)
         self._create_missing(current)
-        self._keep_store(current)
+        self._keep_helpers(current)
         self._mark_running(current)
         self._count_replicas(current)
 
@@ -132,9 +139,10 @@ class _Planner:
     def _finished(self) -> None:
         self._count_replicas(self._current(), finished=True)
         self.actions += cleanup.replicas_to_remove(self.job, self.status, self.observed)
-        if self.store.running:
+        if self.helpers.store_running:
             # Whatever the cleanPodPolicy: the store holds no logs, and nobody will meet at it again.
             self.actions.append(DeleteRendezvousStore())
+        self._drop_spares("the job has finished")
         delete_job, expiry = cleanup.ttl_action(self.job, self.status, self.now)
         if delete_job is not None:
             self.actions.append(delete_job)
@@ -142,6 +150,7 @@ class _Planner:
 
     def _suspend(self) -> None:
         self._stop_all(self.observed, "the job is suspended")
+        self._drop_spares("the job is suspended")
         if conditions.is_true(self.status, ConditionType.SUSPENDED):
             return
         message = f"{self._kind_name()} is suspended."
@@ -163,6 +172,8 @@ class _Planner:
             self._fail(f"{cause}", event="Failed")
             return
         counted = verdict.root_cause.reason not in restart.PLATFORM_REASONS
+        if self._repaired(counted):
+            return
         if counted:
             self._restart_counted(cause)
         else:
@@ -172,9 +183,24 @@ class _Planner:
         self.events.append(Event("Warning", "Hung", message))
         self._restart_counted(message)
 
+    def _repaired(self, counted: bool) -> bool:
+        """Replace the lost member with a warm spare while the others carry on, where that is possible."""
+        current = self._current()
+        spares = self.helpers.spares if self.helpers.spares_wanted else []  # none where the platform cannot
+        decision = repair.decide(self.job, self.status.attempt, current, spares)
+        if decision is None:
+            return False
+        if counted and not backoff.may_restart(self.job, self.status.restart_count + self.status.repairs):
+            return False  # a crash loop: the group restart path ends the job at the backoff limit
+        self.actions.append(RepairReplica(decision.lost.replica, self.status.attempt, decision.spare))
+        self.status.repairs += 1
+        self.events.append(Event("Warning", "Repaired", decision.describe(len(current) - 1, self.status.repairs)))
+        return True
+
     def _restart_counted(self, cause: str) -> None:
-        """A restart that counts against backoffLimit, or the job's end once the limit is reached."""
-        if not backoff.may_restart(self.job, self.status.restart_count):
+        """A restart that counts against backoffLimit, or the job's end once the limit is reached. In-place
+        repairs are retries too: they share the limit with restarts."""
+        if not backoff.may_restart(self.job, self.status.restart_count + self.status.repairs):
             limit = backoff.backoff_limit(self.job)
             self._fail(
                 f"it has reached the specified backoff limit ({limit} restarts); last failure: {cause}",
@@ -257,14 +283,20 @@ class _Planner:
             if not any(a.attempt == self.status.attempt for a in self.status.attempts):
                 self.status.attempts.append(AttemptRecord(attempt=self.status.attempt, start_time=timestamp(self.now)))
 
-    def _keep_store(self, current: list[ReplicaObservation]) -> None:
-        """The rendezvous store runs whenever the group does: started before the first replicas that meet at
-        it, and again if it was lost (a replica could not re-form its group without it)."""
-        if not self.store.needed or self.store.running:
-            return
+    def _keep_helpers(self, current: list[ReplicaObservation]) -> None:
+        """What the group needs beside its replicas: its rendezvous store and warm spares."""
         creating = any(isinstance(a, CreateReplica) for a in self.actions)
-        if creating or any(o.phase.live and not o.stopping for o in current):
-            self.actions.insert(0, CreateRendezvousStore())
+        group_up = creating or any(o.phase.live and not o.stopping for o in current)
+        if self.helpers.store_needed and not self.helpers.store_running and group_up:
+            self.actions.insert(0, CreateRendezvousStore())  # before the replicas that meet at it
+        actions, self.status.spares_ready = repair.spare_actions(
+            self.helpers.spares_wanted, self.helpers.spares, self.status.attempt, group_up
+        )
+        self.actions += actions
+
+    def _drop_spares(self, reason: str) -> None:
+        self.actions += [DeleteSpare(s.name, reason) for s in self.helpers.spares if not s.stopping]
+        self.status.spares_ready = 0
 
     def _replacement_waits(self, replica: ReplicaId) -> bool:
         """A lost member's replacement waits until its due time (the planner wakes up then)."""
@@ -276,16 +308,9 @@ class _Planner:
         return True
 
     def _mark_running(self, current: list[ReplicaObservation]) -> None:
-        phases = {o.replica: o.phase for o in current}
-        expected = expected_replicas(self.job)
-        group_up = all(phases.get(r) in (Phase.RUNNING, Phase.SUCCEEDED) for r in expected)
-        if group_up and any(p is Phase.RUNNING for p in phases.values()):
-            message = f"{self._kind_name()} is running."
-            # A running replica can still be in trouble the platform reports (its node stopped reporting).
-            waiting = [f"{o.replica}: {o.message}" for o in current if o.phase is Phase.RUNNING and o.message]
-            if waiting:
-                message += " Waiting on " + "; ".join(sorted(waiting)) + "."
-            self._condition(ConditionType.RUNNING, conditions.REASON_RUNNING, message)
+        message = success.running_message(self.job, current)
+        if message is not None:
+            self._condition(ConditionType.RUNNING, conditions.REASON_RUNNING, f"{self._kind_name()} is {message}")
 
     def _count_replicas(self, current: list[ReplicaObservation], finished: bool = False) -> None:
         before = self.status.replica_statuses if finished else {}

@@ -13,6 +13,7 @@ from types import TracebackType
 import torch
 import torch.distributed as dist
 
+from torchjob import worker_files
 from torchjob.train.env import LaunchInfo, detect_launch
 
 
@@ -24,6 +25,10 @@ class DistContext:
     device: torch.device
     backend: str
     launcher: str
+    # In-place repair (torchjob.train.inplace): the group's generation, and whether this process joined a
+    # running group as a spare (it then takes its state from the survivors).
+    generation: int = 0
+    joined: bool = False
 
     @property
     def is_main(self) -> bool:
@@ -45,6 +50,12 @@ def init(backend: str | None = None, timeout_seconds: float = 1800.0) -> DistCon
     ``backend`` defaults to nccl when this process has a CUDA device for its local rank, else gloo. A
     single process still gets a (one-member) process group, so the same script runs everywhere.
     """
+    if os.environ.get(worker_files.ENV_SPARE):
+        from torchjob.train import inplace
+
+        _record_uncaught_exceptions()
+        chosen = backend or "gloo"
+        return inplace.wait_as_spare(chosen, torch.device("cpu"), timedelta(seconds=timeout_seconds))
     info: LaunchInfo = detect_launch(os.environ)
     _record_uncaught_exceptions()
     cuda = torch.cuda.is_available() and torch.cuda.device_count() > info.local_rank
@@ -53,6 +64,13 @@ def init(backend: str | None = None, timeout_seconds: float = 1800.0) -> DistCon
     device = torch.device("cuda", info.local_rank) if cuda and chosen == "nccl" else torch.device("cpu")
     if device.type == "cuda":
         torch.cuda.set_device(device)
+    if not dist.is_initialized() and os.environ.get(worker_files.ENV_STORE) and info.launcher == "torchjob":
+        # In-place repair: the group meets at the store torchjob hosts, which outlives any member.
+        from torchjob.train import inplace
+
+        attempt = int(os.environ.get(worker_files.ENV_ATTEMPT, "0"))
+        found = {"attempt": attempt, "generation": 0, "members": [str(r) for r in range(info.world_size)]}
+        inplace.join_group(chosen, str(info.rank), found, timedelta(seconds=timeout_seconds))
     if not dist.is_initialized():
         if info.launcher in ("torchrun", "torchjob", "kubeflow"):
             # env:// reads MASTER_ADDR/PORT, RANK and WORLD_SIZE itself, and under torchrun it reuses the

@@ -62,6 +62,8 @@ class KubernetesBackend(Backend):
 
     # Pods resolve a job's rdzvHost through the cluster's DNS.
     reaches_rdzv_host = True
+    # Not yet: spare Pods and the membership channel into running Pods are still to be built.
+    repairs_in_place = False
 
     def __init__(self, client: Client, counter: RequestCounter | None = None) -> None:
         self.client = client

@@ -122,6 +122,9 @@ def _status() -> dict[str, Any]:
             # Elastic jobs: members lost, added or removed without a restart; when lost ones are replaced.
             "membershipChanges": {"type": "integer"},
             "replacementDue": {"type": "object", "additionalProperties": _TIME},
+            # In-place repairs (a spare took a lost member's place) and the warm spares ready now.
+            "repairs": {"type": "integer"},
+            "sparesReady": {"type": "integer"},
         },
     }
 

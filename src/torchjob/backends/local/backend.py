@@ -25,7 +25,7 @@ from torchjob.api import extensions
 from torchjob.api.scaling import with_workers, workers_problem
 from torchjob.api.types import PyTorchJob
 from torchjob.backends.base import Backend
-from torchjob.backends.local import mapping, observing, processes
+from torchjob.backends.local import mapping, membership, observing, processes
 from torchjob.backends.local.children import Children
 from torchjob.backends.local.logs import failure_summary
 from torchjob.backends.local.shim import ExitRecord
@@ -34,17 +34,21 @@ from torchjob.core.actions import (
     Action,
     CreateRendezvousStore,
     CreateReplica,
+    CreateSpare,
     DeleteJob,
     DeleteRendezvousStore,
     DeleteReplica,
+    DeleteSpare,
     Event,
+    RepairReplica,
 )
 from torchjob.core.envs import Addressing
-from torchjob.core.observed import Observed, ReplicaObservation
-from torchjob.core.policies import elastic
-from torchjob.core.replicas import ROLE_STORE, ReplicaId, parse_replica_name
+from torchjob.core.observed import Observed, ReplicaObservation, SpareObservation
+from torchjob.core.policies import elastic, repair
+from torchjob.core.replicas import ROLE_STORE, ReplicaId, expected_replicas, parse_replica_name
 
 ROLE_REPLICA = "replica"
+ROLE_SPARE = "spare"
 _STORE_PORTS = "store"  # the key of the store's port in LocalState.ports (the others are attempts)
 # The longest the controller sleeps without a reason. It is woken at once by any replica's exit (pidfd) and
 # by the planner's own deadlines, so this only bounds how stale a missed event can get.
@@ -56,6 +60,8 @@ class LocalBackend(Backend):
 
     # A job's rdzvHost is a cluster name this machine cannot resolve: torchjob hosts the store instead.
     reaches_rdzv_host = False
+    # A lost member's place can go to a warm spare while the survivors carry on (torchjob.train.inplace).
+    repairs_in_place = True
 
     def __init__(
         self,
@@ -79,6 +85,7 @@ class LocalBackend(Backend):
     def observe(self, job: PyTorchJob) -> Observed:
         changed = False
         observations = []
+        spares: list[SpareObservation] = []
         for record in self.state.processes:
             if record.removed:
                 continue
@@ -91,14 +98,16 @@ class LocalBackend(Backend):
                     record.removed = changed = True
                     continue
             if record.role != ROLE_REPLICA:
-                # A store that died on its own is gone; the planner starts another if the group needs one.
+                # A store or spare that died on its own is gone; the planner starts another if one is needed.
                 if result is not None:
                     record.removed = changed = True
+                elif record.role == ROLE_SPARE:
+                    spares.append(self._spare(record))
                 continue
             observations.append(self._observation(record, result))
         if changed:
             self._save_state()
-        return Observed(observations, store_running=self._store() is not None)
+        return Observed(observations, store_running=self._store() is not None, spares=spares)
 
     def execute(self, job: PyTorchJob, actions: list[Action]) -> None:
         for action in actions:
@@ -112,6 +121,13 @@ class LocalBackend(Backend):
                 store = self._store()
                 if store is not None:
                     self._stop(store.replica, store.attempt)
+            elif isinstance(action, CreateSpare):
+                self._start_spare(job, action.attempt)
+            elif isinstance(action, DeleteSpare):
+                for record in self._live(ROLE_SPARE, action.name):
+                    self._stop(record.replica, record.attempt)
+            elif isinstance(action, RepairReplica):
+                self._repair(job, action)
             elif isinstance(action, DeleteJob):
                 self.deleted = True
         if actions:
@@ -182,6 +198,10 @@ class LocalBackend(Backend):
     def _start(self, job: PyTorchJob, replica: ReplicaId, attempt: int) -> None:
         log_path = self.store.log_path(self.name, attempt, str(replica))
         log_path.parent.mkdir(parents=True, exist_ok=True)
+        spec = self._replica_spec(job, replica, attempt, log_path)
+        self._spawn(str(replica), attempt, log_path, spec.argv, spec.env, spec.cwd, ROLE_REPLICA)
+
+    def _replica_spec(self, job: PyTorchJob, replica: ReplicaId, attempt: int, log_path: Path) -> mapping.ProcessSpec:
         spec = mapping.process_spec(
             job,
             replica,
@@ -193,10 +213,50 @@ class LocalBackend(Backend):
             inherited_path=os.environ.get("PATH", ""),
             error_file=str(_error_file(log_path)),
         )
-        self._spawn(str(replica), attempt, log_path, spec.argv, spec.env, spec.cwd, ROLE_REPLICA)
+        if repair.spares_wanted(job) > 0:
+            # In-place repair: the group meets at the store torchjob hosts, which outlives every member.
+            spec.env[worker_files.ENV_STORE] = f"{processes.LOCALHOST}:{self._ports(_STORE_PORTS)['rdzv']}"
+        return spec
 
     def _hosts_store(self, job: PyTorchJob) -> bool:
-        return elastic.hosts_rendezvous_store(job, honor_rdzv_host=self.reaches_rdzv_host)
+        in_place = repair.spares_wanted(job) > 0
+        return in_place or elastic.hosts_rendezvous_store(job, honor_rdzv_host=self.reaches_rdzv_host)
+
+    def _live(self, role: str, name: str | None = None) -> list[ProcessRecord]:
+        return [
+            r
+            for r in self.state.processes
+            if r.role == role and not r.removed and r.stopping_since is None and name in (None, r.replica)
+        ]
+
+    def _spare(self, record: ProcessRecord) -> SpareObservation:
+        output = self.store.output_dir(self.name)
+        ready = membership.announced(output, record.replica, record.attempt)
+        return SpareObservation(record.replica, record.attempt, ready, stopping=record.stopping_since is not None)
+
+    def _start_spare(self, job: PyTorchJob, attempt: int) -> None:
+        """A warm spare for the attempt: a Worker's program and environment, with no place in the group yet."""
+        name = f"spare-{self.state.spares_started}"
+        self.state.spares_started += 1
+        model = expected_replicas(job)[-1]  # a Worker when there are any
+        log_path = self.store.log_path(self.name, attempt, name)
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        spec = self._replica_spec(job, model, attempt, log_path)
+        spare = mapping.spare_spec(job, name, spec)
+        self._spawn(name, attempt, log_path, spare.argv, spare.env, spare.cwd, ROLE_SPARE)
+
+    def _repair(self, job: PyTorchJob, action: RepairReplica) -> None:
+        """The spare becomes the lost replica (its record, its place in the group); the group is told."""
+        spare = next(iter(self._live(ROLE_SPARE, action.spare)), None)
+        if spare is None:
+            return  # gone meanwhile: the lost replica stays failed, and the planner restarts the group
+        for lost in self._live(ROLE_REPLICA, str(action.replica)):
+            if lost.attempt == action.attempt:
+                lost.removed = True
+        self.children.rename(spare, str(action.replica))
+        spare.replica, spare.role = str(action.replica), ROLE_REPLICA
+        output = self.store.output_dir(self.name)
+        membership.publish_repair(output, job, action.attempt, action.replica, action.spare)
 
     def _store(self) -> ProcessRecord | None:
         """The job's rendezvous store process, while it runs and is not being stopped."""
@@ -247,6 +307,7 @@ class LocalBackend(Backend):
             notice_at=observing.preemption_onset(notices, record.started_at),
             beat=observing.slowest(beats) if ended is None else None,
             message=failure_summary(log, error_file=_error_file(log)) if failed else None,
+            repairable=membership.announced(output, worker_files.process_key(record.replica, 0, 0), record.attempt),
         )
 
     def _save_state(self) -> None:

@@ -93,6 +93,12 @@ class Children:
             with contextlib.suppress(BlockingIOError):
                 os.read(wake_fd, 4096)
 
+    def rename(self, record: ProcessRecord, name: str) -> None:
+        """Track ``record``'s process under a new name (a spare that became a replica)."""
+        popen = self._popens.pop((record.replica, record.attempt), None)
+        if popen is not None:
+            self._popens[(name, record.attempt)] = popen
+
     def reap(self, record: ProcessRecord, timeout: float) -> None:
         popen = self._popens.get((record.replica, record.attempt))
         if popen is not None:

@@ -204,3 +204,16 @@ def _expand(text: str, env: dict[str, str]) -> str:
         return env.get(name, match.group(0))
 
     return _VAR_REF.sub(replace, text)
+
+
+# What tells a process which place in the group it has: a spare has none until the controller gives it one.
+_PLACE_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR", "MASTER_PORT")
+
+
+def spare_spec(job: PyTorchJob, name: str, replica_spec: ProcessSpec) -> ProcessSpec:
+    """A warm spare: the same program, directory and environment as ``replica_spec`` (a replica of the
+    group), but with no place in it; ``torchjob.train.init`` waits until the controller gives it one."""
+    env = {k: v for k, v in replica_spec.env.items() if k not in _PLACE_VARIABLES and not k.startswith("PET_")}
+    env.pop(worker_files.ENV_REPLICA, None)
+    env[worker_files.ENV_SPARE] = name
+    return ProcessSpec(replica=name, argv=replica_spec.argv, env=env, cwd=replica_spec.cwd)

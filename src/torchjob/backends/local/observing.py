@@ -49,6 +49,7 @@ def observe_process(
     notice_at: datetime | None = None,
     beat: Beat | None = None,
     message: str | None = None,
+    repairable: bool = False,
 ) -> ReplicaObservation:
     """Classify one replica process.
 
@@ -67,6 +68,7 @@ def observe_process(
             progress_at=_utc(beat.time) if beat else None,
             progress_step=beat.step if beat else None,
             disrupted_at=disrupted_at,
+            repairable=repairable,
         )
     finished = _utc(ended.finished_at)
     if ended.signal is None and ended.exit_code == 0:
@@ -84,4 +86,5 @@ def observe_process(
         stopping=stopping,
         message=message,
         disrupted_at=disrupted_at,
+        repairable=repairable,
     )

@@ -88,6 +88,7 @@ class LocalState:
     controller_started_at: float | None = None
     ports: dict[str, dict[str, int]] = field(default_factory=dict)  # attempt → {"master": p, "rdzv": p}
     processes: list[ProcessRecord] = field(default_factory=list)
+    spares_started: int = 0  # names spares uniquely over the job's life: spare-0, spare-1, ...
 
     @property
     def controller(self) -> Identity | None:

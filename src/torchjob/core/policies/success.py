@@ -24,3 +24,14 @@ def job_succeeded(job: PyTorchJob, current: list[ReplicaObservation]) -> bool:
     if job.spec.elastic_policy is not None:
         return any(r in done for r in workers)
     return bool(workers) and all(r in done for r in workers)
+
+
+def running_message(job: PyTorchJob, current: list[ReplicaObservation]) -> str | None:
+    """What the Running condition says once the whole group is up (None before): "running.", and which
+    running replica the platform reports trouble with (its node stopped reporting, say)."""
+    phases = {o.replica: o.phase for o in current}
+    group_up = all(phases.get(r) in (Phase.RUNNING, Phase.SUCCEEDED) for r in expected_replicas(job))
+    if not group_up or not any(p is Phase.RUNNING for p in phases.values()):
+        return None
+    waiting = [f"{o.replica}: {o.message}" for o in current if o.phase is Phase.RUNNING and o.message]
+    return "running." + (" Waiting on " + "; ".join(sorted(waiting)) + "." if waiting else "")

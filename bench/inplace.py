@@ -1,0 +1,106 @@
+"""In-place repair: what one SIGKILLed rank costs when a warm spare takes its place and the others carry on.
+
+``python -m bench.inplace [TRIALS]``. The job is examples/mnist/job-inplace.yaml (1 Master + 2 Workers, one
+warm spare, 8 epochs). In each killed trial worker-1's training process is SIGKILLed once it is in epoch 3.
+Measured from rank 0's repair record (``repairs.jsonl``) against the moment of the kill:
+
+- detection: the survivors' failed collective (they drop the broken group at once);
+- membership: the controller saw the loss and published the next membership (the planner's repair);
+- re-form and join: the new group formed, the state broadcast from a survivor, a new DDP everywhere;
+- first step: the first completed step of the repaired group.
+
+The anchors, in the same run: the same job with no kill (what the kill adds to the whole job), and the
+README's MNIST job (examples/mnist/job.yaml: checkpoints and a group restart) with no kill and with the same
+kill, today's path.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import psutil
+import yaml
+
+from bench.launch import BIN
+from bench.measure import median
+
+EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "mnist"
+CASES = (("job-inplace.yaml", False), ("job-inplace.yaml", True), ("job.yaml", False), ("job.yaml", True))
+
+
+def _run(file: str, work: Path, kill: bool) -> tuple[float, dict[str, float] | None]:
+    """Wall seconds of ``torchjob run`` for the example job ``file``, and the repair's timings if it killed."""
+    job = yaml.safe_load((EXAMPLE / file).read_text())
+    name = job["metadata"]["name"]
+    for spec in job["spec"]["pytorchReplicaSpecs"].values():
+        spec["template"]["spec"]["containers"][0]["workingDir"] = str(EXAMPLE)
+    (work / "job.yaml").write_text(yaml.safe_dump(job))
+    home = work / "home"
+    env = {**os.environ, "TORCHJOB_HOME": str(home), "OMP_NUM_THREADS": "1"}
+    started = time.perf_counter()
+    run = subprocess.Popen(
+        [str(BIN / "torchjob"), "run", str(work / "job.yaml")],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    killed_at = None
+    if kill:
+        log = home / "jobs" / name / "logs" / "0" / "worker-1.log"
+        while run.poll() is None and not (log.exists() and "epoch: 3/" in log.read_text(errors="replace")):
+            time.sleep(0.02)
+        state = json.loads((home / "jobs" / name / "local.json").read_text())
+        shim = next(p["pid"] for p in state["processes"] if p["replica"] == "worker-1" and not p.get("removed"))
+        trainer = psutil.Process(shim).children()[0]
+        killed_at = time.time()
+        trainer.send_signal(signal.SIGKILL)
+    if run.wait(timeout=600) != 0:
+        raise RuntimeError(f"{file}: the job did not succeed (see {home})")
+    elapsed = time.perf_counter() - started
+    repairs = home / "jobs" / name / "output" / "repairs.jsonl"
+    if killed_at is None or not repairs.exists():
+        return elapsed, None
+    record = json.loads(repairs.read_text().splitlines()[0])
+    parts = {
+        "detection": record["failed_at"] - killed_at,
+        "membership": record["membership_at"] - record["failed_at"],
+        "reform": record["reformed_at"] - record["membership_at"],
+        "first_step": record["first_step_at"] - killed_at,
+    }
+    return elapsed, parts
+
+
+def measure(trials: int = 3) -> dict[str, object]:
+    results: dict[str, list[float]] = {}
+    parts: list[dict[str, float]] = []
+    for trial in range(trials):
+        for file, kill in (
+            ("job-inplace.yaml", False),
+            ("job-inplace.yaml", True),
+            ("job.yaml", False),
+            ("job.yaml", True),
+        ):
+            with tempfile.TemporaryDirectory(prefix="bench-inplace-") as work:
+                elapsed, repair = _run(file, Path(work), kill)
+            results.setdefault(f"{file}{' killed' if kill else ''}", []).append(elapsed)
+            if repair is not None:
+                parts.append(repair)
+            print(f"  trial {trial + 1}: {file}{' (rank 1 killed)' if kill else ''}: {elapsed:.1f} s", flush=True)
+    summary: dict[str, object] = {key: median(values) for key, values in results.items()}
+    for part in ("detection", "membership", "reform", "first_step"):
+        summary[part] = median([p[part] for p in parts]) if parts else None
+    summary["repaired"] = f"{len(parts)} of {trials}"
+    return summary
+
+
+if __name__ == "__main__":
+    found = measure(int(sys.argv[1]) if len(sys.argv) > 1 else 3)
+    for key, value in found.items():
+        print(f"{key}: {value:.3f}" if isinstance(value, float) else f"{key}: {value}")

@@ -1,0 +1,73 @@
+"""In-place repair: when a lost member of a running group is replaced by a warm spare instead of a restart.
+
+A DDP group normally cannot survive a lost member, so the planner restarts the whole group. A script that
+trains under ``torchjob.train.inplace`` can: its survivors drop the broken process group, wait for the next
+membership, and re-form with the spare that takes the lost member's place, state included. The planner
+repairs in place only when all of this holds, and otherwise keeps the group restart:
+
+- the job asks for spares (``torchjob.io/spares``), has a fixed size and one process per replica;
+- exactly one replica of the attempt failed, retryably, and every other replica runs and said it can be
+  repaired around (its processes announced the in-place loop);
+- a spare of this attempt is ready (warm and waiting);
+- counted failures stay within backoffLimit, repairs and restarts together (a crash loop still ends).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from torchjob.api import extensions
+from torchjob.api.types import PyTorchJob
+from torchjob.core.actions import Action, CreateSpare, DeleteSpare
+from torchjob.core.envs import processes_per_replica
+from torchjob.core.observed import Phase, ReplicaObservation, SpareObservation
+
+
+def spares_wanted(job: PyTorchJob) -> int:
+    """How many warm spares to keep beside the job's group (0: the job does not repair in place)."""
+    value = job.annotation(extensions.SPARES)
+    if not value or job.spec.elastic_policy is not None or processes_per_replica(job) != 1:
+        return 0
+    return int(value)
+
+
+@dataclass(frozen=True)
+class Repair:
+    lost: ReplicaObservation
+    spare: str
+
+    def describe(self, others: int, count: int) -> str:
+        return (
+            f"{self.lost.describe()}; {self.spare} takes its place in the running group and the {others} other "
+            f"replica(s) carry on (repair {count}, no restart)"
+        )
+
+
+def decide(
+    job: PyTorchJob, attempt: int, current: list[ReplicaObservation], spares: list[SpareObservation]
+) -> Repair | None:
+    """The repair to make for the attempt's one lost replica, or None when the group must restart."""
+    if spares_wanted(job) == 0:
+        return None
+    failed = [o for o in current if o.phase is Phase.FAILED and not o.stopping]
+    if len(failed) != 1 or not failed[0].repairable:
+        return None
+    others = [o for o in current if o.replica != failed[0].replica]
+    if not others or not all(o.phase is Phase.RUNNING and o.repairable and not o.stopping for o in others):
+        return None
+    ready = sorted(s.name for s in spares if s.attempt == attempt and s.ready and not s.stopping)
+    return Repair(failed[0], ready[0]) if ready else None
+
+
+def spare_actions(
+    wanted: int, spares: list[SpareObservation], attempt: int, group_up: bool
+) -> tuple[list[Action], int]:
+    """Keep ``wanted`` spares beside the attempt's group while it is up; spares of other attempts go.
+    Returns the actions and how many of the attempt's spares are ready."""
+    actions: list[Action] = [
+        DeleteSpare(s.name, "its attempt ended") for s in spares if s.attempt != attempt and not s.stopping
+    ]
+    mine = [s for s in spares if s.attempt == attempt and not s.stopping]
+    if group_up and len(mine) < wanted:
+        actions += [CreateSpare(attempt) for _ in range(wanted - len(mine))]
+    return actions, sum(s.ready for s in mine)

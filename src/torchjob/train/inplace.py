@@ -1,0 +1,211 @@
+"""In-place repair: a training loop whose survivors keep running when a peer is lost, and warm spares.
+
+When a member of the group dies, every survivor sees a failed collective (a plain ``RuntimeError`` from
+``backward``, ~30 ms after the death). Each survivor then at once drops its broken process group (a group kept
+alive makes the other survivors wait for the full collective timeout), waits for the controller to publish
+the next membership (``worker_files.membership_file``), joins a fresh group under a fresh store prefix, takes
+the model, optimizer and step from a survivor by broadcast, wraps the model in a new DDP, and carries on from
+the step that failed. The lost member's place goes to a warm spare: a process that ran the same script up to
+:func:`torchjob.train.init` (torch and the script's imports loaded) and waited there.
+
+Every member runs the same collectives after a re-form (state broadcast, then ``DDP()``), so a joiner and
+the survivors never disagree on what comes next, and every member gets a new DDP: a kept DDP beside a fresh
+one can silently average misaligned buckets. Tested on gloo; for NCCL the same sequence holds, with the
+communicator aborted rather than destroyed after a peer's death.
+
+Data: the step function is given the step and the current context (rank, world size); a step's samples
+must depend on those alone (e.g. :class:`torchjob.train.ResilientBatches`), so a repaired group retries the
+failed step with the same samples, re-sharded over the new world, and no sample is trained twice or skipped.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable
+from dataclasses import replace
+from datetime import timedelta
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
+
+from torchjob import worker_files
+from torchjob.train.init import DistContext
+
+_POLL_SECONDS = 0.005
+StepFunction = Callable[[DistributedDataParallel, int, DistContext], Any]
+
+
+def store_client(timeout: timedelta) -> Any:
+    """The store torchjob hosts for the job (``TORCHJOB_STORE``): it outlives every trainer."""
+    host, _, port = os.environ[worker_files.ENV_STORE].rpartition(":")
+    return dist.TCPStore(host, int(port), is_master=False, timeout=timeout)  # type: ignore[attr-defined]
+
+
+def membership(output_dir: str) -> dict[str, Any] | None:
+    try:
+        data = json.loads(worker_files.membership_file(output_dir).read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def wait_for_membership(output_dir: str, attempt: int, newer_than: int, deadline: float) -> dict[str, Any] | None:
+    """The first membership of ``attempt`` with a generation above ``newer_than``; None at the deadline."""
+    while time.monotonic() < deadline:
+        found = membership(output_dir)
+        if found is not None and found.get("attempt") == attempt and int(found.get("generation", -1)) > newer_than:
+            return found
+        time.sleep(_POLL_SECONDS)
+    return None
+
+
+def announce(output_dir: str, key: str, attempt: int) -> None:
+    """Tell the controller this process can be repaired around (or, for a spare, that it is warm)."""
+    path = worker_files.inplace_file(output_dir, key)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps({"attempt": attempt, "time": time.time()}))
+    os.replace(tmp, path)
+
+
+def join_group(backend: str, replica: str, found: dict[str, Any], timeout: timedelta) -> tuple[int, int]:
+    """Join generation ``found`` of the group as ``replica``; (rank, world size)."""
+    members: list[str] = found["members"]
+    rank, world = members.index(replica), len(members)
+    prefix = worker_files.group_prefix(int(found["attempt"]), int(found["generation"]))
+    store = dist.PrefixStore(prefix, store_client(timeout))  # type: ignore[attr-defined]
+    dist.init_process_group(backend, store=store, rank=rank, world_size=world, timeout=timeout)
+    return rank, world
+
+
+def wait_as_spare(ctx_backend: str, device: torch.device, timeout: timedelta) -> DistContext:
+    """Block as a warm spare until the controller gives this process a lost replica's place; then join."""
+    import torch._dynamo  # noqa: F401 - the first DDP()/Adam() imports it (~4 s): pay that while waiting
+
+    spare = os.environ[worker_files.ENV_SPARE]
+    output = os.environ[worker_files.ENV_OUTPUT_DIR]
+    attempt = int(os.environ.get(worker_files.ENV_ATTEMPT, "0"))
+    announce(output, spare, attempt)
+    while True:
+        found = membership(output)
+        if found is not None and found.get("attempt") == attempt and spare in (found.get("spares") or {}):
+            break
+        time.sleep(_POLL_SECONDS)
+    replica = found["spares"][spare]
+    os.environ[worker_files.ENV_REPLICA] = replica  # from now on this process is that replica (files, logs)
+    rank, world = join_group(ctx_backend, replica, found, timeout)
+    print(f"torchjob: spare {spare} joins as {replica} (rank {rank} of {world})", flush=True)
+    return DistContext(
+        rank, 0, world, device, ctx_backend, "torchjob", generation=int(found["generation"]), joined=True
+    )
+
+
+class InPlaceTraining:
+    """Runs ``step_fn`` for every step, repairing the group in place when a peer is lost.
+
+    ``step_fn(ddp, step, ctx)`` does one optimizer step of global step ``step`` with the current group.
+    Without a store torchjob hosts (another launcher), a failed collective is raised as usual.
+    """
+
+    def __init__(
+        self,
+        ctx: DistContext,
+        model: nn.Module,
+        optimizer: torch.optim.Optimizer,
+        repair_timeout: float = 60.0,
+        **ddp_options: Any,
+    ) -> None:
+        self.ctx = ctx
+        self.model = model.to(ctx.device)
+        self.optimizer = optimizer
+        self.repair_timeout = repair_timeout
+        self.ddp_options = ddp_options
+        self.step = 0
+        self.repairs = 0
+        self.output = os.environ.get(worker_files.ENV_OUTPUT_DIR, "")
+        self.replica = os.environ.get(worker_files.ENV_REPLICA, "")
+        self.attempt = int(os.environ.get(worker_files.ENV_ATTEMPT, "0"))
+        self.repairable = bool(os.environ.get(worker_files.ENV_STORE) and self.output and self.replica)
+        self.ddp: DistributedDataParallel | None = None
+        self._unlogged: dict[str, Any] | None = None  # the last repair's timings, until its first step is done
+        if ctx.joined:
+            self._take_state_and_wrap()
+        else:
+            self.ddp = self._wrap()
+        if self.repairable:
+            announce(self.output, worker_files.process_key(self.replica, 0, ctx.rank), self.attempt)
+
+    def run(self, step_fn: StepFunction, total_steps: int, start_step: int = 0) -> None:
+        if not self.ctx.joined:
+            self.step = start_step
+        while self.step < total_steps:
+            assert self.ddp is not None
+            failed_at: float | None = None
+            try:
+                step_fn(self.ddp, self.step, self.ctx)
+            except RuntimeError:
+                if not self.repairable:
+                    raise
+                failed_at = time.time()  # repaired outside the except block: its traceback holds the broken group
+            if failed_at is not None:
+                self._repair(failed_at)
+            else:
+                self.step += 1
+                if self._unlogged is not None:
+                    self._log_repair({**self._unlogged, "first_step_at": time.time()})
+
+    def _repair(self, failed_at: float) -> None:
+        started = time.monotonic()
+        # Drop the broken group at once, and every reference to it (the DDP reducer holds one): peers that
+        # are not the dead rank's neighbours learn of the failure only when the survivors' sockets close.
+        self.ddp = None
+        dist.destroy_process_group()
+        found = wait_for_membership(self.output, self.attempt, self.ctx.generation, started + self.repair_timeout)
+        if found is None:
+            raise RuntimeError(f"the group was not repaired within {self.repair_timeout:g}s")
+        published_at = time.time()
+        timeout = timedelta(seconds=max(self.repair_timeout, 30.0))
+        rank, world = join_group(self.ctx.backend, self.replica, found, timeout)
+        self.ctx = replace(self.ctx, rank=rank, world_size=world, generation=int(found["generation"]))
+        source = self._take_state_and_wrap(found)
+        self.repairs += 1
+        timings = {"failed_at": failed_at, "membership_at": published_at, "reformed_at": time.time()}
+        self._unlogged = {"generation": self.ctx.generation, "step": self.step, **timings}
+        if self.ctx.is_main:
+            took = time.monotonic() - started
+            print(
+                f"Rank 0: group repaired in place (generation {self.ctx.generation}, {world} ranks, state from rank "
+                f"{source}) in {took * 1000:.0f} ms; retrying step {self.step}",
+                flush=True,
+            )
+
+    def _log_repair(self, record: dict[str, Any]) -> None:
+        self._unlogged = None
+        if self.ctx.is_main:
+            with open(worker_files.repairs_file(self.output), "a") as log:
+                log.write(json.dumps(record) + "\n")
+
+    def _take_state_and_wrap(self, found: dict[str, Any] | None = None) -> int:
+        """Every member, joiners included: the state from the lowest surviving rank, then a new DDP."""
+        found = found or membership(self.output) or {}
+        joined = set(found.get("joined") or [])
+        members: list[str] = found.get("members") or []
+        source = min((i for i, name in enumerate(members) if name not in joined), default=0)
+        state: list[Any] = [
+            {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(), "step": self.step}
+        ]
+        dist.broadcast_object_list(state, src=source)
+        self.model.load_state_dict(state[0]["model"])
+        self.optimizer.load_state_dict(state[0]["optimizer"])
+        self.step = int(state[0]["step"])
+        self.ddp = self._wrap()
+        return source
+
+    def _wrap(self) -> DistributedDataParallel:
+        device_ids = [self.ctx.device.index] if self.ctx.device.type == "cuda" else None
+        return DistributedDataParallel(self.model, device_ids=device_ids, **self.ddp_options)

@@ -1,0 +1,48 @@
+"""A tiny DDP job under torchjob.train's in-place repair: every step's samples depend on the step and the
+group alone, and each rank records what it trained, so a test can check that a repair lost no sample and
+trained none twice, and that every rank ends with the same model."""
+
+import json
+import os
+import time
+
+import torch
+from torch import nn
+
+import torchjob.train as tt
+from torchjob.train.inplace import InPlaceTraining
+
+STEPS = int(os.environ.get("STEPS", "60"))
+GLOBAL_BATCH = 6  # divisible by 3 and 2: the same global batch whatever the group's size
+STEP_SECONDS = float(os.environ.get("STEP_SECONDS", "0.1"))
+
+ctx = tt.init()
+torch.manual_seed(0)
+model = nn.Linear(8, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+trainer = InPlaceTraining(ctx, model, optimizer)
+output = os.environ["TORCHJOB_OUTPUT_DIR"]
+replica = os.environ["TORCHJOB_REPLICA"]
+records = open(os.path.join(output, f"trained-{replica}.jsonl"), "a")  # noqa: SIM115
+
+
+def step(ddp: nn.Module, number: int, ctx: tt.DistContext) -> None:
+    samples = [number * GLOBAL_BATCH + i for i in range(GLOBAL_BATCH) if i % ctx.world_size == ctx.rank]
+    x = torch.stack([torch.full((8,), float(s % 5)) for s in samples])
+    y = torch.tensor([[float(s % 3)] for s in samples])
+    loss = ((ddp(x) - y) ** 2).mean()
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+    record = {"step": number, "samples": samples, "generation": ctx.generation, "time": time.time()}
+    records.write(json.dumps(record) + "\n")
+    records.flush()
+    time.sleep(STEP_SECONDS)
+
+
+trainer.run(step, STEPS)
+checksum = float(sum(p.detach().double().sum() for p in model.parameters()))
+ctx.log(f"done: {STEPS} steps, {trainer.repairs} repair(s)")
+with open(os.path.join(output, f"final-{replica}.json"), "w") as f:
+    json.dump({"checksum": checksum, "rank": trainer.ctx.rank, "repairs": trainer.repairs}, f)
+tt.shutdown(exit_code=0)

@@ -1,0 +1,78 @@
+"""In-place repair on the local backend: a SIGKILLed member is replaced by a warm spare while the survivors
+keep their processes, no sample is lost or trained twice, and every rank ends with the same model."""
+
+from __future__ import annotations
+
+import json
+import signal
+from pathlib import Path
+
+import psutil
+import yaml
+
+from tests.integration.helpers import job_object, start_run, wait_for
+from torchjob.testing import make_job
+
+SCRIPTS = Path(__file__).resolve().parent / "scripts"
+STEPS, GLOBAL_BATCH = 60, 6
+
+
+def trained(home: Path, job: str, replica: str) -> list[dict[str, object]]:
+    path = home / "jobs" / job / "output" / f"trained-{replica}.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def shim_pid(home: Path, job: str, replica: str) -> int:
+    state = json.loads((home / "jobs" / job / "local.json").read_text())
+    return next(p["pid"] for p in state["processes"] if p["replica"] == replica and not p.get("removed"))
+
+
+def test_a_lost_worker_is_replaced_by_a_warm_spare_and_the_survivors_carry_on(
+    tmp_path: Path, torchjob_home: Path
+) -> None:
+    job = (
+        make_job("mend")
+        .master()
+        .workers(2)
+        .command("python", str(SCRIPTS / "inplace_train.py"))
+        .env(STEPS=str(STEPS))
+        .annotate(**{"torchjob.io/spares": "1"})
+        .run_policy(backoffLimit=1)  # a repair is a retry: it counts against backoffLimit like a restart
+    )
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(job.wire()))
+    run = start_run(path, torchjob_home)
+    spare_ready = torchjob_home / "jobs" / "mend" / "output" / "inplace" / "spare-0.json"
+    wait_for(lambda: len(trained(torchjob_home, "mend", "worker-1")) >= 5 and spare_ready.exists(), what="warm")
+    survivors = {r: shim_pid(torchjob_home, "mend", r) for r in ("master-0", "worker-0")}
+    trainer = psutil.Process(shim_pid(torchjob_home, "mend", "worker-1")).children()[0]
+    trainer.send_signal(signal.SIGKILL)
+    stdout, stderr = run.communicate(timeout=300)
+    assert run.returncode == 0, stderr[-3000:]
+
+    status = job_object(torchjob_home, "mend")["status"]
+    assert (status["attempt"], status["restartCount"], status["repairs"]) == (0, 0, 1)
+    assert "worker-1 was killed by SIGKILL; spare-0 takes its place" in stderr
+    assert "spare spare-0 joins as worker-1 (rank 2 of 3)" in stdout
+    assert "group repaired in place (generation 1, 3 ranks, state from rank 0)" in stdout
+    # The survivors kept their processes: the same shims ran the job to its end.
+    state = json.loads((torchjob_home / "jobs" / "mend" / "local.json").read_text())
+    final = {p["replica"]: p["pid"] for p in state["processes"] if p["replica"] in survivors}
+    assert final == survivors
+
+    # Every step's samples were trained exactly once, by the group that completed the step last.
+    last: dict[int, dict[str, list[int]]] = {}
+    for replica in ("master-0", "worker-0", "worker-1"):
+        for record in trained(torchjob_home, "mend", replica):
+            step, generation = int(record["step"]), int(record["generation"])  # type: ignore[call-overload]
+            by_generation = last.setdefault(step, {})
+            by_generation.setdefault(str(generation), []).extend(record["samples"])  # type: ignore[arg-type]
+    assert sorted(last) == list(range(STEPS))
+    for step, groups in last.items():
+        newest = groups[max(groups, key=int)]
+        assert sorted(newest) == list(range(step * GLOBAL_BATCH, (step + 1) * GLOBAL_BATCH)), step
+    checksums = {
+        json.loads((torchjob_home / "jobs" / "mend" / "output" / f"final-{r}.json").read_text())["checksum"]
+        for r in ("master-0", "worker-0", "worker-1")
+    }
+    assert len(checksums) == 1, checksums

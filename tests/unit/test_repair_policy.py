@@ -1,0 +1,98 @@
+"""In-place repair in the planner: a lost member goes to a ready spare only when everything allows it."""
+
+from __future__ import annotations
+
+import signal
+from dataclasses import replace
+
+import pytest
+
+from tests.unit.test_planning import T0, at
+from torchjob.api.errors import ValidationError
+from torchjob.api.types import PyTorchJob
+from torchjob.core.actions import CreateReplica, CreateSpare, DeleteReplica, DeleteSpare, RepairReplica
+from torchjob.core.observed import ReplicaObservation, SpareObservation
+from torchjob.core.planning import plan
+from torchjob.core.policies import repair
+from torchjob.testing import failed, make_job, running
+
+READY = SpareObservation("spare-0", 0, ready=True)
+
+
+def in_place_job(spares: str = "1", backoff: int = 3) -> PyTorchJob:
+    builder = make_job("mend").master().workers(2).annotate(**{"torchjob.io/spares": spares})
+    return builder.run_policy(backoffLimit=backoff).build()
+
+
+def started(job: PyTorchJob) -> PyTorchJob:
+    result = plan(job, [], T0, store_running=True, repairs_in_place=True)
+    return job.model_copy(update={"status": result.status})
+
+
+def group(lost_signal: int | None = signal.SIGKILL, repairable: bool = True) -> list[ReplicaObservation]:
+    members = [running("master-0"), running("worker-0"), failed("worker-1", signal=lost_signal, at=at(4))]
+    return [replace(o, repairable=repairable) for o in members]
+
+
+def test_spares_start_with_the_group_and_the_store_before_both() -> None:
+    result = plan(in_place_job(spares="2"), [], T0, repairs_in_place=True)
+    kinds = [type(a).__name__ for a in result.actions]
+    assert kinds == ["CreateRendezvousStore", *["CreateReplica"] * 3, "CreateSpare", "CreateSpare"]
+    # Where the platform cannot repair in place (a cluster, today), the same job keeps no spares.
+    assert not any(isinstance(a, CreateSpare) for a in plan(in_place_job(), [], T0).actions)
+
+
+def test_a_lost_member_goes_to_a_ready_spare_and_nothing_else_stops() -> None:
+    job = started(in_place_job())
+    result = plan(job, group(), at(5), store_running=True, spares=[READY], repairs_in_place=True)
+    assert result.actions == [RepairReplica(group()[2].replica, 0, "spare-0")]
+    assert (result.status.attempt, result.status.restart_count, result.status.repairs) == (0, 0, 1)
+    assert [e.reason for e in result.events] == ["Repaired"]
+    assert "worker-1 was killed by SIGKILL; spare-0 takes its place" in result.events[0].message
+
+
+def test_without_a_ready_spare_or_repairable_survivors_the_group_restarts() -> None:
+    job = started(in_place_job())
+    warming = replace(READY, ready=False)
+    for observed, spares in ((group(), [warming]), (group(), []), (group(repairable=False), [READY])):
+        result = plan(job, observed, at(5), store_running=True, spares=spares, repairs_in_place=True)
+        assert result.status.attempt == 1 and result.status.repairs == 0
+        assert any(isinstance(a, DeleteReplica) for a in result.actions)
+
+
+def test_repairs_and_restarts_share_the_backoff_limit() -> None:
+    job = started(in_place_job(backoff=1))
+    job = job.model_copy(update={"status": job.status.model_copy(update={"repairs": 1})})
+    result = plan(job, group(), at(5), store_running=True, spares=[READY], repairs_in_place=True)
+    assert not any(isinstance(a, RepairReplica) for a in result.actions)
+    assert result.status.conditions[-1].type.value == "Failed"
+
+
+def test_two_members_lost_at_once_restart_the_group() -> None:
+    job = started(in_place_job())
+    two = [running("master-0"), failed("worker-0", at=at(4)), failed("worker-1", at=at(4))]
+    two = [replace(o, repairable=True) for o in two]
+    result = plan(job, two, at(5), store_running=True, spares=[READY], repairs_in_place=True)
+    assert result.status.attempt == 1 and not any(isinstance(a, RepairReplica) for a in result.actions)
+
+
+def test_spares_of_an_ended_attempt_go_and_the_new_attempt_gets_its_own() -> None:
+    job = started(in_place_job())
+    job = job.model_copy(update={"status": job.status.model_copy(update={"attempt": 1})})
+    old = SpareObservation("spare-0", 0, ready=True)
+    result = plan(job, [], at(9), store_running=True, spares=[old], repairs_in_place=True)
+    assert DeleteSpare("spare-0", "its attempt ended") in result.actions
+    assert any(isinstance(a, CreateReplica) for a in result.actions)
+    assert CreateSpare(1) in result.actions
+
+
+def test_spares_are_refused_for_groups_that_cannot_be_repaired_in_place() -> None:
+    elastic = make_job("el").workers(2).elastic(minReplicas=1, maxReplicas=2).annotate(**{"torchjob.io/spares": "1"})
+    two_per_replica = make_job("np").workers(2).spec(nprocPerNode="2").annotate(**{"torchjob.io/spares": "1"})
+    for builder in (elastic, two_per_replica):
+        with pytest.raises(ValidationError, match=r"in-place repair needs a fixed-size group"):
+            builder.build()
+    # The planner's own guard, for a job object that was never validated.
+    unchecked = PyTorchJob.model_validate(elastic.wire())
+    assert repair.spares_wanted(unchecked) == 0
+    assert not any(isinstance(a, CreateSpare) for a in plan(unchecked, [], T0, repairs_in_place=True).actions)
