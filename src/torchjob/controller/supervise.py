@@ -75,6 +75,9 @@ def supervise(
     finally:
         lock.release()
     if backend.deleted:
+        # The TTL can pass while a replica of the finished job (or its store, or a spare) is still exiting,
+        # writing its exit record: stop and reap everything first, or the removal races with those writes.
+        backend.stop_everything()
         store.remove(name)
         return None
     return job

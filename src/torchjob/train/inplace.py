@@ -164,7 +164,11 @@ class InPlaceTraining:
         # Drop the broken group at once, and every reference to it (the DDP reducer holds one): peers that
         # are not the dead rank's neighbours learn of the failure only when the survivors' sockets close.
         self.ddp = None
-        dist.destroy_process_group()
+        abort = getattr(dist.distributed_c10d, "_abort_process_group", None)
+        if self.ctx.backend == "nccl" and abort is not None:
+            abort()  # NCCL: a collective teardown with a dead peer can hang; abort the communicators instead
+        else:
+            dist.destroy_process_group()
         found = wait_for_membership(self.output, self.attempt, self.ctx.generation, started + self.repair_timeout)
         if found is None:
             raise RuntimeError(f"the group was not repaired within {self.repair_timeout:g}s")
