@@ -18,8 +18,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from torchjob.api.types import AttemptRecord, ConditionType, JobStatus, PyTorchJob
-from torchjob.core import conditions
+from torchjob.api.types import ConditionType, JobStatus, PyTorchJob
+from torchjob.core import attempts, conditions
 from torchjob.core.actions import (
     Action,
     CreateRendezvousStore,
@@ -99,13 +99,9 @@ class _Planner:
             self._suspend()
             return
         if conditions.is_true(self.status, ConditionType.SUSPENDED):
-            self._condition(
-                ConditionType.SUSPENDED,
-                conditions.REASON_RESUMED,
-                f"{self._kind_name()} is resumed.",
-                "False",
-            )
-            self.events.append(Event("Normal", "Resumed", f"{self._kind_name()} is resumed."))
+            resumed = f"{self._kind_name()} is resumed."
+            self._condition(ConditionType.SUSPENDED, conditions.REASON_RESUMED, resumed, "False")
+            self.events.append(Event("Normal", "Resumed", resumed))
 
         if deadline.deadline_passed(self.job, self.status, self.now):
             seconds = self.job.spec.run_policy.active_deadline_seconds
@@ -124,7 +120,7 @@ class _Planner:
         if success.job_succeeded(self.job, current):
             self._succeed()
             return
-        hang = progress.check(self.job, current, self._attempt_start(), self.now)
+        hang = progress.check(self.job, current, attempts.start_of(self.status), self.now)
         if hang.hung:
             self._on_hang(hang.message)
             return
@@ -160,9 +156,7 @@ class _Planner:
         self._condition(ConditionType.SUSPENDED, conditions.REASON_SUSPENDED, message)
         self.events.append(Event("Normal", "Suspended", message))
         # Resuming starts a fresh group and a fresh deadline (Kubeflow resets startTime on resume).
-        self._close_attempt("suspended")
-        self.status.attempt += 1
-        self.status.replacement_due = {}
+        attempts.end_current(self.status, "suspended", self.now)
         self.status.start_time = None
         self._count_replicas([])
 
@@ -214,10 +208,8 @@ class _Planner:
         message = f"{self._kind_name()} is restarting (attempt {attempt + 1} ended) because {cause}"
         self._condition(ConditionType.RESTARTING, conditions.REASON_RESTARTING, message)
         self.events.append(Event("Warning", "Restarting", message))
-        self._close_attempt(cause)
         self._stop_all(self._current(), f"group restart after attempt {attempt + 1}")
-        self.status.attempt += 1
-        self.status.replacement_due = {}
+        attempts.end_current(self.status, cause, self.now)
         if counted:
             self.status.restart_count += 1
         self._count_replicas([])
@@ -225,7 +217,7 @@ class _Planner:
     def _fail(self, cause: str, event: str) -> None:
         message = conditions.fail_job(self.status, self.job.namespace, self.job.name, cause, self.now)
         self.events.append(Event("Warning", event, message))
-        self._close_attempt(cause)
+        attempts.close_current(self.status, cause, self.now)
         self._finished()
 
     def _succeed(self) -> None:
@@ -233,7 +225,7 @@ class _Planner:
         self._condition(ConditionType.SUCCEEDED, conditions.REASON_SUCCEEDED, message)
         self.events.append(Event("Normal", "Succeeded", message))
         self.status.completion_time = timestamp(self.now)
-        self._close_attempt("succeeded")
+        attempts.close_current(self.status, "succeeded", self.now)
         self._finished()
 
     def _membership_changes(self, current: list[ReplicaObservation]) -> list[ReplicaObservation]:
@@ -280,8 +272,7 @@ class _Planner:
             if self.status.start_time is None:
                 self.status.start_time = timestamp(self.now)
                 self._wake_at(deadline.deadline(self.job, self.status))
-            if not any(a.attempt == self.status.attempt for a in self.status.attempts):
-                self.status.attempts.append(AttemptRecord(attempt=self.status.attempt, start_time=timestamp(self.now)))
+            attempts.open_current(self.status, self.now)
 
     def _keep_helpers(self, current: list[ReplicaObservation]) -> None:
         """What the group needs beside its replicas: its rendezvous store and warm spares."""
@@ -323,16 +314,6 @@ class _Planner:
 
     def _condition(self, ctype: ConditionType, reason: str, message: str, value: str = "True") -> None:
         conditions.set_condition(self.status, ctype, value, reason, message, self.now)
-
-    def _attempt_start(self) -> datetime | None:
-        record = next((a for a in self.status.attempts if a.attempt == self.status.attempt), None)
-        return parse_timestamp(record.start_time) if record is not None else None
-
-    def _close_attempt(self, outcome: str) -> None:
-        for record in self.status.attempts:
-            if record.attempt == self.status.attempt and record.end_time is None:
-                record.end_time = timestamp(self.now)
-                record.outcome = outcome
 
     def _wake_at(self, when: datetime | None) -> None:
         if when is not None and (self.requeue_at is None or when < self.requeue_at):

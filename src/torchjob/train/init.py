@@ -68,6 +68,7 @@ def init(backend: str | None = None, timeout_seconds: float = 1800.0) -> DistCon
         # In-place repair: the group meets at the store torchjob hosts, which outlives any member.
         from torchjob.train import inplace
 
+        inplace.absorb_first_ddp()
         attempt = int(os.environ.get(worker_files.ENV_ATTEMPT, "0"))
         found = {"attempt": attempt, "generation": 0, "members": [str(r) for r in range(info.world_size)]}
         inplace.join_group(chosen, str(info.rank), found, timedelta(seconds=timeout_seconds))

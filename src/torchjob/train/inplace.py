@@ -20,9 +20,11 @@ failed step with the same samples, re-sharded over the new world, and no sample 
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import time
+import weakref
 from collections.abc import Callable
 from dataclasses import replace
 from datetime import timedelta
@@ -73,6 +75,21 @@ def announce(output_dir: str, key: str, attempt: int) -> None:
     os.replace(tmp, path)
 
 
+def absorb_first_ddp() -> None:
+    """Build this process's first DDP on a private one-rank group, and drop both.
+
+    In torch 2.15 the first DistributedDataParallel a process builds keeps its process group alive for good
+    (seen here: the group outlives destroy_process_group() and gc, while later DDPs release theirs). For the
+    group a job trains in, that breaks in-place repair: its sockets never close, so a survivor still blocked
+    in a collective with this rank was seen waiting for the full collective timeout after this rank had
+    moved on. The private group takes the leak instead; the import of torch._dynamo that the first DDP
+    needs (~4 s) happens here, once, too.
+    """
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)  # type: ignore[attr-defined]
+    DistributedDataParallel(nn.Linear(1, 1))
+    dist.destroy_process_group()
+
+
 def join_group(backend: str, replica: str, found: dict[str, Any], timeout: timedelta) -> tuple[int, int]:
     """Join generation ``found`` of the group as ``replica``; (rank, world size)."""
     members: list[str] = found["members"]
@@ -85,8 +102,7 @@ def join_group(backend: str, replica: str, found: dict[str, Any], timeout: timed
 
 def wait_as_spare(ctx_backend: str, device: torch.device, timeout: timedelta) -> DistContext:
     """Block as a warm spare until the controller gives this process a lost replica's place; then join."""
-    import torch._dynamo  # noqa: F401 - the first DDP()/Adam() imports it (~4 s): pay that while waiting
-
+    absorb_first_ddp()  # also imports torch._dynamo, which the first DDP()/Adam() needs (~4 s): paid while waiting
     spare = os.environ[worker_files.ENV_SPARE]
     output = os.environ[worker_files.ENV_OUTPUT_DIR]
     attempt = int(os.environ.get(worker_files.ENV_ATTEMPT, "0"))
@@ -163,12 +179,17 @@ class InPlaceTraining:
         started = time.monotonic()
         # Drop the broken group at once, and every reference to it (the DDP reducer holds one): peers that
         # are not the dead rank's neighbours learn of the failure only when the survivors' sockets close.
+        broken = weakref.ref(dist.distributed_c10d._get_default_group())
         self.ddp = None
         abort = getattr(dist.distributed_c10d, "_abort_process_group", None)
         if self.ctx.backend == "nccl" and abort is not None:
             abort()  # NCCL: a collective teardown with a dead peer can hang; abort the communicators instead
         else:
             dist.destroy_process_group()
+        if broken() is not None:
+            gc.collect()  # ~0.2 s with dynamo loaded: only when refcounting did not free the group
+            if broken() is not None:
+                print(f"torchjob: warning: rank {self.ctx.rank} could not close its broken group", flush=True)
         found = wait_for_membership(self.output, self.attempt, self.ctx.generation, started + self.repair_timeout)
         if found is None:
             raise RuntimeError(f"the group was not repaired within {self.repair_timeout:g}s")

@@ -1,0 +1,38 @@
+"""The record of a job's attempts in its status: each attempt's start, end and outcome, and moving to the next.
+
+An attempt is one group of replicas that trained together; a group restart or a suspension ends it, and the
+next one starts with ``status.attempt`` one higher (``status.attempts`` keeps them all for ``torchjob get``).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from torchjob.api.types import AttemptRecord, JobStatus
+from torchjob.core.times import parse_timestamp, timestamp
+
+
+def start_of(status: JobStatus) -> datetime | None:
+    """When the current attempt started, if it has."""
+    record = next((a for a in status.attempts if a.attempt == status.attempt), None)
+    return parse_timestamp(record.start_time) if record is not None else None
+
+
+def open_current(status: JobStatus, now: datetime) -> None:
+    """Record that the current attempt has started (once)."""
+    if not any(a.attempt == status.attempt for a in status.attempts):
+        status.attempts.append(AttemptRecord(attempt=status.attempt, start_time=timestamp(now)))
+
+
+def close_current(status: JobStatus, outcome: str, now: datetime) -> None:
+    for record in status.attempts:
+        if record.attempt == status.attempt and record.end_time is None:
+            record.end_time = timestamp(now)
+            record.outcome = outcome
+
+
+def end_current(status: JobStatus, outcome: str, now: datetime) -> None:
+    """Close the current attempt and move to the next: it starts with a fresh group and no pending replacement."""
+    close_current(status, outcome, now)
+    status.attempt += 1
+    status.replacement_due = {}
