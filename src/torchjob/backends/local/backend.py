@@ -9,8 +9,6 @@ through ``processes``, which proves a process is the job's before it is touched.
 
 from __future__ import annotations
 
-import contextlib
-import json
 import os
 import signal
 import sys
@@ -25,7 +23,7 @@ from torchjob.api import extensions
 from torchjob.api.scaling import with_workers, workers_problem
 from torchjob.api.types import PyTorchJob
 from torchjob.backends.base import Backend
-from torchjob.backends.local import mapping, membership, observing, processes
+from torchjob.backends.local import mapping, membership, observing, outputs, processes
 from torchjob.backends.local.children import Children
 from torchjob.backends.local.logs import failure_summary
 from torchjob.backends.local.shim import ExitRecord
@@ -295,8 +293,8 @@ class LocalBackend(Backend):
         replica = parse_replica_name(record.replica)
         assert replica is not None, record.replica  # only replicas' records are observed
         output = self.store.output_dir(self.name)
-        notices = _times_in(worker_files.replica_files(output / worker_files.PREEMPTED_DIR, record.replica))
-        beats = _beats_in(worker_files.replica_files(output / worker_files.HEARTBEAT_DIR, record.replica))
+        notices = outputs.notice_times(output, record.replica)
+        beats = outputs.heartbeats(output, record.replica)
         failed = ended is not None and (ended.signal is not None or ended.exit_code != 0)
         log = Path(record.log_path)
         return observing.observe_process(
@@ -312,25 +310,6 @@ class LocalBackend(Backend):
 
     def _save_state(self) -> None:
         self.store.write_state(self.name, self.state)
-
-
-def _times_in(paths: list[Path]) -> list[float]:
-    """The times of the preemption notices in ``paths`` (a damaged one is skipped)."""
-    times = []
-    for path in paths:
-        with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
-            times.append(float(json.loads(path.read_text())["time"]))
-    return times
-
-
-def _beats_in(paths: list[Path]) -> list[observing.Beat]:
-    """The heartbeats in ``paths`` (a damaged one, or one being written, is skipped)."""
-    beats = []
-    for path in paths:
-        with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
-            beat = json.loads(path.read_text())
-            beats.append(observing.Beat(float(beat["time"]), int(beat["step"])))
-    return beats
 
 
 def _error_file(log_path: Path) -> Path:

@@ -1,16 +1,20 @@
-"""Reading what a local job's processes wrote: the log files of an attempt, the metrics of every rank.
+"""Reading what a local job's processes wrote: the log files of an attempt, the metrics of every rank, and
+the heartbeats and preemption notices of a replica's processes.
 
-Layout (see ``store.py`` and ``worker_files.py``): ``logs/<attempt>/<replica>.log`` and
-``output/metrics/rank-<rank>.jsonl``. Readers only; a file being written as it is read is never an error.
+Layout (see ``store.py`` and ``worker_files.py``): ``logs/<attempt>/<replica>.log``,
+``output/metrics/rank-<rank>.jsonl``, ``output/heartbeat/<replica>-<local rank>.json`` and
+``output/preempted/...``. Readers only; a file being written as it is read is never an error.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 from pathlib import Path
 from typing import Any
 
 from torchjob import worker_files
+from torchjob.backends.local.observing import Beat
 
 
 class NoSuchAttempt(Exception):
@@ -56,3 +60,22 @@ def _json_record(line: str) -> dict[str, Any] | None:
     except ValueError:
         return None
     return record if isinstance(record, dict) else None
+
+
+def notice_times(output_dir: Path, replica: str) -> list[float]:
+    """When each process of ``replica`` got an outside SIGTERM (a damaged notice is skipped)."""
+    times = []
+    for path in worker_files.replica_files(output_dir / worker_files.PREEMPTED_DIR, replica):
+        with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+            times.append(float(json.loads(path.read_text())["time"]))
+    return times
+
+
+def heartbeats(output_dir: Path, replica: str) -> list[Beat]:
+    """The last heartbeat of each process of ``replica`` (a damaged one, or one being written, is skipped)."""
+    beats = []
+    for path in worker_files.replica_files(output_dir / worker_files.HEARTBEAT_DIR, replica):
+        with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+            beat = json.loads(path.read_text())
+            beats.append(Beat(float(beat["time"]), int(beat["step"])))
+    return beats
