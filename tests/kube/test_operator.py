@@ -184,7 +184,9 @@ def test_a_pod_deleted_by_hand_restarts_the_whole_group_without_counting(
     rig: Rig, namespace: str, operator: OperatorProcess
 ) -> None:
     start(rig, namespace, job_manifest("gone"))
-    rig.kubectl("delete", "-n", namespace, "pod", "gone-worker-0", "--wait=true")
+    # Not --wait: the operator recreates gone-worker-0 (attempt 2) so quickly that kubectl, which waits on the
+    # name, can find the successor and wait on it until its own timeout.
+    rig.kubectl("delete", "-n", namespace, "pod", "gone-worker-0", "--wait=false")
     wait_until(lambda: len(running_pods(rig, namespace, "gone", attempt=1)) == 3, what="attempt 2's three pods")
     status = get_job(rig, namespace, "gone")["status"]
     assert (status["attempt"], status["restartCount"]) == (1, 0)
