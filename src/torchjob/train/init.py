@@ -70,8 +70,8 @@ def init(backend: str | None = None, timeout_seconds: float = 1800.0) -> DistCon
 
         inplace.absorb_first_ddp()
         attempt = int(os.environ.get(worker_files.ENV_ATTEMPT, "0"))
-        found = {"attempt": attempt, "generation": 0, "members": [str(r) for r in range(info.world_size)]}
-        inplace.join_group(chosen, str(info.rank), found, timedelta(seconds=timeout_seconds))
+        timeout = timedelta(seconds=timeout_seconds)
+        inplace.init_generation(chosen, attempt, 0, info.rank, info.world_size, timeout)
     if not dist.is_initialized():
         if info.launcher in ("torchrun", "torchjob", "kubeflow"):
             # env:// reads MASTER_ADDR/PORT, RANK and WORLD_SIZE itself, and under torchrun it reuses the

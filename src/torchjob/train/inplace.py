@@ -90,13 +90,18 @@ def absorb_first_ddp() -> None:
     dist.destroy_process_group()
 
 
-def join_group(backend: str, replica: str, found: dict[str, Any], timeout: timedelta) -> tuple[int, int]:
-    """Join generation ``found`` of the group as ``replica``; (rank, world size)."""
-    members: list[str] = found["members"]
-    rank, world = members.index(replica), len(members)
-    prefix = worker_files.group_prefix(int(found["attempt"]), int(found["generation"]))
+def init_generation(backend: str, attempt: int, generation: int, rank: int, world: int, timeout: timedelta) -> None:
+    """Join one generation of the attempt's group at the store torchjob hosts, under its own prefix."""
+    prefix = worker_files.group_prefix(attempt, generation)
     store = dist.PrefixStore(prefix, store_client(timeout))  # type: ignore[attr-defined]
     dist.init_process_group(backend, store=store, rank=rank, world_size=world, timeout=timeout)
+
+
+def join_group(backend: str, replica: str, found: dict[str, Any], timeout: timedelta) -> tuple[int, int]:
+    """Join the generation the membership ``found`` describes, as ``replica``; (rank, world size)."""
+    members: list[str] = found["members"]
+    rank, world = members.index(replica), len(members)
+    init_generation(backend, int(found["attempt"]), int(found["generation"]), rank, world, timeout)
     return rank, world
 
 
