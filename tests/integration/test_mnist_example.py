@@ -133,3 +133,40 @@ def test_mnist_reads_standard_idx_files_from_a_folder_or_url(tmp_path: Path, gz:
         assert np.array_equal(x, train_x[:100]) and np.array_equal(ty, test_y[:50])
     with pytest.raises(ValueError, match="bad magic"):
         mnist_data.parse_idx(b"\x01\x02\x03\x04")
+
+
+@pytest.mark.slow
+def test_the_in_place_mnist_job_loses_a_rank_and_carries_on(tmp_path: Path) -> None:
+    """examples/mnist/job-inplace.yaml: worker-1 is SIGKILLed in epoch 2; a warm spare takes its place."""
+    import os
+    import signal
+    import time
+
+    import psutil
+
+    job = yaml.safe_load((ROOT / "examples" / "mnist" / "job-inplace.yaml").read_text())
+    for spec in job["spec"]["pytorchReplicaSpecs"].values():
+        container = spec["template"]["spec"]["containers"][0]
+        container["args"] = ["--epochs", "3"]
+        container["workingDir"] = str(ROOT / "examples" / "mnist")
+    path, home = tmp_path / "job.yaml", tmp_path / "home"
+    path.write_text(yaml.safe_dump(job))
+    env = {**os.environ, "TORCHJOB_HOME": str(home)}
+    argv = [sys.executable, "-m", "torchjob.cli.main", "run", str(path)]
+    run = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    jobs = home / "jobs" / "mnist-inplace"
+    log, spare = jobs / "logs" / "0" / "worker-1.log", jobs / "output" / "inplace" / "spare-0.json"
+    deadline = time.monotonic() + 300
+    while not (log.exists() and "epoch: 2/" in log.read_text(errors="replace") and spare.exists()):
+        assert run.poll() is None and time.monotonic() < deadline, "worker-1 never reached epoch 2 beside a warm spare"
+        time.sleep(0.05)
+    state = json.loads((jobs / "local.json").read_text())
+    shim = next(p["pid"] for p in state["processes"] if p["replica"] == "worker-1" and not p.get("removed"))
+    psutil.Process(shim).children()[0].send_signal(signal.SIGKILL)
+    stdout, stderr = run.communicate(timeout=300)
+    assert run.returncode == 0, stderr[-3000:]
+    status = job_object(home, "mnist-inplace")["status"]
+    assert (status["attempt"], status["restartCount"], status["repairs"]) == (0, 0, 1)
+    assert "[spare-0] torchjob: spare spare-0 joins as worker-1 (rank 2 of 3)" in stdout
+    metrics = json.loads((jobs / "output" / "metrics.json").read_text())
+    assert metrics["repairs"] == 1 and metrics["accuracy"] >= ACCURACY_BAR
