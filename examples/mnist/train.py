@@ -71,7 +71,7 @@ def main() -> None:
         args.checkpoint_dir, ctx, every_steps=args.checkpoint_every or None, async_save=args.async_checkpoint
     )
     ckpt.handle_preemption()
-    metrics = MetricsLogger(ctx)
+    metrics = MetricsLogger(ctx, total_steps=batches_per_epoch * args.epochs)
 
     step, start_epoch, done_in_epoch = 0, 1, 0
     state = ckpt.load()

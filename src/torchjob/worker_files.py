@@ -5,7 +5,9 @@ disagree. It imports neither torch nor the controller side: both sides can impor
 
 In the job's output folder (``TORCHJOB_OUTPUT_DIR``)::
 
-    heartbeat/<process>.json    {"step": N, "time": when step N completed}: the progress of one process
+    heartbeat/<process>.json    {"step": N, "time": when step N completed, "total_steps", "loss",
+                                "samples_per_second", "seconds_per_step"}: the progress of one process (a
+                                progress report; only step and time are required)
     preempted/<process>.json    {"time": when the process got an outside SIGTERM}: a preemption notice
     metrics/rank-<rank>.jsonl   one line per logged step (what `torchjob metrics` reads)
     inplace/<process>.json      {"attempt": A}: the process trains under torchjob.train's in-place repair, so
@@ -16,6 +18,10 @@ In the job's output folder (``TORCHJOB_OUTPUT_DIR``)::
     membership.json             {"attempt": A, "generation": G, "members": [...], "joined": [...],
                                 "spares": {spare: replica}}: the group as the controller last formed it
                                 (written by the controller, read by the training processes)
+
+On a cluster the same progress report also goes to the operator: ``torchjob.train`` POSTs it as JSON to
+``TORCHJOB_REPORT_URL`` with the Pod's projected service-account token (audience :data:`REPORT_AUDIENCE`,
+read from ``TORCHJOB_REPORT_TOKEN_FILE``) as a bearer token, so the operator knows which Pod sent it.
 
 With in-place repair, a job's processes meet at a store torchjob hosts (``TORCHJOB_STORE``, host:port); each
 generation of the group uses the store under its own prefix (:func:`group_prefix`).
@@ -35,6 +41,16 @@ ENV_REPLICA = "TORCHJOB_REPLICA"
 ENV_ATTEMPT = "TORCHJOB_ATTEMPT"
 ENV_STORE = "TORCHJOB_STORE"
 ENV_SPARE = "TORCHJOB_SPARE"
+ENV_REPORT_URL = "TORCHJOB_REPORT_URL"
+ENV_REPORT_TOKEN_FILE = "TORCHJOB_REPORT_TOKEN_FILE"
+REPORT_AUDIENCE = "torchjob.io/reports"
+# The keys of a progress report (a heartbeat file's content, or the body POSTed to the operator).
+REPORT_STEP = "step"
+REPORT_TIME = "time"
+REPORT_TOTAL_STEPS = "total_steps"
+REPORT_LOSS = "loss"
+REPORT_SAMPLES_PER_SECOND = "samples_per_second"
+REPORT_SECONDS_PER_STEP = "seconds_per_step"
 HEARTBEAT_DIR = "heartbeat"
 INPLACE_DIR = "inplace"
 MEMBERSHIP_FILE = "membership.json"

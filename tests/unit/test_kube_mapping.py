@@ -194,3 +194,41 @@ def test_elastic_c10d_jobs_meet_at_torchjobs_store_pod_unless_they_name_a_host()
     assert kube.store_service_manifest(job)["spec"]["selector"] == pod["metadata"]["labels"]
     own = make_job("el").workers(2).elastic(minReplicas=1, rdzvHost="rdzv.example", rdzvPort=3000).build()
     assert (kube.addressing(own, 0).rdzv_host, kube.addressing(own, 0).rdzv_port) == ("rdzv.example", 3000)
+
+
+def test_with_a_report_url_every_container_gets_the_endpoint_and_an_audience_bound_token() -> None:
+    from torchjob.backends.kubernetes import mapping as kube
+
+    job = make_job("rep").workers(1).build()
+    assert "volumes" not in kube.pod_manifest(job, ReplicaId(ReplicaType.WORKER, 0), 0)["spec"]
+    pod = kube.pod_manifest(job, ReplicaId(ReplicaType.WORKER, 0), 0, report_url="http://op.example:8443/")
+    (volume,) = pod["spec"]["volumes"]
+    token = volume["projected"]["sources"][0]["serviceAccountToken"]
+    assert token["audience"] == "torchjob.io/reports" and token["expirationSeconds"] == 3600
+    container = pod["spec"]["containers"][0]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["TORCHJOB_REPORT_URL"] == "http://op.example:8443/reports/default/rep"
+    assert env["TORCHJOB_REPORT_TOKEN_FILE"] == "/var/run/secrets/torchjob.io/reports/token"
+    assert container["volumeMounts"] == [
+        {"name": volume["name"], "mountPath": "/var/run/secrets/torchjob.io/reports", "readOnly": True}
+    ]
+
+
+def test_an_attempts_output_is_kept_compressed_within_a_configmaps_limit() -> None:
+    from torchjob.backends.kubernetes import log_archive
+
+    job = make_job("arch").master().workers(2).build()
+    job.metadata.uid = "u-1"
+    logs = {
+        "master-0": "first\nsecond\n",
+        "worker-0": "".join(f"line {i} {i * 7919 % 1000003}\n" for i in range(60000)),
+    }
+    kept = log_archive.manifest(job, 3, logs)
+    assert kept["metadata"]["name"] == "arch-logs-3"
+    assert kept["metadata"]["ownerReferences"][0]["uid"] == "u-1"  # deleted with the job
+    assert sum(len(v) for v in kept["binaryData"].values()) <= log_archive.BUDGET_BYTES
+    back = log_archive.read(kept)
+    assert back["master-0"] == "first\nsecond\n"
+    # Over its share: the newest lines are kept, whole.
+    assert back["worker-0"].endswith("line 59999 " + str(59999 * 7919 % 1000003) + "\n")
+    assert back["worker-0"].startswith("line ") and len(back["worker-0"]) < len(logs["worker-0"])

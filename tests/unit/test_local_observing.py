@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from torchjob.api.types import ReplicaType
-from torchjob.backends.local.observing import Beat, observe_process, preemption_onset, slowest
+from torchjob.backends.local.observing import observe_process, preemption_onset, slowest
 from torchjob.backends.local.shim import ExitRecord
-from torchjob.core.observed import Phase, PlatformReason
+from torchjob.core.observed import Phase, PlatformReason, Progress
 from torchjob.core.replicas import ReplicaId
 
 WORKER = ReplicaId(ReplicaType.WORKER, 1)
@@ -23,9 +23,9 @@ def utc(seconds: float) -> datetime:
 
 
 def test_a_running_replica_reports_its_slowest_process() -> None:
-    beat = slowest([Beat(T + 9, 40), Beat(T + 3, 12), Beat(T + 8, 39)])
-    seen = observe_process(WORKER, 2, None, stopping=False, beat=beat)
-    assert (seen.phase, seen.attempt, seen.progress_step, seen.progress_at) == (Phase.RUNNING, 2, 12, utc(T + 3))
+    beat = slowest([Progress(utc(T + 9), 40), Progress(utc(T + 3), 12), Progress(utc(T + 8), 39)])
+    seen = observe_process(WORKER, 2, None, stopping=False, progress=beat)
+    assert (seen.phase, seen.attempt, seen.progress) == (Phase.RUNNING, 2, Progress(utc(T + 3), 12))
     assert seen.reason is None and slowest([]) is None
 
 

@@ -10,7 +10,7 @@ import pytest
 from torchjob.api.types import ConditionType, PyTorchJob
 from torchjob.core import conditions
 from torchjob.core.actions import CreateReplica, DeleteJob, DeleteReplica, Plan
-from torchjob.core.observed import ReplicaObservation
+from torchjob.core.observed import Progress, ReplicaObservation
 from torchjob.core.planning import plan
 from torchjob.core.policies import elastic
 from torchjob.core.times import timestamp
@@ -329,7 +329,7 @@ def test_suspend_stops_everything_and_resume_starts_a_fresh_group() -> None:
 def progressing(name: str, seconds: float, step: int, attempt: int = 0) -> ReplicaObservation:
     from dataclasses import replace
 
-    return replace(running(name, attempt), progress_at=at(seconds), progress_step=step)
+    return replace(running(name, attempt), progress=Progress(at(seconds), step))
 
 
 def test_a_group_without_progress_for_the_deadline_is_hung_and_restarts() -> None:
@@ -350,7 +350,7 @@ def test_a_group_without_progress_for_the_deadline_is_hung_and_restarts() -> Non
     assert conditions.state(job.status) == "Restarting"
     message = cond(job, ConditionType.RESTARTING)[2]  # type: ignore[index]
     assert "Hung: no progress for 30s" in message
-    assert "worker-1 stopped at step 117, the others at step 118" in message
+    assert "worker-1 stopped at step 117 (silent for 32s), the others at step 118" in message
     assert any(e.reason == "Hung" for e in result.events)
     assert job.status.restart_count == 1
     assert deletes(result) == ["master-0@0", "worker-0@0", "worker-1@0"]

@@ -179,6 +179,23 @@ class AttemptRecord(_OpenWire):
     disrupted: dict[str, str] = Field(default_factory=dict)
 
 
+class TrainerMetric(_OpenWire):
+    """One training metric as last reported, its value as a string (Kubeflow Trainer's ``Metric``)."""
+
+    name: str
+    value: str
+
+
+class TrainerStatus(_OpenWire):
+    """How far training has got, as torchjob.train reports it: Kubeflow Trainer's ``trainerStatus`` shape
+    (KEP-2779). Absent when the script reports nothing; a field is absent when it is not known."""
+
+    progress_percentage: int | None = None
+    estimated_remaining_seconds: int | None = None
+    metrics: list[TrainerMetric] = Field(default_factory=list)
+    last_updated_time: str | None = None
+
+
 class JobStatus(_OpenWire):
     conditions: list[JobCondition] = Field(default_factory=list)
     replica_statuses: dict[ReplicaType, ReplicaStatus] = Field(default_factory=dict)
@@ -197,6 +214,8 @@ class JobStatus(_OpenWire):
     # and the spares ready now.
     repairs: int = 0
     spares_ready: int = 0
+    # Training progress, from torchjob.train's reports (absent for scripts that report none).
+    trainer_status: TrainerStatus | None = None
 
 
 class PyTorchJob(_Wire):

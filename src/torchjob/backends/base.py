@@ -20,6 +20,9 @@ class Backend(Protocol):
     reaches_rdzv_host: bool
     # Whether a lost member's place can go to a warm spare while the survivors carry on (in-place repair).
     repairs_in_place: bool
+    # Whether torchjob.train's progress reports reach the controller (heartbeat files locally; an operator
+    # started with a report address on a cluster). Without them a progress deadline cannot be enforced.
+    reports_progress: bool
 
     def observe(self, job: PyTorchJob) -> Observed:
         """The job's replicas as they are now, of every attempt that still has one, and its store."""

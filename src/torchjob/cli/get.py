@@ -48,6 +48,9 @@ def summary(wire: dict[str, Any]) -> str:
         f"Age:       {human_age(age)}",
         f"Attempt:   {status.get('attempt', 0)} ({status.get('restartCount', 0)} restarts; 0 is the first)",
     ]
+    trainer = status.get("trainerStatus")
+    if trainer:
+        lines.append(f"Progress:  {_progress(trainer)}")
     spares = (wire.get("metadata", {}).get("annotations") or {}).get(SPARES)
     if status.get("repairs") or spares:
         lines.append(
@@ -79,3 +82,16 @@ def summary(wire: dict[str, Any]) -> str:
             for a in attempts
         ]
     return "\n".join(lines)
+
+
+def _progress(trainer: dict[str, Any]) -> str:
+    """``42% · ~1m left · step=420 totalSteps=1000 loss=0.31 (at 2026-11-24T01:00:00Z)``."""
+    parts = []
+    if trainer.get("progressPercentage") is not None:
+        parts.append(f"{trainer['progressPercentage']}%")
+    if trainer.get("estimatedRemainingSeconds") is not None:
+        parts.append(f"~{human_age(trainer['estimatedRemainingSeconds'])} left")
+    metrics = " ".join(f"{m.get('name')}={m.get('value')}" for m in trainer.get("metrics") or [])
+    if metrics:
+        parts.append(metrics)
+    return " · ".join(parts) + (f" (at {trainer['lastUpdatedTime']})" if trainer.get("lastUpdatedTime") else "")

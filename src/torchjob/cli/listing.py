@@ -1,4 +1,6 @@
-"""``torchjob list``: every local job with its state, age and restarts, like ``kubectl get pytorchjobs``."""
+"""``torchjob list``: every job with its state, progress, age and restarts, like ``kubectl get pytorchjobs``.
+
+Progress is the job's ``status.trainerStatus.progressPercentage``: blank for a script that reports none."""
 
 from __future__ import annotations
 
@@ -14,8 +16,11 @@ def add_parser(verbs: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
 
 
 def handle(args: argparse.Namespace) -> int:
-    rows = [("NAME", "STATE", "AGE", "RESTARTS")]
-    rows += [(s.name, s.state, human_age(s.age_seconds), str(s.restarts)) for s in client(args).list()]
+    rows = [("NAME", "STATE", "PROGRESS", "AGE", "RESTARTS")]
+    rows += [
+        (s.name, s.state, "" if s.progress is None else f"{s.progress}%", human_age(s.age_seconds), str(s.restarts))
+        for s in client(args).list()
+    ]
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     for row in rows:
         print("   ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip())

@@ -39,6 +39,18 @@ def add_parser(verbs: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
         default=os.environ.get("POD_NAMESPACE", "torchjob-system"),
         help="namespace of the leader election Lease (default $POD_NAMESPACE, else torchjob-system)",
     )
+    p.add_argument(
+        "--report-address",
+        metavar="HOST:PORT",
+        help="hear torchjob.train's progress reports from Pods here (hang detection and trainerStatus on a "
+        "cluster); e.g. 0.0.0.0:8443",
+    )
+    p.add_argument(
+        "--report-url",
+        metavar="URL",
+        help="the URL Pods reach --report-address by (default http://HOST:PORT), e.g. "
+        "http://torchjob-operator.torchjob-system.svc:8443",
+    )
     p.set_defaults(handler=handle)
 
     c = verbs.add_parser("crd", help="print the PyTorchJob CustomResourceDefinition (YAML)")
@@ -54,6 +66,17 @@ def handle(args: argparse.Namespace) -> int:
     if args.workers < 1:
         print("torchjob: --workers: must be at least 1", file=sys.stderr)
         return 2
+    try:
+        report_address = _host_port(args.report_address) if args.report_address else None
+    except ValueError as err:
+        print(f"torchjob: --report-address: {err}", file=sys.stderr)
+        return 2
+    if args.report_url and not args.report_url.startswith(("http://", "https://")):
+        print(f"torchjob: --report-url: expected an http:// or https:// URL, got {args.report_url!r}", file=sys.stderr)
+        return 2
+    if args.report_url and report_address is None:
+        print("torchjob: --report-url: needs --report-address (where the operator listens)", file=sys.stderr)
+        return 2
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)
     settings = OperatorSettings(
@@ -62,6 +85,8 @@ def handle(args: argparse.Namespace) -> int:
         managed_by=(*DEFAULT_MANAGED_BY, *(args.managed_by or [])),
         health_port=args.health_port,
         election=ElectionSettings(namespace=args.lease_namespace) if args.leader_elect else None,
+        report_address=report_address,
+        report_url=args.report_url,
     )
 
     def stop(signum: int, _frame: FrameType | None) -> None:
@@ -75,6 +100,13 @@ def handle(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         logging.getLogger("torchjob.operator").info("stopped")
     return 0
+
+
+def _host_port(value: str) -> tuple[str, int]:
+    host, _, port = value.rpartition(":")
+    if not host or not port.isdigit() or not 1 <= int(port) <= 65535:
+        raise ValueError(f"expected HOST:PORT with a port from 1 to 65535, got {value!r}")
+    return host, int(port)
 
 
 def print_crd(args: argparse.Namespace) -> int:

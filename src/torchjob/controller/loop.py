@@ -40,6 +40,7 @@ def reconcile_once(job: PyTorchJob, backend: Backend, clock: Clock) -> PassResul
         spares=seen.spares,
         reaches_rdzv_host=backend.reaches_rdzv_host,
         repairs_in_place=backend.repairs_in_place,
+        reports_progress=backend.reports_progress,
     )
     backend.execute(job, result.actions)
     if result.status != job.status:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from http.server import ThreadingHTTPServer
@@ -30,10 +31,12 @@ from torchjob.api.loading import job_from_mapping
 from torchjob.api.types import ConditionType, JobStatus
 from torchjob.backends.kubernetes.backend import KubernetesBackend, RequestCounter
 from torchjob.backends.kubernetes.cluster import PyTorchJobResource, as_dict
+from torchjob.backends.kubernetes.reports import ApiTokenReviewer, ReportBoard
 from torchjob.controller.clock import Clock, SystemClock
 from torchjob.controller.health import health_server
 from torchjob.controller.leader import ElectionSettings
 from torchjob.controller.loop import reconcile_once
+from torchjob.controller.reports import report_server
 from torchjob.controller.workqueue import WorkQueue
 from torchjob.core import conditions, replicas
 from torchjob.core.actions import Event
@@ -46,6 +49,7 @@ JobKey = tuple[str, str]  # (namespace, name)
 # managedBy values this operator answers to: unset, Kubeflow's own (torchjob stands in for it), and ours.
 DEFAULT_MANAGED_BY = ("kubeflow.org/training-operator", "torchjob.io/operator")
 _RETRY_SECONDS = 2.0
+_REPORT_PASS_SECONDS = 2.0
 _WATCH_SECONDS = 300  # the server ends each watch after this long; lightkube resumes it where it was
 
 
@@ -61,6 +65,16 @@ class OperatorSettings:
     # Leader election: None runs as the only operator; otherwise stand by until this replica holds the Lease.
     election: ElectionSettings | None = None
     identity: str | None = None
+    # Where to serve torchjob.train's progress reports from Pods (host, port), and the URL Pods reach it by
+    # (default http://host:port). None: no reports, so no hang detection and no trainerStatus on a cluster.
+    report_address: tuple[str, int] | None = None
+    report_url: str | None = None
+
+    @property
+    def advertised_report_url(self) -> str | None:
+        if self.report_address is None:
+            return None
+        return self.report_url or f"http://{self.report_address[0]}:{self.report_address[1]}"
 
 
 @dataclass
@@ -75,22 +89,27 @@ class Operator:
         self.settings = settings or OperatorSettings()
         self.clock = clock or SystemClock()
         self.counter = RequestCounter()
-        self.backend = KubernetesBackend(client, self.counter)
+        self.reports = ReportBoard() if self.settings.report_address else None
+        self.backend = KubernetesBackend(client, self.counter, self.reports, self.settings.advertised_report_url)
         self.queue: WorkQueue[JobKey] = WorkQueue()
         self.stopping = threading.Event()
         self.health = _Health()
         self._threads: list[threading.Thread] = []
         self._server: ThreadingHTTPServer | None = None
+        self._report_server: ThreadingHTTPServer | None = None
+        self._report_lock = threading.Lock()
+        self._report_passes: dict[JobKey, float] = {}
         # False while a replica waits for the leader election lease; it then watches and acts on nothing.
         self.leading = False
 
     # -- lifecycle ------------------------------------------------------------------------------------
 
     def serve_health(self) -> None:
-        """Serve /healthz, /readyz and /metrics (once), before or without leading."""
+        """Serve /healthz, /readyz and /metrics, and the report endpoint (once), before or without leading."""
         if self.settings.health_port is not None and self._server is None:
             self._server = health_server(self, self.settings.health_port)
             self._spawn("health", self._server.serve_forever)
+        self._serve_reports()
 
     def start(self) -> None:
         self.leading = True
@@ -107,11 +126,35 @@ class Operator:
     def stop(self) -> None:
         self.stopping.set()
         self.queue.close()
-        if self._server is not None:
-            self._server.shutdown()
+        for server in (self._server, self._report_server):
+            if server is not None:
+                server.shutdown()
         for thread in self._threads:
             if thread.name.startswith("worker"):
                 thread.join(timeout=30)
+
+    def _serve_reports(self) -> None:
+        """Hear Pods' progress reports. A standby hears them too: behind one Service every replica gets a
+        share of each Pod's reports (one a second), so the leader hears each Pod often and a new leader
+        starts with recent ones."""
+        if self.reports is None or self.settings.report_address is None or self._report_server is not None:
+            return
+        reviewer = ApiTokenReviewer(self.client)
+        self._report_server = report_server(self.reports, reviewer, self.settings.report_address, self._on_report)
+        self._spawn("reports", self._report_server.serve_forever)
+        log.info("hearing progress reports at %s", self.settings.advertised_report_url)
+
+    def _on_report(self, namespace: str, name: str) -> None:
+        """Look at a reporting job again soon, at most once per interval: its status shows progress without a
+        status write per report."""
+        if not self.leading:
+            return  # a standby only keeps the reports; the leader acts on them
+        key, now = (namespace, name), time.monotonic()
+        with self._report_lock:
+            if now - self._report_passes.get(key, -_REPORT_PASS_SECONDS) < _REPORT_PASS_SECONDS:
+                return
+            self._report_passes[key] = now
+        self.queue.add_after(key, _REPORT_PASS_SECONDS)
 
     @property
     def alive(self) -> bool:

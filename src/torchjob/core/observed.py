@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import math
 import signal
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import Enum
 
+from torchjob import worker_files
 from torchjob.core.replicas import ReplicaId
 
 
@@ -36,6 +39,44 @@ class PlatformReason(str, Enum):
 
 
 @dataclass(frozen=True)
+class Progress:
+    """What one replica last reported of its training (torchjob.train's heartbeat), and when it came.
+
+    ``at`` is when the step completed (locally) or when the report arrived (on a cluster, by the operator's
+    clock, so a Pod's skewed clock cannot fake progress). The rest is as reported; None when not reported.
+    """
+
+    at: datetime
+    step: int
+    total_steps: int | None = None
+    loss: float | None = None
+    samples_per_second: float | None = None
+    seconds_per_step: float | None = None
+
+    @classmethod
+    def from_report(cls, report: Mapping[str, object], at: datetime) -> Progress | None:
+        """A report as the worker wrote it (``worker_files`` names the keys); None when it is not one."""
+        step = report.get(worker_files.REPORT_STEP)
+        if not isinstance(step, int) or isinstance(step, bool) or step < 0:
+            return None
+        total = report.get(worker_files.REPORT_TOTAL_STEPS)
+        return cls(
+            at,
+            step,
+            total_steps=total if isinstance(total, int) and not isinstance(total, bool) and total > 0 else None,
+            loss=_finite(report.get(worker_files.REPORT_LOSS)),
+            samples_per_second=_finite(report.get(worker_files.REPORT_SAMPLES_PER_SECOND)),
+            seconds_per_step=_finite(report.get(worker_files.REPORT_SECONDS_PER_STEP)),
+        )
+
+
+def _finite(value: object) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        return None
+    return float(value)
+
+
+@dataclass(frozen=True)
 class ReplicaObservation:
     """One replica (process or Pod) of one attempt, as it is now."""
 
@@ -52,8 +93,7 @@ class ReplicaObservation:
     # A stop was already requested; the planner does not ask again.
     stopping: bool = False
     # The training progress the replica last reported (torchjob.train's heartbeat), if it reports any.
-    progress_at: datetime | None = None
-    progress_step: int | None = None
+    progress: Progress | None = None
     # When the platform told the replica to stop (a preemption notice, a Pod's DisruptionTarget condition).
     # Its failure began then, not when it finally exited after checkpointing; peers that crash meanwhile
     # are collateral damage.

@@ -33,7 +33,17 @@ from torchjob.core.actions import (
 )
 from torchjob.core.counting import replica_counts
 from torchjob.core.observed import ReplicaObservation, SpareObservation
-from torchjob.core.policies import backoff, cleanup, deadline, elastic, progress, repair, restart, success
+from torchjob.core.policies import (
+    backoff,
+    cleanup,
+    deadline,
+    elastic,
+    progress,
+    repair,
+    restart,
+    success,
+    trainer_status,
+)
 from torchjob.core.replicas import ReplicaId, expected_replicas
 from torchjob.core.times import parse_timestamp, timestamp
 
@@ -47,16 +57,19 @@ def plan(
     spares: Sequence[SpareObservation] = (),
     reaches_rdzv_host: bool = True,
     repairs_in_place: bool = False,
+    reports_progress: bool = True,
 ) -> Plan:
     """Decide what to do next for ``job`` given its ``observed`` replicas at time ``now``.
 
     ``store_running``: the job's rendezvous store runs; ``spares``: its warm spares. What the platform can do:
     ``reaches_rdzv_host``, reach a ``rdzvHost`` the job names (a cluster can resolve it, a laptop cannot, so
-    locally torchjob hosts the store); ``repairs_in_place``, replace a lost member with a spare.
+    locally torchjob hosts the store); ``repairs_in_place``, replace a lost member with a spare;
+    ``reports_progress``, hear torchjob.train's progress reports (without them no hang can be detected).
     """
     wanted = repair.spares_wanted(job) if repairs_in_place else 0
     hosts_store = elastic.hosts_rendezvous_store(job, honor_rdzv_host=reaches_rdzv_host) or wanted > 0
-    planner = _Planner(job, list(observed), now, _Helpers(hosts_store, store_running, list(spares), wanted))
+    helpers = _Helpers(hosts_store, store_running, list(spares), wanted, reports_progress)
+    planner = _Planner(job, list(observed), now, helpers)
     planner.run()
     status = planner.status
     if status != job.status:
@@ -72,6 +85,7 @@ class _Helpers:
     store_running: bool
     spares: list[SpareObservation]
     spares_wanted: int
+    reports_progress: bool  # the platform hears torchjob.train's progress reports
 
 
 class _Planner:
@@ -92,6 +106,8 @@ class _Planner:
     def run(self) -> None:
         if conditions.find(self.status, ConditionType.CREATED) is None:
             self._condition(ConditionType.CREATED, conditions.REASON_CREATED, f"{self._kind_name()} is created.")
+            if progress.progress_deadline(self.job) is not None and not self.helpers.reports_progress:
+                self.events.append(Event("Warning", "ProgressUnreported", progress.UNREPORTED))
         if conditions.is_finished(self.status):
             self._finished()
             return
@@ -120,7 +136,9 @@ class _Planner:
         if success.job_succeeded(self.job, current):
             self._succeed()
             return
-        hang = progress.check(self.job, current, attempts.start_of(self.status), self.now)
+        hang = progress.check(
+            self.job, current, attempts.start_of(self.status), self.now, self.helpers.reports_progress
+        )
         if hang.hung:
             self._on_hang(hang.message)
             return
@@ -129,6 +147,7 @@ class _Planner:
         self._keep_helpers(current)
         self._mark_running(current)
         self._count_replicas(current)
+        self.status.trainer_status = trainer_status.summarize(self.status.trainer_status, current)
 
     # -- phases ---------------------------------------------------------------------------------------
 
@@ -225,6 +244,7 @@ class _Planner:
         self._condition(ConditionType.SUCCEEDED, conditions.REASON_SUCCEEDED, message)
         self.events.append(Event("Normal", "Succeeded", message))
         self.status.completion_time = timestamp(self.now)
+        self.status.trainer_status = trainer_status.completed(self.status.trainer_status)
         attempts.close_current(self.status, "succeeded", self.now)
         self._finished()
 

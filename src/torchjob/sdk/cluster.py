@@ -17,17 +17,18 @@ from typing import Any
 
 import httpx
 from lightkube import ApiError
-from lightkube.resources.core_v1 import Pod
+from lightkube.resources.core_v1 import ConfigMap, Pod
 from lightkube.types import PatchType
 
 from torchjob.api.types import PyTorchJob
+from torchjob.backends.kubernetes import log_archive
 from torchjob.backends.kubernetes.cluster import PyTorchJobResource, as_dict, connect
 from torchjob.backends.kubernetes.observing import replica_of
 from torchjob.core import replicas
 from torchjob.core.times import age_seconds
 from torchjob.sdk.client import JobClient, scale_problem
 from torchjob.sdk.errors import JobExistsError, JobNotFoundError, SdkError
-from torchjob.sdk.summary import JobSummary, last_condition
+from torchjob.sdk.summary import JobSummary, last_condition, progress_of
 
 _FINISHED = ("Succeeded", "Failed")
 _DRAIN_SECONDS = 3.0
@@ -90,6 +91,7 @@ class ClusterClient(JobClient):
                     attempt=status.get("attempt", 0),
                     restarts=status.get("restartCount", 0),
                     message=last.get("message", ""),
+                    progress=progress_of(wire),
                 )
             )
         return summaries
@@ -148,15 +150,37 @@ class ClusterClient(JobClient):
             if problem:
                 raise SdkError(problem)
         out: builtins.list[str] = []
+        found = False
         for pod in self.pods(name):
             identity = replica_of(pod)
-            if identity is None or (replica and str(identity[0]) != replica):
+            if identity is None or (attempt is not None and identity[1] != attempt):
                 continue
-            if attempt is not None and identity[1] != attempt:
+            found = True
+            if replica and str(identity[0]) != replica:
                 continue
             for line in self._pod_log(pod):
                 out.append(line if replica else f"[{identity[0]}] {line}")
+        if attempt is not None and not found:
+            # That attempt's Pods are gone: its output was kept when they were deleted (log_archive.py).
+            for kept_replica, text in self._kept_logs(name, attempt).items():
+                if replica and kept_replica != replica:
+                    continue
+                out += [line if replica else f"[{kept_replica}] {line}" for line in text.splitlines()]
         return "\n".join(out)
+
+    def _kept_logs(self, name: str, attempt: int) -> dict[str, str]:
+        try:
+            kept = as_dict(
+                self.client.get(ConfigMap, log_archive.archive_name(name, attempt), namespace=self.namespace)
+            )
+        except ApiError as err:
+            if err.status.code == 404:
+                raise SdkError(
+                    f"job {name!r} has no Pods of attempt {attempt} and no output kept for it (attempts are "
+                    "numbered from 0, as status.attempt; the output of an attempt is kept when its Pods are deleted)"
+                ) from None
+            raise self._refused(f"read ConfigMap {log_archive.archive_name(name, attempt)}", err) from None
+        return log_archive.read(kept)
 
     def follow(self, name: str, replica: str | None = None, poll: float = 1.0) -> Iterator[tuple[str, str]]:
         """Stream every replica's lines as they come, across group restarts, until the job has finished.

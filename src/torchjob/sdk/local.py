@@ -167,6 +167,7 @@ class LocalClient(JobClient):
                     attempt=summary.get("attempt", 0),
                     restarts=summary.get("restarts", 0),
                     message=summary.get("message", ""),
+                    progress=summary.get("progress"),
                 )
             )
         return summaries

@@ -18,6 +18,8 @@ class JobSummary:
     attempt: int
     restarts: int
     message: str
+    # status.trainerStatus.progressPercentage: None when the script reports no progress (or no total).
+    progress: int | None = None
 
 
 def last_condition(wire: dict[str, Any]) -> dict[str, Any]:
@@ -28,3 +30,9 @@ def last_condition(wire: dict[str, Any]) -> dict[str, Any]:
     whose spec does not validate; :func:`torchjob.core.conditions.state` is the same rule on a typed job."""
     found = (wire.get("status") or {}).get("conditions") or []
     return found[-1] if found and isinstance(found[-1], dict) else {}
+
+
+def progress_of(wire: dict[str, Any]) -> int | None:
+    """The job's progress percentage from its wire status, when its script reports one."""
+    value = ((wire.get("status") or {}).get("trainerStatus") or {}).get("progressPercentage")
+    return value if isinstance(value, int) and not isinstance(value, bool) else None

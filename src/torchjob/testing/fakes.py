@@ -48,6 +48,7 @@ class FakeBackend(Backend):
     clock: FakeClock = field(default_factory=FakeClock)
     reaches_rdzv_host: bool = True
     repairs_in_place: bool = False
+    reports_progress: bool = True
     replicas: dict[tuple[str, int], ReplicaObservation] = field(default_factory=dict)
     store_running: bool = False
     executed: list[Action] = field(default_factory=list)

@@ -3,11 +3,14 @@
 Files, in the job's output folder (``TORCHJOB_OUTPUT_DIR``; names from :mod:`torchjob.worker_files`)::
 
     metrics/rank-<r>.jsonl      one line per logged step: step, epoch, loss, samples/s, step and checkpoint time
-    heartbeat/<process>.json    {"step": N, "time": when step N completed}, rewritten atomically by a small
-                                background thread at most once a ``heartbeat_seconds``, and only when the step
-                                moved: a hung process's heartbeat stays exactly where it stopped
+    heartbeat/<process>.json    the progress report: {"step": N, "time": when step N completed, "total_steps",
+                                "loss", "samples_per_second", "seconds_per_step"}, rewritten atomically by a
+                                small background thread at most once a ``heartbeat_seconds``, and only when the
+                                step moved: a hung process's heartbeat stays exactly where it stopped
 
-``torchjob metrics NAME`` summarises the JSONL files and can plot them; hang detection reads heartbeats.
+On a cluster the same thread also sends each new report to the operator (:mod:`torchjob.train.reporting`).
+``torchjob metrics NAME`` summarises the JSONL files and can plot them; hang detection reads heartbeats, and
+``status.trainerStatus`` (progress %, time left) comes from the reports: pass ``total_steps`` for a percentage.
 """
 
 from __future__ import annotations
@@ -21,11 +24,16 @@ from typing import Any
 
 from torchjob import worker_files
 from torchjob.train.init import DistContext
+from torchjob.train.reporting import Reporter
 
 
 class MetricsLogger:
     def __init__(
-        self, ctx: DistContext, output_dir: str | os.PathLike[str] | None = None, heartbeat_seconds: float = 1.0
+        self,
+        ctx: DistContext,
+        output_dir: str | os.PathLike[str] | None = None,
+        heartbeat_seconds: float = 1.0,
+        total_steps: int | None = None,
     ) -> None:
         root = Path(output_dir or os.environ.get(worker_files.ENV_OUTPUT_DIR) or "output")
         self.ctx = ctx
@@ -35,9 +43,13 @@ class MetricsLogger:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.heartbeat_path.parent.mkdir(parents=True, exist_ok=True)
         self.heartbeat_seconds = heartbeat_seconds
+        # The number of the last step, when the script knows it: progress is reported as step / total_steps.
+        self.total_steps = total_steps
         self._file = open(self.path, "a", buffering=1)  # noqa: SIM115 - line-buffered for the whole run
-        self._latest: tuple[int, float] | None = None
-        self._written: tuple[int, float] | None = None
+        self._reporter = Reporter.from_env()
+        self._latest: dict[str, Any] | None = None
+        self._written: dict[str, Any] | None = None
+        self._seconds_per_step: float | None = None
         self._stop = threading.Event()
         self._writer = threading.Thread(target=self._write_heartbeats, name="torchjob-heartbeat", daemon=True)
         self._writer.start()
@@ -64,11 +76,25 @@ class MetricsLogger:
             **extra,
         }
         self._file.write(json.dumps(record) + "\n")
-        self.beat(step)
+        self.beat(step, loss=loss, samples_per_second=record["samples_per_second"])
 
-    def beat(self, step: int) -> None:
-        """Record that ``step`` has completed (free: the writer thread persists it)."""
-        self._latest = (step, time.time())
+    def beat(self, step: int, loss: float | None = None, samples_per_second: float | None = None) -> None:
+        """Record that ``step`` has completed (free: the writer thread persists and reports it)."""
+        now = time.time()
+        previous = self._latest
+        if previous is not None and step > previous[worker_files.REPORT_STEP]:
+            # The wall time a step really takes here (data loading and logging included), smoothed.
+            period = (now - previous[worker_files.REPORT_TIME]) / (step - previous[worker_files.REPORT_STEP])
+            smoothed = self._seconds_per_step
+            self._seconds_per_step = period if smoothed is None else 0.8 * smoothed + 0.2 * period
+        self._latest = {
+            worker_files.REPORT_STEP: step,
+            worker_files.REPORT_TIME: now,
+            worker_files.REPORT_TOTAL_STEPS: self.total_steps,
+            worker_files.REPORT_LOSS: loss,
+            worker_files.REPORT_SAMPLES_PER_SECOND: samples_per_second,
+            worker_files.REPORT_SECONDS_PER_STEP: self._seconds_per_step,
+        }
 
     def close(self) -> None:
         self._stop.set()
@@ -84,7 +110,10 @@ class MetricsLogger:
         latest = self._latest
         if latest is None or latest == self._written:
             return
+        report = {key: value for key, value in latest.items() if value is not None}
         tmp = self.heartbeat_path.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"step": latest[0], "time": latest[1]}))
+        tmp.write_text(json.dumps(report))
         os.replace(tmp, self.heartbeat_path)
         self._written = latest
+        if self._reporter is not None:
+            self._reporter.send(report)

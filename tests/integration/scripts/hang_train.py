@@ -1,4 +1,4 @@
-"""A DDP loop that reports progress; on the first attempt one rank hangs (the others then wait forever)."""
+"""A DDP loop that reports progress; on the first attempt one rank may hang (the others then wait forever)."""
 
 import argparse
 import os
@@ -15,6 +15,7 @@ p.add_argument("--steps", type=int, default=30)
 p.add_argument("--hang-rank", type=int, default=-1)
 p.add_argument("--hang-step", type=int, default=5)
 p.add_argument("--hide-and-raise", action="store_true", help="silence stderr, then raise")
+p.add_argument("--first-attempt-steps", type=int, help="attempt 0 runs this many steps (time to stop it from outside)")
 args = p.parse_args()
 
 ctx = init()
@@ -24,8 +25,9 @@ if args.hide_and_raise:
 attempt = int(os.environ["TORCHJOB_ATTEMPT"])
 model = wrap(nn.Linear(4, 1), ctx)
 optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
-metrics = MetricsLogger(ctx, heartbeat_seconds=0.2)
-for step in range(1, args.steps + 1):
+steps = args.first_attempt_steps if attempt == 0 and args.first_attempt_steps else args.steps
+metrics = MetricsLogger(ctx, heartbeat_seconds=0.2, total_steps=steps)
+for step in range(1, steps + 1):
     started = time.perf_counter()
     optimizer.zero_grad()
     model(torch.randn(2, 4)).sum().backward()

@@ -9,22 +9,25 @@ and only when it changed; events are ``core/v1`` Events on the job, so ``kubectl
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import secrets
 import threading
 from collections import Counter
 from datetime import datetime, timezone
 from typing import Any
 
+import httpx
 from lightkube import ApiError, Client
+from lightkube.resources.core_v1 import ConfigMap, Node, Pod, Service
 from lightkube.resources.core_v1 import Event as KubeEvent
-from lightkube.resources.core_v1 import Node, Pod, Service
 from lightkube.types import PatchType
 
 from torchjob.api import extensions
-from torchjob.api.types import PyTorchJob
+from torchjob.api.types import DEFAULT_CONTAINER_NAME, PyTorchJob
 from torchjob.backends.base import Backend
-from torchjob.backends.kubernetes import crd, mapping, observing
+from torchjob.backends.kubernetes import crd, log_archive, mapping, observing
 from torchjob.backends.kubernetes.cluster import PyTorchJobResource, as_dict
+from torchjob.backends.kubernetes.reports import ReportBoard
 from torchjob.core import replicas
 from torchjob.core.actions import (
     Action,
@@ -35,7 +38,7 @@ from torchjob.core.actions import (
     DeleteReplica,
     Event,
 )
-from torchjob.core.observed import Observed
+from torchjob.core.observed import Observed, Phase, ReplicaObservation
 from torchjob.core.times import timestamp
 
 COMPONENT = "torchjob-operator"
@@ -65,9 +68,19 @@ class KubernetesBackend(Backend):
     # Not yet: spare Pods and the membership channel into running Pods are still to be built.
     repairs_in_place = False
 
-    def __init__(self, client: Client, counter: RequestCounter | None = None) -> None:
+    def __init__(
+        self,
+        client: Client,
+        counter: RequestCounter | None = None,
+        reports: ReportBoard | None = None,
+        report_url: str | None = None,
+    ) -> None:
+        """``reports``/``report_url``: the operator's report board and the URL Pods send progress to (both
+        None when the operator serves no report endpoint: then no hang can be detected on this cluster)."""
         self.client = client
         self.counter = counter or RequestCounter()
+        self.reports = reports
+        self.report_url = report_url
         # The Pods seen by the last observe(), by name: deletes check they remove the attempt they mean.
         self._pods: dict[str, dict[str, Any]] = {}
 
@@ -82,10 +95,24 @@ class KubernetesBackend(Backend):
         self._pods = {p["metadata"]["name"]: p for p in owned}
         in_doubt = {observing.node_in_doubt(p) for p in owned} - {None}
         nodes = {name: self._node(name) for name in in_doubt if name}
-        observations = [observing.observe_pod(p, nodes.get(p.get("spec", {}).get("nodeName", ""))) for p in owned]
+        observations = [
+            self._with_progress(observing.observe_pod(p, nodes.get(p.get("spec", {}).get("nodeName", ""))), p)
+            for p in owned
+        ]
         store = self._pods.get(mapping.store_name(job))
         store_running = store is not None and store["metadata"].get("deletionTimestamp") is None
         return Observed([o for o in observations if o is not None], store_running=store_running)
+
+    @property
+    def reports_progress(self) -> bool:  # type: ignore[override]
+        return self.reports is not None and self.report_url is not None
+
+    def _with_progress(self, seen: ReplicaObservation | None, pod: dict[str, Any]) -> ReplicaObservation | None:
+        """A running replica with the progress its Pod last reported (filed by Pod uid, see reports.py)."""
+        if seen is None or self.reports is None or seen.phase is not Phase.RUNNING:
+            return seen
+        progress = self.reports.latest(pod["metadata"].get("uid"))
+        return dataclasses.replace(seen, progress=progress) if progress else seen
 
     def _node(self, name: str) -> dict[str, Any] | None:
         """The Node a running Pod that is not Ready sits on (its kubelet may have stopped reporting)."""
@@ -96,6 +123,7 @@ class KubernetesBackend(Backend):
             return None  # deleted, or not readable: the Pod says what it says
 
     def execute(self, job: PyTorchJob, actions: list[Action]) -> None:
+        self._keep_logs(job, [a for a in actions if isinstance(a, DeleteReplica)])
         for action in actions:
             if isinstance(action, CreateRendezvousStore):
                 self._create(mapping.store_service_manifest(job), Service)
@@ -105,7 +133,7 @@ class KubernetesBackend(Backend):
                 self._delete(Service, mapping.store_name(job), job.namespace)
             elif isinstance(action, CreateReplica):
                 self._create(mapping.service_manifest(job, action.replica), Service)
-                self._create(mapping.pod_manifest(job, action.replica, action.attempt), Pod)
+                self._create(mapping.pod_manifest(job, action.replica, action.attempt, self.report_url), Pod)
             elif isinstance(action, DeleteReplica):
                 self._delete_pod(job, action)
             elif isinstance(action, DeleteJob):
@@ -170,6 +198,44 @@ class KubernetesBackend(Backend):
         with contextlib.suppress(ApiError):
             self.client.delete(kind, name, namespace=namespace)
 
+    def _keep_logs(self, job: PyTorchJob, deletes: list[DeleteReplica]) -> None:
+        """File the output of the Pods about to be deleted in their attempt's ConfigMap (log_archive.py)."""
+        by_attempt: dict[int, dict[str, str]] = {}
+        for action in deletes:
+            pod = self._pods.get(action.replica.pod_name(job.name))
+            identity = observing.replica_of(pod) if pod else None
+            if pod is None or identity is None or identity[1] != action.attempt or not _has_run(pod):
+                continue
+            text = self._pod_log(job, pod)
+            if text is not None:
+                by_attempt.setdefault(action.attempt, {})[str(action.replica)] = text
+        for attempt, logs in by_attempt.items():
+            kept = log_archive.manifest(job, attempt, logs)
+            self.counter.add("create")
+            try:
+                self.client.create(ConfigMap.from_dict(kept), namespace=job.namespace)  # type: ignore[no-untyped-call]
+            except ApiError as err:
+                if err.status.code != 409:
+                    continue  # best effort: losing old output must never stop a restart
+                self.counter.add("patch")  # an earlier pass kept other replicas of this attempt
+                with contextlib.suppress(ApiError):
+                    name = kept["metadata"]["name"]
+                    patch = {"binaryData": kept["binaryData"]}
+                    self.client.patch(ConfigMap, name, patch, namespace=job.namespace, patch_type=PatchType.MERGE)
+
+    def _pod_log(self, job: PyTorchJob, pod: dict[str, Any]) -> str | None:
+        self.counter.add("get")
+        try:
+            lines = self.client.log(
+                pod["metadata"]["name"],
+                namespace=job.namespace,
+                container=DEFAULT_CONTAINER_NAME,
+                tail_lines=log_archive.TAIL_LINES,
+            )
+            return "".join(lines)
+        except (ApiError, httpx.HTTPError):
+            return None  # no container ever ran, or the node is gone: nothing to keep
+
     def _delete_pod(self, job: PyTorchJob, action: DeleteReplica) -> None:
         name = action.replica.pod_name(job.name)
         pod = self._pods.get(name)
@@ -192,3 +258,9 @@ class KubernetesBackend(Backend):
 
 def _owned_by(pod: dict[str, Any], uid: str | None) -> bool:
     return any(ref.get("uid") == uid for ref in pod.get("metadata", {}).get("ownerReferences") or [])
+
+
+def _has_run(pod: dict[str, Any]) -> bool:
+    """Whether a container of the Pod has started (only then is there output to keep)."""
+    statuses = (pod.get("status") or {}).get("containerStatuses") or []
+    return any((s.get("state") or {}).keys() & {"running", "terminated"} for s in statuses)

@@ -125,6 +125,23 @@ def _status() -> dict[str, Any]:
             # In-place repairs (a spare took a lost member's place) and the warm spares ready now.
             "repairs": {"type": "integer"},
             "sparesReady": {"type": "integer"},
+            # Training progress in Kubeflow Trainer's shape (KEP-2779), from torchjob.train's reports.
+            "trainerStatus": {
+                "type": "object",
+                "properties": {
+                    "progressPercentage": {"type": "integer", "minimum": 0, "maximum": 100},
+                    "estimatedRemainingSeconds": {"type": "integer", "minimum": 0},
+                    "metrics": {
+                        "type": "array",
+                        "items": {
+                            "type": "object",
+                            "required": ["name", "value"],
+                            "properties": {"name": {"type": "string"}, "value": {"type": "string"}},
+                        },
+                    },
+                    "lastUpdatedTime": _TIME,
+                },
+            },
         },
     }
 
@@ -202,6 +219,11 @@ def crd_manifest() -> dict[str, Any]:
                             "name": "State",
                             "type": "string",
                             "jsonPath": ".status.conditions[-1:].type",
+                        },
+                        {
+                            "name": "Progress %",
+                            "type": "integer",
+                            "jsonPath": ".status.trainerStatus.progressPercentage",
                         },
                         {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
                     ],

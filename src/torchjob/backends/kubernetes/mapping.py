@@ -20,6 +20,7 @@ import copy
 from importlib import resources
 from typing import Any
 
+from torchjob import worker_files
 from torchjob.api import extensions
 from torchjob.api.types import DEFAULT_CONTAINER_NAME, DEFAULT_PORT, DEFAULT_PORT_NAME, PyTorchJob, ReplicaType
 from torchjob.core import replicas
@@ -161,8 +162,9 @@ def service_labels(job: PyTorchJob, replica: ReplicaId) -> dict[str, str]:
     return labels
 
 
-def pod_manifest(job: PyTorchJob, replica: ReplicaId, attempt: int) -> dict[str, Any]:
-    """The Pod of one replica for one attempt."""
+def pod_manifest(job: PyTorchJob, replica: ReplicaId, attempt: int, report_url: str | None = None) -> dict[str, Any]:
+    """The Pod of one replica for one attempt; with ``report_url`` (the operator's report endpoint, see
+    :func:`with_report_channel`), its containers can send torchjob.train's progress there."""
     template = copy.deepcopy(job.spec.pytorch_replica_specs[replica.replica_type].template)
     metadata = template.get("metadata") or {}
     spec = template.get("spec") or {}
@@ -187,8 +189,41 @@ def pod_manifest(job: PyTorchJob, replica: ReplicaId, attempt: int) -> dict[str,
             "annotations": dict(metadata.get("annotations") or {}),
             "ownerReferences": [owner_reference(job)],
         },
-        "spec": spec,
+        "spec": with_report_channel(spec, f"{report_url.rstrip('/')}/reports/{job.namespace}/{job.name}")
+        if report_url
+        else spec,
     }
+
+
+REPORT_TOKEN_VOLUME = "torchjob-report-token"
+REPORT_TOKEN_DIR = "/var/run/secrets/torchjob.io/reports"
+
+
+def with_report_channel(spec: dict[str, Any], url: str) -> dict[str, Any]:
+    """A Pod spec whose containers may report progress: the endpoint's URL, and a projected service-account
+    token for the report audience only (it opens nothing on the API server; the kubelet rotates it)."""
+    spec.setdefault("volumes", []).append(
+        {
+            "name": REPORT_TOKEN_VOLUME,
+            "projected": {
+                "sources": [
+                    {
+                        "serviceAccountToken": {
+                            "audience": worker_files.REPORT_AUDIENCE,
+                            "expirationSeconds": 3600,
+                            "path": "token",
+                        }
+                    }
+                ]
+            },
+        }
+    )
+    env = {worker_files.ENV_REPORT_URL: url, worker_files.ENV_REPORT_TOKEN_FILE: f"{REPORT_TOKEN_DIR}/token"}
+    for container in spec.get("containers") or []:
+        container.setdefault("env", []).extend({"name": k, "value": v} for k, v in env.items())
+        mount = {"name": REPORT_TOKEN_VOLUME, "mountPath": REPORT_TOKEN_DIR, "readOnly": True}
+        container.setdefault("volumeMounts", []).append(mount)
+    return spec
 
 
 def service_manifest(job: PyTorchJob, replica: ReplicaId) -> dict[str, Any]:

@@ -41,7 +41,7 @@ from torchjob.core.actions import (
     RepairReplica,
 )
 from torchjob.core.envs import Addressing
-from torchjob.core.observed import Observed, ReplicaObservation, SpareObservation
+from torchjob.core.observed import Observed, Phase, ReplicaObservation, SpareObservation
 from torchjob.core.policies import elastic, repair
 from torchjob.core.replicas import ROLE_STORE, ReplicaId, expected_replicas, parse_replica_name
 
@@ -51,6 +51,8 @@ _STORE_PORTS = "store"  # the key of the store's port in LocalState.ports (the o
 # The longest the controller sleeps without a reason. It is woken at once by any replica's exit (pidfd) and
 # by the planner's own deadlines, so this only bounds how stale a missed event can get.
 MAX_IDLE_SECONDS = 5.0
+# While replicas run, the status follows their training progress this closely (a pass reads a few files).
+PROGRESS_SECONDS = 1.0
 
 
 class LocalBackend(Backend):
@@ -60,6 +62,8 @@ class LocalBackend(Backend):
     reaches_rdzv_host = False
     # A lost member's place can go to a warm spare while the survivors carry on (torchjob.train.inplace).
     repairs_in_place = True
+    # torchjob.train writes its progress reports to heartbeat files this backend reads.
+    reports_progress = True
 
     def __init__(
         self,
@@ -74,6 +78,7 @@ class LocalBackend(Backend):
         self.job_uid: str = self.state.job_uid or job.metadata.uid or uuid.uuid4().hex
         self.state.job_uid = self.job_uid
         self.grace = float(job.annotation(extensions.TERMINATION_GRACE) or extensions.DEFAULT_TERMINATION_GRACE)
+        self._running = False  # the last observation saw a replica running
         self.on_event = on_event or (lambda event: None)
         self.children = Children(self.job_uid, self.grace)
         self.deleted = False
@@ -105,6 +110,7 @@ class LocalBackend(Backend):
             observations.append(self._observation(record, result))
         if changed:
             self._save_state()
+        self._running = any(o.phase is Phase.RUNNING for o in observations)
         return Observed(observations, store_running=self._store() is not None, spares=spares)
 
     def execute(self, job: PyTorchJob, actions: list[Action]) -> None:
@@ -153,7 +159,7 @@ class LocalBackend(Backend):
         return job
 
     def wait(self, until: datetime | None) -> None:
-        timeout = MAX_IDLE_SECONDS
+        timeout = PROGRESS_SECONDS if self._running else MAX_IDLE_SECONDS
         if until is not None:
             timeout = min(timeout, max(0.0, (until - datetime.now(timezone.utc)).total_seconds()))
         if any(r.stopping_since is not None and not r.removed for r in self.state.processes):
@@ -294,7 +300,7 @@ class LocalBackend(Backend):
         assert replica is not None, record.replica  # only replicas' records are observed
         output = self.store.output_dir(self.name)
         notices = outputs.notice_times(output, record.replica)
-        beats = outputs.heartbeats(output, record.replica)
+        reports = outputs.heartbeats(output, record.replica, since=record.started_at)
         failed = ended is not None and (ended.signal is not None or ended.exit_code != 0)
         log = Path(record.log_path)
         return observing.observe_process(
@@ -303,7 +309,7 @@ class LocalBackend(Backend):
             ended,
             stopping=record.stopping_since is not None,
             notice_at=observing.preemption_onset(notices, record.started_at),
-            beat=observing.slowest(beats) if ended is None else None,
+            progress=observing.slowest(reports) if ended is None else None,
             message=failure_summary(log, error_file=_error_file(log)) if failed else None,
             repairable=membership.announced(output, worker_files.process_key(record.replica, 0, 0), record.attempt),
         )

@@ -8,20 +8,11 @@ classifies them, so every rule has a unit test that needs no process.
 from __future__ import annotations
 
 import signal
-from dataclasses import dataclass
 from datetime import datetime, timezone
 
 from torchjob.backends.local.shim import ExitRecord
-from torchjob.core.observed import Phase, PlatformReason, ReplicaObservation
+from torchjob.core.observed import Phase, PlatformReason, Progress, ReplicaObservation
 from torchjob.core.replicas import ReplicaId
-
-
-@dataclass(frozen=True)
-class Beat:
-    """One training process's last heartbeat: the step it completed, and when."""
-
-    time: float
-    step: int
 
 
 def _utc(seconds: float) -> datetime:
@@ -35,9 +26,9 @@ def preemption_onset(notices: list[float], started_at: float) -> datetime | None
     return _utc(min(fresh)) if fresh else None
 
 
-def slowest(beats: list[Beat]) -> Beat | None:
+def slowest(reports: list[Progress]) -> Progress | None:
     """A replica progresses only as fast as its slowest process: one stuck process stalls the replica."""
-    return min(beats, key=lambda b: (b.time, b.step)) if beats else None
+    return min(reports, key=lambda p: (p.at, p.step)) if reports else None
 
 
 def observe_process(
@@ -47,14 +38,14 @@ def observe_process(
     *,
     stopping: bool,
     notice_at: datetime | None = None,
-    beat: Beat | None = None,
+    progress: Progress | None = None,
     message: str | None = None,
     repairable: bool = False,
 ) -> ReplicaObservation:
     """Classify one replica process.
 
     ``ended`` is None while it runs; ``stopping`` when torchjob asked it to stop; ``notice_at`` its preemption
-    notice; ``beat`` its slowest process's heartbeat; ``message`` the last lines of its output.
+    notice; ``progress`` its slowest process's heartbeat; ``message`` the last lines of its output.
     """
     # A SIGTERM torchjob did not send came from outside: an eviction or preemption, not the program's fault.
     disrupted_at = None if stopping else notice_at
@@ -65,8 +56,7 @@ def observe_process(
             Phase.RUNNING,
             reason=PlatformReason.PREEMPTED if disrupted_at else None,
             stopping=stopping,
-            progress_at=_utc(beat.time) if beat else None,
-            progress_step=beat.step if beat else None,
+            progress=progress,
             disrupted_at=disrupted_at,
             repairable=repairable,
         )

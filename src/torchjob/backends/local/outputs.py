@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import contextlib
 import json
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 from torchjob import worker_files
-from torchjob.backends.local.observing import Beat
+from torchjob.core.observed import Progress
 
 
 class NoSuchAttempt(Exception):
@@ -71,11 +72,15 @@ def notice_times(output_dir: Path, replica: str) -> list[float]:
     return times
 
 
-def heartbeats(output_dir: Path, replica: str) -> list[Beat]:
-    """The last heartbeat of each process of ``replica`` (a damaged one, or one being written, is skipped)."""
-    beats = []
+def heartbeats(output_dir: Path, replica: str, since: float) -> list[Progress]:
+    """The last heartbeat of each process of ``replica`` written since ``since`` (one from an earlier attempt
+    is stale; a damaged one, or one being written, is skipped)."""
+    reports = []
     for path in worker_files.replica_files(output_dir / worker_files.HEARTBEAT_DIR, replica):
         with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
-            beat = json.loads(path.read_text())
-            beats.append(Beat(float(beat["time"]), int(beat["step"])))
-    return beats
+            report = json.loads(path.read_text())
+            written = float(report[worker_files.REPORT_TIME])
+            progress = Progress.from_report(report, datetime.fromtimestamp(written, timezone.utc))
+            if progress is not None and written >= since:
+                reports.append(progress)
+    return reports

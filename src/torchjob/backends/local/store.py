@@ -266,6 +266,7 @@ def summarize(job: PyTorchJob) -> dict[str, Any]:
         "created": job.metadata.creation_timestamp,
         "attempt": job.status.attempt,
         "restarts": job.status.restart_count,
+        "progress": job.status.trainer_status.progress_percentage if job.status.trainer_status else None,
         "message": last.message if last else "",
         "ttlExpiresAt": timestamp(expiry) if expiry else None,
     }

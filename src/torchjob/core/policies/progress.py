@@ -5,6 +5,9 @@ annotation ``torchjob.io/progress-deadline-seconds`` (Kubeflow ignores annotatio
 attempt in which no rank has reported progress (torchjob.train's heartbeat) for that long as failed with
 reason Hung, and the group restarts. The attempt's start counts as progress, so start-up has the same
 allowance. The rank that stopped at the lowest step is named: it is the one the others are waiting for.
+
+Where the platform cannot hear the reports (an operator started without a report address), silence proves
+nothing: the deadline is not enforced, and the job is told so once, in an event, rather than killed.
 """
 
 from __future__ import annotations
@@ -26,29 +29,41 @@ class HangVerdict:
     check_at: datetime | None = None
 
 
+UNREPORTED = (
+    "the progress deadline is not enforced: this operator receives no progress reports from Pods "
+    "(start it with --report-address so that hangs can be detected)"
+)
+
+
 def progress_deadline(job: PyTorchJob) -> float | None:
     value = job.annotation(extensions.PROGRESS_DEADLINE)
     return float(value) if value else None
 
 
 def check(
-    job: PyTorchJob, current: list[ReplicaObservation], attempt_start: datetime | None, now: datetime
+    job: PyTorchJob,
+    current: list[ReplicaObservation],
+    attempt_start: datetime | None,
+    now: datetime,
+    reports_heard: bool = True,
 ) -> HangVerdict:
-    seconds = progress_deadline(job)
+    seconds = progress_deadline(job) if reports_heard else None
     running = [o for o in current if o.phase is Phase.RUNNING and not o.stopping]
     if seconds is None or attempt_start is None or not running:
         return HangVerdict(False)
-    last = {o.replica: max(o.progress_at or attempt_start, attempt_start) for o in running}
+    last = {o.replica: max(o.progress.at if o.progress else attempt_start, attempt_start) for o in running}
     newest = max(last.values())
     due = later(newest, seconds)
     if now < due:
         return HangVerdict(False, check_at=due)
-    steps = {o.replica: o.progress_step for o in running}
+    steps = {o.replica: o.progress.step if o.progress else None for o in running}
     known = [r for r in running if steps[r.replica] is not None]
     if known:
         lowest = min(step for step in steps.values() if step is not None)
-        stopped = sorted(str(r.replica) for r in known if steps[r.replica] == lowest)
-        detail = f"{', '.join(stopped)} stopped at step {lowest}"
+        stopped = sorted((r for r in known if steps[r.replica] == lowest), key=lambda r: str(r.replica))
+        silence = max((now - last[r.replica]).total_seconds() for r in stopped)
+        names = ", ".join(str(r.replica) for r in stopped)
+        detail = f"{names} stopped at step {lowest} (silent for {silence:.0f}s)"
         ahead = sorted({s for s in steps.values() if s is not None and s != lowest})
         if ahead:
             detail += f", the others at step {', '.join(map(str, ahead))}"

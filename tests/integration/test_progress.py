@@ -1,0 +1,92 @@
+"""What torchjob knows of a running local job's training: a stopped process named as hung, and progress.
+
+The cluster twins of these tests are in tests/node/test_progress_on_node.py: the same assertions, with the
+reports travelling from Pods to the operator instead of through heartbeat files.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import time
+from pathlib import Path
+
+import psutil
+import yaml
+
+from tests.conftest import ROOT, run_cli
+from tests.integration.helpers import job_object, start_run, wait_for
+from torchjob.testing import make_job
+
+SCRIPTS = Path(__file__).resolve().parent / "scripts"
+
+
+def training_process(home: Path, job: str, replica: str) -> psutil.Process:
+    """The python process running the script for ``replica`` (the shim's child)."""
+    state = json.loads((home / "jobs" / job / "local.json").read_text())
+    shim = next(p["pid"] for p in state["processes"] if p["replica"] == replica and p["attempt"] == 0)
+    found = [c for c in psutil.Process(shim).children(recursive=True) if "hang_train.py" in " ".join(c.cmdline())]
+    assert found, f"no training process under {replica}'s shim {shim}"
+    return found[0]
+
+
+def heartbeat_step(home: Path, job: str, process: str) -> int:
+    try:
+        return int(json.loads((home / "jobs" / job / "output" / "heartbeat" / f"{process}.json").read_text())["step"])
+    except (OSError, ValueError, KeyError):
+        return -1
+
+
+def test_a_sigstopped_process_is_named_as_hung_and_the_group_restarts(tmp_path: Path, torchjob_home: Path) -> None:
+    """SIGSTOP freezes a rank without a crash: its peers wait in the next all_reduce (gloo's own timeout is
+    30 minutes). The progress deadline (10 s) ends the attempt and names the replica that went silent."""
+    job = (
+        make_job("frozen")
+        .master()
+        .workers(1)
+        .command("python", str(SCRIPTS / "hang_train.py"), "--first-attempt-steps", "100000", "--steps", "10")
+        .annotate(**{"torchjob.io/progress-deadline-seconds": "10", "torchjob.io/termination-grace-seconds": "2"})
+    )
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(job.wire()))
+    run = start_run(path, torchjob_home)
+    try:
+        wait_for(lambda: heartbeat_step(torchjob_home, "frozen", "worker-0-0") >= 5, timeout=120, what="steps")
+        os.kill(training_process(torchjob_home, "frozen", "worker-0").pid, signal.SIGSTOP)
+        _, stderr = run.communicate(timeout=180)
+    finally:
+        run.kill()
+    assert run.returncode == 0, stderr[-2000:]
+    status = job_object(torchjob_home, "frozen")["status"]
+    assert status["restartCount"] == 1 and status["attempt"] == 1
+    outcome = status["attempts"][0]["outcome"]
+    assert outcome.startswith("Hung: no progress for 10s (progress deadline); ")
+    assert "worker-0" in outcome and "silent for " in outcome, outcome
+    # The second attempt ran its 10 steps: the job's progress ends at 100%.
+    assert status["trainerStatus"]["progressPercentage"] == 100
+    assert {m["name"]: m["value"] for m in status["trainerStatus"]["metrics"]}["totalSteps"] == "10"
+
+
+def test_progress_moves_in_the_list_while_mnist_trains_and_ends_at_100(tmp_path: Path, torchjob_home: Path) -> None:
+    """The README's main job: its status (what `torchjob list` and `get` read) follows the training."""
+    seen: list[int] = []
+    run = start_run(ROOT / "examples" / "mnist" / "job.yaml", torchjob_home)
+    try:
+        while run.poll() is None:
+            with contextlib.suppress(OSError, ValueError, KeyError):
+                seen.append(job_object(torchjob_home, "mnist")["status"]["trainerStatus"]["progressPercentage"])
+            time.sleep(0.1)
+        _, stderr = run.communicate(timeout=300)
+    finally:
+        run.kill()
+    assert run.returncode == 0, stderr[-2000:]
+    moving = sorted(set(seen) - {100})
+    assert len(moving) >= 2 and all(0 <= v < 100 for v in moving), seen  # more than one value on the way
+    assert seen == sorted(seen)  # never backwards
+    listed = run_cli("list", home=torchjob_home).stdout.splitlines()
+    assert listed[0].split()[:3] == ["NAME", "STATE", "PROGRESS"]
+    assert listed[1].split()[:3] == ["mnist", "Succeeded", "100%"]
+    shown = run_cli("get", "mnist", home=torchjob_home).stdout
+    assert "Progress:  100% · ~0s left · step=336 totalSteps=336" in shown, shown
