@@ -47,7 +47,7 @@ def test_list_get_logs_delete_and_name_clash(tmp_path: Path, torchjob_home: Path
     assert run_cli("run", str(path), home=torchjob_home).returncode == 0
 
     listing = run_cli("list", home=torchjob_home).stdout.splitlines()
-    assert listing[0].split() == ["NAME", "STATE", "AGE", "RESTARTS"]
+    assert listing[0].split() == ["NAME", "STATE", "PROGRESS", "AGE", "RESTARTS"]
     assert listing[1].split()[:2] == ["verbs", "Succeeded"]
 
     wire = json.loads(run_cli("get", "verbs", "-o", "json", home=torchjob_home).stdout)

@@ -27,9 +27,11 @@ def training_process(home: Path, job: str, replica: str) -> psutil.Process:
     """The python process running the script for ``replica`` (the shim's child)."""
     state = json.loads((home / "jobs" / job / "local.json").read_text())
     shim = next(p["pid"] for p in state["processes"] if p["replica"] == replica and p["attempt"] == 0)
-    found = [c for c in psutil.Process(shim).children(recursive=True) if "hang_train.py" in " ".join(c.cmdline())]
-    assert found, f"no training process under {replica}'s shim {shim}"
-    return found[0]
+    for child in psutil.Process(shim).children(recursive=True):
+        with contextlib.suppress(psutil.Error):  # a short-lived helper may be gone already
+            if "hang_train.py" in " ".join(child.cmdline()):
+                return child
+    raise AssertionError(f"no training process under {replica}'s shim {shim}")
 
 
 def heartbeat_step(home: Path, job: str, process: str) -> int:
@@ -53,7 +55,9 @@ def test_a_sigstopped_process_is_named_as_hung_and_the_group_restarts(tmp_path: 
     path.write_text(yaml.safe_dump(job.wire()))
     run = start_run(path, torchjob_home)
     try:
-        wait_for(lambda: heartbeat_step(torchjob_home, "frozen", "worker-0-0") >= 5, timeout=120, what="steps")
+        stepping = lambda: run.poll() is not None or heartbeat_step(torchjob_home, "frozen", "worker-0-0") >= 5  # noqa: E731
+        wait_for(stepping, timeout=180, what="five steps")
+        assert run.poll() is None, run.communicate()[1][-2000:]
         os.kill(training_process(torchjob_home, "frozen", "worker-0").pid, signal.SIGSTOP)
         _, stderr = run.communicate(timeout=180)
     finally:
@@ -64,9 +68,7 @@ def test_a_sigstopped_process_is_named_as_hung_and_the_group_restarts(tmp_path: 
     outcome = status["attempts"][0]["outcome"]
     assert outcome.startswith("Hung: no progress for 10s (progress deadline); ")
     assert "worker-0" in outcome and "silent for " in outcome, outcome
-    # The second attempt ran its 10 steps: the job's progress ends at 100%.
-    assert status["trainerStatus"]["progressPercentage"] == 100
-    assert {m["name"]: m["value"] for m in status["trainerStatus"]["metrics"]}["totalSteps"] == "10"
+    assert status["trainerStatus"]["progressPercentage"] == 100  # the second attempt ran all its steps
 
 
 def test_progress_moves_in_the_list_while_mnist_trains_and_ends_at_100(tmp_path: Path, torchjob_home: Path) -> None:

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from tools import real_node
+from tools import kube_rig, real_node
 
 from tests.kube.conftest import OperatorProcess, deploy_operator
 from tests.node.images import push_test_images
@@ -42,7 +42,9 @@ def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[real_node.RealNod
 
 @pytest.fixture(scope="session")
 def node_operator(node: real_node.RealNode, tmp_path_factory: pytest.TempPathFactory) -> Iterator[OperatorProcess]:
-    process = deploy_operator(node.rig, tmp_path_factory.mktemp("node-operator"))
+    # Pods reach the host at the node's gateway address: that is where they send their progress reports.
+    report = f"--report-address={node.host_ip}:{kube_rig.free_port()}"
+    process = deploy_operator(node.rig, tmp_path_factory.mktemp("node-operator"), report)
     yield process
     process.stop()
 

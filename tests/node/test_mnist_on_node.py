@@ -9,6 +9,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -64,8 +65,13 @@ def test_mnist_example_trains_to_090_and_saves_its_model_on_a_claim(
     namespace = node.namespace("mnist")
     data = node.claim(namespace, "data")
     submitted = _submit(node, _mnist_job(namespace), tmp_path, follow=True)
+    progress = _watch_progress(node, namespace, submitted)
     output, _ = submitted.communicate(timeout=400)
     assert submitted.returncode == 0, output[-3000:]
+    # `kubectl get pytorchjobs` showed the Pods' progress moving, and 100% at the end.
+    on_the_way = sorted(set(progress) - {"100", "<none>"})
+    assert len(on_the_way) >= 2 and all(0 <= int(v) < 100 for v in on_the_way), progress
+    assert _progress_column(node, namespace) == "100"
     # --follow interleaves every replica's lines, prefixed, as the seed's log format prints them.
     assert "[master-0] Rank 0: test accuracy=" in output, output[-3000:]
     assert "[worker-1]" in output
@@ -76,6 +82,29 @@ def test_mnist_example_trains_to_090_and_saves_its_model_on_a_claim(
     results = json.loads((data / "metrics.json").read_text())
     assert results["accuracy"] == accuracy
     assert (data / "mnist_cnn.pt").stat().st_size > 0
+
+
+def _progress_column(node: real_node.RealNode, namespace: str) -> str:
+    """The PROGRESS % column of `kubectl get pytorchjobs` for the job mnist (``<none>`` while unknown)."""
+    lines = node.rig.kubectl("get", "pytorchjobs", "-n", namespace, check=False).stdout.splitlines()
+    if len(lines) < 2 or "PROGRESS %" not in lines[0]:
+        return ""
+    return lines[1][lines[0].index("PROGRESS %") :].split()[0]
+
+
+def _watch_progress(node: real_node.RealNode, namespace: str, submitted: subprocess.Popen[str]) -> list[str]:
+    """Every value the column took while the job ran (collected in the background until the job ends)."""
+    seen: list[str] = []
+
+    def watch() -> None:
+        while submitted.poll() is None:
+            value = _progress_column(node, namespace)
+            if value:
+                seen.append(value)
+            time.sleep(1)
+
+    threading.Thread(target=watch, daemon=True).start()
+    return seen
 
 
 def test_sigkill_of_a_training_process_restarts_the_group_from_the_claims_checkpoint(

@@ -1,6 +1,6 @@
 """``torchjob list``: every job with its state, progress, age and restarts, like ``kubectl get pytorchjobs``.
 
-Progress is the job's ``status.trainerStatus.progressPercentage``: blank for a script that reports none."""
+Progress is the job's ``status.trainerStatus.progressPercentage``: ``-`` for a script that reports none."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ def add_parser(verbs: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
 def handle(args: argparse.Namespace) -> int:
     rows = [("NAME", "STATE", "PROGRESS", "AGE", "RESTARTS")]
     rows += [
-        (s.name, s.state, "" if s.progress is None else f"{s.progress}%", human_age(s.age_seconds), str(s.restarts))
+        (s.name, s.state, "-" if s.progress is None else f"{s.progress}%", human_age(s.age_seconds), str(s.restarts))
         for s in client(args).list()
     ]
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]

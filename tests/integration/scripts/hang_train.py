@@ -23,6 +23,7 @@ if args.hide_and_raise:
     os.dup2(os.open(os.devnull, os.O_WRONLY), 2)  # the traceback reaches no log: only the error file has it
     raise ValueError("hidden from the logs")
 attempt = int(os.environ["TORCHJOB_ATTEMPT"])
+print(f"rank {ctx.rank}: attempt {attempt} started", flush=True)
 model = wrap(nn.Linear(4, 1), ctx)
 optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
 steps = args.first_attempt_steps if attempt == 0 and args.first_attempt_steps else args.steps

@@ -1,0 +1,99 @@
+"""What torchjob knows of a job's training, on real Pods: reports travel from the Pods to the operator.
+
+A training process frozen by SIGSTOP (no crash, no exit: its peers wait in gloo for 30 minutes) is found by
+the progress deadline from the reports the Pods send, and named; the first attempt's output survives the
+deletion of its Pods. The local twins are in tests/integration/test_progress.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from tools import real_node
+
+from tests.kube.conftest import OperatorProcess
+from tests.node.conftest import wait_for_condition
+from tests.node.images import TEST_SCRIPTS
+
+DEADLINE_SECONDS = 20
+
+
+def _job(name: str, namespace: str) -> dict[str, Any]:
+    container = {
+        "name": "pytorch",
+        "image": TEST_SCRIPTS,
+        "command": ["python3", "hang_train.py", "--first-attempt-steps", "100000", "--steps", "20"],
+    }
+    template = {"spec": {"containers": [container], "terminationGracePeriodSeconds": 2}}
+    return {
+        "apiVersion": "kubeflow.org/v1",
+        "kind": "PyTorchJob",
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "annotations": {"torchjob.io/progress-deadline-seconds": str(DEADLINE_SECONDS)},
+        },
+        "spec": {
+            "pytorchReplicaSpecs": {
+                "Master": {"replicas": 1, "restartPolicy": "OnFailure", "template": template},
+                "Worker": {"replicas": 1, "restartPolicy": "OnFailure", "template": template},
+            },
+        },
+    }
+
+
+def _reported_step(node: real_node.RealNode, namespace: str, name: str) -> int:
+    found = json.loads(node.rig.kubectl("get", "pytorchjob", name, "-n", namespace, "-o", "json").stdout)
+    metrics = ((found.get("status") or {}).get("trainerStatus") or {}).get("metrics") or []
+    return next((int(m["value"]) for m in metrics if m["name"] == "step"), -1)
+
+
+def _cli(node: real_node.RealNode, home: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "torchjob.cli.main", *args],
+        env={**node.rig.env(), "TORCHJOB_HOME": str(home)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def test_a_sigstopped_pod_is_named_as_hung_and_its_attempts_output_is_kept(
+    node: real_node.RealNode, node_operator: OperatorProcess, tmp_path: Path
+) -> None:
+    namespace = node.namespace("frozen")
+    node.rig.apply(_job("frozen", namespace))
+    deadline = time.monotonic() + 240
+    while _reported_step(node, namespace, "frozen") < 5:  # the Pods' reports reach the operator
+        assert time.monotonic() < deadline, node.rig.kubectl("get", "pods", "-n", namespace, check=False).stdout
+        time.sleep(1)
+    for pid in node.container_pids(namespace, "frozen-worker-0"):  # from the host: frozen, not ended
+        os.kill(pid, signal.SIGSTOP)
+    stopped_at = time.monotonic()
+    job = wait_for_condition(node, namespace, "frozen", {"Succeeded", "Failed"}, timeout=300)
+    conditions = {c["type"]: c for c in job["status"]["conditions"]}
+    assert "Failed" not in conditions, conditions["Failed"]["message"]
+    outcome = job["status"]["attempts"][0]["outcome"]
+    assert outcome.startswith(f"Hung: no progress for {DEADLINE_SECONDS}s (progress deadline); "), outcome
+    assert "worker-0" in outcome and "silent for " in outcome, outcome
+    assert job["status"]["restartCount"] == 1 and job["status"]["attempt"] == 1
+    # Found by the deadline, far from gloo's 30 minutes (the bound is loose: a loaded node is slow).
+    assert time.monotonic() - stopped_at < 10 * DEADLINE_SECONDS
+    assert job["status"]["trainerStatus"]["progressPercentage"] == 100
+    # The first attempt's Pods are gone; their output was kept.
+    first = _cli(node, tmp_path, "logs", "--cluster", "frozen", "-n", namespace, "--attempt", "0")
+    assert first.returncode == 0, first.stderr
+    assert "[master-0] rank 0: attempt 0 started" in first.stdout, first.stdout[-2000:]
+    assert "[worker-0] rank 1: attempt 0 started" in first.stdout
+    one = _cli(node, tmp_path, "logs", "--cluster", "frozen", "-n", namespace, "--attempt", "1", "--replica=worker-0")
+    assert one.returncode == 0 and "rank 1: attempt 1 started" in one.stdout and "rank 1: done" in one.stdout, one
+    missing = _cli(node, tmp_path, "logs", "--cluster", "frozen", "-n", namespace, "--attempt", "7")
+    assert missing.returncode != 0 and "no Pods of attempt 7 and no output kept" in missing.stderr, missing
+    assert len(missing.stderr.strip().splitlines()) == 1
