@@ -369,6 +369,17 @@ def test_start_up_counts_as_progress_and_no_deadline_means_no_hang_check() -> No
     assert conditions.state(plain.status) == "Running"
 
 
+def test_where_reports_cannot_be_heard_the_deadline_is_not_enforced_and_the_job_is_told_once() -> None:
+    job = make_job("h").workers(1).annotate(**{"torchjob.io/progress-deadline-seconds": "30"}).build()
+    first = plan(job, [], T0, reports_progress=False)
+    assert [(e.type, e.reason) for e in first.events] == [("Warning", "ProgressUnreported")]
+    assert "--report-address" in first.events[0].message
+    job = job.model_copy(update={"status": first.status})
+    later = plan(job, [running("worker-0")], at(10_000), reports_progress=False)
+    assert conditions.state(later.status) == "Running" and later.requeue_at is None
+    assert not any(e.reason == "ProgressUnreported" for e in later.events)  # once
+
+
 def test_preemption_restarts_without_counting_and_says_so() -> None:
     job, _ = step(make_job("p").master().workers(1).run_policy(backoffLimit=0).build(), [])
     job, _ = step(job, [running("master-0"), failed("worker-0", exit_code=143, reason="Preempted")], at(5))

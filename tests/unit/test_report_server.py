@@ -1,0 +1,83 @@
+"""The operator's report endpoint over real HTTP on loopback, with a stand-in for the API server's review."""
+
+from __future__ import annotations
+
+import json
+import threading
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import pytest
+
+from torchjob.backends.kubernetes.reports import PodIdentity, ReportBoard
+from torchjob.controller.reports import report_server
+
+POD = PodIdentity("team-a", "mnist-worker-0", "uid-1")
+
+
+@dataclass
+class Reviewer:
+    """Knows one token: the one issued to POD."""
+
+    asked: list[str] = field(default_factory=list)
+
+    def review(self, token: str) -> PodIdentity | None:
+        self.asked.append(token)
+        return POD if token == "good" else None
+
+
+@dataclass
+class Endpoint:
+    url: str
+    board: ReportBoard
+    woken: list[tuple[str, str]]
+
+    def post(self, path: str, body: bytes, token: str | None = "good") -> int:
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        request = urllib.request.Request(self.url + path, data=body, headers=headers, method="POST")
+        try:
+            with urllib.request.urlopen(request, timeout=5) as answer:
+                return int(answer.status)
+        except urllib.error.HTTPError as err:
+            return err.code
+
+
+@pytest.fixture
+def endpoint() -> Iterator[Endpoint]:
+    board, woken = ReportBoard(), []
+    server = report_server(board, Reviewer(), ("127.0.0.1", 0), lambda ns, job: woken.append((ns, job)))
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield Endpoint(f"http://127.0.0.1:{server.server_address[1]}", board, woken)
+    server.shutdown()
+
+
+REPORT = json.dumps({"step": 12, "time": 1.0, "total_steps": 100, "loss": 0.5}).encode()
+
+
+def test_a_pods_report_is_filed_under_the_pod_the_token_names(endpoint: Endpoint) -> None:
+    assert endpoint.post("/reports/team-a/mnist", REPORT) == 204
+    progress = endpoint.board.latest("uid-1")
+    assert progress is not None and (progress.step, progress.total_steps, progress.loss) == (12, 100, 0.5)
+    assert endpoint.woken == [("team-a", "mnist")]
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "token", "code"),
+    [
+        ("/reports/team-a/mnist", REPORT, None, 401),  # no token
+        ("/reports/team-a/mnist", REPORT, "forged", 401),  # a token the API server does not vouch for
+        ("/reports/team-b/mnist", REPORT, "good", 401),  # a Pod of team-a cannot report into team-b
+        ("/reports/team-a/mnist", b"not json", "good", 400),
+        ("/reports/team-a/mnist", b'{"step": "12"}', "good", 400),
+        ("/reports/team-a/mnist", b'{"step": 1, "pad": "' + b"x" * 5000 + b'"}', "good", 413),
+        ("/elsewhere", REPORT, "good", 404),
+    ],
+)
+def test_anything_else_is_refused_and_files_nothing(
+    endpoint: Endpoint, path: str, body: bytes, token: str | None, code: int
+) -> None:
+    assert endpoint.post(path, body, token) == code
+    assert endpoint.board.latest("uid-1") is None and endpoint.woken == []
