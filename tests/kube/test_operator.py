@@ -128,8 +128,9 @@ def test_master_and_two_workers_get_the_contract_pods_services_labels_and_env(
 
     statuses = job["status"]["replicaStatuses"]
     assert (statuses["Master"]["active"], statuses["Worker"]["active"]) == (1, 2)
-    table = rig.kubectl("get", "-n", namespace, "pytorchjobs").stdout.split()
-    assert table[:3] == ["NAME", "STATE", "AGE"] and table[3:5] == ["mnist", "Running"]
+    table = rig.kubectl("get", "-n", namespace, "pytorchjobs").stdout.splitlines()
+    assert table[0].split() == ["NAME", "STATE", "PROGRESS", "%", "AGE"]
+    assert table[1].split()[:2] == ["mnist", "Running"]
 
 
 def test_the_master_succeeding_makes_the_job_succeed_and_clean_pod_policy_all_removes_pods(
