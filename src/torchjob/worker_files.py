@@ -23,6 +23,10 @@ On a cluster the same progress report also goes to the operator: ``torchjob.trai
 ``TORCHJOB_REPORT_URL`` with the Pod's projected service-account token (audience :data:`REPORT_AUDIENCE`,
 read from ``TORCHJOB_REPORT_TOKEN_FILE``) as a bearer token, so the operator knows which Pod sent it.
 
+In-place repair on a cluster uses the same endpoint's siblings (:func:`operator_endpoint`): a process
+announces itself with ``POST .../announcements/<ns>/<job>`` and reads the group's membership with
+``GET .../membership/<ns>/<job>`` (the same JSON as ``membership.json``), with the same token.
+
 With in-place repair, a job's processes meet at a store torchjob hosts (``TORCHJOB_STORE``, host:port); each
 generation of the group uses the store under its own prefix (:func:`group_prefix`).
 
@@ -98,3 +102,12 @@ def group_prefix(attempt: int, generation: int) -> str:
 
 def repairs_file(output_dir: str | Path) -> Path:
     return Path(output_dir) / REPAIRS_FILE
+
+
+def operator_endpoint(report_url: str, kind: str) -> str:
+    """The operator's endpoint ``kind`` (``membership``, ``announcements``) for the job ``report_url`` (a
+    ``.../reports/<namespace>/<job>`` URL, as the operator hands it to Pods) reports to."""
+    base, found, job = report_url.rpartition("/reports/")
+    if not found:
+        raise ValueError(f"{ENV_REPORT_URL} is not an operator's report URL: {report_url!r}")
+    return f"{base}/{kind}/{job}"

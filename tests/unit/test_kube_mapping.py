@@ -232,3 +232,32 @@ def test_an_attempts_output_is_kept_compressed_within_a_configmaps_limit() -> No
     # Over its share: the newest lines are kept, whole.
     assert back["worker-0"].endswith("line 59999 " + str(59999 * 7919 % 1000003) + "\n")
     assert back["worker-0"].startswith("line ") and len(back["worker-0"]) < len(logs["worker-0"])
+
+
+def test_a_spare_pod_runs_a_workers_template_without_its_place_and_is_never_a_replica() -> None:
+    from torchjob.backends.kubernetes import observing, spares
+
+    job = make_job("ip").master().workers(2).annotate(**{"torchjob.io/spares": "1"}).build()
+    pod = spares.spare_pod_manifest(job, "ip-spare-0-0", 3, report_url="http://op:8443")
+    env = {e["name"]: e.get("value") for e in pod["spec"]["containers"][0]["env"]}
+    assert env["TORCHJOB_SPARE"] == "ip-spare-0-0" and env["TORCHJOB_ATTEMPT"] == "3"
+    assert env["TORCHJOB_STORE"] == "ip-rdzv:29400" and env["TORCHJOB_REPORT_URL"].endswith("/reports/default/ip")
+    assert not {"RANK", "WORLD_SIZE", "MASTER_ADDR", "TORCHJOB_REPLICA"} & set(env)
+    assert not any(name.startswith("PET_") for name in env)
+    assert observe_pod(pod) is None and observing.role_of(pod) == "spare"
+    promoted = spares.promotion_patch(job, ReplicaId(ReplicaType.WORKER, 1), 3)["metadata"]["labels"]
+    assert promoted["torchjob.io/role"] is None and promoted["training.kubeflow.org/replica-index"] == "1"
+    labels = {k: v for k, v in {**pod["metadata"]["labels"], **promoted}.items() if v is not None}
+    assert observing.replica_of({"metadata": {"labels": labels}}) == (ReplicaId(ReplicaType.WORKER, 1), 3)
+
+
+def test_while_a_repaired_replica_has_two_pods_the_one_not_going_counts() -> None:
+    from dataclasses import replace
+
+    from torchjob.backends.kubernetes.observing import one_per_replica
+    from torchjob.testing import failed, running
+
+    lost = replace(failed("worker-1", exit_code=137), stopping=True)
+    spare = running("worker-1")
+    assert one_per_replica([lost, spare, running("worker-0")]) == [spare, running("worker-0")]
+    assert one_per_replica([spare, lost]) == [spare]

@@ -86,6 +86,12 @@ def test_spares_of_an_ended_attempt_go_and_the_new_attempt_gets_its_own() -> Non
     assert CreateSpare(1) in result.actions
 
 
+def test_a_spare_that_ended_on_its_own_goes_and_another_is_started() -> None:
+    dead = SpareObservation("mend-spare-0-0", 0, ready=False, failed=True)
+    actions, ready = repair.spare_actions(1, [dead], attempt=0, group_up=True)
+    assert actions == [DeleteSpare("mend-spare-0-0", "it ended on its own"), CreateSpare(0)] and ready == 0
+
+
 def test_spares_are_refused_for_groups_that_cannot_be_repaired_in_place() -> None:
     elastic = make_job("el").workers(2).elastic(minReplicas=1, maxReplicas=2).annotate(**{"torchjob.io/spares": "1"})
     two_per_replica = make_job("np").workers(2).spec(nprocPerNode="2").annotate(**{"torchjob.io/spares": "1"})

@@ -81,3 +81,24 @@ def test_anything_else_is_refused_and_files_nothing(
 ) -> None:
     assert endpoint.post(path, body, token) == code
     assert endpoint.board.latest("uid-1") is None and endpoint.woken == []
+
+
+def test_in_place_repairs_channel_announcements_in_and_the_membership_out(endpoint: Endpoint) -> None:
+    assert not endpoint.board.announced("uid-1", 2)
+    assert endpoint.post("/announcements/team-a/mnist", b'{"attempt": 2, "key": "worker-0-0"}') == 204
+    assert endpoint.board.announced("uid-1", 2) and not endpoint.board.announced("uid-1", 1)
+    assert endpoint.post("/announcements/team-a/mnist", b'{"attempt": "2"}') == 400
+
+    def get(path: str, token: str = "good") -> tuple[int, object]:
+        request = urllib.request.Request(endpoint.url + path, headers={"Authorization": f"Bearer {token}"})
+        try:
+            with urllib.request.urlopen(request, timeout=5) as answer:
+                return int(answer.status), json.loads(answer.read())
+        except urllib.error.HTTPError as err:
+            return err.code, None
+
+    assert get("/membership/team-a/mnist") == (200, {})  # no repair yet
+    body = {"attempt": 2, "generation": 1, "members": ["master-0", "worker-0"], "joined": ["worker-0"]}
+    endpoint.board.publish_membership("team-a", "mnist", body)  # type: ignore[arg-type]
+    assert get("/membership/team-a/mnist") == (200, body)
+    assert get("/membership/team-b/mnist")[0] == 401 and get("/membership/team-a/mnist", token="forged")[0] == 401

@@ -1,9 +1,15 @@
-"""The operator's report endpoint: where torchjob.train inside a Pod sends its progress.
+"""The operator's endpoints for Pods: where torchjob.train sends its progress, and in-place repair's channel.
 
-``POST /reports/<namespace>/<job>`` with the report as JSON and the Pod's report token as a bearer token.
-204 when taken; 401 without a valid token of a Pod in that namespace; 400 for a body that is not a report;
-413 for one over 4 KiB. The job in the path only says which job to look at again soon: the report is
-filed under the Pod the token names (``backends/kubernetes/reports.py``), so a path cannot misfile it.
+Every call carries the Pod's report token as a bearer token; 401 without a valid token of a Pod in the
+path's namespace. What a Pod says is filed under the Pod the token names (``backends/kubernetes/reports.py``),
+so a path cannot misfile it; the job in the path only says which job to look at again soon.
+
+- ``POST /reports/<namespace>/<job>``: a progress report (JSON). 204; 400 for a body that is not a report;
+  413 for one over 4 KiB.
+- ``POST /announcements/<namespace>/<job>``: ``{"attempt": A}``, the Pod trains under the in-place loop of
+  attempt A (a spare: it is warm and waiting). 204.
+- ``GET /membership/<namespace>/<job>``: the group's membership as the operator last formed it (the JSON
+  of ``membership.json`` locally), ``{}`` before any repair.
 """
 
 from __future__ import annotations
@@ -15,11 +21,13 @@ from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from torchjob.backends.kubernetes.reports import ReportBoard, TokenReviewer
+from torchjob.backends.kubernetes.reports import PodIdentity, ReportBoard, TokenReviewer
 
 log = logging.getLogger("torchjob.operator")
 
-_PATH = re.compile(r"^/reports/(?P<namespace>[a-z0-9-]{1,63})/(?P<job>[a-z0-9.-]{1,253})$")
+_PATH = re.compile(
+    r"^/(?P<kind>reports|announcements|membership)/(?P<namespace>[a-z0-9-]{1,63})/(?P<job>[a-z0-9.-]{1,253})$"
+)
 _MAX_BODY = 4096
 
 
@@ -36,29 +44,53 @@ def report_server(
     """An HTTP server (not yet serving) on ``address``; ``on_report(namespace, job)`` after each report."""
 
     class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            matched = self._authorized("membership")
+            if matched is not None:
+                found = board.membership(matched[0], matched[1]) or {}
+                self._answer(200, json.dumps(found))
+
         def do_POST(self) -> None:
-            matched = _PATH.match(self.path)
+            matched = self._authorized("reports", "announcements")
             if matched is None:
-                self._answer(404, "no such endpoint: POST /reports/<namespace>/<job>")
                 return
+            (namespace, job), pod = matched, self._pod
+            assert pod is not None
             length = int(self.headers.get("Content-Length") or 0)
             if length > _MAX_BODY:
                 self._answer(413, f"a report is at most {_MAX_BODY} bytes")
                 return
+            try:
+                body = json.loads(self.rfile.read(length))
+            except ValueError:
+                body = None
+            if self._kind == "announcements":
+                attempt = body.get("attempt") if isinstance(body, dict) else None
+                if not isinstance(attempt, int) or isinstance(attempt, bool) or attempt < 0:
+                    self._answer(400, 'an announcement is {"attempt": <the attempt, an integer>}')
+                    return
+                board.announce(pod, attempt)
+            elif not isinstance(body, dict) or not board.put(pod, body):
+                self._answer(400, "the body is not a progress report: a JSON object with an integer step")
+                return
+            on_report(namespace, job)  # before the answer: a caller that got its 204 finds the job woken
+            self._answer(204, "")
+
+        def _authorized(self, *kinds: str) -> tuple[str, str] | None:
+            """(namespace, job) of a call to one of ``kinds`` by a Pod of that namespace; else answered."""
+            self._pod: PodIdentity | None = None
+            matched = _PATH.match(self.path)
+            if matched is None or matched["kind"] not in kinds:
+                self._answer(404, "no such endpoint: POST /reports|/announcements, GET /membership /<namespace>/<job>")
+                return None
+            self._kind = matched["kind"]
             token = (self.headers.get("Authorization") or "").removeprefix("Bearer ").strip()
             pod = reviewer.review(token) if token else None
             if pod is None or pod.namespace != matched["namespace"]:
                 self._answer(401, "a Pod's torchjob report token is required")
-                return
-            try:
-                report = json.loads(self.rfile.read(length))
-            except ValueError:
-                report = None
-            if not isinstance(report, dict) or not board.put(pod, report):
-                self._answer(400, "the body is not a progress report: a JSON object with an integer step")
-                return
-            self._answer(204, "")
-            on_report(matched["namespace"], matched["job"])
+                return None
+            self._pod = pod
+            return matched["namespace"], matched["job"]
 
         def _answer(self, code: int, message: str) -> None:
             self.send_response(code)

@@ -150,6 +150,7 @@ class SpareObservation:
     attempt: int
     ready: bool  # warm (torch and the script loaded) and waiting; False while it starts
     stopping: bool = False
+    failed: bool = False  # it ended on its own: it is no spare any more, and goes
 
 
 @dataclass(frozen=True)

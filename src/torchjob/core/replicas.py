@@ -12,6 +12,8 @@ LABEL_OPERATOR = LABEL_PREFIX + "operator-name"
 LABEL_JOB_NAME = LABEL_PREFIX + "job-name"
 # The role of the rendezvous store torchjob hosts for an elastic job: its Pod's label, its local log's name.
 ROLE_STORE = "rendezvous-store"
+# What a job's Pod that is not a replica is for (the rendezvous store, a warm spare).
+LABEL_ROLE = "torchjob.io/role"
 LABEL_REPLICA_TYPE = LABEL_PREFIX + "replica-type"
 LABEL_REPLICA_INDEX = LABEL_PREFIX + "replica-index"
 LABEL_JOB_ROLE = LABEL_PREFIX + "job-role"

@@ -3,10 +3,11 @@
 When a member of the group dies, every survivor sees a failed collective (a plain ``RuntimeError`` from
 ``backward``, ~30 ms after the death). Each survivor then at once drops its broken process group (a group kept
 alive makes the other survivors wait for the full collective timeout), waits for the controller to publish
-the next membership (``worker_files.membership_file``), joins a fresh group under a fresh store prefix, takes
-the model, optimizer and step from a survivor by broadcast, wraps the model in a new DDP, and carries on from
-the step that failed. The lost member's place goes to a warm spare: a process that ran the same script up to
-:func:`torchjob.train.init` (torch and the script's imports loaded) and waited there.
+the next membership (:mod:`torchjob.train.channel`: a file locally, the operator in a Pod), joins a fresh
+group under a fresh store prefix, takes the model, optimizer and step from a survivor by broadcast, wraps
+the model in a new DDP, and carries on from the step that failed. The lost member's place goes to a warm
+spare: a process that ran the same script up to :func:`torchjob.train.init` (torch and the script's imports
+loaded) and waited there.
 
 Every member runs the same collectives after a re-form (state broadcast, then ``DDP()``), so a joiner and
 the survivors never disagree on what comes next, and every member gets a new DDP: a kept DDP beside a fresh
@@ -36,9 +37,10 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
 from torchjob import worker_files
+from torchjob.train import channel
+from torchjob.train.channel import Channel
 from torchjob.train.init import DistContext
 
-_POLL_SECONDS = 0.005
 StepFunction = Callable[[DistributedDataParallel, int, DistContext], Any]
 
 
@@ -48,31 +50,14 @@ def store_client(timeout: timedelta) -> Any:
     return dist.TCPStore(host, int(port), is_master=False, timeout=timeout)  # type: ignore[attr-defined]
 
 
-def membership(output_dir: str) -> dict[str, Any] | None:
-    try:
-        data = json.loads(worker_files.membership_file(output_dir).read_text())
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
-
-
-def wait_for_membership(output_dir: str, attempt: int, newer_than: int, deadline: float) -> dict[str, Any] | None:
+def wait_for_membership(channel: Channel, attempt: int, newer_than: int, deadline: float) -> dict[str, Any] | None:
     """The first membership of ``attempt`` with a generation above ``newer_than``; None at the deadline."""
     while time.monotonic() < deadline:
-        found = membership(output_dir)
+        found = channel.membership()
         if found is not None and found.get("attempt") == attempt and int(found.get("generation", -1)) > newer_than:
             return found
-        time.sleep(_POLL_SECONDS)
+        time.sleep(channel.poll_seconds)
     return None
-
-
-def announce(output_dir: str, key: str, attempt: int) -> None:
-    """Tell the controller this process can be repaired around (or, for a spare, that it is warm)."""
-    path = worker_files.inplace_file(output_dir, key)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps({"attempt": attempt, "time": time.time()}))
-    os.replace(tmp, path)
 
 
 def absorb_first_ddp() -> None:
@@ -109,14 +94,14 @@ def wait_as_spare(ctx_backend: str, device: torch.device, timeout: timedelta) ->
     """Block as a warm spare until the controller gives this process a lost replica's place; then join."""
     absorb_first_ddp()  # also imports torch._dynamo, which the first DDP()/Adam() needs (~4 s): paid while waiting
     spare = os.environ[worker_files.ENV_SPARE]
-    output = os.environ[worker_files.ENV_OUTPUT_DIR]
     attempt = int(os.environ.get(worker_files.ENV_ATTEMPT, "0"))
-    announce(output, spare, attempt)
+    talk = channel.from_env()
+    talk.announce(spare, attempt)
     while True:
-        found = membership(output)
+        found = talk.membership()
         if found is not None and found.get("attempt") == attempt and spare in (found.get("spares") or {}):
             break
-        time.sleep(_POLL_SECONDS)
+        time.sleep(talk.poll_seconds)
     replica = found["spares"][spare]
     os.environ[worker_files.ENV_REPLICA] = replica  # from now on this process is that replica (files, logs)
     rank, world = join_group(ctx_backend, replica, found, timeout)
@@ -148,10 +133,11 @@ class InPlaceTraining:
         self.ddp_options = ddp_options
         self.step = 0
         self.repairs = 0
-        self.output = os.environ.get(worker_files.ENV_OUTPUT_DIR, "")
+        self.output = channel.output_dir()
+        self.channel = channel.from_env()
         self.replica = os.environ.get(worker_files.ENV_REPLICA, "")
         self.attempt = int(os.environ.get(worker_files.ENV_ATTEMPT, "0"))
-        self.repairable = bool(os.environ.get(worker_files.ENV_STORE) and self.output and self.replica)
+        self.repairable = bool(os.environ.get(worker_files.ENV_STORE) and self.replica)
         self.ddp: DistributedDataParallel | None = None
         self._unlogged: dict[str, Any] | None = None  # the last repair's timings, until its first step is done
         if ctx.joined:
@@ -159,7 +145,7 @@ class InPlaceTraining:
         else:
             self.ddp = self._wrap()
         if self.repairable:
-            announce(self.output, worker_files.process_key(self.replica, 0, ctx.rank), self.attempt)
+            self.channel.announce(worker_files.process_key(self.replica, 0, ctx.rank), self.attempt)
 
     def run(self, step_fn: StepFunction, total_steps: int, start_step: int = 0) -> None:
         if not self.ctx.joined:
@@ -195,7 +181,7 @@ class InPlaceTraining:
             gc.collect()  # ~0.2 s with dynamo loaded: only when refcounting did not free the group
             if broken() is not None:
                 print(f"torchjob: warning: rank {self.ctx.rank} could not close its broken group", flush=True)
-        found = wait_for_membership(self.output, self.attempt, self.ctx.generation, started + self.repair_timeout)
+        found = wait_for_membership(self.channel, self.attempt, self.ctx.generation, started + self.repair_timeout)
         if found is None:
             raise RuntimeError(f"the group was not repaired within {self.repair_timeout:g}s")
         published_at = time.time()
@@ -217,12 +203,14 @@ class InPlaceTraining:
     def _log_repair(self, record: dict[str, Any]) -> None:
         self._unlogged = None
         if self.ctx.is_main:
-            with open(worker_files.repairs_file(self.output), "a") as log:
+            path = worker_files.repairs_file(self.output)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with open(path, "a") as log:
                 log.write(json.dumps(record) + "\n")
 
     def _take_state_and_wrap(self, found: dict[str, Any] | None = None) -> int:
         """Every member, joiners included: the state from the lowest surviving rank, then a new DDP."""
-        found = found or membership(self.output) or {}
+        found = found or self.channel.membership() or {}
         joined = set(found.get("joined") or [])
         members: list[str] = found.get("members") or []
         source = min((i for i, name in enumerate(members) if name not in joined), default=0)

@@ -16,29 +16,35 @@ from collections import Counter
 from datetime import datetime, timezone
 from typing import Any
 
-import httpx
 from lightkube import ApiError, Client
-from lightkube.resources.core_v1 import ConfigMap, Node, Pod, Service
 from lightkube.resources.core_v1 import Event as KubeEvent
+from lightkube.resources.core_v1 import Node, Pod, Service
 from lightkube.types import PatchType
 
 from torchjob.api import extensions
-from torchjob.api.types import DEFAULT_CONTAINER_NAME, PyTorchJob
+from torchjob.api.types import PyTorchJob
 from torchjob.backends.base import Backend
-from torchjob.backends.kubernetes import crd, log_archive, mapping, observing
+from torchjob.backends.kubernetes import crd, mapping, observing
+from torchjob.backends.kubernetes import spares as spares_mapping
 from torchjob.backends.kubernetes.cluster import PyTorchJobResource, as_dict
+from torchjob.backends.kubernetes.log_keeper import LogKeeper
 from torchjob.backends.kubernetes.reports import ReportBoard
 from torchjob.core import replicas
 from torchjob.core.actions import (
     Action,
     CreateRendezvousStore,
     CreateReplica,
+    CreateSpare,
     DeleteJob,
     DeleteRendezvousStore,
     DeleteReplica,
+    DeleteSpare,
     Event,
+    RepairReplica,
 )
-from torchjob.core.observed import Observed, Phase, ReplicaObservation
+from torchjob.core.observed import Observed, Phase, ReplicaObservation, SpareObservation
+from torchjob.core.policies import repair
+from torchjob.core.replicas import ReplicaId
 from torchjob.core.times import timestamp
 
 COMPONENT = "torchjob-operator"
@@ -65,8 +71,6 @@ class KubernetesBackend(Backend):
 
     # Pods resolve a job's rdzvHost through the cluster's DNS.
     reaches_rdzv_host = True
-    # Not yet: spare Pods and the membership channel into running Pods are still to be built.
-    repairs_in_place = False
 
     def __init__(
         self,
@@ -79,6 +83,7 @@ class KubernetesBackend(Backend):
         None when the operator serves no report endpoint: then no hang can be detected on this cluster)."""
         self.client = client
         self.counter = counter or RequestCounter()
+        self.logs = LogKeeper(client, self.counter.add)
         self.reports = reports
         self.report_url = report_url
         # The Pods seen by the last observe(), by name: deletes check they remove the attempt they mean.
@@ -96,23 +101,50 @@ class KubernetesBackend(Backend):
         in_doubt = {observing.node_in_doubt(p) for p in owned} - {None}
         nodes = {name: self._node(name) for name in in_doubt if name}
         observations = [
-            self._with_progress(observing.observe_pod(p, nodes.get(p.get("spec", {}).get("nodeName", ""))), p)
+            self._with_reports(observing.observe_pod(p, nodes.get(p.get("spec", {}).get("nodeName", ""))), p)
             for p in owned
         ]
         store = self._pods.get(mapping.store_name(job))
         store_running = store is not None and store["metadata"].get("deletionTimestamp") is None
-        return Observed([o for o in observations if o is not None], store_running=store_running)
+        spares = [self._spare(p) for p in owned if observing.role_of(p) == spares_mapping.ROLE_SPARE]
+        seen = observing.one_per_replica([o for o in observations if o is not None])
+        return Observed(seen, store_running=store_running, spares=[s for s in spares if s is not None])
 
     @property
     def reports_progress(self) -> bool:  # type: ignore[override]
         return self.reports is not None and self.report_url is not None
 
-    def _with_progress(self, seen: ReplicaObservation | None, pod: dict[str, Any]) -> ReplicaObservation | None:
-        """A running replica with the progress its Pod last reported (filed by Pod uid, see reports.py)."""
-        if seen is None or self.reports is None or seen.phase is not Phase.RUNNING:
+    @property
+    def repairs_in_place(self) -> bool:  # type: ignore[override]
+        # Spare Pods need the operator's endpoints: they announce themselves and learn the membership there.
+        return self.reports_progress
+
+    def _with_reports(self, seen: ReplicaObservation | None, pod: dict[str, Any]) -> ReplicaObservation | None:
+        """A replica with what its Pod last reported (filed by Pod uid, see reports.py): whether it trains
+        under the in-place loop of its attempt (a lost one too: the planner repairs around it), and, while
+        it runs, its progress."""
+        if seen is None or self.reports is None:
             return seen
-        progress = self.reports.latest(pod["metadata"].get("uid"))
-        return dataclasses.replace(seen, progress=progress) if progress else seen
+        uid = pod["metadata"].get("uid")
+        progress = self.reports.latest(uid) if seen.phase is Phase.RUNNING else None
+        repairable = self.reports.announced(uid, seen.attempt)
+        return dataclasses.replace(seen, progress=progress or seen.progress, repairable=repairable)
+
+    def _spare(self, pod: dict[str, Any]) -> SpareObservation | None:
+        labels = pod["metadata"].get("labels") or {}
+        try:
+            attempt = int(labels.get(replicas.LABEL_ATTEMPT, ""))
+        except ValueError:
+            return None
+        phase = (pod.get("status") or {}).get("phase")
+        announced = self.reports is not None and self.reports.announced(pod["metadata"].get("uid"), attempt)
+        return SpareObservation(
+            pod["metadata"]["name"],
+            attempt,
+            ready=phase == "Running" and announced,
+            stopping=pod["metadata"].get("deletionTimestamp") is not None,
+            failed=phase in ("Failed", "Succeeded"),
+        )
 
     def _node(self, name: str) -> dict[str, Any] | None:
         """The Node a running Pod that is not Ready sits on (its kubelet may have stopped reporting)."""
@@ -133,7 +165,20 @@ class KubernetesBackend(Backend):
                 self._delete(Service, mapping.store_name(job), job.namespace)
             elif isinstance(action, CreateReplica):
                 self._create(mapping.service_manifest(job, action.replica), Service)
-                self._create(mapping.pod_manifest(job, action.replica, action.attempt, self.report_url), Pod)
+                pod = mapping.pod_manifest(job, action.replica, action.attempt, self.report_url)
+                in_place = self.repairs_in_place and repair.spares_wanted(job) > 0
+                self._create(spares_mapping.with_store(pod, job) if in_place else pod, Pod)
+            elif isinstance(action, CreateSpare):
+                self._create(
+                    spares_mapping.spare_pod_manifest(
+                        job, self._free_spare_name(job, action.attempt), action.attempt, self.report_url
+                    ),
+                    Pod,
+                )
+            elif isinstance(action, DeleteSpare):
+                self._delete(Pod, action.name, job.namespace)
+            elif isinstance(action, RepairReplica):
+                self._promote(job, action)
             elif isinstance(action, DeleteReplica):
                 self._delete_pod(job, action)
             elif isinstance(action, DeleteJob):
@@ -198,50 +243,48 @@ class KubernetesBackend(Backend):
         with contextlib.suppress(ApiError):
             self.client.delete(kind, name, namespace=namespace)
 
+    def _free_spare_name(self, job: PyTorchJob, attempt: int) -> str:
+        index = 0
+        while spares_mapping.spare_name(job, attempt, index) in self._pods:
+            index += 1
+        name = spares_mapping.spare_name(job, attempt, index)
+        self._pods[name] = {}  # taken: a second CreateSpare of this pass gets the next name
+        return name
+
+    def _promote(self, job: PyTorchJob, action: RepairReplica) -> None:
+        """The spare becomes the lost replica (its labels, its place in the group), the lost Pod goes, and
+        the group is told its next membership."""
+        if action.spare not in self._pods or self.reports is None:
+            return  # gone meanwhile: the lost replica stays failed, and the planner restarts the group
+        previous = self.reports.membership(job.namespace, job.name) or {}
+        generation = int(str(previous.get("generation", 0))) if previous.get("attempt") == action.attempt else 0
+        lost_pod = self._pod_of(action.replica, action.attempt)
+        # The spare first: if the API server refuses, nothing was deleted and the group restarts as before.
+        self.counter.add("patch")
+        patch = spares_mapping.promotion_patch(job, action.replica, action.attempt)
+        self.client.patch(Pod, action.spare, patch, namespace=job.namespace, patch_type=PatchType.MERGE)
+        body = repair.membership(job, action.attempt, generation + 1, action.replica, action.spare)
+        self.reports.publish_membership(job.namespace, job.name, body)
+        if lost_pod is not None:
+            self.logs.keep(job, [(action.attempt, f"{action.replica}.lost-{generation + 1}", lost_pod)])
+            self._delete(Pod, lost_pod["metadata"]["name"], job.namespace)
+            self._pods.pop(lost_pod["metadata"]["name"], None)
+
     def _keep_logs(self, job: PyTorchJob, deletes: list[DeleteReplica]) -> None:
         """File the output of the Pods about to be deleted in their attempt's ConfigMap (log_archive.py)."""
-        by_attempt: dict[int, dict[str, str]] = {}
-        for action in deletes:
-            pod = self._pods.get(action.replica.pod_name(job.name))
-            identity = observing.replica_of(pod) if pod else None
-            if pod is None or identity is None or identity[1] != action.attempt or not _has_run(pod):
-                continue
-            text = self._pod_log(job, pod)
-            if text is not None:
-                by_attempt.setdefault(action.attempt, {})[str(action.replica)] = text
-        for attempt, logs in by_attempt.items():
-            kept = log_archive.manifest(job, attempt, logs)
-            self.counter.add("create")
-            try:
-                self.client.create(ConfigMap.from_dict(kept), namespace=job.namespace)  # type: ignore[no-untyped-call]
-            except ApiError as err:
-                if err.status.code != 409:
-                    continue  # best effort: losing old output must never stop a restart
-                self.counter.add("patch")  # an earlier pass kept other replicas of this attempt
-                with contextlib.suppress(ApiError):
-                    name = kept["metadata"]["name"]
-                    patch = {"binaryData": kept["binaryData"]}
-                    self.client.patch(ConfigMap, name, patch, namespace=job.namespace, patch_type=PatchType.MERGE)
+        found = [(a, self._pod_of(a.replica, a.attempt)) for a in deletes]
+        self.logs.keep(job, [(a.attempt, str(a.replica), pod) for a, pod in found if pod is not None])
 
-    def _pod_log(self, job: PyTorchJob, pod: dict[str, Any]) -> str | None:
-        self.counter.add("get")
-        try:
-            lines = self.client.log(
-                pod["metadata"]["name"],
-                namespace=job.namespace,
-                container=DEFAULT_CONTAINER_NAME,
-                tail_lines=log_archive.TAIL_LINES,
-            )
-            return "".join(lines)
-        except (ApiError, httpx.HTTPError):
-            return None  # no container ever ran, or the node is gone: nothing to keep
+    def _pod_of(self, replica: ReplicaId, attempt: int) -> dict[str, Any] | None:
+        """The Pod that is ``replica`` of ``attempt`` (after a repair, a promoted spare of another name)."""
+        mine = [p for p in self._pods.values() if p and observing.replica_of(p) == (replica, attempt)]
+        return min(mine, key=lambda p: p["metadata"].get("deletionTimestamp") is not None, default=None)
 
     def _delete_pod(self, job: PyTorchJob, action: DeleteReplica) -> None:
-        name = action.replica.pod_name(job.name)
-        pod = self._pods.get(name)
-        identity = observing.replica_of(pod) if pod else None
-        if identity is None or identity[1] != action.attempt:
+        pod = self._pod_of(action.replica, action.attempt)
+        if pod is None:
             return  # already gone, or the name now belongs to another attempt
+        name = pod["metadata"]["name"]
         grace = job.annotation(extensions.TERMINATION_GRACE)
         self.counter.add("delete")
         with contextlib.suppress(ApiError):
@@ -253,14 +296,8 @@ class KubernetesBackend(Backend):
             )
         if action.final:
             # The job is over: its Services go with its Pods (under cleanPodPolicy, as Kubeflow does).
-            self._delete(Service, name, job.namespace)
+            self._delete(Service, action.replica.pod_name(job.name), job.namespace)
 
 
 def _owned_by(pod: dict[str, Any], uid: str | None) -> bool:
     return any(ref.get("uid") == uid for ref in pod.get("metadata", {}).get("ownerReferences") or [])
-
-
-def _has_run(pod: dict[str, Any]) -> bool:
-    """Whether a container of the Pod has started (only then is there output to keep)."""
-    statuses = (pod.get("status") or {}).get("containerStatuses") or []
-    return any((s.get("state") or {}).keys() & {"running", "terminated"} for s in statuses)

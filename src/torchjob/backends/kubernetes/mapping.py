@@ -29,7 +29,7 @@ from torchjob.core.policies.elastic import hosts_rendezvous_store
 from torchjob.core.replicas import ReplicaId
 
 STORE_PORT = DEFAULT_RDZV_PORT
-LABEL_ROLE = "torchjob.io/role"
+LABEL_ROLE = replicas.LABEL_ROLE
 # What the store Pod takes from the Workers' pod template: where it may run and how to pull the image.
 _STORE_POD_FIELDS = ("imagePullSecrets", "nodeSelector", "tolerations", "affinity", "priorityClassName")
 

@@ -32,6 +32,23 @@ def replica_of(pod: dict[str, Any]) -> tuple[ReplicaId, int] | None:
         return None
 
 
+def role_of(pod: dict[str, Any]) -> str | None:
+    """``torchjob.io/role`` of a job's Pod that is not a replica: the rendezvous store, a warm spare."""
+    return ((pod.get("metadata") or {}).get("labels") or {}).get(replicas.LABEL_ROLE)
+
+
+def one_per_replica(observed: list[ReplicaObservation]) -> list[ReplicaObservation]:
+    """One observation per replica and attempt. Right after an in-place repair two Pods carry a replica's
+    labels for a moment (the promoted spare, and the lost Pod being deleted): the one that is not going wins."""
+    chosen: dict[tuple[str, int], ReplicaObservation] = {}
+    for seen in observed:
+        key = (str(seen.replica), seen.attempt)
+        kept = chosen.get(key)
+        if kept is None or (kept.stopping and not seen.stopping):
+            chosen[key] = seen
+    return list(chosen.values())
+
+
 def node_in_doubt(pod: dict[str, Any]) -> str | None:
     """The node of a Pod that is Running but not Ready: the node lifecycle controller marks a lost node's Pods
     so (its containers may well still run). Only then is the Node worth reading; None otherwise."""

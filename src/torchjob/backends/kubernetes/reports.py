@@ -90,11 +90,31 @@ class ApiTokenReviewer:
 
 
 class ReportBoard:
-    """The latest progress report of each Pod, by uid. Written by the report server, read by observe()."""
+    """What Pods told the operator, by Pod uid: the latest progress report, and the attempt in which a Pod
+    announced the in-place loop (a spare: that it is warm). And what the operator tells them: each job's
+    in-place membership. Written by the report server and the backend, read by both."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._latest: dict[str, tuple[PodIdentity, Progress]] = {}
+        self._announced: dict[str, int] = {}
+        self._memberships: dict[tuple[str, str], dict[str, object]] = {}
+
+    def announce(self, pod: PodIdentity, attempt: int) -> None:
+        with self._lock:
+            self._announced[pod.uid] = attempt
+
+    def announced(self, uid: str | None, attempt: int) -> bool:
+        with self._lock:
+            return self._announced.get(uid or "") == attempt
+
+    def publish_membership(self, namespace: str, job: str, membership: dict[str, object]) -> None:
+        with self._lock:
+            self._memberships[(namespace, job)] = membership
+
+    def membership(self, namespace: str, job: str) -> dict[str, object] | None:
+        with self._lock:
+            return self._memberships.get((namespace, job))
 
     def put(self, pod: PodIdentity, report: dict[str, object], now: datetime | None = None) -> bool:
         """Keep ``report`` as ``pod``'s latest; False when it is not a progress report."""

@@ -13,7 +13,8 @@ from pathlib import Path
 
 from torchjob import worker_files
 from torchjob.api.types import PyTorchJob
-from torchjob.core.replicas import ReplicaId, expected_replicas, node_rank
+from torchjob.core.policies import repair
+from torchjob.core.replicas import ReplicaId
 
 
 def announced(output_dir: Path, key: str, attempt: int) -> bool:
@@ -36,14 +37,7 @@ def publish_repair(output_dir: Path, job: PyTorchJob, attempt: int, lost: Replic
             generation = int(previous.get("generation", 0))
     except (OSError, ValueError, AttributeError, TypeError):
         pass
-    members = [str(r) for r in sorted(expected_replicas(job), key=lambda r: node_rank(job, r))]
-    body = {
-        "attempt": attempt,
-        "generation": generation + 1,
-        "members": members,
-        "joined": [str(lost)],
-        "spares": {spare: str(lost)},
-    }
+    body = repair.membership(job, attempt, generation + 1, lost, spare)
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(body))
     os.replace(tmp, path)

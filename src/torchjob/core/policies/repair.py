@@ -21,6 +21,7 @@ from torchjob.api.types import PyTorchJob
 from torchjob.core.actions import Action, CreateSpare, DeleteSpare
 from torchjob.core.envs import processes_per_replica
 from torchjob.core.observed import Phase, ReplicaObservation, SpareObservation
+from torchjob.core.replicas import ReplicaId, expected_replicas, node_rank
 
 
 def spares_wanted(job: PyTorchJob) -> int:
@@ -65,9 +66,24 @@ def spare_actions(
     """Keep ``wanted`` spares beside the attempt's group while it is up; spares of other attempts go.
     Returns the actions and how many of the attempt's spares are ready."""
     actions: list[Action] = [
-        DeleteSpare(s.name, "its attempt ended") for s in spares if s.attempt != attempt and not s.stopping
+        DeleteSpare(s.name, "its attempt ended" if s.attempt != attempt else "it ended on its own")
+        for s in spares
+        if (s.attempt != attempt or s.failed) and not s.stopping
     ]
-    mine = [s for s in spares if s.attempt == attempt and not s.stopping]
+    mine = [s for s in spares if s.attempt == attempt and not s.stopping and not s.failed]
     if group_up and len(mine) < wanted:
         actions += [CreateSpare(attempt) for _ in range(wanted - len(mine))]
     return actions, sum(s.ready for s in mine)
+
+
+def membership(job: PyTorchJob, attempt: int, generation: int, lost: ReplicaId, spare: str) -> dict[str, object]:
+    """The group after a repair, as its members read it (``membership.json`` locally, the operator's
+    ``/membership`` endpoint in a Pod): the same members in rank order, ``spare`` in ``lost``'s place."""
+    members = [str(r) for r in sorted(expected_replicas(job), key=lambda r: node_rank(job, r))]
+    return {
+        "attempt": attempt,
+        "generation": generation,
+        "members": members,
+        "joined": [str(lost)],
+        "spares": {spare: str(lost)},
+    }

@@ -1,0 +1,64 @@
+"""Reading a Pod's output before it is deleted, and filing it in its attempt's ConfigMap (``log_archive``).
+
+Best effort by design: output that cannot be read (no container ever ran, the node is gone) or filed (the
+API server refused) is skipped. Losing old output must never stop a restart or a repair.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+import httpx
+from lightkube import ApiError, Client
+from lightkube.resources.core_v1 import ConfigMap
+from lightkube.types import PatchType
+
+from torchjob.api.types import DEFAULT_CONTAINER_NAME, PyTorchJob
+from torchjob.backends.kubernetes import log_archive
+
+
+class LogKeeper:
+    def __init__(self, client: Client, count: Any) -> None:
+        """``count(verb)`` is told of every API request (the operator's request counter)."""
+        self.client = client
+        self.count = count
+
+    def keep(self, job: PyTorchJob, pods: list[tuple[int, str, dict[str, Any]]]) -> None:
+        """File each ``(attempt, key, pod)``'s output under ``key`` in that attempt's ConfigMap."""
+        by_attempt: dict[int, dict[str, str]] = {}
+        for attempt, key, pod in pods:
+            text = self._read(job, pod) if _has_run(pod) else None
+            if text is not None:
+                by_attempt.setdefault(attempt, {})[key] = text
+        for attempt, logs in by_attempt.items():
+            kept = log_archive.manifest(job, attempt, logs)
+            self.count("create")
+            try:
+                self.client.create(ConfigMap.from_dict(kept), namespace=job.namespace)  # type: ignore[no-untyped-call]
+            except ApiError as err:
+                if err.status.code != 409:
+                    continue
+                self.count("patch")  # an earlier pass kept other replicas of this attempt
+                with contextlib.suppress(ApiError):
+                    name, patch = kept["metadata"]["name"], {"binaryData": kept["binaryData"]}
+                    self.client.patch(ConfigMap, name, patch, namespace=job.namespace, patch_type=PatchType.MERGE)
+
+    def _read(self, job: PyTorchJob, pod: dict[str, Any]) -> str | None:
+        self.count("get")
+        try:
+            lines = self.client.log(
+                pod["metadata"]["name"],
+                namespace=job.namespace,
+                container=DEFAULT_CONTAINER_NAME,
+                tail_lines=log_archive.TAIL_LINES,
+            )
+            return "".join(lines)
+        except (ApiError, httpx.HTTPError):
+            return None
+
+
+def _has_run(pod: dict[str, Any]) -> bool:
+    """Whether a container of the Pod has started (only then is there output to keep)."""
+    statuses = (pod.get("status") or {}).get("containerStatuses") or []
+    return any((s.get("state") or {}).keys() & {"running", "terminated"} for s in statuses)

@@ -1,0 +1,79 @@
+"""In-place repair on Kubernetes, as manifests and patches (pure): warm spare Pods, and a spare's promotion.
+
+A spare is a Pod ``<job>-spare-<attempt>-<k>`` running a Worker's template with no place in the group
+(``TORCHJOB_SPARE`` set, no rank), labelled ``torchjob.io/role: spare``: never taken for a replica. Every
+Pod of such a job meets at the rendezvous store Pod torchjob hosts (``TORCHJOB_STORE``), which outlives
+every member, and talks to the operator through its report endpoints (``torchjob.train.channel``).
+
+Repairing gives the spare the lost replica's labels (type, index; the attempt stays), so the replica's
+Service and the operator's next observation see it as that replica; the lost Pod is deleted. The spare
+Pod keeps its own name: a Pod cannot be renamed, and nothing in the group needs the name, since members
+meet at the store and address each other by Pod IP.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from torchjob import worker_files
+from torchjob.api.types import PyTorchJob
+from torchjob.backends.kubernetes.mapping import (
+    LABEL_ROLE,
+    owner_reference,
+    pod_manifest,
+    store_name,
+    store_port,
+)
+from torchjob.core import replicas
+from torchjob.core.replicas import ReplicaId, expected_replicas
+
+ROLE_SPARE = "spare"
+# What a spare must not inherit from the replica whose template it runs: that replica's place.
+_PLACE_VARIABLES = {"RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", worker_files.ENV_REPLICA}
+
+
+def store_address(job: PyTorchJob) -> str:
+    """``TORCHJOB_STORE`` for every member and spare of an in-place job."""
+    return f"{store_name(job)}:{store_port(job)}"
+
+
+def spare_name(job: PyTorchJob, attempt: int, index: int) -> str:
+    return f"{job.name}-spare-{attempt}-{index}"
+
+
+def spare_pod_manifest(job: PyTorchJob, name: str, attempt: int, report_url: str | None) -> dict[str, Any]:
+    """A warm spare for ``attempt``: the last Worker's Pod, without its place in the group."""
+    model = expected_replicas(job)[-1]  # a Worker when there are any
+    pod = pod_manifest(job, model, attempt, report_url)
+    pod["metadata"]["name"] = name
+    pod["metadata"]["labels"] = spare_labels(job, attempt)
+    for container in pod["spec"].get("containers") or []:
+        env = [e for e in container.get("env") or [] if e.get("name") not in _PLACE_VARIABLES]
+        env = [e for e in env if not str(e.get("name", "")).startswith("PET_")]
+        container["env"] = [*env, {"name": worker_files.ENV_SPARE, "value": name}]
+    pod["metadata"]["ownerReferences"] = [owner_reference(job)]
+    return with_store(pod, job)
+
+
+def spare_labels(job: PyTorchJob, attempt: int) -> dict[str, str]:
+    """Selected by the job's Pod listing, but with no replica labels: a spare is never taken for a replica."""
+    return {
+        replicas.LABEL_OPERATOR: replicas.OPERATOR_NAME,
+        replicas.LABEL_JOB_NAME: job.name,
+        replicas.LABEL_ATTEMPT: str(attempt),
+        LABEL_ROLE: ROLE_SPARE,
+    }
+
+
+def promotion_patch(job: PyTorchJob, replica: ReplicaId, attempt: int) -> dict[str, Any]:
+    """The merge patch that makes a spare Pod ``replica`` of ``attempt`` (its role label removed)."""
+    return {"metadata": {"labels": {**replicas.labels(job, replica, attempt), LABEL_ROLE: None}}}
+
+
+def with_store(pod: dict[str, Any], job: PyTorchJob) -> dict[str, Any]:
+    """A replica's Pod of an in-place job: it meets its group at the store torchjob hosts."""
+    pod = copy.deepcopy(pod)
+    for container in pod["spec"].get("containers") or []:
+        container.setdefault("env", []).append({"name": worker_files.ENV_STORE, "value": store_address(job)})
+    return pod

@@ -1,0 +1,94 @@
+"""How a training process under in-place repair talks to its controller: announcing that it can be repaired
+around (a spare: that it is warm), and reading the group's membership.
+
+Locally it is files in the job's output folder (``worker_files``): a file is what a process polls at no cost.
+In a Pod it is the operator's endpoints, found from ``TORCHJOB_REPORT_URL`` and authenticated with the same
+projected token as the progress reports (:mod:`torchjob.train.reporting`): the Pod has no API credentials.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any, Protocol
+
+from torchjob import worker_files
+
+_TIMEOUT_SECONDS = 2.0
+
+
+class Channel(Protocol):
+    # How often a waiting process asks for the membership again.
+    poll_seconds: float
+
+    def announce(self, key: str, attempt: int) -> None: ...
+
+    def membership(self) -> dict[str, Any] | None: ...
+
+
+class FileChannel:
+    poll_seconds = 0.005
+
+    def __init__(self, output_dir: str) -> None:
+        self.output_dir = output_dir
+
+    def announce(self, key: str, attempt: int) -> None:
+        path = worker_files.inplace_file(self.output_dir, key)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps({"attempt": attempt, "time": time.time()}))
+        os.replace(tmp, path)
+
+    def membership(self) -> dict[str, Any] | None:
+        try:
+            data = json.loads(worker_files.membership_file(self.output_dir).read_text())
+        except (OSError, ValueError):
+            return None
+        return data if isinstance(data, dict) else None
+
+
+class OperatorChannel:
+    poll_seconds = 0.05
+
+    def __init__(self, report_url: str, token_file: Path) -> None:
+        self.announcements = worker_files.operator_endpoint(report_url, "announcements")
+        self.memberships = worker_files.operator_endpoint(report_url, "membership")
+        self.token_file = token_file
+
+    def announce(self, key: str, attempt: int) -> None:
+        # The operator files it under the Pod the token names; the key is only for its log.
+        self._call(self.announcements, {"attempt": attempt, "key": key})
+
+    def membership(self) -> dict[str, Any] | None:
+        found = self._call(self.memberships, None)
+        return found if isinstance(found, dict) and found else None
+
+    def _call(self, url: str, body: dict[str, Any] | None) -> Any:
+        headers = {"Authorization": f"Bearer {self.token_file.read_text().strip()}"}
+        data = None if body is None else json.dumps(body).encode()
+        if data is not None:
+            headers["Content-Type"] = "application/json"
+        request = urllib.request.Request(url, data=data, headers=headers, method="GET" if data is None else "POST")
+        try:
+            with urllib.request.urlopen(request, timeout=_TIMEOUT_SECONDS) as answer:
+                text = answer.read()
+        except (OSError, urllib.error.URLError):
+            return None  # asked again at the next poll; a process that is never answered times out
+        return json.loads(text) if text else None
+
+
+def output_dir() -> str:
+    return os.environ.get(worker_files.ENV_OUTPUT_DIR) or "output"
+
+
+def from_env() -> Channel:
+    """The operator's endpoints in a Pod it gave them to; else the job's output folder."""
+    url = os.environ.get(worker_files.ENV_REPORT_URL)
+    token_file = os.environ.get(worker_files.ENV_REPORT_TOKEN_FILE)
+    if url and token_file:
+        return OperatorChannel(url, Path(token_file))
+    return FileChannel(output_dir())

@@ -1,0 +1,75 @@
+"""In-place repair on real Pods: a SIGKILLed Worker's place goes to a warm spare Pod, and the survivors' Pods
+are never recreated (the local twin is in tests/integration/test_mnist_example.py)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+from tools import real_node
+
+from tests.kube.conftest import OperatorProcess
+from tests.node.conftest import wait_for_condition
+
+ROOT = Path(__file__).resolve().parents[2]
+JOB = "mnist-inplace"
+
+
+def _status(node: real_node.RealNode, namespace: str) -> dict[str, Any]:
+    found = json.loads(node.rig.kubectl("get", "pytorchjob", JOB, "-n", namespace, "-o", "json").stdout)
+    return dict(found.get("status") or {})
+
+
+def _uid(node: real_node.RealNode, namespace: str, pod: str) -> str:
+    return node.rig.kubectl("get", "pod", pod, "-n", namespace, "-o", "jsonpath={.metadata.uid}").stdout
+
+
+def test_a_killed_worker_pod_is_replaced_by_a_warm_spare_and_the_survivors_pods_carry_on(
+    node: real_node.RealNode, node_operator: OperatorProcess
+) -> None:
+    namespace = node.namespace("inplace")
+    job = yaml.safe_load((ROOT / "examples" / "mnist" / "job-inplace.yaml").read_text())
+    job["metadata"]["namespace"] = namespace
+    for spec in job["spec"]["pytorchReplicaSpecs"].values():
+        spec["template"]["spec"]["containers"][0]["args"] = ["--epochs", "3"]
+    node.rig.apply(job)
+    deadline = time.monotonic() + 300
+    while True:
+        log = node.rig.kubectl("logs", "-n", namespace, f"{JOB}-worker-1", check=False).stdout
+        if "epoch: 2/" in log and _status(node, namespace).get("sparesReady") == 1:
+            break
+        pods = node.rig.kubectl("get", "pods", "-n", namespace, check=False).stdout
+        assert time.monotonic() < deadline, f"worker-1 never reached epoch 2 beside a warm spare:\n{pods}"
+        time.sleep(0.5)
+    survivors = {pod: _uid(node, namespace, pod) for pod in (f"{JOB}-master-0", f"{JOB}-worker-0")}
+    for pid in node.container_pids(namespace, f"{JOB}-worker-1"):
+        os.kill(pid, signal.SIGKILL)
+    finished = wait_for_condition(node, namespace, JOB, {"Succeeded", "Failed"}, timeout=400)
+    conditions = {c["type"]: c for c in finished["status"]["conditions"]}
+    assert "Failed" not in conditions, conditions["Failed"]["message"]
+    status = finished["status"]
+    assert (status["attempt"], status["restartCount"], status["repairs"]) == (0, 0, 1), status["attempts"]
+    # The survivors' Pods are the same Pods: never deleted, never recreated.
+    assert {pod: _uid(node, namespace, pod) for pod in survivors} == survivors
+    # The spare Pod is worker-1 now (its labels; Pods cannot be renamed), and its Service selects it.
+    worker_1 = node.rig.kubectl(
+        "get",
+        "pods",
+        "-n",
+        namespace,
+        "-o",
+        "name",
+        "-l",
+        "training.kubeflow.org/replica-type=worker,training.kubeflow.org/replica-index=1",
+    ).stdout.split()
+    assert worker_1 == [f"pod/{JOB}-spare-0-0"], worker_1
+    master_log = node.rig.kubectl("logs", "-n", namespace, f"{JOB}-master-0").stdout
+    assert "group repaired in place (generation 1, 3 ranks" in master_log, master_log[-3000:]
+    assert float(master_log.split("test accuracy=")[1].split()[0]) >= 0.90
+    spare_log = node.rig.kubectl("logs", "-n", namespace, f"{JOB}-spare-0-0").stdout
+    assert f"torchjob: spare {JOB}-spare-0-0 joins as worker-1 (rank 2 of 3)" in spare_log, spare_log[-2000:]
