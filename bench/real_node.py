@@ -30,6 +30,8 @@ from tests.kube.conftest import DEPLOY, deploy_operator
 from tests.node.images import push_test_images
 from tools import kube_rig, kubeflow_operator, real_node
 
+from bench import inplace_node
+
 OPERATORS = ("torchjob", "kubeflow")
 NAMESPACE = "kubeflow"  # simple.yaml's own
 
@@ -41,6 +43,8 @@ class OperatorRun:
     recovery: list[float | None] = field(default_factory=list)  # kill → first step after it; None: never
     steps_lost: list[int] = field(default_factory=list)
     behaviour: dict[str, str] = field(default_factory=dict)
+    # torchjob only: the in-place MNIST job, kill → re-formed and → first step (None: not repaired)
+    inplace: list[dict[str, float] | None] = field(default_factory=list)
 
 
 def _job(name: str, epochs: int, **changes: Any) -> dict[str, Any]:
@@ -219,6 +223,8 @@ def measure(trials: int = 3) -> dict[str, OperatorRun]:
                     else:
                         _latency(node.rig, results[name])
                         _recovery(node, results[name])
+                        if name == "torchjob":
+                            results[name].inplace.append(inplace_node.trial(node, NAMESPACE))
                 finally:
                     operator.stop()
     finally:
@@ -243,6 +249,19 @@ def report(results: dict[str, OperatorRun]) -> str:
     rows.append(
         f"| SIGKILL of the Worker's trainer: recovered, kill → its first step | {recovered(t)} | {recovered(k)} |"
     )
+    repaired = [r for r in t.inplace if r is not None]
+    if t.inplace:
+        rows.append(
+            f"| the same kill in the in-place MNIST job (1 warm spare Pod): repaired, kill → first step of the "
+            f"repaired group (→ re-formed) | {len(repaired)} of {len(t.inplace)}"
+            + (
+                f", median {median(r['first_step'] for r in repaired):.2f} s "
+                f"({median(r['reformed'] for r in repaired):.2f} s), survivors' Pods untouched"
+                if repaired
+                else ""
+            )
+            + " | no in-place repair: the row above |"
+        )
     lost = [_median([float(s) for s in run.steps_lost]) for run in (t, k)]
     rows.append(f"| steps lost (plain script, no checkpoint) | {lost[0]} | {lost[1]} |")
     rows += ["", "| behaviour | torchjob operator | Kubeflow training-operator v1.8.1 |", "|---|---|---|"]

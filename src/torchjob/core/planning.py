@@ -33,17 +33,8 @@ from torchjob.core.actions import (
 )
 from torchjob.core.counting import replica_counts
 from torchjob.core.observed import ReplicaObservation, SpareObservation
-from torchjob.core.policies import (
-    backoff,
-    cleanup,
-    deadline,
-    elastic,
-    progress,
-    repair,
-    restart,
-    success,
-    trainer_status,
-)
+from torchjob.core.policies import backoff, cleanup, deadline, elastic, progress, repair, restart, success
+from torchjob.core.policies import trainer_status as progress_summary
 from torchjob.core.replicas import ReplicaId, expected_replicas
 from torchjob.core.times import parse_timestamp, timestamp
 
@@ -147,7 +138,7 @@ class _Planner:
         self._keep_helpers(current)
         self._mark_running(current)
         self._count_replicas(current)
-        self.status.trainer_status = trainer_status.summarize(self.status.trainer_status, current)
+        self.status.trainer_status = progress_summary.summarize(self.status.trainer_status, current)
 
     # -- phases ---------------------------------------------------------------------------------------
 
@@ -244,7 +235,7 @@ class _Planner:
         self._condition(ConditionType.SUCCEEDED, conditions.REASON_SUCCEEDED, message)
         self.events.append(Event("Normal", "Succeeded", message))
         self.status.completion_time = timestamp(self.now)
-        self.status.trainer_status = trainer_status.completed(self.status.trainer_status)
+        self.status.trainer_status = progress_summary.completed(self.status.trainer_status)
         attempts.close_current(self.status, "succeeded", self.now)
         self._finished()
 

@@ -1,0 +1,74 @@
+"""In-place repair on the real node: one trial of examples/mnist/job-inplace.yaml (1 Master + 2 Workers, one
+warm spare Pod) with worker-1's training process SIGKILLed from the host in epoch 2.
+
+Measured against the moment of the kill, from the Master Pod's own log with the kubelet's timestamps (the
+node and this process share one clock): when rank 0 had re-formed the group with the spare, and when its
+first step after that completed (the job logs every step). Run by ``bench/real_node.py`` beside the
+operators' group restarts.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import yaml
+from tools import real_node
+
+EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "mnist" / "job-inplace.yaml"
+JOB = "mnist-inplace"
+
+
+def _status(node: real_node.RealNode, namespace: str) -> dict[str, Any]:
+    found = node.rig.kubectl_json("get", "pytorchjob", JOB, "-n", namespace)
+    return dict(found.get("status") or {})
+
+
+def _wait(check: Any, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return True
+        time.sleep(0.25)
+    return False
+
+
+def _stamp(line: str) -> float:
+    """The epoch seconds of a ``kubectl logs --timestamps`` line (RFC 3339 with nanoseconds)."""
+    stamp = line.split(" ", 1)[0]
+    whole, _, fraction = stamp.rstrip("Z").partition(".")
+    return datetime.fromisoformat(whole + "+00:00").timestamp() + float(f"0.{fraction or 0}")
+
+
+def trial(node: real_node.RealNode, namespace: str) -> dict[str, float] | None:
+    """{"reformed": s, "first_step": s} after the kill, or None when the job was not repaired in place."""
+    job = yaml.safe_load(EXAMPLE.read_text())
+    job["metadata"]["namespace"] = namespace
+    for spec in job["spec"]["pytorchReplicaSpecs"].values():
+        spec["template"]["spec"]["containers"][0]["args"] = ["--epochs", "3", "--log-interval", "1"]
+    node.rig.apply(job)
+    try:
+
+        def in_epoch_2_beside_a_spare() -> bool:
+            log = node.rig.kubectl("logs", "-n", namespace, f"{JOB}-worker-1", check=False).stdout
+            return "epoch: 2/" in log and _status(node, namespace).get("sparesReady") == 1
+
+        if not _wait(in_epoch_2_beside_a_spare, 300):
+            return None
+        killed_at = time.time()
+        for pid in node.container_pids(namespace, f"{JOB}-worker-1"):
+            os.kill(pid, signal.SIGKILL)
+        finished = _wait(lambda: "completionTime" in _status(node, namespace), 400)
+        if not finished or _status(node, namespace).get("repairs") != 1:
+            return None
+        log = node.rig.kubectl("logs", "--timestamps", "-n", namespace, f"{JOB}-master-0").stdout.splitlines()
+        repaired = next(i for i, line in enumerate(log) if "group repaired in place" in line)
+        first = next(line for line in log[repaired + 1 :] if "batch: " in line)
+        return {"reformed": _stamp(log[repaired]) - killed_at, "first_step": _stamp(first) - killed_at}
+    finally:
+        node.rig.kubectl("delete", "pytorchjob", JOB, "-n", namespace, "--ignore-not-found", "--wait=true")
+        _wait(lambda: not node.rig.kubectl_json("get", "pods", "-n", namespace)["items"], 120)
