@@ -200,7 +200,10 @@ def _start_operator(node: real_node.RealNode, name: str, directory: Path) -> Any
     node.rig.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(DEPLOY / "crd.yaml"))
     # One reconcile worker, as Kubeflow's operator runs (--controller-threads 1). Client rate limits
     # (Kubeflow: 20 QPS, burst 30; torchjob: none) do not bind with one job at a time.
-    return deploy_operator(node.rig, directory, "--workers=1")
+    # With its report endpoint, as deploy/ runs it: progress, hang detection and in-place repair need it.
+    return deploy_operator(
+        node.rig, directory, "--workers=1", f"--report-address={node.host_ip}:{kube_rig.free_port()}"
+    )
 
 
 def measure(trials: int = 3) -> dict[str, OperatorRun]:

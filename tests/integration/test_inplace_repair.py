@@ -8,6 +8,7 @@ import signal
 from pathlib import Path
 
 import psutil
+import pytest
 import yaml
 
 from tests.integration.helpers import job_object, start_run, wait_for
@@ -27,8 +28,12 @@ def shim_pid(home: Path, job: str, replica: str) -> int:
     return next(p["pid"] for p in state["processes"] if p["replica"] == replica and not p.get("removed"))
 
 
-def test_a_lost_worker_is_replaced_by_a_warm_spare_and_the_survivors_carry_on(
-    tmp_path: Path, torchjob_home: Path
+@pytest.mark.parametrize(
+    ("victim", "rank", "source"),
+    [("worker-1", 2, 0), ("master-0", 0, 1)],  # the master too: the group meets at torchjob's store, not at it
+)
+def test_a_lost_member_is_replaced_by_a_warm_spare_and_the_survivors_carry_on(
+    tmp_path: Path, torchjob_home: Path, victim: str, rank: int, source: int
 ) -> None:
     job = (
         make_job("mend")
@@ -44,17 +49,18 @@ def test_a_lost_worker_is_replaced_by_a_warm_spare_and_the_survivors_carry_on(
     run = start_run(path, torchjob_home)
     spare_ready = torchjob_home / "jobs" / "mend" / "output" / "inplace" / "spare-0.json"
     wait_for(lambda: len(trained(torchjob_home, "mend", "worker-1")) >= 5 and spare_ready.exists(), what="warm")
-    survivors = {r: shim_pid(torchjob_home, "mend", r) for r in ("master-0", "worker-0")}
-    trainer = psutil.Process(shim_pid(torchjob_home, "mend", "worker-1")).children()[0]
+    survivors = {r: shim_pid(torchjob_home, "mend", r) for r in ("master-0", "worker-0", "worker-1") if r != victim}
+    trainer = psutil.Process(shim_pid(torchjob_home, "mend", victim)).children()[0]
     trainer.send_signal(signal.SIGKILL)
     stdout, stderr = run.communicate(timeout=300)
     assert run.returncode == 0, stderr[-3000:]
 
     status = job_object(torchjob_home, "mend")["status"]
     assert (status["attempt"], status["restartCount"], status["repairs"]) == (0, 0, 1)
-    assert "worker-1 was killed by SIGKILL; spare-0 takes its place" in stderr
-    assert "spare spare-0 joins as worker-1 (rank 2 of 3)" in stdout
-    assert "group repaired in place (generation 1, 3 ranks, state from rank 0)" in stdout
+    assert f"{victim} was killed by SIGKILL; spare-0 takes its place" in stderr
+    assert f"spare spare-0 joins as {victim} (rank {rank} of 3)" in stdout
+    # Said by the lowest survivor, which also gives the joiner the state.
+    assert f"Rank {source}: group repaired in place (generation 1, 3 ranks, state from rank {source})" in stdout
     # The survivors kept their processes: the same shims ran the job to its end.
     state = json.loads((torchjob_home / "jobs" / "mend" / "local.json").read_text())
     final = {p["replica"]: p["pid"] for p in state["processes"] if p["replica"] in survivors}
@@ -76,3 +82,47 @@ def test_a_lost_worker_is_replaced_by_a_warm_spare_and_the_survivors_carry_on(
         for r in ("master-0", "worker-0", "worker-1")
     }
     assert len(checksums) == 1, checksums
+
+
+def test_a_lost_spare_is_replaced_and_the_group_never_notices(tmp_path: Path, torchjob_home: Path) -> None:
+    job = (
+        make_job("spareless")
+        .master()
+        .workers(1)
+        .command("python", str(SCRIPTS / "inplace_train.py"))
+        .env(STEPS="250")  # 25 s: time for the next spare to warm up while the group trains
+        .annotate(**{"torchjob.io/spares": "1"})
+    )
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(job.wire()))
+    run = start_run(path, torchjob_home)
+    output = torchjob_home / "jobs" / "spareless" / "output"
+    wait_for(lambda: (output / "inplace" / "spare-0.json").exists(), what="a warm spare")
+    psutil.Process(shim_pid(torchjob_home, "spareless", "spare-0")).children()[0].send_signal(signal.SIGKILL)
+    wait_for(lambda: (output / "inplace" / "spare-1.json").exists(), timeout=180, what="the next spare")
+    _, stderr = run.communicate(timeout=300)
+    assert run.returncode == 0, stderr[-3000:]
+    status = job_object(torchjob_home, "spareless")["status"]
+    assert (status["attempt"], status["restartCount"], status["repairs"]) == (0, 0, 0)
+
+
+def test_a_plain_script_with_spares_still_gets_a_group_restart(tmp_path: Path, torchjob_home: Path) -> None:
+    """Spares only help a group that trains under the in-place loop: one that never said so is restarted."""
+    job = (
+        make_job("plainspares")
+        .master()
+        .workers(1)
+        .command("python", str(SCRIPTS / "hang_train.py"), "--first-attempt-steps", "100000", "--steps", "5")
+        .annotate(**{"torchjob.io/spares": "1", "torchjob.io/termination-grace-seconds": "2"})
+    )
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(job.wire()))
+    run = start_run(path, torchjob_home)
+    output = torchjob_home / "jobs" / "plainspares" / "output"
+    wait_for(lambda: (output / "inplace" / "spare-0.json").exists(), timeout=180, what="a warm spare")
+    psutil.Process(shim_pid(torchjob_home, "plainspares", "worker-0")).children()[0].send_signal(signal.SIGKILL)
+    _, stderr = run.communicate(timeout=300)
+    assert run.returncode == 0, stderr[-3000:]
+    status = job_object(torchjob_home, "plainspares")["status"]
+    assert (status["attempt"], status["restartCount"], status["repairs"]) == (1, 1, 0)
+    assert "worker-0 was killed by SIGKILL" in status["attempts"][0]["outcome"]

@@ -140,6 +140,7 @@ class InPlaceTraining:
         self.repairable = bool(os.environ.get(worker_files.ENV_STORE) and self.replica)
         self.ddp: DistributedDataParallel | None = None
         self._unlogged: dict[str, Any] | None = None  # the last repair's timings, until its first step is done
+        self._reporter = False  # whether this rank says and records the last repair (the lowest survivor)
         if ctx.joined:
             self._take_state_and_wrap()
         else:
@@ -192,17 +193,18 @@ class InPlaceTraining:
         self.repairs += 1
         timings = {"failed_at": failed_at, "membership_at": published_at, "reformed_at": time.time()}
         self._unlogged = {"generation": self.ctx.generation, "step": self.step, **timings}
-        if self.ctx.is_main:
+        self._reporter = self.ctx.rank == source  # the lowest survivor (rank 0 may be the joiner now)
+        if self._reporter:
             took = time.monotonic() - started
             print(
-                f"Rank 0: group repaired in place (generation {self.ctx.generation}, {world} ranks, state from rank "
-                f"{source}) in {took * 1000:.0f} ms; retrying step {self.step}",
+                f"Rank {rank}: group repaired in place (generation {self.ctx.generation}, {world} ranks, state from "
+                f"rank {source}) in {took * 1000:.0f} ms; retrying step {self.step}",
                 flush=True,
             )
 
     def _log_repair(self, record: dict[str, Any]) -> None:
         self._unlogged = None
-        if self.ctx.is_main:
+        if self._reporter:
             path = worker_files.repairs_file(self.output)
             path.parent.mkdir(parents=True, exist_ok=True)
             with open(path, "a") as log:
