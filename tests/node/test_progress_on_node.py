@@ -22,7 +22,7 @@ from tests.kube.conftest import OperatorProcess
 from tests.node.conftest import wait_for_condition
 from tests.node.images import TEST_SCRIPTS
 
-DEADLINE_SECONDS = 20
+DEADLINE_SECONDS = 30  # it bounds a Pod's start-up too: not less on a loaded node
 
 
 def _job(name: str, namespace: str) -> dict[str, Any]:

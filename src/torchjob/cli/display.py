@@ -1,5 +1,6 @@
 """What ``torchjob run`` shows while a job runs: every replica's output with a ``[worker-1]`` prefix, state
-changes and events, and on a terminal a live table of the replicas at the bottom.
+changes and events, and on a terminal a live table of the replicas at the bottom, under a progress bar
+(step of total, time left, loss) once the script reports its progress (``status.trainerStatus``).
 """
 
 from __future__ import annotations
@@ -8,8 +9,9 @@ import threading
 import time
 from types import TracebackType
 
-from rich.console import Console
+from rich.console import Console, Group, RenderableType
 from rich.live import Live
+from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
@@ -45,7 +47,7 @@ class RunDisplay:
 
     def __enter__(self) -> RunDisplay:
         if self.console.is_terminal:
-            self._live = Live(self._table(), console=self.console, refresh_per_second=4, transient=True)
+            self._live = Live(self._panel(), console=self.console, refresh_per_second=4, transient=True)
             self._live.__enter__()
         self._thread.start()
         return self
@@ -81,7 +83,7 @@ class RunDisplay:
                 self.err.print(Text(f"torchjob: {result.job.name} is {state}", style="bold"))
         self._last_state = state
         if self._live is not None:
-            self._live.update(self._table())
+            self._live.update(self._panel())
 
     def summary(self, job: PyTorchJob | None, interrupted: str | None = None) -> str:
         seconds = time.monotonic() - self.started
@@ -110,6 +112,24 @@ class RunDisplay:
 
     def _color(self, replica: str) -> str:
         return self._colors.setdefault(replica, _COLORS[len(self._colors) % len(_COLORS)])
+
+    def _panel(self) -> RenderableType:
+        """The live bottom of the terminal: the progress bar (when the job reports one) over the table."""
+        trainer = self.job.status.trainer_status
+        if trainer is None or trainer.progress_percentage is None:
+            return self._table()
+        metrics = {m.name: m.value for m in trainer.metrics}
+        bar = ProgressBar(total=100, completed=trainer.progress_percentage, width=30)
+        words = [f" {trainer.progress_percentage}%"]
+        if "step" in metrics and "totalSteps" in metrics:
+            words.append(f"step {metrics['step']}/{metrics['totalSteps']}")
+        if trainer.estimated_remaining_seconds is not None:
+            words.append(f"~{trainer.estimated_remaining_seconds}s left")
+        if "loss" in metrics:
+            words.append(f"loss {metrics['loss']}")
+        line = Table.grid(padding=(0, 1))
+        line.add_row(bar, Text(" · ".join(words)))
+        return Group(line, self._table())
 
     def _table(self) -> Table:
         status = self.job.status
