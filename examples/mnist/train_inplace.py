@@ -22,7 +22,7 @@ from mnist_data import load
 from model import Net, evaluate, save_results, to_dataset
 from torch import nn
 
-from torchjob.train import DistContext, init, shutdown
+from torchjob.train import DistContext, MetricsLogger, init, shutdown
 from torchjob.train.inplace import InPlaceTraining
 
 
@@ -49,6 +49,8 @@ def main() -> None:
     model = Net()
     optimizer = torch.optim.Adam(model.parameters(), lr=args.lr)
     trainer = InPlaceTraining(ctx, model, optimizer)
+    # Progress (status.trainerStatus, the Progress column) and the heartbeat a progress deadline watches.
+    progress = MetricsLogger(trainer.ctx, total_steps=total_steps)
     orders = [
         torch.randperm(len(labels), generator=torch.Generator().manual_seed(args.seed + e)) for e in range(args.epochs)
     ]
@@ -58,10 +60,12 @@ def main() -> None:
         chosen = orders[epoch][within * args.global_batch : (within + 1) * args.global_batch][
             ctx.rank :: ctx.world_size
         ]
+        started = time.perf_counter()
         optimizer.zero_grad()
         loss = F.cross_entropy(ddp(images[chosen]), labels[chosen])
         loss.backward()
         optimizer.step()
+        progress.step(number + 1, epoch + 1, loss.item(), len(chosen), time.perf_counter() - started)
         if (within + 1) % args.log_interval == 0 or within + 1 == steps_per_epoch:
             print(
                 f"Rank {ctx.rank}: epoch: {epoch + 1}/{args.epochs}, batch: {within + 1}/{steps_per_epoch}, "
@@ -71,6 +75,7 @@ def main() -> None:
 
     started = time.time()
     trainer.run(step, total_steps)
+    progress.close()
     elapsed = time.time() - started
     if trainer.ctx.is_main:
         accuracy = evaluate(model, to_dataset(test_images, test_labels), ctx.device)

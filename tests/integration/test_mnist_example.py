@@ -168,5 +168,6 @@ def test_the_in_place_mnist_job_loses_a_rank_and_carries_on(tmp_path: Path) -> N
     status = job_object(home, "mnist-inplace")["status"]
     assert (status["attempt"], status["restartCount"], status["repairs"]) == (0, 0, 1)
     assert "[spare-0] torchjob: spare spare-0 joins as worker-1 (rank 2 of 3)" in stdout
+    assert status["trainerStatus"]["progressPercentage"] == 100
     metrics = json.loads((jobs / "output" / "metrics.json").read_text())
     assert metrics["repairs"] == 1 and metrics["accuracy"] >= ACCURACY_BAR

@@ -54,6 +54,7 @@ def test_a_killed_worker_pod_is_replaced_by_a_warm_spare_and_the_survivors_pods_
     assert "Failed" not in conditions, conditions["Failed"]["message"]
     status = finished["status"]
     assert (status["attempt"], status["restartCount"], status["repairs"]) == (0, 0, 1), status["attempts"]
+    assert status["trainerStatus"]["progressPercentage"] == 100  # the in-place example reports its progress too
     # The survivors' Pods are the same Pods: never deleted, never recreated.
     assert {pod: _uid(node, namespace, pod) for pod in survivors} == survivors
     # The spare Pod is worker-1 now (its labels; Pods cannot be renamed), and its Service selects it.
