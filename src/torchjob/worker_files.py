@@ -37,6 +37,7 @@ torchjob (no ``TORCHJOB_REPLICA``) it is ``rank-<global rank>``.
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
@@ -102,6 +103,16 @@ def group_prefix(attempt: int, generation: int) -> str:
 
 def repairs_file(output_dir: str | Path) -> Path:
     return Path(output_dir) / REPAIRS_FILE
+
+
+def report_url(operator_url: str, namespace: str, job: str) -> str:
+    """``TORCHJOB_REPORT_URL`` for a job's Pods: where, under ``operator_url``, they report its progress."""
+    return f"{operator_url.rstrip('/')}/reports/{namespace}/{job}"
+
+
+def output_dir() -> str:
+    """The job's output folder as a training process sees it (``TORCHJOB_OUTPUT_DIR``, else ``output``)."""
+    return os.environ.get(ENV_OUTPUT_DIR) or "output"
 
 
 def operator_endpoint(report_url: str, kind: str) -> str:

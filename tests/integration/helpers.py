@@ -93,3 +93,16 @@ def wait_for(predicate: Any, timeout: float = 120, what: str = "condition") -> N
 
 def condition(job: dict[str, Any], ctype: str) -> dict[str, Any] | None:
     return next((c for c in job["status"]["conditions"] if c["type"] == ctype), None)
+
+
+def job_file(tmp_path: Path, builder: Any) -> Path:
+    """``tmp_path/job.yaml`` holding the job a ``torchjob.testing.make_job()`` builder describes."""
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(builder.wire()))
+    return path
+
+
+def shim_pid(home: Path, job: str, replica: str) -> int:
+    """The pid of the shim that runs ``replica`` now (its training process is the shim's child)."""
+    state = json.loads((home / "jobs" / job / "local.json").read_text())
+    return int(next(p["pid"] for p in state["processes"] if p["replica"] == replica and not p.get("removed")))

@@ -9,16 +9,10 @@ import psutil
 import yaml
 
 from tests.conftest import ROOT, run_cli
-from tests.integration.helpers import condition, job_object, start_run, wait_for
+from tests.integration.helpers import condition, job_file, job_object, start_run, wait_for
 from torchjob.testing import make_job
 
 SCRIPTS = Path(__file__).resolve().parent / "scripts"
-
-
-def write(tmp_path: Path, builder: object) -> Path:
-    path = tmp_path / "job.yaml"
-    path.write_text(yaml.safe_dump(builder.wire()))  # type: ignore[attr-defined]
-    return path
 
 
 def test_a_hung_rank_is_detected_named_and_the_group_recovers(tmp_path: Path, torchjob_home: Path) -> None:
@@ -29,7 +23,7 @@ def test_a_hung_rank_is_detected_named_and_the_group_recovers(tmp_path: Path, to
         .command("python", str(SCRIPTS / "hang_train.py"), "--hang-rank", "1", "--hang-step", "5")
         .annotate(**{"torchjob.io/progress-deadline-seconds": "40", "torchjob.io/termination-grace-seconds": "2"})
     )
-    result = run_cli("run", str(write(tmp_path, job)), home=torchjob_home)
+    result = run_cli("run", str(job_file(tmp_path, job)), home=torchjob_home)
     assert result.returncode == 0, result.stderr[-2000:]
     status = job_object(torchjob_home, "hang")["status"]
     assert status["restartCount"] == 1
@@ -81,7 +75,7 @@ def test_the_exception_reaches_the_status_through_the_error_file(tmp_path: Path,
         .restart_policy("Never")
         .command("python", str(SCRIPTS / "hang_train.py"), "--hide-and-raise")
     )
-    result = run_cli("run", str(write(tmp_path, job)), home=torchjob_home)
+    result = run_cli("run", str(job_file(tmp_path, job)), home=torchjob_home)
     assert result.returncode == 1
     log = (torchjob_home / "jobs" / "hidden" / "logs" / "0" / "worker-0.log").read_text()
     assert "hidden from the logs" not in log

@@ -9,9 +9,8 @@ from pathlib import Path
 
 import psutil
 import pytest
-import yaml
 
-from tests.integration.helpers import job_object, start_run, wait_for
+from tests.integration.helpers import job_file, job_object, shim_pid, start_run, wait_for
 from torchjob.testing import make_job
 
 SCRIPTS = Path(__file__).resolve().parent / "scripts"
@@ -21,11 +20,6 @@ STEPS, GLOBAL_BATCH = 60, 6
 def trained(home: Path, job: str, replica: str) -> list[dict[str, object]]:
     path = home / "jobs" / job / "output" / f"trained-{replica}.jsonl"
     return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
-
-
-def shim_pid(home: Path, job: str, replica: str) -> int:
-    state = json.loads((home / "jobs" / job / "local.json").read_text())
-    return next(p["pid"] for p in state["processes"] if p["replica"] == replica and not p.get("removed"))
 
 
 @pytest.mark.parametrize(
@@ -44,8 +38,7 @@ def test_a_lost_member_is_replaced_by_a_warm_spare_and_the_survivors_carry_on(
         .annotate(**{"torchjob.io/spares": "1"})
         .run_policy(backoffLimit=1)  # a repair is a retry: it counts against backoffLimit like a restart
     )
-    path = tmp_path / "job.yaml"
-    path.write_text(yaml.safe_dump(job.wire()))
+    path = job_file(tmp_path, job)
     run = start_run(path, torchjob_home)
     spare_ready = torchjob_home / "jobs" / "mend" / "output" / "inplace" / "spare-0.json"
     wait_for(lambda: len(trained(torchjob_home, "mend", "worker-1")) >= 5 and spare_ready.exists(), what="warm")
@@ -93,8 +86,7 @@ def test_a_lost_spare_is_replaced_and_the_group_never_notices(tmp_path: Path, to
         .env(STEPS="250")  # 25 s: time for the next spare to warm up while the group trains
         .annotate(**{"torchjob.io/spares": "1"})
     )
-    path = tmp_path / "job.yaml"
-    path.write_text(yaml.safe_dump(job.wire()))
+    path = job_file(tmp_path, job)
     run = start_run(path, torchjob_home)
     output = torchjob_home / "jobs" / "spareless" / "output"
     wait_for(lambda: (output / "inplace" / "spare-0.json").exists(), what="a warm spare")
@@ -115,8 +107,7 @@ def test_a_plain_script_with_spares_still_gets_a_group_restart(tmp_path: Path, t
         .command("python", str(SCRIPTS / "hang_train.py"), "--first-attempt-steps", "100000", "--steps", "5")
         .annotate(**{"torchjob.io/spares": "1", "torchjob.io/termination-grace-seconds": "2"})
     )
-    path = tmp_path / "job.yaml"
-    path.write_text(yaml.safe_dump(job.wire()))
+    path = job_file(tmp_path, job)
     run = start_run(path, torchjob_home)
     output = torchjob_home / "jobs" / "plainspares" / "output"
     wait_for(lambda: (output / "inplace" / "spare-0.json").exists(), timeout=180, what="a warm spare")

@@ -18,10 +18,9 @@ import time
 from pathlib import Path
 
 import psutil
-import yaml
 
 from tests.conftest import ROOT, run_cli
-from tests.integration.helpers import job_object, start_run, wait_for
+from tests.integration.helpers import job_file, job_object, shim_pid, start_run, wait_for
 from torchjob.testing import make_job
 
 SCRIPTS = Path(__file__).resolve().parent / "scripts"
@@ -29,8 +28,7 @@ SCRIPTS = Path(__file__).resolve().parent / "scripts"
 
 def training_process(home: Path, job: str, replica: str) -> psutil.Process:
     """The python process running the script for ``replica`` (the shim's child)."""
-    state = json.loads((home / "jobs" / job / "local.json").read_text())
-    shim = next(p["pid"] for p in state["processes"] if p["replica"] == replica and p["attempt"] == 0)
+    shim = shim_pid(home, job, replica)
     for child in psutil.Process(shim).children(recursive=True):
         with contextlib.suppress(psutil.Error):  # a short-lived helper may be gone already
             if "hang_train.py" in " ".join(child.cmdline()):
@@ -56,8 +54,7 @@ def test_a_sigstopped_process_is_named_as_hung_and_the_group_restarts(tmp_path: 
         .command("python", str(SCRIPTS / "hang_train.py"), "--first-attempt-steps", "100000", "--steps", "10")
         .annotate(**{"torchjob.io/progress-deadline-seconds": "30", "torchjob.io/termination-grace-seconds": "2"})
     )
-    path = tmp_path / "job.yaml"
-    path.write_text(yaml.safe_dump(job.wire()))
+    path = job_file(tmp_path, job)
     run = start_run(path, torchjob_home)
     try:
         stepping = lambda: run.poll() is not None or heartbeat_step(torchjob_home, "frozen", "worker-0-0") >= 5  # noqa: E731
@@ -103,8 +100,7 @@ def test_on_a_terminal_run_shows_a_progress_bar_and_elsewhere_nothing_extra(
     tmp_path: Path, torchjob_home: Path
 ) -> None:
     job = make_job("bar").workers(1).command("python", str(SCRIPTS / "hang_train.py"), "--steps", "150")
-    path = tmp_path / "job.yaml"
-    path.write_text(yaml.safe_dump(job.wire()))
+    path = job_file(tmp_path, job)
     env = {**os.environ, "TORCHJOB_HOME": str(torchjob_home), "TERM": "xterm", "COLUMNS": "120"}
     argv = [sys.executable, "-m", "torchjob.cli.main", "run", str(path)]
     parent, child = pty.openpty()

@@ -23,6 +23,9 @@ from tools import kube_rig
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 
 
+# tryfirst: xdist reads the group marker in its own hook of this name, which must run after this one even when this
+# conftest is loaded before xdist's worker plugin (a test path given on the command line loads it early).
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if "/tests/kube/" in str(item.path):

@@ -19,6 +19,9 @@ from tests.kube.conftest import OperatorProcess, deploy_operator
 from tests.node.images import push_test_images
 
 
+# tryfirst: xdist reads the group marker in its own hook of this name, which must run after this one even when this
+# conftest is loaded before xdist's worker plugin (a test path given on the command line loads it early).
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if "/tests/node/" in str(item.path):

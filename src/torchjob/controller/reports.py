@@ -31,10 +31,6 @@ _PATH = re.compile(
 _MAX_BODY = 4096
 
 
-def report_path(namespace: str, job: str) -> str:
-    return f"/reports/{namespace}/{job}"
-
-
 def report_server(
     board: ReportBoard,
     reviewer: TokenReviewer,

@@ -44,6 +44,18 @@ def world_size(job: PyTorchJob) -> int:
     return total_replicas(job) * processes_per_replica(job)
 
 
+# The variables that give a replica its place in the group. A warm spare runs a replica's program and
+# environment without them (it gets a place only when it takes a lost replica's).
+_PLACE_VARIABLES = frozenset(
+    {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR", "MASTER_PORT", ENV_REPLICA}
+)
+
+
+def holds_a_place(name: str) -> bool:
+    """Whether the variable ``name`` is part of a replica's place in the group (a spare must not have it)."""
+    return name in _PLACE_VARIABLES or name.startswith("PET_")
+
+
 def replica_env(job: PyTorchJob, replica: ReplicaId, attempt: int, addressing: Addressing) -> list[tuple[str, str]]:
     """The contract variables for one replica, in the order they are appended to the container's env."""
     env: list[tuple[str, str]] = [

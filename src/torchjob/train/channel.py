@@ -11,14 +11,11 @@ from __future__ import annotations
 import json
 import os
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 from typing import Any, Protocol
 
 from torchjob import worker_files
-
-_TIMEOUT_SECONDS = 2.0
+from torchjob.train.reporting import call_operator, operator_from_env
 
 
 class Channel(Protocol):
@@ -68,27 +65,14 @@ class OperatorChannel:
         return found if isinstance(found, dict) and found else None
 
     def _call(self, url: str, body: dict[str, Any] | None) -> Any:
-        headers = {"Authorization": f"Bearer {self.token_file.read_text().strip()}"}
-        data = None if body is None else json.dumps(body).encode()
-        if data is not None:
-            headers["Content-Type"] = "application/json"
-        request = urllib.request.Request(url, data=data, headers=headers, method="GET" if data is None else "POST")
         try:
-            with urllib.request.urlopen(request, timeout=_TIMEOUT_SECONDS) as answer:
-                text = answer.read()
-        except (OSError, urllib.error.URLError):
+            text = call_operator(url, self.token_file, body)
+        except (OSError, ValueError):
             return None  # asked again at the next poll; a process that is never answered times out
         return json.loads(text) if text else None
 
 
-def output_dir() -> str:
-    return os.environ.get(worker_files.ENV_OUTPUT_DIR) or "output"
-
-
 def from_env() -> Channel:
     """The operator's endpoints in a Pod it gave them to; else the job's output folder."""
-    url = os.environ.get(worker_files.ENV_REPORT_URL)
-    token_file = os.environ.get(worker_files.ENV_REPORT_TOKEN_FILE)
-    if url and token_file:
-        return OperatorChannel(url, Path(token_file))
-    return FileChannel(output_dir())
+    found = operator_from_env()
+    return OperatorChannel(*found) if found else FileChannel(worker_files.output_dir())

@@ -133,7 +133,7 @@ class InPlaceTraining:
         self.ddp_options = ddp_options
         self.step = 0
         self.repairs = 0
-        self.output = channel.output_dir()
+        self.output = worker_files.output_dir()
         self.channel = channel.from_env()
         self.replica = os.environ.get(worker_files.ENV_REPLICA, "")
         self.attempt = int(os.environ.get(worker_files.ENV_ATTEMPT, "0"))

@@ -35,7 +35,7 @@ class MetricsLogger:
         heartbeat_seconds: float = 1.0,
         total_steps: int | None = None,
     ) -> None:
-        root = Path(output_dir or os.environ.get(worker_files.ENV_OUTPUT_DIR) or "output")
+        root = Path(output_dir or worker_files.output_dir())
         self.ctx = ctx
         self.path = worker_files.metrics_file(root, ctx.rank)
         key = worker_files.process_key(os.environ.get(worker_files.ENV_REPLICA), ctx.local_rank, ctx.rank)

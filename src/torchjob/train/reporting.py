@@ -26,6 +26,26 @@ _TIMEOUT_SECONDS = 2.0
 _COMPLAIN_EVERY_SECONDS = 60.0
 
 
+def operator_from_env() -> tuple[str, Path] | None:
+    """(``TORCHJOB_REPORT_URL``, the token file) in a Pod the operator gave them to; None elsewhere."""
+    url = os.environ.get(worker_files.ENV_REPORT_URL)
+    token_file = os.environ.get(worker_files.ENV_REPORT_TOKEN_FILE)
+    return (url, Path(token_file)) if url and token_file else None
+
+
+def call_operator(url: str, token_file: Path, body: dict[str, Any] | None = None) -> bytes:
+    """GET ``url`` (or POST ``body`` as JSON) as this Pod, and return the answer's body. Raises OSError
+    (urllib's errors included) or ValueError when the operator cannot be reached or refuses."""
+    # Read each time: the kubelet rotates projected tokens before they expire.
+    headers = {"Authorization": f"Bearer {token_file.read_text().strip()}"}
+    data = None if body is None else json.dumps(body).encode()
+    if data is not None:
+        headers["Content-Type"] = "application/json"
+    request = urllib.request.Request(url, data=data, headers=headers, method="GET" if data is None else "POST")
+    with urllib.request.urlopen(request, timeout=_TIMEOUT_SECONDS) as answer:
+        return bytes(answer.read())
+
+
 class Reporter:
     def __init__(self, url: str, token_file: Path) -> None:
         self.url = url
@@ -35,26 +55,17 @@ class Reporter:
     @classmethod
     def from_env(cls) -> Reporter | None:
         """The reporter the operator asked for, or None where nobody listens (locally, or no operator)."""
-        url = os.environ.get(worker_files.ENV_REPORT_URL)
-        token_file = os.environ.get(worker_files.ENV_REPORT_TOKEN_FILE)
-        return cls(url, Path(token_file)) if url and token_file else None
+        found = operator_from_env()
+        return cls(*found) if found else None
 
     def send(self, report: dict[str, Any]) -> bool:
-        """POST one report; True when the operator took it."""
+        """POST one report; True when the operator took it (urllib raises for any answer but 2xx)."""
         try:
-            # Read each time: the kubelet rotates projected tokens before they expire.
-            token = self.token_file.read_text().strip()
-            request = urllib.request.Request(
-                self.url,
-                data=json.dumps(report).encode(),
-                headers={"Content-Type": "application/json", "Authorization": f"Bearer {token}"},
-                method="POST",
-            )
-            with urllib.request.urlopen(request, timeout=_TIMEOUT_SECONDS) as response:
-                return bool(200 <= response.status < 300)
-        except (OSError, urllib.error.URLError, ValueError) as err:
+            call_operator(self.url, self.token_file, report)
+        except (OSError, ValueError) as err:
             self._complain(err)
             return False
+        return True
 
     def _complain(self, err: Exception) -> None:
         now = time.monotonic()

@@ -128,7 +128,7 @@ class KubernetesBackend(Backend):
         uid = pod["metadata"].get("uid")
         progress = self.reports.latest(uid) if seen.phase is Phase.RUNNING else None
         repairable = self.reports.announced(uid, seen.attempt)
-        return dataclasses.replace(seen, progress=progress or seen.progress, repairable=repairable)
+        return dataclasses.replace(seen, progress=progress, repairable=repairable)
 
     def _spare(self, pod: dict[str, Any]) -> SpareObservation | None:
         labels = pod["metadata"].get("labels") or {}
@@ -156,6 +156,7 @@ class KubernetesBackend(Backend):
 
     def execute(self, job: PyTorchJob, actions: list[Action]) -> None:
         self._keep_logs(job, [a for a in actions if isinstance(a, DeleteReplica)])
+        taken = set(self._pods)  # Pod names in use, with the spares this pass creates
         for action in actions:
             if isinstance(action, CreateRendezvousStore):
                 self._create(mapping.store_service_manifest(job), Service)
@@ -169,12 +170,8 @@ class KubernetesBackend(Backend):
                 in_place = self.repairs_in_place and repair.spares_wanted(job) > 0
                 self._create(spares_mapping.with_store(pod, job) if in_place else pod, Pod)
             elif isinstance(action, CreateSpare):
-                self._create(
-                    spares_mapping.spare_pod_manifest(
-                        job, self._free_spare_name(job, action.attempt), action.attempt, self.report_url
-                    ),
-                    Pod,
-                )
+                name = _free_spare_name(job, action.attempt, taken)
+                self._create(spares_mapping.spare_pod_manifest(job, name, action.attempt, self.report_url), Pod)
             elif isinstance(action, DeleteSpare):
                 self._delete(Pod, action.name, job.namespace)
             elif isinstance(action, RepairReplica):
@@ -243,14 +240,6 @@ class KubernetesBackend(Backend):
         with contextlib.suppress(ApiError):
             self.client.delete(kind, name, namespace=namespace)
 
-    def _free_spare_name(self, job: PyTorchJob, attempt: int) -> str:
-        index = 0
-        while spares_mapping.spare_name(job, attempt, index) in self._pods:
-            index += 1
-        name = spares_mapping.spare_name(job, attempt, index)
-        self._pods[name] = {}  # taken: a second CreateSpare of this pass gets the next name
-        return name
-
     def _promote(self, job: PyTorchJob, action: RepairReplica) -> None:
         """The spare becomes the lost replica (its labels, its place in the group), the lost Pod goes, and
         the group is told its next membership."""
@@ -277,7 +266,7 @@ class KubernetesBackend(Backend):
 
     def _pod_of(self, replica: ReplicaId, attempt: int) -> dict[str, Any] | None:
         """The Pod that is ``replica`` of ``attempt`` (after a repair, a promoted spare of another name)."""
-        mine = [p for p in self._pods.values() if p and observing.replica_of(p) == (replica, attempt)]
+        mine = [p for p in self._pods.values() if observing.replica_of(p) == (replica, attempt)]
         return min(mine, key=lambda p: p["metadata"].get("deletionTimestamp") is not None, default=None)
 
     def _delete_pod(self, job: PyTorchJob, action: DeleteReplica) -> None:
@@ -297,6 +286,15 @@ class KubernetesBackend(Backend):
         if action.final:
             # The job is over: its Services go with its Pods (under cleanPodPolicy, as Kubeflow does).
             self._delete(Service, action.replica.pod_name(job.name), job.namespace)
+
+
+def _free_spare_name(job: PyTorchJob, attempt: int, taken: set[str]) -> str:
+    """The first spare name of ``attempt`` not in ``taken``, which it joins."""
+    index = 0
+    while spares_mapping.spare_name(job, attempt, index) in taken:
+        index += 1
+    taken.add(spares_mapping.spare_name(job, attempt, index))
+    return spares_mapping.spare_name(job, attempt, index)
 
 
 def _owned_by(pod: dict[str, Any], uid: str | None) -> bool:

@@ -22,8 +22,6 @@ from torchjob.core.replicas import expected_replicas
 TAIL_LINES = 5000
 BUDGET_BYTES = 900 * 1024
 SUFFIX = ".log.gz"
-LABEL_ATTEMPT = "torchjob.io/attempt"
-LABEL_ROLE = "torchjob.io/role"
 ROLE_LOGS = "attempt-logs"
 
 
@@ -61,8 +59,8 @@ def manifest(job: PyTorchJob, attempt: int, logs: dict[str, str]) -> dict[str, A
             "namespace": job.namespace,
             "labels": {
                 replicas.LABEL_JOB_NAME: job.name,
-                LABEL_ATTEMPT: str(attempt),
-                LABEL_ROLE: ROLE_LOGS,
+                replicas.LABEL_ATTEMPT: str(attempt),
+                replicas.LABEL_ROLE: ROLE_LOGS,
             },
             "ownerReferences": [owner_reference(job)],
         },

@@ -7,6 +7,7 @@ API server refused) is skipped. Losing old output must never stop a restart or a
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable
 from typing import Any
 
 import httpx
@@ -19,7 +20,7 @@ from torchjob.backends.kubernetes import log_archive
 
 
 class LogKeeper:
-    def __init__(self, client: Client, count: Any) -> None:
+    def __init__(self, client: Client, count: Callable[[str], None]) -> None:
         """``count(verb)`` is told of every API request (the operator's request counter)."""
         self.client = client
         self.count = count

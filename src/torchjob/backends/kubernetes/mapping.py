@@ -189,7 +189,7 @@ def pod_manifest(job: PyTorchJob, replica: ReplicaId, attempt: int, report_url: 
             "annotations": dict(metadata.get("annotations") or {}),
             "ownerReferences": [owner_reference(job)],
         },
-        "spec": with_report_channel(spec, f"{report_url.rstrip('/')}/reports/{job.namespace}/{job.name}")
+        "spec": with_report_channel(spec, worker_files.report_url(report_url, job.namespace, job.name))
         if report_url
         else spec,
     }

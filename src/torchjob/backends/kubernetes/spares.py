@@ -18,19 +18,12 @@ from typing import Any
 
 from torchjob import worker_files
 from torchjob.api.types import PyTorchJob
-from torchjob.backends.kubernetes.mapping import (
-    LABEL_ROLE,
-    owner_reference,
-    pod_manifest,
-    store_name,
-    store_port,
-)
+from torchjob.backends.kubernetes.mapping import LABEL_ROLE, pod_manifest, store_name, store_port
 from torchjob.core import replicas
+from torchjob.core.envs import holds_a_place
 from torchjob.core.replicas import ReplicaId, expected_replicas
 
 ROLE_SPARE = "spare"
-# What a spare must not inherit from the replica whose template it runs: that replica's place.
-_PLACE_VARIABLES = {"RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", worker_files.ENV_REPLICA}
 
 
 def store_address(job: PyTorchJob) -> str:
@@ -49,10 +42,8 @@ def spare_pod_manifest(job: PyTorchJob, name: str, attempt: int, report_url: str
     pod["metadata"]["name"] = name
     pod["metadata"]["labels"] = spare_labels(job, attempt)
     for container in pod["spec"].get("containers") or []:
-        env = [e for e in container.get("env") or [] if e.get("name") not in _PLACE_VARIABLES]
-        env = [e for e in env if not str(e.get("name", "")).startswith("PET_")]
+        env = [e for e in container.get("env") or [] if not holds_a_place(str(e.get("name", "")))]
         container["env"] = [*env, {"name": worker_files.ENV_SPARE, "value": name}]
-    pod["metadata"]["ownerReferences"] = [owner_reference(job)]
     return with_store(pod, job)
 
 

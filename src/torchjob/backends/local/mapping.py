@@ -18,7 +18,7 @@ from typing import Any
 
 from torchjob import worker_files
 from torchjob.api.types import DEFAULT_CONTAINER_NAME, PyTorchJob, ReplicaType
-from torchjob.core.envs import Addressing, processes_per_replica, replica_env
+from torchjob.core.envs import Addressing, holds_a_place, processes_per_replica, replica_env
 from torchjob.core.policies.elastic import hosts_rendezvous_store
 from torchjob.core.replicas import ReplicaId, replica_slots
 
@@ -207,13 +207,11 @@ def _expand(text: str, env: dict[str, str]) -> str:
 
 
 # What tells a process which place in the group it has: a spare has none until the controller gives it one.
-_PLACE_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR", "MASTER_PORT")
 
 
 def spare_spec(job: PyTorchJob, name: str, replica_spec: ProcessSpec) -> ProcessSpec:
     """A warm spare: the same program, directory and environment as ``replica_spec`` (a replica of the
     group), but with no place in it; ``torchjob.train.init`` waits until the controller gives it one."""
-    env = {k: v for k, v in replica_spec.env.items() if k not in _PLACE_VARIABLES and not k.startswith("PET_")}
-    env.pop(worker_files.ENV_REPLICA, None)
+    env = {k: v for k, v in replica_spec.env.items() if not holds_a_place(k)}
     env[worker_files.ENV_SPARE] = name
     return ProcessSpec(replica=name, argv=replica_spec.argv, env=env, cwd=replica_spec.cwd)
