@@ -56,6 +56,9 @@ REPORT_TOTAL_STEPS = "total_steps"
 REPORT_LOSS = "loss"
 REPORT_SAMPLES_PER_SECOND = "samples_per_second"
 REPORT_SECONDS_PER_STEP = "seconds_per_step"
+# When the process last proved it is alive (its reporting thread ran), whether or not the step moved: of a
+# hung group, the one rank that stopped beating is the one the others wait for.
+REPORT_ALIVE = "alive"
 HEARTBEAT_DIR = "heartbeat"
 INPLACE_DIR = "inplace"
 MEMBERSHIP_FILE = "membership.json"

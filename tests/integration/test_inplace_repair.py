@@ -1,5 +1,6 @@
-"""In-place repair on the local backend: a SIGKILLed member is replaced by a warm spare while the survivors
-keep their processes, no sample is lost or trained twice, and every rank ends with the same model."""
+"""In-place repair on the local backend: a SIGKILLed or hung member is replaced by a warm spare while the
+survivors keep their processes, no sample is lost or trained twice, and every rank ends with the model of an
+uninterrupted run."""
 
 from __future__ import annotations
 
@@ -10,11 +11,13 @@ from pathlib import Path
 import psutil
 import pytest
 
+from tests.conftest import run_cli
 from tests.integration.helpers import job_file, job_object, shim_pid, start_run, wait_for
-from torchjob.testing import make_job
+from torchjob.testing import JobBuilder, make_job
 
 SCRIPTS = Path(__file__).resolve().parent / "scripts"
 STEPS, GLOBAL_BATCH = 60, 6
+REPLICAS = ("master-0", "worker-0", "worker-1")
 
 
 def trained(home: Path, job: str, replica: str) -> list[dict[str, object]]:
@@ -22,47 +25,49 @@ def trained(home: Path, job: str, replica: str) -> list[dict[str, object]]:
     return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
 
 
-@pytest.mark.parametrize(
-    ("victim", "rank", "source"),
-    [("worker-1", 2, 0), ("master-0", 0, 1)],  # the master too: the group meets at torchjob's store, not at it
-)
-def test_a_lost_member_is_replaced_by_a_warm_spare_and_the_survivors_carry_on(
-    tmp_path: Path, torchjob_home: Path, victim: str, rank: int, source: int
-) -> None:
-    job = (
-        make_job("mend")
+def final_parameters(home: Path, job: str) -> list[list[float]]:
+    output = home / "jobs" / job / "output"
+    return [json.loads((output / f"final-{r}.json").read_text())["parameters"] for r in REPLICAS]
+
+
+def in_place_job(name: str, spares: int = 1, **annotations: str) -> JobBuilder:
+    return (
+        make_job(name)
         .master()
         .workers(2)
         .command("python", str(SCRIPTS / "inplace_train.py"))
         .env(STEPS=str(STEPS))
-        .annotate(**{"torchjob.io/spares": "1"})
+        .annotate(**{"torchjob.io/spares": str(spares), **annotations})
         .run_policy(backoffLimit=1)  # a repair is a retry: it counts against backoffLimit like a restart
     )
-    path = job_file(tmp_path, job)
-    run = start_run(path, torchjob_home)
-    spare_ready = torchjob_home / "jobs" / "mend" / "output" / "inplace" / "spare-0.json"
-    wait_for(lambda: len(trained(torchjob_home, "mend", "worker-1")) >= 5 and spare_ready.exists(), what="warm")
-    survivors = {r: shim_pid(torchjob_home, "mend", r) for r in ("master-0", "worker-0", "worker-1") if r != victim}
-    trainer = psutil.Process(shim_pid(torchjob_home, "mend", victim)).children()[0]
-    trainer.send_signal(signal.SIGKILL)
-    stdout, stderr = run.communicate(timeout=300)
-    assert run.returncode == 0, stderr[-3000:]
 
-    status = job_object(torchjob_home, "mend")["status"]
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory: pytest.TempPathFactory) -> list[list[float]]:
+    """Every rank's final parameters after the same job ran without a fault (no spare: plain DDP)."""
+    home = tmp_path_factory.mktemp("straight")
+    path = job_file(home, in_place_job("mend", spares=0))
+    straight = run_cli("run", str(path), home=home)
+    assert straight.returncode == 0, straight.stderr[-2000:]
+    return final_parameters(home, "mend")
+
+
+def warm_and_training(home: Path) -> None:
+    spare_ready = home / "jobs" / "mend" / "output" / "inplace" / "spare-0.json"
+    wait_for(lambda: len(trained(home, "mend", "worker-1")) >= 5 and spare_ready.exists(), what="warm")
+
+
+def assert_repaired_exactly(home: Path, survivors: dict[str, int], uninterrupted: list[list[float]]) -> None:
+    """One repair, no restart; the survivors kept their processes; every step's samples were trained once by
+    the group that completed the step last; every rank ends with the uninterrupted run's model."""
+    status = job_object(home, "mend")["status"]
     assert (status["attempt"], status["restartCount"], status["repairs"]) == (0, 0, 1)
-    assert f"{victim} was killed by SIGKILL; spare-0 takes its place" in stderr
-    assert f"spare spare-0 joins as {victim} (rank {rank} of 3)" in stdout
-    # Said by the lowest survivor, which also gives the joiner the state.
-    assert f"Rank {source}: group repaired in place (generation 1, 3 ranks, state from rank {source})" in stdout
-    # The survivors kept their processes: the same shims ran the job to its end.
-    state = json.loads((torchjob_home / "jobs" / "mend" / "local.json").read_text())
+    state = json.loads((home / "jobs" / "mend" / "local.json").read_text())
     final = {p["replica"]: p["pid"] for p in state["processes"] if p["replica"] in survivors}
     assert final == survivors
-
-    # Every step's samples were trained exactly once, by the group that completed the step last.
     last: dict[int, dict[str, list[int]]] = {}
-    for replica in ("master-0", "worker-0", "worker-1"):
-        for record in trained(torchjob_home, "mend", replica):
+    for replica in REPLICAS:
+        for record in trained(home, "mend", replica):
             step, generation = int(record["step"]), int(record["generation"])  # type: ignore[call-overload]
             by_generation = last.setdefault(step, {})
             by_generation.setdefault(str(generation), []).extend(record["samples"])  # type: ignore[arg-type]
@@ -70,11 +75,49 @@ def test_a_lost_member_is_replaced_by_a_warm_spare_and_the_survivors_carry_on(
     for step, groups in last.items():
         newest = groups[max(groups, key=int)]
         assert sorted(newest) == list(range(step * GLOBAL_BATCH, (step + 1) * GLOBAL_BATCH)), step
-    checksums = {
-        json.loads((torchjob_home / "jobs" / "mend" / "output" / f"final-{r}.json").read_text())["checksum"]
-        for r in ("master-0", "worker-0", "worker-1")
-    }
-    assert len(checksums) == 1, checksums
+    # The same world size, the same samples per rank, the state from a survivor: the same model as a run
+    # without a fault, on every rank.
+    for parameters in final_parameters(home, "mend"):
+        assert parameters == pytest.approx(uninterrupted[0], abs=1e-6)
+
+
+@pytest.mark.parametrize(
+    ("victim", "rank", "source"),
+    [("worker-1", 2, 0), ("master-0", 0, 1)],  # the master too: the group meets at torchjob's store, not at it
+)
+def test_a_lost_member_is_replaced_by_a_warm_spare_and_the_survivors_carry_on(
+    tmp_path: Path, torchjob_home: Path, uninterrupted: list[list[float]], victim: str, rank: int, source: int
+) -> None:
+    run = start_run(job_file(tmp_path, in_place_job("mend")), torchjob_home)
+    warm_and_training(torchjob_home)
+    survivors = {r: shim_pid(torchjob_home, "mend", r) for r in REPLICAS if r != victim}
+    trainer = psutil.Process(shim_pid(torchjob_home, "mend", victim)).children()[0]
+    trainer.send_signal(signal.SIGKILL)
+    stdout, stderr = run.communicate(timeout=300)
+    assert run.returncode == 0, stderr[-3000:]
+    assert f"{victim} was killed by SIGKILL; spare-0 takes its place" in stderr, stderr
+    assert f"spare spare-0 joins as {victim} (rank {rank} of 3)" in stdout
+    # Said by the lowest survivor, which also gives the joiner the state.
+    assert f"Rank {source}: group repaired in place (generation 1, 3 ranks, state from rank {source})" in stdout
+    assert_repaired_exactly(torchjob_home, survivors, uninterrupted)
+
+
+def test_a_hung_member_is_stopped_and_replaced_while_the_others_wait(
+    tmp_path: Path, torchjob_home: Path, uninterrupted: list[list[float]]
+) -> None:
+    """SIGSTOP freezes worker-1: its peers block in a collective with it but keep beating. At the progress
+    deadline the planner names the one rank that stopped beating, stops it, and a spare takes its place."""
+    job = in_place_job("mend", **{"torchjob.io/progress-deadline-seconds": "30"})
+    run = start_run(job_file(tmp_path, job), torchjob_home)
+    warm_and_training(torchjob_home)
+    survivors = {r: shim_pid(torchjob_home, "mend", r) for r in ("master-0", "worker-0")}
+    psutil.Process(shim_pid(torchjob_home, "mend", "worker-1")).children()[0].send_signal(signal.SIGSTOP)
+    stdout, stderr = run.communicate(timeout=300)
+    assert run.returncode == 0, stderr[-3000:]
+    assert "worker-1 stopped responding, the others wait for it" in stderr, stderr
+    assert "worker-1 stopped responding (hung); spare-0 takes its place" in stderr
+    assert "spare spare-0 joins as worker-1 (rank 2 of 3)" in stdout
+    assert_repaired_exactly(torchjob_home, survivors, uninterrupted)
 
 
 def test_a_lost_spare_is_replaced_and_the_group_never_notices(tmp_path: Path, torchjob_home: Path) -> None:

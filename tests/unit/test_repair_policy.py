@@ -11,7 +11,7 @@ from tests.unit.test_planning import T0, at
 from torchjob.api.errors import ValidationError
 from torchjob.api.types import PyTorchJob
 from torchjob.core.actions import CreateReplica, CreateSpare, DeleteReplica, DeleteSpare, RepairReplica
-from torchjob.core.observed import ReplicaObservation, SpareObservation
+from torchjob.core.observed import Progress, ReplicaObservation, SpareObservation
 from torchjob.core.planning import plan
 from torchjob.core.policies import repair
 from torchjob.testing import failed, make_job, running
@@ -102,3 +102,50 @@ def test_spares_are_refused_for_groups_that_cannot_be_repaired_in_place() -> Non
     unchecked = PyTorchJob.model_validate(elastic.wire())
     assert repair.spares_wanted(unchecked) == 0
     assert not any(isinstance(a, CreateSpare) for a in plan(unchecked, [], T0, repairs_in_place=True).actions)
+
+
+def beating(name: str, step: int, alive: float) -> ReplicaObservation:
+    """A running, repairable replica that completed ``step`` at second 10 and last beat at second ``alive``."""
+    return replace(running(name), progress=Progress(at(10), step, alive_at=at(alive)), repairable=True)
+
+
+def hang_job() -> PyTorchJob:
+    builder = make_job("mend").master().workers(2).run_policy(backoffLimit=3)
+    return started(
+        builder.annotate(**{"torchjob.io/spares": "1", "torchjob.io/progress-deadline-seconds": "30"}).build()
+    )
+
+
+def test_a_hung_group_whose_one_silent_rank_is_known_replaces_it_with_a_spare() -> None:
+    job = hang_job()
+    # Every step stuck since second 10; worker-1 stopped beating then, the others beat until now (second 45).
+    hung = [beating("master-0", 7, 45), beating("worker-0", 7, 44), beating("worker-1", 7, 11)]
+    result = plan(job, hung, at(45), store_running=True, spares=[READY], repairs_in_place=True)
+    assert result.actions == [RepairReplica(hung[2].replica, 0, "spare-0")]
+    assert (result.status.attempt, result.status.restart_count, result.status.repairs) == (0, 0, 1)
+    assert [e.reason for e in result.events] == ["Hung", "Repaired"]
+    assert "worker-1 stopped responding, the others wait for it" in result.events[0].message
+    assert "worker-1 stopped responding (hung); spare-0 takes its place" in result.events[1].message
+    assert result.status.attempts[0].repaired_time is not None
+
+    # The repair counts as progress: the repaired group gets a whole deadline before it is judged again.
+    repaired = job.model_copy(update={"status": result.status})
+    after = [beating("master-0", 7, 70), beating("worker-0", 7, 70), beating("worker-1", 7, 70)]
+    again = plan(repaired, after, at(70), store_running=True, spares=[], repairs_in_place=True)
+    assert not any(e.reason == "Hung" for e in again.events)
+    later = plan(repaired, after, at(76), store_running=True, repairs_in_place=True)
+    assert any(e.reason == "Hung" for e in later.events)  # 30 s after the repair at second 45, still at step 7
+
+
+def test_a_hang_without_one_known_silent_rank_or_a_spare_restarts_the_group() -> None:
+    job = hang_job()
+    cases = [
+        ([beating("master-0", 7, 45), beating("worker-0", 7, 45), beating("worker-1", 7, 45)], [READY]),  # all beat
+        ([beating("master-0", 7, 45), beating("worker-0", 7, 11), beating("worker-1", 7, 11)], [READY]),  # two silent
+        ([beating("master-0", 7, 45), beating("worker-0", 7, 45), beating("worker-1", 7, 11)], []),  # no spare
+        ([running("master-0"), beating("worker-0", 7, 45), beating("worker-1", 7, 11)], [READY]),  # no beats known
+    ]
+    for observed, spares in cases:
+        result = plan(job, observed, at(45), store_running=True, spares=spares, repairs_in_place=True)
+        assert not any(isinstance(a, RepairReplica) for a in result.actions), observed
+        assert result.status.attempt == 1 and result.status.restart_count == 1

@@ -8,6 +8,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
 
 import pytest
 
@@ -102,3 +103,14 @@ def test_in_place_repairs_channel_announcements_in_and_the_membership_out(endpoi
     endpoint.board.publish_membership("team-a", "mnist", body)  # type: ignore[arg-type]
     assert get("/membership/team-a/mnist") == (200, body)
     assert get("/membership/team-b/mnist")[0] == 401 and get("/membership/team-a/mnist", token="forged")[0] == 401
+
+
+def test_a_report_of_the_same_step_proves_the_pod_alive_but_not_progress() -> None:
+    board, first = ReportBoard(), datetime(2026, 11, 24, tzinfo=timezone.utc)
+    board.put(POD, {"step": 12}, now=first)
+    board.put(POD, {"step": 12}, now=first + timedelta(seconds=9))
+    progress = board.latest("uid-1")
+    assert progress is not None and (progress.at, progress.alive_at) == (first, first + timedelta(seconds=9))
+    board.put(POD, {"step": 13}, now=first + timedelta(seconds=10))
+    progress = board.latest("uid-1")
+    assert progress is not None and progress.at == progress.alive_at == first + timedelta(seconds=10)

@@ -177,6 +177,8 @@ class AttemptRecord(_OpenWire):
     # Replicas the platform told to stop during this attempt (a Pod's DisruptionTarget: Evicted or Preempted),
     # remembered here because on a real node the Pod is usually gone before the attempt is judged.
     disrupted: dict[str, str] = Field(default_factory=dict)
+    # When the group was last repaired in place: it started training again then (hang detection counts it).
+    repaired_time: str | None = None
 
 
 class TrainerMetric(_OpenWire):

@@ -12,10 +12,18 @@ from torchjob.api.types import AttemptRecord, JobStatus
 from torchjob.core.times import parse_timestamp, timestamp
 
 
-def start_of(status: JobStatus) -> datetime | None:
-    """When the current attempt started, if it has."""
+def training_since(status: JobStatus) -> datetime | None:
+    """When the current attempt's group last started training: its start, or its last repair in place."""
     record = next((a for a in status.attempts if a.attempt == status.attempt), None)
-    return parse_timestamp(record.start_time) if record is not None else None
+    if record is None:
+        return None
+    return parse_timestamp(record.repaired_time or record.start_time)
+
+
+def note_repair(status: JobStatus, now: datetime) -> None:
+    for record in status.attempts:
+        if record.attempt == status.attempt:
+            record.repaired_time = timestamp(now)
 
 
 def open_current(status: JobStatus, now: datetime) -> None:

@@ -42,8 +42,10 @@ class PlatformReason(str, Enum):
 class Progress:
     """What one replica last reported of its training (torchjob.train's heartbeat), and when it came.
 
-    ``at`` is when the step completed (locally) or when the report arrived (on a cluster, by the operator's
-    clock, so a Pod's skewed clock cannot fake progress). The rest is as reported; None when not reported.
+    ``at`` is when the step completed (locally) or when the first report of that step arrived (on a cluster,
+    by the operator's clock, so a Pod's skewed clock cannot fake progress). ``alive_at`` is when the process
+    last proved it runs (its reporting thread beat), whether or not the step moved. The rest is as reported;
+    None when not reported.
     """
 
     at: datetime
@@ -52,9 +54,12 @@ class Progress:
     loss: float | None = None
     samples_per_second: float | None = None
     seconds_per_step: float | None = None
+    alive_at: datetime | None = None
 
     @classmethod
-    def from_report(cls, report: Mapping[str, object], at: datetime) -> Progress | None:
+    def from_report(
+        cls, report: Mapping[str, object], at: datetime, alive_at: datetime | None = None
+    ) -> Progress | None:
         """A report as the worker wrote it (``worker_files`` names the keys); None when it is not one."""
         step = report.get(worker_files.REPORT_STEP)
         if not isinstance(step, int) or isinstance(step, bool) or step < 0:
@@ -63,6 +68,7 @@ class Progress:
         return cls(
             at,
             step,
+            alive_at=alive_at,
             total_steps=total if isinstance(total, int) and not isinstance(total, bool) and total > 0 else None,
             loss=_finite(report.get(worker_files.REPORT_LOSS)),
             samples_per_second=_finite(report.get(worker_files.REPORT_SAMPLES_PER_SECOND)),

@@ -128,10 +128,10 @@ class _Planner:
             self._succeed()
             return
         hang = progress.check(
-            self.job, current, attempts.start_of(self.status), self.now, self.helpers.reports_progress
+            self.job, current, attempts.training_since(self.status), self.now, self.helpers.reports_progress
         )
         if hang.hung:
-            self._on_hang(hang.message)
+            self._on_hang(hang)
             return
         self._wake_at(hang.check_at)
         self._create_missing(current)
@@ -176,29 +176,35 @@ class _Planner:
             self._fail(f"{cause}", event="Failed")
             return
         counted = verdict.root_cause.reason not in restart.PLATFORM_REASONS
-        if self._repaired(counted):
+        if self._repaired(repair.decide(self.job, self.status.attempt, self._current(), self._spares()), counted):
             return
         if counted:
             self._restart_counted(cause)
         else:
             self._restart(cause, counted=False)
 
-    def _on_hang(self, message: str) -> None:
-        self.events.append(Event("Warning", "Hung", message))
-        self._restart_counted(message)
+    def _on_hang(self, hang: progress.HangVerdict) -> None:
+        self.events.append(Event("Warning", "Hung", hang.message))
+        if hang.culprit is not None:
+            decision = repair.decide_hung(self.job, self.status.attempt, self._current(), self._spares(), hang.culprit)
+            if self._repaired(decision, counted=True):
+                return
+        self._restart_counted(hang.message)
 
-    def _repaired(self, counted: bool) -> bool:
+    def _spares(self) -> list[SpareObservation]:
+        return self.helpers.spares if self.helpers.spares_wanted else []  # none where the platform cannot repair
+
+    def _repaired(self, decision: repair.Repair | None, counted: bool) -> bool:
         """Replace the lost member with a warm spare while the others carry on, where that is possible."""
-        current = self._current()
-        spares = self.helpers.spares if self.helpers.spares_wanted else []  # none where the platform cannot
-        decision = repair.decide(self.job, self.status.attempt, current, spares)
         if decision is None:
             return False
         if counted and not backoff.may_restart(self.job, self.status.restart_count + self.status.repairs):
             return False  # a crash loop: the group restart path ends the job at the backoff limit
         self.actions.append(RepairReplica(decision.lost.replica, self.status.attempt, decision.spare))
         self.status.repairs += 1
-        self.events.append(Event("Warning", "Repaired", decision.describe(len(current) - 1, self.status.repairs)))
+        attempts.note_repair(self.status, self.now)
+        others = len(self._current()) - 1
+        self.events.append(Event("Warning", "Repaired", decision.describe(others, self.status.repairs)))
         return True
 
     def _restart_counted(self, cause: str) -> None:

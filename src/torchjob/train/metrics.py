@@ -4,9 +4,11 @@ Files, in the job's output folder (``TORCHJOB_OUTPUT_DIR``; names from :mod:`tor
 
     metrics/rank-<r>.jsonl      one line per logged step: step, epoch, loss, samples/s, step and checkpoint time
     heartbeat/<process>.json    the progress report: {"step": N, "time": when step N completed, "total_steps",
-                                "loss", "samples_per_second", "seconds_per_step"}, rewritten atomically by a
-                                small background thread at most once a ``heartbeat_seconds``, and only when the
-                                step moved: a hung process's heartbeat stays exactly where it stopped
+                                "loss", "samples_per_second", "seconds_per_step", "alive": when written},
+                                rewritten atomically by a small background thread every ``heartbeat_seconds``
+                                once the first step is done. "time" moves only with the step; "alive" moves
+                                as long as the process runs: of a hung group (every "time" stuck), a rank that
+                                stopped beating (SIGSTOP, a frozen node) is the one the others wait for
 
 On a cluster the same thread also sends each new report to the operator (:mod:`torchjob.train.reporting`).
 ``torchjob metrics NAME`` summarises the JSONL files and can plot them; hang detection reads heartbeats, and
@@ -48,7 +50,6 @@ class MetricsLogger:
         self._file = open(self.path, "a", buffering=1)  # noqa: SIM115 - line-buffered for the whole run
         self._reporter = Reporter.from_env()
         self._latest: dict[str, Any] | None = None
-        self._written: dict[str, Any] | None = None
         self._seconds_per_step: float | None = None
         self._stop = threading.Event()
         self._writer = threading.Thread(target=self._write_heartbeats, name="torchjob-heartbeat", daemon=True)
@@ -108,12 +109,12 @@ class MetricsLogger:
 
     def _flush_heartbeat(self) -> None:
         latest = self._latest
-        if latest is None or latest == self._written:
+        if latest is None:
             return
         report = {key: value for key, value in latest.items() if value is not None}
+        report[worker_files.REPORT_ALIVE] = time.time()
         tmp = self.heartbeat_path.with_suffix(".tmp")
         tmp.write_text(json.dumps(report))
         os.replace(tmp, self.heartbeat_path)
-        self._written = latest
         if self._reporter is not None:
             self._reporter.send(report)

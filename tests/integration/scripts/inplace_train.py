@@ -1,6 +1,7 @@
 """A tiny DDP job under torchjob.train's in-place repair: every step's samples depend on the step and the
 group alone, and each rank records what it trained, so a test can check that a repair lost no sample and
-trained none twice, and that every rank ends with the same model."""
+trained none twice, and that every rank ends with the same model (its parameters, in final-<replica>.json).
+It reports progress (MetricsLogger), so a hang can be detected and its silent rank named."""
 
 import json
 import os
@@ -24,6 +25,7 @@ trainer = InPlaceTraining(ctx, model, optimizer)
 output = os.environ["TORCHJOB_OUTPUT_DIR"]
 replica = os.environ["TORCHJOB_REPLICA"]
 records = open(os.path.join(output, f"trained-{replica}.jsonl"), "a")  # noqa: SIM115
+metrics = tt.MetricsLogger(ctx, total_steps=STEPS)
 
 
 def step(ddp: nn.Module, number: int, ctx: tt.DistContext) -> None:
@@ -37,12 +39,14 @@ def step(ddp: nn.Module, number: int, ctx: tt.DistContext) -> None:
     record = {"step": number, "samples": samples, "generation": ctx.generation, "time": time.time()}
     records.write(json.dumps(record) + "\n")
     records.flush()
+    metrics.beat(number + 1, loss=loss.item())
     time.sleep(STEP_SECONDS)
 
 
 trainer.run(step, STEPS)
-checksum = float(sum(p.detach().double().sum() for p in model.parameters()))
+metrics.close()
+parameters = [float(v) for p in model.parameters() for v in p.detach().double().flatten()]
 ctx.log(f"done: {STEPS} steps, {trainer.repairs} repair(s)")
 with open(os.path.join(output, f"final-{replica}.json"), "w") as f:
-    json.dump({"checksum": checksum, "rank": trainer.ctx.rank, "repairs": trainer.repairs}, f)
+    json.dump({"parameters": parameters, "rank": trainer.ctx.rank, "repairs": trainer.repairs}, f)
 tt.shutdown(exit_code=0)

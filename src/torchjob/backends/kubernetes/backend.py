@@ -235,10 +235,10 @@ class KubernetesBackend(Backend):
             if err.status.code != 409:  # AlreadyExists: an earlier pass (or operator) made it
                 raise
 
-    def _delete(self, kind: type[Any], name: str, namespace: str) -> None:
+    def _delete(self, kind: type[Any], name: str, namespace: str, grace_period: int | None = None) -> None:
         self.counter.add("delete")
         with contextlib.suppress(ApiError):
-            self.client.delete(kind, name, namespace=namespace)
+            self.client.delete(kind, name, namespace=namespace, grace_period=grace_period)
 
     def _promote(self, job: PyTorchJob, action: RepairReplica) -> None:
         """The spare becomes the lost replica (its labels, its place in the group), the lost Pod goes, and
@@ -256,7 +256,9 @@ class KubernetesBackend(Backend):
         self.reports.publish_membership(job.namespace, job.name, body)
         if lost_pod is not None:
             self.logs.keep(job, [(action.attempt, f"{action.replica}.lost-{generation + 1}", lost_pod)])
-            self._delete(Pod, lost_pod["metadata"]["name"], job.namespace)
+            # A hung Pod is still running: no grace, so that its peers, blocked in a collective with it, see it
+            # fail at once (a stopped process never acts on SIGTERM anyway).
+            self._delete(Pod, lost_pod["metadata"]["name"], job.namespace, grace_period=1)
             self._pods.pop(lost_pod["metadata"]["name"], None)
 
     def _keep_logs(self, job: PyTorchJob, deletes: list[DeleteReplica]) -> None:
@@ -273,16 +275,8 @@ class KubernetesBackend(Backend):
         pod = self._pod_of(action.replica, action.attempt)
         if pod is None:
             return  # already gone, or the name now belongs to another attempt
-        name = pod["metadata"]["name"]
         grace = job.annotation(extensions.TERMINATION_GRACE)
-        self.counter.add("delete")
-        with contextlib.suppress(ApiError):
-            self.client.delete(
-                Pod,
-                name,
-                namespace=job.namespace,
-                grace_period=int(float(grace)) if grace is not None else None,
-            )
+        self._delete(Pod, pod["metadata"]["name"], job.namespace, int(float(grace)) if grace is not None else None)
         if action.final:
             # The job is over: its Services go with its Pods (under cleanPodPolicy, as Kubeflow does).
             self._delete(Service, action.replica.pod_name(job.name), job.namespace)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import hashlib
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from typing import Protocol
 
@@ -119,10 +119,14 @@ class ReportBoard:
     def put(self, pod: PodIdentity, report: dict[str, object], now: datetime | None = None) -> bool:
         """Keep ``report`` as ``pod``'s latest; False when it is not a progress report."""
         received = now or datetime.now(timezone.utc)
-        progress = Progress.from_report(report, received)
+        progress = Progress.from_report(report, received, alive_at=received)
         if progress is None:
             return False
         with self._lock:
+            before = self._latest.get(pod.uid)
+            if before is not None and before[1].step == progress.step:
+                # Still the same step: the Pod is alive, but its progress dates from the step's first report.
+                progress = replace(progress, at=before[1].at)
             self._latest[pod.uid] = (pod, progress)
             if len(self._latest) % 256 == 0:
                 self._forget_silent(received)
@@ -134,6 +138,11 @@ class ReportBoard:
         return found[1] if found else None
 
     def _forget_silent(self, now: datetime) -> None:
+        def heard(progress: Progress) -> datetime:
+            return progress.alive_at or progress.at
+
         self._latest = {
-            uid: entry for uid, entry in self._latest.items() if (now - entry[1].at).total_seconds() < _FORGET_SECONDS
+            uid: entry
+            for uid, entry in self._latest.items()
+            if (now - heard(entry[1])).total_seconds() < _FORGET_SECONDS
         }

@@ -256,6 +256,12 @@ class LocalBackend(Backend):
             return  # gone meanwhile: the lost replica stays failed, and the planner restarts the group
         for lost in self._live(ROLE_REPLICA, str(action.replica)):
             if lost.attempt == action.attempt:
+                if self.children.exit_status(lost) is None:
+                    # Hung, not dead: stop it now (SIGKILL reaches a stopped process), so that its peers,
+                    # blocked in a collective with it, see it fail and re-form.
+                    processes.kill_tree(lost.identity, self.job_uid)
+                    self.children.reap(lost, timeout=5.0)
+                    self.children.exit_status(lost)  # forgets it: its name is about to be the spare's
                 lost.removed = True
         self.children.rename(spare, str(action.replica))
         spare.replica, spare.role = str(action.replica), ROLE_REPLICA

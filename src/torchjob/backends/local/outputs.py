@@ -80,7 +80,9 @@ def heartbeats(output_dir: Path, replica: str, since: float) -> list[Progress]:
         with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
             report = json.loads(path.read_text())
             written = float(report[worker_files.REPORT_TIME])
-            progress = Progress.from_report(report, datetime.fromtimestamp(written, timezone.utc))
+            alive = report.get(worker_files.REPORT_ALIVE)
+            alive_at = datetime.fromtimestamp(float(alive), timezone.utc) if alive is not None else None
+            progress = Progress.from_report(report, datetime.fromtimestamp(written, timezone.utc), alive_at)
             if progress is not None and written >= since:
                 reports.append(progress)
     return reports

@@ -3,8 +3,10 @@
 A stalled collective holds every rank of a DDP group until gloo's or NCCL's 30-minute timeout. With the
 annotation ``torchjob.io/progress-deadline-seconds`` (Kubeflow ignores annotations), the planner treats an
 attempt in which no rank has reported progress (torchjob.train's heartbeat) for that long as failed with
-reason Hung, and the group restarts. The attempt's start counts as progress, so start-up has the same
-allowance. The rank that stopped at the lowest step is named: it is the one the others are waiting for.
+reason Hung, and the group restarts. The attempt's start (and a repair in place) counts as progress, so
+start-up has the same allowance. The rank that stopped at the lowest step is named, and so is the one rank
+that stopped beating while the others kept beating (they wait for it, blocked in a collective): a group
+that repairs in place replaces that one rank instead of restarting (``policies/repair.py``).
 
 Where the platform cannot hear the reports (an operator started without a report address), silence proves
 nothing: the deadline is not enforced, and the job is told so once, in an event, rather than killed.
@@ -27,6 +29,9 @@ class HangVerdict:
     message: str = ""
     # When to look again if nothing else happens: the moment the deadline would pass.
     check_at: datetime | None = None
+    # The one replica that stopped beating while every other kept beating: the one the group waits for.
+    # None when that is not proven (no beats, several silent, or all of them).
+    culprit: ReplicaObservation | None = None
 
 
 UNREPORTED = (
@@ -43,15 +48,16 @@ def progress_deadline(job: PyTorchJob) -> float | None:
 def check(
     job: PyTorchJob,
     current: list[ReplicaObservation],
-    attempt_start: datetime | None,
+    since: datetime | None,
     now: datetime,
     reports_heard: bool = True,
 ) -> HangVerdict:
+    """``since``: when the group last started training (its attempt's start, or its last repair in place)."""
     seconds = progress_deadline(job) if reports_heard else None
     running = [o for o in current if o.phase is Phase.RUNNING and not o.stopping]
-    if seconds is None or attempt_start is None or not running:
+    if seconds is None or since is None or not running:
         return HangVerdict(False)
-    last = {o.replica: max(o.progress.at if o.progress else attempt_start, attempt_start) for o in running}
+    last = {o.replica: max(o.progress.at if o.progress else since, since) for o in running}
     newest = max(last.values())
     due = later(newest, seconds)
     if now < due:
@@ -69,4 +75,22 @@ def check(
             detail += f", the others at step {', '.join(map(str, ahead))}"
     else:
         detail = "no rank reported any progress"
-    return HangVerdict(True, f"Hung: no progress for {seconds:g}s (progress deadline); {detail}")
+    culprit = _stopped_beating(running, since, now, seconds / 2)
+    if culprit is not None:
+        detail += f"; {culprit.replica} stopped responding, the others wait for it"
+    return HangVerdict(True, f"Hung: no progress for {seconds:g}s (progress deadline); {detail}", culprit=culprit)
+
+
+def _stopped_beating(
+    running: list[ReplicaObservation], since: datetime, now: datetime, quiet: float
+) -> ReplicaObservation | None:
+    """The one replica silent for more than ``quiet`` seconds while every other beat within them (one that
+    never beat is silent since ``since``). A process blocked in a collective still beats (its reporting
+    thread runs); a stopped or frozen one does not. None where nobody beats (a script without reports)."""
+
+    def silent(o: ReplicaObservation) -> bool:
+        beat = o.progress.alive_at if o.progress is not None and o.progress.alive_at is not None else since
+        return (now - max(beat, since)).total_seconds() > quiet
+
+    quiet_ones = [o for o in running if silent(o)]
+    return quiet_ones[0] if len(quiet_ones) == 1 and len(running) > 1 else None

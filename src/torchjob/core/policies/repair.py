@@ -6,8 +6,9 @@ membership, and re-form with the spare that takes the lost member's place, state
 repairs in place only when all of this holds, and otherwise keeps the group restart:
 
 - the job asks for spares (``torchjob.io/spares``), has a fixed size and one process per replica;
-- exactly one replica of the attempt failed, retryably, and every other replica runs and said it can be
-  repaired around (its processes announced the in-place loop);
+- exactly one replica of the attempt failed, retryably, or the group hung and exactly one replica stopped
+  beating (it is stopped, then replaced); every other replica runs and said it can be repaired around (its
+  processes announced the in-place loop);
 - a spare of this attempt is ready (warm and waiting);
 - counted failures stay within backoffLimit, repairs and restarts together (a crash loop still ends).
 """
@@ -36,10 +37,11 @@ def spares_wanted(job: PyTorchJob) -> int:
 class Repair:
     lost: ReplicaObservation
     spare: str
+    cause: str  # what became of the lost replica
 
     def describe(self, others: int, count: int) -> str:
         return (
-            f"{self.lost.describe()}; {self.spare} takes its place in the running group and the {others} other "
+            f"{self.cause}; {self.spare} takes its place in the running group and the {others} other "
             f"replica(s) carry on (repair {count}, no restart)"
         )
 
@@ -48,16 +50,42 @@ def decide(
     job: PyTorchJob, attempt: int, current: list[ReplicaObservation], spares: list[SpareObservation]
 ) -> Repair | None:
     """The repair to make for the attempt's one lost replica, or None when the group must restart."""
-    if spares_wanted(job) == 0:
-        return None
     failed = [o for o in current if o.phase is Phase.FAILED and not o.stopping]
     if len(failed) != 1 or not failed[0].repairable:
         return None
-    others = [o for o in current if o.replica != failed[0].replica]
+    return _replace(job, attempt, current, spares, failed[0], failed[0].describe())
+
+
+def decide_hung(
+    job: PyTorchJob,
+    attempt: int,
+    current: list[ReplicaObservation],
+    spares: list[SpareObservation],
+    culprit: ReplicaObservation,
+) -> Repair | None:
+    """The repair for a hung group whose one silent replica is known (``policies/progress``): that replica is
+    stopped and replaced like a lost one (its peers, blocked in a collective with it, see it fail). None when
+    the group must restart."""
+    if culprit.phase is not Phase.RUNNING or culprit.stopping or not culprit.repairable:
+        return None
+    return _replace(job, attempt, current, spares, culprit, f"{culprit.replica} stopped responding (hung)")
+
+
+def _replace(
+    job: PyTorchJob,
+    attempt: int,
+    current: list[ReplicaObservation],
+    spares: list[SpareObservation],
+    lost: ReplicaObservation,
+    cause: str,
+) -> Repair | None:
+    if spares_wanted(job) == 0:
+        return None
+    others = [o for o in current if o.replica != lost.replica]
     if not others or not all(o.phase is Phase.RUNNING and o.repairable and not o.stopping for o in others):
         return None
     ready = sorted(s.name for s in spares if s.attempt == attempt and s.ready and not s.stopping)
-    return Repair(failed[0], ready[0]) if ready else None
+    return Repair(lost, ready[0], cause) if ready else None
 
 
 def spare_actions(
