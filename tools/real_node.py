@@ -121,13 +121,18 @@ class Slot:
 
 
 def _free_slot() -> Slot:
-    """The first K with neither a namespace nor a host address of ours: two rigs never share a subnet."""
+    """The first K with neither a namespace nor a host address of ours: two rigs never share a subnet. The
+    slot is claimed by creating its folder (mkdir is atomic), so two rigs starting at once never pick the same."""
     addresses = _run("ip", "-4", "-o", "addr")
     for k in range(1, 250):
         slot = Slot(k)
-        taken = Path(f"/run/netns/{slot.name}").exists() or slot.short_dir.exists()
-        if not taken and f" {slot.host_ip}/" not in addresses:
-            return slot
+        if Path(f"/run/netns/{slot.name}").exists() or f" {slot.host_ip}/" in addresses:
+            continue
+        try:
+            slot.short_dir.mkdir(parents=True)
+        except FileExistsError:
+            continue
+        return slot
     raise RuntimeError("no free 10.99.K.0/24 subnet for a real node")
 
 
@@ -359,7 +364,6 @@ def up(directory: Path, timeout: float = 120) -> RealNode:
     netns = slot.name
     directory.mkdir(parents=True, exist_ok=True)
     (directory / "node").mkdir(exist_ok=True)
-    slot.short_dir.mkdir(parents=True)
     registry = f"{slot.host_ip}:{kube_rig.free_port()}"
     (directory / "node" / "state.json").write_text(json.dumps({"index": slot.index, "registry": registry}))
     try:

@@ -1,5 +1,6 @@
-"""In-place repair on real Pods: a SIGKILLed Worker's place goes to a warm spare Pod, and the survivors' Pods
-are never recreated (the local twin is in tests/integration/test_mnist_example.py)."""
+"""In-place repair on real Pods: a SIGKILLed or hung (SIGSTOPped) Worker's place goes to a warm spare Pod, and
+the survivors' Pods are never recreated (the local twins are in tests/integration/test_inplace_repair.py and
+test_mnist_example.py)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 from tools import real_node
 
@@ -29,12 +31,15 @@ def _uid(node: real_node.RealNode, namespace: str, pod: str) -> str:
     return node.rig.kubectl("get", "pod", pod, "-n", namespace, "-o", "jsonpath={.metadata.uid}").stdout
 
 
-def test_a_killed_worker_pod_is_replaced_by_a_warm_spare_and_the_survivors_pods_carry_on(
-    node: real_node.RealNode, node_operator: OperatorProcess
+@pytest.mark.parametrize("fault", [signal.SIGKILL, signal.SIGSTOP], ids=["killed", "hung"])
+def test_a_lost_worker_pod_is_replaced_by_a_warm_spare_and_the_survivors_pods_carry_on(
+    node: real_node.RealNode, node_operator: OperatorProcess, fault: signal.Signals
 ) -> None:
-    namespace = node.namespace("inplace")
+    namespace = node.namespace(f"inplace-{fault.name.lower()}")
     job = yaml.safe_load((ROOT / "examples" / "mnist" / "job-inplace.yaml").read_text())
     job["metadata"]["namespace"] = namespace
+    if fault is signal.SIGSTOP:  # a hang is found at the progress deadline: the one Pod that stopped reporting
+        job["metadata"]["annotations"]["torchjob.io/progress-deadline-seconds"] = "30"
     for spec in job["spec"]["pytorchReplicaSpecs"].values():
         spec["template"]["spec"]["containers"][0]["args"] = ["--epochs", "3"]
     node.rig.apply(job)
@@ -48,11 +53,15 @@ def test_a_killed_worker_pod_is_replaced_by_a_warm_spare_and_the_survivors_pods_
         time.sleep(0.5)
     survivors = {pod: _uid(node, namespace, pod) for pod in (f"{JOB}-master-0", f"{JOB}-worker-0")}
     for pid in node.container_pids(namespace, f"{JOB}-worker-1"):
-        os.kill(pid, signal.SIGKILL)
+        os.kill(pid, fault)
     finished = wait_for_condition(node, namespace, JOB, {"Succeeded", "Failed"}, timeout=400)
     conditions = {c["type"]: c for c in finished["status"]["conditions"]}
     assert "Failed" not in conditions, conditions["Failed"]["message"]
     status = finished["status"]
+    events = node.rig.kubectl("get", "events", "-n", namespace, "-o", "jsonpath={.items[*].message}").stdout
+    if fault is signal.SIGSTOP:
+        assert f"worker-1 stopped responding (hung); {JOB}-spare-0-0 takes its place" in events, events[-3000:]
+    assert f"{JOB}-spare-0-0 takes its place in the running group" in events, events[-3000:]
     assert (status["attempt"], status["restartCount"], status["repairs"]) == (0, 0, 1), status["attempts"]
     assert status["trainerStatus"]["progressPercentage"] == 100  # the in-place example reports its progress too
     # The survivors' Pods are the same Pods: never deleted, never recreated.

@@ -30,7 +30,9 @@ def run_operator(client: Client, settings: OperatorSettings) -> None:
         operator.start()
         try:
             while True:
-                time.sleep(3600)
+                # Short sleeps: SIGTERM may be delivered to another thread, and then the handler runs only once
+                # the main thread wakes (a long sleep was seen ignoring SIGTERM for its whole length).
+                time.sleep(1)
         finally:
             operator.stop()
         return

@@ -105,6 +105,7 @@ def _status() -> dict[str, Any]:
             "endTime": _TIME,
             "outcome": {"type": "string"},
             "disrupted": {"type": "object", "additionalProperties": {"type": "string"}},
+            "repairedTime": _TIME,
         },
     }
     return {
