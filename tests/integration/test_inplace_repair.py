@@ -38,7 +38,8 @@ def in_place_job(name: str, spares: int = 1, **annotations: str) -> JobBuilder:
         .command("python", str(SCRIPTS / "inplace_train.py"))
         .env(STEPS=str(STEPS))
         .annotate(**{"torchjob.io/spares": str(spares), **annotations})
-        .run_policy(backoffLimit=1)  # a repair is a retry: it counts against backoffLimit like a restart
+        # A repair is a retry: it counts against backoffLimit like a restart (one allowed per spare here).
+        .run_policy(backoffLimit=max(spares, 1))
     )
 
 
@@ -52,16 +53,18 @@ def uninterrupted(tmp_path_factory: pytest.TempPathFactory) -> list[list[float]]
     return final_parameters(home, "mend")
 
 
-def warm_and_training(home: Path) -> None:
-    spare_ready = home / "jobs" / "mend" / "output" / "inplace" / "spare-0.json"
-    wait_for(lambda: len(trained(home, "mend", "worker-1")) >= 5 and spare_ready.exists(), what="warm")
+def warm_and_training(home: Path, spares: int = 1) -> None:
+    ready = [home / "jobs" / "mend" / "output" / "inplace" / f"spare-{k}.json" for k in range(spares)]
+    wait_for(lambda: len(trained(home, "mend", "worker-1")) >= 5 and all(p.exists() for p in ready), what="warm")
 
 
-def assert_repaired_exactly(home: Path, survivors: dict[str, int], uninterrupted: list[list[float]]) -> None:
-    """One repair, no restart; the survivors kept their processes; every step's samples were trained once by
+def assert_repaired_exactly(
+    home: Path, survivors: dict[str, int], uninterrupted: list[list[float]], repairs: int = 1
+) -> None:
+    """Repairs, no restart; the survivors kept their processes; every step's samples were trained once by
     the group that completed the step last; every rank ends with the uninterrupted run's model."""
     status = job_object(home, "mend")["status"]
-    assert (status["attempt"], status["restartCount"], status["repairs"]) == (0, 0, 1)
+    assert (status["attempt"], status["restartCount"], status["repairs"]) == (0, 0, repairs), status["attempts"]
     state = json.loads((home / "jobs" / "mend" / "local.json").read_text())
     final = {p["replica"]: p["pid"] for p in state["processes"] if p["replica"] in survivors}
     assert final == survivors
@@ -118,6 +121,45 @@ def test_a_hung_member_is_stopped_and_replaced_while_the_others_wait(
     assert "worker-1 stopped responding (hung); spare-0 takes its place" in stderr
     assert "spare spare-0 joins as worker-1 (rank 2 of 3)" in stdout
     assert_repaired_exactly(torchjob_home, survivors, uninterrupted)
+
+
+def test_two_members_lost_at_once_take_two_spares(
+    tmp_path: Path, torchjob_home: Path, uninterrupted: list[list[float]]
+) -> None:
+    run = start_run(job_file(tmp_path, in_place_job("mend", spares=2)), torchjob_home)
+    warm_and_training(torchjob_home, spares=2)
+    survivors = {"master-0": shim_pid(torchjob_home, "mend", "master-0")}
+    trainers = [psutil.Process(shim_pid(torchjob_home, "mend", r)).children()[0] for r in ("worker-0", "worker-1")]
+    for trainer in trainers:
+        trainer.send_signal(signal.SIGKILL)
+    stdout, stderr = run.communicate(timeout=300)
+    assert run.returncode == 0, stderr[-3000:]
+    assert stderr.count("takes its place in the running group") == 2, stderr
+    assert "spare spare-0 joins as" in stdout and "spare spare-1 joins as" in stdout
+    assert_repaired_exactly(torchjob_home, survivors, uninterrupted, repairs=2)
+
+
+def test_a_member_lost_during_a_repair_is_repaired_around_too(
+    tmp_path: Path, torchjob_home: Path, uninterrupted: list[list[float]]
+) -> None:
+    """worker-0 is frozen, so the first repair (spare-0 for the killed worker-1) cannot form; worker-0 is
+    then killed in the middle of it. The next membership replaces it with spare-1, and the members already
+    waiting for the first one give it up and form the next."""
+    run = start_run(job_file(tmp_path, in_place_job("mend", spares=2)), torchjob_home)
+    warm_and_training(torchjob_home, spares=2)
+    survivors = {"master-0": shim_pid(torchjob_home, "mend", "master-0")}
+    frozen = psutil.Process(shim_pid(torchjob_home, "mend", "worker-0")).children()[0]
+    frozen.send_signal(signal.SIGSTOP)
+    psutil.Process(shim_pid(torchjob_home, "mend", "worker-1")).children()[0].send_signal(signal.SIGKILL)
+    membership = torchjob_home / "jobs" / "mend" / "output" / "membership.json"
+    wait_for(lambda: membership.exists() and json.loads(membership.read_text())["generation"] == 1, what="repair 1")
+    frozen.send_signal(signal.SIGKILL)
+    stdout, stderr = run.communicate(timeout=300)
+    assert run.returncode == 0, stderr[-3000:]
+    assert "spare spare-0 joins as worker-1 (rank 2 of 3)" in stdout
+    assert "spare spare-1 joins as worker-0 (rank 1 of 3)" in stdout
+    assert "Rank 0: group repaired in place (generation 2, 3 ranks, state from rank 0)" in stdout
+    assert_repaired_exactly(torchjob_home, survivors, uninterrupted, repairs=2)
 
 
 def test_a_lost_spare_is_replaced_and_the_group_never_notices(tmp_path: Path, torchjob_home: Path) -> None:

@@ -68,12 +68,32 @@ def test_repairs_and_restarts_share_the_backoff_limit() -> None:
     assert result.status.conditions[-1].type.value == "Failed"
 
 
-def test_two_members_lost_at_once_restart_the_group() -> None:
-    job = started(in_place_job())
+def test_two_members_lost_at_once_take_two_spares_or_restart_the_group() -> None:
+    job = started(in_place_job(spares="2"))
     two = [running("master-0"), failed("worker-0", at=at(4)), failed("worker-1", at=at(4))]
     two = [replace(o, repairable=True) for o in two]
-    result = plan(job, two, at(5), store_running=True, spares=[READY], repairs_in_place=True)
-    assert result.status.attempt == 1 and not any(isinstance(a, RepairReplica) for a in result.actions)
+    one_spare = plan(job, two, at(5), store_running=True, spares=[READY], repairs_in_place=True)
+    assert one_spare.status.attempt == 1 and not any(isinstance(a, RepairReplica) for a in one_spare.actions)
+
+    spares = [READY, SpareObservation("spare-1", 0, ready=True)]
+    result = plan(job, two, at(5), store_running=True, spares=spares, repairs_in_place=True)
+    assert result.actions == [RepairReplica(two[1].replica, 0, "spare-0"), RepairReplica(two[2].replica, 0, "spare-1")]
+    assert (result.status.attempt, result.status.restart_count, result.status.repairs) == (0, 0, 2)
+    assert [e.reason for e in result.events] == ["Repaired", "Repaired"]
+    # Both repairs count against backoffLimit: with room for one retry only, the group restarts... and fails.
+    tight = started(in_place_job(spares="2", backoff=1))
+    capped = plan(tight, two, at(5), store_running=True, spares=spares, repairs_in_place=True)
+    assert not any(isinstance(a, RepairReplica) for a in capped.actions)
+
+
+def test_a_membership_keeps_every_promotion_of_the_attempt() -> None:
+    job, worker_0, worker_1 = in_place_job(spares="2"), running("worker-0").replica, running("worker-1").replica
+    first = repair.membership(job, 0, 1, worker_1, "spare-0", None)
+    second = repair.membership(job, 0, 2, worker_0, "spare-1", first)
+    assert second["spares"] == {"spare-0": "worker-1", "spare-1": "worker-0"}
+    assert second["members"] == ["master-0", "worker-0", "worker-1"] and second["joined"] == ["worker-0"]
+    # A membership of an earlier attempt is not carried over.
+    assert repair.membership(job, 1, 1, worker_0, "spare-2", second)["spares"] == {"spare-2": "worker-0"}
 
 
 def test_spares_of_an_ended_attempt_go_and_the_new_attempt_gets_its_own() -> None:

@@ -194,17 +194,19 @@ class _Planner:
     def _spares(self) -> list[SpareObservation]:
         return self.helpers.spares if self.helpers.spares_wanted else []  # none where the platform cannot repair
 
-    def _repaired(self, decision: repair.Repair | None, counted: bool) -> bool:
-        """Replace the lost member with a warm spare while the others carry on, where that is possible."""
-        if decision is None:
+    def _repaired(self, decisions: list[repair.Repair], counted: bool) -> bool:
+        """Replace the lost members with warm spares while the others carry on, where that is possible."""
+        if not decisions:
             return False
-        if counted and not backoff.may_restart(self.job, self.status.restart_count + self.status.repairs):
+        retries = self.status.restart_count + self.status.repairs + len(decisions) - 1
+        if counted and not backoff.may_restart(self.job, retries):
             return False  # a crash loop: the group restart path ends the job at the backoff limit
-        self.actions.append(RepairReplica(decision.lost.replica, self.status.attempt, decision.spare))
-        self.status.repairs += 1
+        others = len(self._current()) - len(decisions)
+        for decision in decisions:
+            self.actions.append(RepairReplica(decision.lost.replica, self.status.attempt, decision.spare))
+            self.status.repairs += 1
+            self.events.append(Event("Warning", "Repaired", decision.describe(others, self.status.repairs)))
         attempts.note_repair(self.status, self.now)
-        others = len(self._current()) - 1
-        self.events.append(Event("Warning", "Repaired", decision.describe(others, self.status.repairs)))
         return True
 
     def _restart_counted(self, cause: str) -> None:

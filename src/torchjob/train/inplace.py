@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import gc
 import json
+import math
 import os
 import time
 import weakref
@@ -42,6 +43,8 @@ from torchjob.train.channel import Channel
 from torchjob.train.init import DistContext
 
 StepFunction = Callable[[DistributedDataParallel, int, DistContext], Any]
+# The store key (under a generation's prefix) that counts the members that arrived to form it.
+_ARRIVALS = "torchjob/arrived"
 
 
 def store_client(timeout: timedelta) -> Any:
@@ -82,12 +85,46 @@ def init_generation(backend: str, attempt: int, generation: int, rank: int, worl
     dist.init_process_group(backend, store=store, rank=rank, world_size=world, timeout=timeout)
 
 
-def join_group(backend: str, replica: str, found: dict[str, Any], timeout: timedelta) -> tuple[int, int]:
-    """Join the generation the membership ``found`` describes, as ``replica``; (rank, world size)."""
-    members: list[str] = found["members"]
-    rank, world = members.index(replica), len(members)
-    init_generation(backend, int(found["attempt"]), int(found["generation"]), rank, world, timeout)
-    return rank, world
+def everyone_arrived(talk: Channel, found: dict[str, Any], timeout: timedelta) -> bool:
+    """Wait until every member of the generation ``found`` describes has arrived at the store; False as soon
+    as the controller publishes a newer one instead (a member died before it arrived: the repair is redone
+    around it, and waiting in ``init_process_group`` for the dead member would last its whole timeout)."""
+    attempt, generation, world = int(found["attempt"]), int(found["generation"]), len(found["members"])
+    store = dist.PrefixStore(worker_files.group_prefix(attempt, generation), store_client(timeout))  # type: ignore[attr-defined]
+    store.add(_ARRIVALS, 1)
+    deadline = time.monotonic() + timeout.total_seconds()
+    asked_at = time.monotonic()
+    while store.add(_ARRIVALS, 0) < world:
+        now = time.monotonic()
+        if now - asked_at >= talk.poll_seconds:
+            asked_at = now
+            newer = talk.membership()
+            if newer is not None and newer.get("attempt") == attempt and int(newer.get("generation", -1)) > generation:
+                return False
+        if now > deadline:
+            raise RuntimeError(f"generation {generation} of the group did not form within {timeout.total_seconds():g}s")
+        time.sleep(0.002)
+    return True
+
+
+def join_next(
+    talk: Channel, backend: str, replica: str, attempt: int, after: int, deadline: float, timeout: timedelta
+) -> tuple[dict[str, Any], float, int, int]:
+    """Join, as ``replica``, the newest generation of ``attempt`` above ``after`` that forms (one that a newer
+    supersedes before everyone arrived is skipped). Returns its membership, when it was read (wall clock), this
+    rank and the world size.
+    ``deadline`` (monotonic) bounds the wait for a membership; ``timeout`` each generation's forming."""
+    while True:
+        found = wait_for_membership(talk, attempt, after, deadline)
+        if found is None:
+            raise RuntimeError("the group was not repaired in time: no new membership was published")
+        found_at = time.time()
+        if everyone_arrived(talk, found, timeout):
+            members: list[str] = found["members"]
+            rank, world = members.index(replica), len(members)
+            init_generation(backend, attempt, int(found["generation"]), rank, world, timeout)
+            return found, found_at, rank, world
+        after = int(found["generation"])
 
 
 def wait_as_spare(ctx_backend: str, device: torch.device, timeout: timedelta) -> DistContext:
@@ -104,7 +141,8 @@ def wait_as_spare(ctx_backend: str, device: torch.device, timeout: timedelta) ->
         time.sleep(talk.poll_seconds)
     replica = found["spares"][spare]
     os.environ[worker_files.ENV_REPLICA] = replica  # from now on this process is that replica (files, logs)
-    rank, world = join_group(ctx_backend, replica, found, timeout)
+    given = int(found["generation"])
+    found, _, rank, world = join_next(talk, ctx_backend, replica, attempt, given - 1, math.inf, timeout)
     print(f"torchjob: spare {spare} joins as {replica} (rank {rank} of {world})", flush=True)
     return DistContext(
         rank, 0, world, device, ctx_backend, "torchjob", generation=int(found["generation"]), joined=True
@@ -139,6 +177,8 @@ class InPlaceTraining:
         self.attempt = int(os.environ.get(worker_files.ENV_ATTEMPT, "0"))
         self.repairable = bool(os.environ.get(worker_files.ENV_STORE) and self.replica)
         self.ddp: DistributedDataParallel | None = None
+        # Whether this process holds the group's training state: a joiner gets it from a survivor.
+        self.has_state = not ctx.joined
         self._unlogged: dict[str, Any] | None = None  # the last repair's timings, until its first step is done
         self._reporter = False  # whether this rank says and records the last repair (the lowest survivor)
         if ctx.joined:
@@ -182,14 +222,18 @@ class InPlaceTraining:
             gc.collect()  # ~0.2 s with dynamo loaded: only when refcounting did not free the group
             if broken() is not None:
                 print(f"torchjob: warning: rank {self.ctx.rank} could not close its broken group", flush=True)
-        found = wait_for_membership(self.channel, self.attempt, self.ctx.generation, started + self.repair_timeout)
-        if found is None:
-            raise RuntimeError(f"the group was not repaired within {self.repair_timeout:g}s")
-        published_at = time.time()
         timeout = timedelta(seconds=max(self.repair_timeout, 30.0))
-        rank, world = join_group(self.ctx.backend, self.replica, found, timeout)
+        found, published_at, rank, world = join_next(
+            self.channel,
+            self.ctx.backend,
+            self.replica,
+            self.attempt,
+            self.ctx.generation,
+            started + self.repair_timeout,
+            timeout,
+        )
         self.ctx = replace(self.ctx, rank=rank, world_size=world, generation=int(found["generation"]))
-        source = self._take_state_and_wrap(found)
+        source = self._take_state_and_wrap()
         self.repairs += 1
         timings = {"failed_at": failed_at, "membership_at": published_at, "reformed_at": time.time()}
         self._unlogged = {"generation": self.ctx.generation, "step": self.step, **timings}
@@ -210,12 +254,14 @@ class InPlaceTraining:
             with open(path, "a") as log:
                 log.write(json.dumps(record) + "\n")
 
-    def _take_state_and_wrap(self, found: dict[str, Any] | None = None) -> int:
-        """Every member, joiners included: the state from the lowest surviving rank, then a new DDP."""
-        found = found or self.channel.membership() or {}
-        joined = set(found.get("joined") or [])
-        members: list[str] = found.get("members") or []
-        source = min((i for i, name in enumerate(members) if name not in joined), default=0)
+    def _take_state_and_wrap(self) -> int:
+        """Every member, joiners included: the state from the lowest rank that has it (a survivor; not a
+        joiner, even one promoted in a generation that never formed), then a new DDP. Returns that rank."""
+        holders: list[Any] = [None] * self.ctx.world_size
+        dist.all_gather_object(holders, self.has_state)
+        source = min((rank for rank, has in enumerate(holders) if has), default=None)
+        if source is None:
+            raise RuntimeError("no member of the repaired group holds the training state")
         state: list[Any] = [
             {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(), "step": self.step}
         ]
@@ -223,6 +269,7 @@ class InPlaceTraining:
         self.model.load_state_dict(state[0]["model"])
         self.optimizer.load_state_dict(state[0]["optimizer"])
         self.step = int(state[0]["step"])
+        self.has_state = True
         self.ddp = self._wrap()
         return source
 

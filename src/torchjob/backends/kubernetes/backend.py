@@ -252,7 +252,7 @@ class KubernetesBackend(Backend):
         self.counter.add("patch")
         patch = spares_mapping.promotion_patch(job, action.replica, action.attempt)
         self.client.patch(Pod, action.spare, patch, namespace=job.namespace, patch_type=PatchType.MERGE)
-        body = repair.membership(job, action.attempt, generation + 1, action.replica, action.spare)
+        body = repair.membership(job, action.attempt, generation + 1, action.replica, action.spare, previous)
         self.reports.publish_membership(job.namespace, job.name, body)
         if lost_pod is not None:
             self.logs.keep(job, [(action.attempt, f"{action.replica}.lost-{generation + 1}", lost_pod)])

@@ -30,14 +30,14 @@ def announced(output_dir: Path, key: str, attempt: int) -> bool:
 def publish_repair(output_dir: Path, job: PyTorchJob, attempt: int, lost: ReplicaId, spare: str) -> int:
     """Write the group's next membership: ``spare`` takes ``lost``'s place (and rank). Returns the generation."""
     path = worker_files.membership_file(output_dir)
-    generation = 0
+    generation, previous = 0, None
     try:
         previous = json.loads(path.read_text())
         if previous.get("attempt") == attempt:
             generation = int(previous.get("generation", 0))
     except (OSError, ValueError, AttributeError, TypeError):
-        pass
-    body = repair.membership(job, attempt, generation + 1, lost, spare)
+        previous = None
+    body = repair.membership(job, attempt, generation + 1, lost, spare, previous if generation else None)
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(body))
     os.replace(tmp, path)

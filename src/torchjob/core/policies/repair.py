@@ -6,15 +6,16 @@ membership, and re-form with the spare that takes the lost member's place, state
 repairs in place only when all of this holds, and otherwise keeps the group restart:
 
 - the job asks for spares (``torchjob.io/spares``), has a fixed size and one process per replica;
-- exactly one replica of the attempt failed, retryably, or the group hung and exactly one replica stopped
-  beating (it is stopped, then replaced); every other replica runs and said it can be repaired around (its
-  processes announced the in-place loop);
-- a spare of this attempt is ready (warm and waiting);
+- replicas of the attempt failed, retryably (one or several at once), or the group hung and exactly one
+  replica stopped beating (it is stopped, then replaced); every other replica runs and said it can be
+  repaired around (its processes announced the in-place loop);
+- a ready spare (warm and waiting) of this attempt for each lost replica;
 - counted failures stay within backoffLimit, repairs and restarts together (a crash loop still ends).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from torchjob.api import extensions
@@ -48,12 +49,13 @@ class Repair:
 
 def decide(
     job: PyTorchJob, attempt: int, current: list[ReplicaObservation], spares: list[SpareObservation]
-) -> Repair | None:
-    """The repair to make for the attempt's one lost replica, or None when the group must restart."""
+) -> list[Repair]:
+    """The repairs to make for the attempt's lost replicas, a ready spare each; none when the group must restart
+    (a lost replica that cannot be repaired around, a survivor that cannot, or too few ready spares)."""
     failed = [o for o in current if o.phase is Phase.FAILED and not o.stopping]
-    if len(failed) != 1 or not failed[0].repairable:
-        return None
-    return _replace(job, attempt, current, spares, failed[0], failed[0].describe())
+    if not failed or not all(o.repairable for o in failed):
+        return []
+    return _replace(job, attempt, current, spares, [(o, o.describe()) for o in failed])
 
 
 def decide_hung(
@@ -62,13 +64,13 @@ def decide_hung(
     current: list[ReplicaObservation],
     spares: list[SpareObservation],
     culprit: ReplicaObservation,
-) -> Repair | None:
+) -> list[Repair]:
     """The repair for a hung group whose one silent replica is known (``policies/progress``): that replica is
     stopped and replaced like a lost one (its peers, blocked in a collective with it, see it fail). None when
     the group must restart."""
     if culprit.phase is not Phase.RUNNING or culprit.stopping or not culprit.repairable:
-        return None
-    return _replace(job, attempt, current, spares, culprit, f"{culprit.replica} stopped responding (hung)")
+        return []
+    return _replace(job, attempt, current, spares, [(culprit, f"{culprit.replica} stopped responding (hung)")])
 
 
 def _replace(
@@ -76,16 +78,18 @@ def _replace(
     attempt: int,
     current: list[ReplicaObservation],
     spares: list[SpareObservation],
-    lost: ReplicaObservation,
-    cause: str,
-) -> Repair | None:
+    lost: list[tuple[ReplicaObservation, str]],
+) -> list[Repair]:
     if spares_wanted(job) == 0:
-        return None
-    others = [o for o in current if o.replica != lost.replica]
+        return []
+    gone = {o.replica for o, _ in lost}
+    others = [o for o in current if o.replica not in gone]
     if not others or not all(o.phase is Phase.RUNNING and o.repairable and not o.stopping for o in others):
-        return None
+        return []
     ready = sorted(s.name for s in spares if s.attempt == attempt and s.ready and not s.stopping)
-    return Repair(lost, ready[0], cause) if ready else None
+    if len(ready) < len(lost):
+        return []
+    return [Repair(o, spare, cause) for (o, cause), spare in zip(lost, ready, strict=False)]
 
 
 def spare_actions(
@@ -104,14 +108,23 @@ def spare_actions(
     return actions, sum(s.ready for s in mine)
 
 
-def membership(job: PyTorchJob, attempt: int, generation: int, lost: ReplicaId, spare: str) -> dict[str, object]:
+def membership(
+    job: PyTorchJob, attempt: int, generation: int, lost: ReplicaId, spare: str, earlier: Mapping[str, object] | None
+) -> dict[str, object]:
     """The group after a repair, as its members read it (``membership.json`` locally, the operator's
-    ``/membership`` endpoint in a Pod): the same members in rank order, ``spare`` in ``lost``'s place."""
+    ``/membership`` endpoint in a Pod): the same members in rank order, ``spare`` in ``lost``'s place.
+
+    ``spares`` keeps every promotion of the attempt (``earlier`` is the membership before this one): two
+    repairs can be published before a spare looks, and it must still find its place in the newer one."""
     members = [str(r) for r in sorted(expected_replicas(job), key=lambda r: node_rank(job, r))]
+    promoted: dict[str, object] = {}
+    kept = earlier.get("spares") if earlier is not None and earlier.get("attempt") == attempt else None
+    if isinstance(kept, dict):
+        promoted = {str(name): replica for name, replica in kept.items()}
     return {
         "attempt": attempt,
         "generation": generation,
         "members": members,
         "joined": [str(lost)],
-        "spares": {spare: str(lost)},
+        "spares": {**promoted, spare: str(lost)},
     }
