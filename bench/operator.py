@@ -82,7 +82,7 @@ def measure(jobs: int = JOBS) -> OperatorResult:
             stdout=subprocess.DEVNULL,
             stderr=open(Path(rig.directory) / "operator.log", "wb"),  # noqa: SIM115 - lives as long as the operator
         )
-        metrics_url = f"http://127.0.0.1:{port}/metrics"
+        metrics_url = f"http://127.0.0.1:{port}/counters"
         while True:
             try:
                 before = json.loads(urllib.request.urlopen(metrics_url, timeout=2).read())["requests"]

@@ -80,6 +80,15 @@ def preemption_file(output_dir: str | Path, key: str) -> Path:
     return Path(output_dir) / PREEMPTED_DIR / f"{key}.json"
 
 
+def tensorboard_dir(output_dir: str | Path) -> Path:
+    """Where torchjob.train writes TensorBoard event files: ``tensorboard --logdir`` this folder."""
+    return Path(output_dir) / "tensorboard"
+
+
+def tensorboard_run_dir(output_dir: str | Path, attempt: int, rank: int) -> Path:
+    return tensorboard_dir(output_dir) / f"attempt-{attempt}" / f"rank-{rank}"
+
+
 def metrics_file(output_dir: str | Path, rank: int) -> Path:
     return Path(output_dir) / METRICS_DIR / f"rank-{rank}.jsonl"
 

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 import pytest
 import yaml
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from tests.conftest import ROOT, run_cli
 from tests.integration.helpers import condition, job_object
@@ -74,6 +75,30 @@ def test_metrics_summary_and_plot(three_replicas: Run, tmp_path: Path) -> None:
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     beats = [json.loads(p.read_text()) for p in sorted((three_replicas.output / "heartbeat").glob("*-0.json"))]
     assert len(beats) == 3 and all(b["step"] > 300 for b in beats)
+
+
+@pytest.mark.slow
+def test_the_same_metrics_are_tensorboard_runs_per_attempt_and_rank(three_replicas: Run) -> None:
+    """Read with TensorBoard's own reader: one run per rank of attempt 0, every logged step's loss in it."""
+    result = run_cli("metrics", "mnist", "--tensorboard", home=three_replicas.home)
+    assert result.returncode == 0, result.stderr
+    logdir = Path(result.stdout.strip())
+    assert logdir == three_replicas.output / "tensorboard"
+    assert sorted(p.relative_to(logdir).as_posix() for p in logdir.glob("*/*")) == [
+        "attempt-0/rank-0",
+        "attempt-0/rank-1",
+        "attempt-0/rank-2",
+    ]
+    for rank in range(3):
+        events = EventAccumulator(str(logdir / "attempt-0" / f"rank-{rank}"))
+        events.Reload()
+        assert {"loss", "samples_per_second", "step_seconds"} <= set(events.Tags()["scalars"])
+        logged = [json.loads(line) for line in (three_replicas.output / "metrics" / f"rank-{rank}.jsonl").open()]
+        losses = events.Scalars("loss")
+        assert [e.step for e in losses] == [r["step"] for r in logged]
+        assert [e.value for e in losses] == pytest.approx([r["loss"] for r in logged], rel=1e-6)
+    missing = run_cli("metrics", "nosuchjob", "--tensorboard", home=three_replicas.home)
+    assert missing.returncode != 0 and len(missing.stderr.strip().splitlines()) == 1
 
 
 @pytest.mark.slow

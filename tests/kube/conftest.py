@@ -95,10 +95,15 @@ class OperatorProcess:
         except OSError:
             return False
 
-    def metrics(self) -> dict[str, Any]:
-        with urllib.request.urlopen(f"http://127.0.0.1:{self.health_port}/metrics", timeout=2) as answer:
+    def counters(self) -> dict[str, Any]:
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.health_port}/counters", timeout=2) as answer:
             data: dict[str, Any] = json.loads(answer.read())
             return data
+
+    def prometheus(self) -> str:
+        """The operator's /metrics, as Prometheus scrapes it."""
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.health_port}/metrics", timeout=2) as answer:
+            return str(answer.read().decode())
 
     def kill(self) -> None:
         """SIGKILL: no chance to tidy up, as when its node dies."""

@@ -20,18 +20,18 @@ def test_only_the_lease_holder_acts_and_a_standby_takes_over_when_it_dies(
     args = ("-n", namespace, "--leader-elect", "--lease-namespace", "torchjob-system", "--managed-by", MANAGED_BY)
     first, second = (OperatorProcess(rig, operator.kubeconfig, tmp_path / f"op{i}.log", args) for i in range(2))
     first.start()
-    wait_until(lambda: first.metrics()["leader"], what="the first replica to lead")
+    wait_until(lambda: first.counters()["leader"], what="the first replica to lead")
     second.start()  # ready at once: a standby
     try:
         rig.apply(job_manifest("led", workers=1, run_policy={"managedBy": MANAGED_BY}), namespace)
         wait_until(lambda: len(running_pods(rig, namespace, "led")) == 2, what="the leader to create the pods")
-        standby = second.metrics()
+        standby = second.counters()
         assert standby["leader"] is False and standby["requests"] == {}  # it has touched nothing
 
         first.kill()  # the leader's node is gone: no chance to release the lease
         rig.apply(job_manifest("after", workers=1, run_policy={"managedBy": MANAGED_BY}), namespace)
         wait_until(lambda: len(running_pods(rig, namespace, "after")) == 2, timeout=60, what="the standby to act")
-        assert second.metrics()["leader"] is True
+        assert second.counters()["leader"] is True
         lease = rig.kubectl_json("get", "-n", "torchjob-system", "lease", "torchjob-operator")["spec"]
         assert lease["leaseTransitions"] >= 1 and lease["holderIdentity"]
     finally:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from prometheus_client.parser import text_string_to_metric_families
 from tools.kube_rig import Rig
 
 from tests.kube.conftest import OperatorProcess
@@ -179,6 +180,21 @@ def test_exit_137_recreates_the_group_as_a_new_counted_attempt(
     assert (status["attempt"], status["restartCount"]) == (1, 1)
     assert status["attempts"][0]["outcome"] == "worker-1 was OOMKilled (exit code 137)"
     assert env_of(pods(rig, namespace, "oom")["oom-master-0"])["TORCHJOB_ATTEMPT"] == "1"
+    # Prometheus sees it too: the restart by its cause, and how long detecting and recovering took.
+    wait_until(lambda: scraped(operator, "torchjob_recovery_seconds_count") >= 1, what="a recovery in /metrics")
+    assert scraped(operator, "torchjob_job_restarts_total", cause="OOMKilled") >= 1
+    assert scraped(operator, "torchjob_failure_detection_seconds_count") >= 1
+    assert scraped(operator, "torchjob_reconcile_duration_seconds_count") >= 1
+    assert scraped(operator, "torchjob_api_requests_total", verb="create") >= 6
+
+
+def scraped(operator: OperatorProcess, name: str, **labels: str) -> float:
+    """The value of one sample of the operator's /metrics, parsed as Prometheus parses it (0 when absent)."""
+    for family in text_string_to_metric_families(operator.prometheus()):
+        for sample in family.samples:
+            if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items()):
+                return float(sample.value)
+    return 0.0
 
 
 def test_a_pod_deleted_by_hand_restarts_the_whole_group_without_counting(

@@ -1,4 +1,4 @@
-"""``torchjob metrics NAME [--plot FILE.png]``: per-rank training metrics written by torchjob.train."""
+"""``torchjob metrics NAME [--plot FILE.png | --tensorboard]``: per-rank training metrics written by torchjob.train."""
 
 from __future__ import annotations
 
@@ -14,10 +14,19 @@ def add_parser(verbs: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     p = verbs.add_parser("metrics", help="summarise (and plot) a job's per-rank training metrics")
     p.add_argument("name")
     p.add_argument("--plot", metavar="FILE.png", help="draw loss and throughput per rank into this file")
+    p.add_argument(
+        "--tensorboard", action="store_true", help="print the job's TensorBoard log folder (tensorboard --logdir it)"
+    )
     p.set_defaults(handler=handle)
 
 
 def handle(args: argparse.Namespace) -> int:
+    if args.tensorboard:
+        logdir = local_client(args).tensorboard_dir(args.name)
+        if not logdir.is_dir():
+            raise SdkError(f"job {args.name!r} has no TensorBoard logs (its script does not use MetricsLogger)")
+        print(logdir)
+        return 0
     ranks = local_client(args).metrics(args.name)
     if not ranks:
         raise SdkError(f"job {args.name!r} has no metrics (its script does not use torchjob.train.MetricsLogger)")

@@ -1,4 +1,5 @@
-"""The operator's probes and counters over HTTP: ``/healthz``, ``/readyz`` and ``/metrics`` (JSON).
+"""The operator's probes and numbers over HTTP: ``/healthz``, ``/readyz``, ``/metrics`` (Prometheus text, see
+``controller/metrics.py``) and ``/counters`` (a small JSON of request counts and passes that bench/ reads).
 
 It knows the operator only through the small protocol below, so it can serve one that is still waiting for
 its lease, and a test can serve a stand-in.
@@ -10,6 +11,8 @@ import json
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Protocol
 
+from torchjob.controller.metrics import CONTENT_TYPE
+
 
 class Probed(Protocol):
     @property
@@ -18,7 +21,9 @@ class Probed(Protocol):
     @property
     def ready(self) -> bool: ...
 
-    def metrics(self) -> dict[str, object]: ...
+    def counters(self) -> dict[str, object]: ...
+
+    def exposition(self) -> bytes: ...
 
 
 def health_server(probed: Probed, port: int) -> ThreadingHTTPServer:
@@ -26,10 +31,14 @@ def health_server(probed: Probed, port: int) -> ThreadingHTTPServer:
 
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
-            if self.path == "/metrics":
+            if self.path in ("/metrics", "/counters"):
+                prometheus = self.path == "/metrics"
+                body = probed.exposition() if prometheus else json.dumps(probed.counters()).encode()
                 self.send_response(200)
+                self.send_header("Content-Type", CONTENT_TYPE if prometheus else "application/json")
+                self.send_header("Content-Length", str(len(body)))
                 self.end_headers()
-                self.wfile.write(json.dumps(probed.metrics()).encode())
+                self.wfile.write(body)
                 return
             healthy = {"/healthz": probed.alive, "/readyz": probed.ready}.get(self.path)
             self.send_response(404 if healthy is None else 200 if healthy else 503)

@@ -13,7 +13,7 @@ from torchjob.api.types import PyTorchJob
 from torchjob.backends.base import Backend
 from torchjob.controller.clock import Clock
 from torchjob.core import conditions
-from torchjob.core.actions import DeleteJob
+from torchjob.core.actions import DeleteJob, Event
 from torchjob.core.observed import ReplicaObservation
 from torchjob.core.planning import plan
 
@@ -26,6 +26,7 @@ class PassResult:
     observed: list[ReplicaObservation]
     done: bool
     requeue_at: datetime | None
+    events: list[Event]
 
 
 def reconcile_once(job: PyTorchJob, backend: Backend, clock: Clock) -> PassResult:
@@ -57,4 +58,4 @@ def reconcile_once(job: PyTorchJob, backend: Backend, clock: Clock) -> PassResul
         # so the status says Running as soon as the replicas run, not after the idle timeout.
         soon = now + ACTED_REQUEUE
         requeue_at = soon if requeue_at is None else min(requeue_at, soon)
-    return PassResult(job, seen.replicas, done, requeue_at)
+    return PassResult(job, seen.replicas, done, requeue_at, result.events)

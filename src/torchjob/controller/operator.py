@@ -36,6 +36,7 @@ from torchjob.controller.clock import Clock, SystemClock
 from torchjob.controller.health import health_server
 from torchjob.controller.leader import ElectionSettings
 from torchjob.controller.loop import reconcile_once
+from torchjob.controller.metrics import OperatorMetrics
 from torchjob.controller.reports import report_server
 from torchjob.controller.workqueue import WorkQueue
 from torchjob.core import conditions, replicas
@@ -89,6 +90,7 @@ class Operator:
         self.settings = settings or OperatorSettings()
         self.clock = clock or SystemClock()
         self.counter = RequestCounter()
+        self.prometheus = OperatorMetrics(lambda: dict(self.counter.by_verb))
         self.reports = ReportBoard() if self.settings.report_address else None
         self.backend = KubernetesBackend(client, self.counter, self.reports, self.settings.advertised_report_url)
         self.queue: WorkQueue[JobKey] = WorkQueue()
@@ -160,9 +162,12 @@ class Operator:
     def alive(self) -> bool:
         return not self.stopping.is_set()
 
-    def metrics(self) -> dict[str, object]:
+    def counters(self) -> dict[str, object]:
         """What bench/ reads: API requests by verb, reconcile passes, whether this replica leads."""
         return {"requests": dict(self.counter.by_verb), "passes": self.health.passes, "leader": self.leading}
+
+    def exposition(self) -> bytes:
+        return self.prometheus.exposition()
 
     @property
     def ready(self) -> bool:
@@ -221,6 +226,7 @@ class Operator:
             try:
                 self.reconcile(key)
             except Exception as err:  # noqa: BLE001 - one job's trouble must not stop the others
+                self.prometheus.failed_pass(err)
                 log.warning("%s/%s: %s; retrying in %.0fs", *key, one_line(err), _RETRY_SECONDS)
                 self.queue.add_after(key, _RETRY_SECONDS)
             finally:
@@ -233,12 +239,15 @@ class Operator:
             wire = as_dict(self.client.get(PyTorchJobResource, name, namespace=namespace))
         except ApiError as err:
             if err.status.code == 404:
+                self.prometheus.forget(key)
                 return  # deleted: its Pods and Services go with it (ownerReferences)
             raise
         if (wire.get("metadata") or {}).get("deletionTimestamp"):
+            self.prometheus.forget(key)
             return  # being deleted: the garbage collector removes its Pods and Services; creating more would fight it
         managed_by = ((wire.get("spec") or {}).get("runPolicy") or {}).get("managedBy")
         if managed_by and managed_by not in self.settings.managed_by:
+            self.prometheus.forget(key)
             return
         try:
             job = job_from_mapping(wire, source=f"PyTorchJob {namespace}/{name}")
@@ -246,9 +255,11 @@ class Operator:
             self._reject(wire, str(err))
             return
         before = conditions.state(job.status)
+        started = time.monotonic()
         result = reconcile_once(job, self.backend, self.clock)
         self.health.passes += 1
         after = conditions.state(result.job.status)
+        self.prometheus.passed(key, after, result.events, self.clock.now(), time.monotonic() - started)
         if after != before:
             log.info("%s/%s: %s → %s (attempt %d)", namespace, name, before, after, result.job.status.attempt + 1)
         if result.requeue_at is not None:

@@ -74,12 +74,25 @@ class DeleteJob:
 
 
 @dataclass(frozen=True)
+class Cause:
+    """Why the planner acted: in words for people, as a kind for counting (``OOMKilled``, ``ExitCode``,
+    ``Signal``, ``Hung``...), and when the trouble began (a replica's failure, the last progress of a hung
+    group), so the time to detect it can be measured."""
+
+    text: str
+    kind: str = ""
+    began_at: datetime | None = None
+
+
+@dataclass(frozen=True)
 class Event:
-    """Something a person should see: a Kubernetes Event, or a line in ``torchjob run``'s output."""
+    """Something a person should see: a Kubernetes Event, or a line in ``torchjob run``'s output. Restarts,
+    repairs and failures carry their cause (the operator's metrics count them by it)."""
 
     type: str  # Normal | Warning
     reason: str
     message: str
+    cause: Cause | None = None
 
 
 Action = (

@@ -22,6 +22,7 @@ from torchjob.api.types import ConditionType, JobStatus, PyTorchJob
 from torchjob.core import attempts, conditions
 from torchjob.core.actions import (
     Action,
+    Cause,
     CreateRendezvousStore,
     CreateReplica,
     DeleteRendezvousStore,
@@ -171,11 +172,12 @@ class _Planner:
         self._count_replicas([])
 
     def _on_failure(self, verdict: restart.FailureVerdict) -> None:
-        cause = verdict.root_cause.describe()
+        root = verdict.root_cause
+        cause = Cause(root.describe(), restart.kind_of(root), root.failure_onset)
         if not verdict.retryable:
-            self._fail(f"{cause}", event="Failed")
+            self._fail(cause.text, event="Failed", cause=cause)
             return
-        counted = verdict.root_cause.reason not in restart.PLATFORM_REASONS
+        counted = root.reason not in restart.PLATFORM_REASONS
         if self._repaired(repair.decide(self.job, self.status.attempt, self._current(), self._spares()), counted):
             return
         if counted:
@@ -189,7 +191,7 @@ class _Planner:
             decision = repair.decide_hung(self.job, self.status.attempt, self._current(), self._spares(), hang.culprit)
             if self._repaired(decision, counted=True):
                 return
-        self._restart_counted(hang.message)
+        self._restart_counted(Cause(hang.message, "Hung", hang.began_at))
 
     def _spares(self) -> list[SpareObservation]:
         return self.helpers.spares if self.helpers.spares_wanted else []  # none where the platform cannot repair
@@ -205,37 +207,39 @@ class _Planner:
         for decision in decisions:
             self.actions.append(RepairReplica(decision.lost.replica, self.status.attempt, decision.spare))
             self.status.repairs += 1
-            self.events.append(Event("Warning", "Repaired", decision.describe(others, self.status.repairs)))
+            message = decision.describe(others, self.status.repairs)
+            self.events.append(Event("Warning", "Repaired", message, decision.cause))
         attempts.note_repair(self.status, self.now)
         return True
 
-    def _restart_counted(self, cause: str) -> None:
+    def _restart_counted(self, cause: Cause) -> None:
         """A restart that counts against backoffLimit, or the job's end once the limit is reached. In-place
         repairs are retries too: they share the limit with restarts."""
         if not backoff.may_restart(self.job, self.status.restart_count + self.status.repairs):
             limit = backoff.backoff_limit(self.job)
             self._fail(
-                f"it has reached the specified backoff limit ({limit} restarts); last failure: {cause}",
+                f"it has reached the specified backoff limit ({limit} restarts); last failure: {cause.text}",
                 event="BackoffLimitExceeded",
+                cause=cause,
             )
             return
         self._restart(cause, counted=True)
 
-    def _restart(self, cause: str, counted: bool) -> None:
+    def _restart(self, cause: Cause, counted: bool) -> None:
         attempt = self.status.attempt
-        message = f"{self._kind_name()} is restarting (attempt {attempt + 1} ended) because {cause}"
+        message = f"{self._kind_name()} is restarting (attempt {attempt + 1} ended) because {cause.text}"
         self._condition(ConditionType.RESTARTING, conditions.REASON_RESTARTING, message)
-        self.events.append(Event("Warning", "Restarting", message))
+        self.events.append(Event("Warning", "Restarting", message, cause))
         self._stop_all(self._current(), f"group restart after attempt {attempt + 1}")
-        attempts.end_current(self.status, cause, self.now)
+        attempts.end_current(self.status, cause.text, self.now)
         if counted:
             self.status.restart_count += 1
         self._count_replicas([])
 
-    def _fail(self, cause: str, event: str) -> None:
-        message = conditions.fail_job(self.status, self.job.namespace, self.job.name, cause, self.now)
-        self.events.append(Event("Warning", event, message))
-        attempts.close_current(self.status, cause, self.now)
+    def _fail(self, text: str, event: str, cause: Cause | None = None) -> None:
+        message = conditions.fail_job(self.status, self.job.namespace, self.job.name, text, self.now)
+        self.events.append(Event("Warning", event, message, cause))
+        attempts.close_current(self.status, text, self.now)
         self._finished()
 
     def _succeed(self) -> None:

@@ -20,6 +20,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
+from torchjob import worker_files
 from torchjob.api.extensions import DEFAULT_TERMINATION_GRACE
 from torchjob.backends.local import outputs, processes
 from torchjob.backends.local.logs import LogFollower
@@ -237,6 +238,12 @@ class LocalClient(JobClient):
         if not self.store.exists(name):
             raise JobNotFoundError(name)
         return outputs.rank_metrics(self.store.output_dir(name))
+
+    def tensorboard_dir(self, name: str) -> Path:
+        """The job's TensorBoard log folder (``tensorboard --logdir`` it), where torchjob.train writes."""
+        if not self.store.exists(name):
+            raise JobNotFoundError(name)
+        return worker_files.tensorboard_dir(self.store.output_dir(name))
 
     @_store_errors
     def wait(self, name: str, timeout: float | None = None, poll: float = 0.2) -> dict[str, Any]:

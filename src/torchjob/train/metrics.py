@@ -3,6 +3,8 @@
 Files, in the job's output folder (``TORCHJOB_OUTPUT_DIR``; names from :mod:`torchjob.worker_files`)::
 
     metrics/rank-<r>.jsonl      one line per logged step: step, epoch, loss, samples/s, step and checkpoint time
+    tensorboard/attempt-<a>/rank-<r>/
+                                the same numbers as TensorBoard scalars (:mod:`torchjob.train.tensorboard`)
     heartbeat/<process>.json    the progress report: {"step": N, "time": when step N completed, "total_steps",
                                 "loss", "samples_per_second", "seconds_per_step", "alive": when written},
                                 rewritten atomically by a small background thread every ``heartbeat_seconds``
@@ -27,6 +29,7 @@ from typing import Any
 from torchjob import worker_files
 from torchjob.train.init import DistContext
 from torchjob.train.reporting import Reporter
+from torchjob.train.tensorboard import TensorBoardScalars
 
 
 class MetricsLogger:
@@ -36,6 +39,7 @@ class MetricsLogger:
         output_dir: str | os.PathLike[str] | None = None,
         heartbeat_seconds: float = 1.0,
         total_steps: int | None = None,
+        tensorboard: bool = True,
     ) -> None:
         root = Path(output_dir or worker_files.output_dir())
         self.ctx = ctx
@@ -48,6 +52,7 @@ class MetricsLogger:
         # The number of the last step, when the script knows it: progress is reported as step / total_steps.
         self.total_steps = total_steps
         self._file = open(self.path, "a", buffering=1)  # noqa: SIM115 - line-buffered for the whole run
+        self._scalars = TensorBoardScalars(root, ctx.rank) if tensorboard else None
         self._reporter = Reporter.from_env()
         self._latest: dict[str, Any] | None = None
         self._seconds_per_step: float | None = None
@@ -77,6 +82,9 @@ class MetricsLogger:
             **extra,
         }
         self._file.write(json.dumps(record) + "\n")
+        if self._scalars is not None:
+            scalars = {k: v for k, v in record.items() if k not in ("time", "rank", "step")}
+            self._scalars.add(step, record["time"], scalars)
         self.beat(step, loss=loss, samples_per_second=record["samples_per_second"])
 
     def beat(self, step: int, loss: float | None = None, samples_per_second: float | None = None) -> None:
@@ -101,6 +109,8 @@ class MetricsLogger:
         self._stop.set()
         self._writer.join()
         self._file.close()
+        if self._scalars is not None:
+            self._scalars.close()
 
     def _write_heartbeats(self) -> None:
         while not self._stop.wait(self.heartbeat_seconds):

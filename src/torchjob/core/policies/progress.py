@@ -32,6 +32,8 @@ class HangVerdict:
     # The one replica that stopped beating while every other kept beating: the one the group waits for.
     # None when that is not proven (no beats, several silent, or all of them).
     culprit: ReplicaObservation | None = None
+    # When the group last made progress: the hang began then.
+    began_at: datetime | None = None
 
 
 UNREPORTED = (
@@ -78,7 +80,8 @@ def check(
     culprit = _stopped_beating(running, since, now, seconds / 2)
     if culprit is not None:
         detail += f"; {culprit.replica} stopped responding, the others wait for it"
-    return HangVerdict(True, f"Hung: no progress for {seconds:g}s (progress deadline); {detail}", culprit=culprit)
+    message = f"Hung: no progress for {seconds:g}s (progress deadline); {detail}"
+    return HangVerdict(True, message, culprit=culprit, began_at=newest)
 
 
 def _stopped_beating(

@@ -20,9 +20,10 @@ from dataclasses import dataclass
 
 from torchjob.api import extensions
 from torchjob.api.types import PyTorchJob
-from torchjob.core.actions import Action, CreateSpare, DeleteSpare
+from torchjob.core.actions import Action, Cause, CreateSpare, DeleteSpare
 from torchjob.core.envs import processes_per_replica
 from torchjob.core.observed import Phase, ReplicaObservation, SpareObservation
+from torchjob.core.policies import restart
 from torchjob.core.replicas import ReplicaId, expected_replicas, node_rank
 
 
@@ -38,11 +39,11 @@ def spares_wanted(job: PyTorchJob) -> int:
 class Repair:
     lost: ReplicaObservation
     spare: str
-    cause: str  # what became of the lost replica
+    cause: Cause  # what became of the lost replica
 
     def describe(self, others: int, count: int) -> str:
         return (
-            f"{self.cause}; {self.spare} takes its place in the running group and the {others} other "
+            f"{self.cause.text}; {self.spare} takes its place in the running group and the {others} other "
             f"replica(s) carry on (repair {count}, no restart)"
         )
 
@@ -55,7 +56,8 @@ def decide(
     failed = [o for o in current if o.phase is Phase.FAILED and not o.stopping]
     if not failed or not all(o.repairable for o in failed):
         return []
-    return _replace(job, attempt, current, spares, [(o, o.describe()) for o in failed])
+    lost = [(o, Cause(o.describe(), restart.kind_of(o), o.failure_onset)) for o in failed]
+    return _replace(job, attempt, current, spares, lost)
 
 
 def decide_hung(
@@ -70,7 +72,9 @@ def decide_hung(
     the group must restart."""
     if culprit.phase is not Phase.RUNNING or culprit.stopping or not culprit.repairable:
         return []
-    return _replace(job, attempt, current, spares, [(culprit, f"{culprit.replica} stopped responding (hung)")])
+    silent_since = culprit.progress.alive_at if culprit.progress is not None else None
+    cause = Cause(f"{culprit.replica} stopped responding (hung)", "Hung", silent_since)
+    return _replace(job, attempt, current, spares, [(culprit, cause)])
 
 
 def _replace(
@@ -78,7 +82,7 @@ def _replace(
     attempt: int,
     current: list[ReplicaObservation],
     spares: list[SpareObservation],
-    lost: list[tuple[ReplicaObservation, str]],
+    lost: list[tuple[ReplicaObservation, Cause]],
 ) -> list[Repair]:
     if spares_wanted(job) == 0:
         return []

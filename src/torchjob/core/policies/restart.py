@@ -107,3 +107,12 @@ def _reason(recorded: str | None) -> PlatformReason:
         return PlatformReason(recorded) if recorded else PlatformReason.VANISHED
     except ValueError:
         return PlatformReason.VANISHED
+
+
+def kind_of(observation: ReplicaObservation) -> str:
+    """A failure's kind, for counting: the platform's reason, else how the replica ended."""
+    if observation.reason is not None:
+        return observation.reason.value
+    if observation.signal is not None:
+        return "Signal"
+    return "ExitCode" if observation.exit_code is not None else "Failed"
