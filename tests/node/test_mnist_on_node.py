@@ -1,11 +1,13 @@
-"""The MNIST example on a real node, through `torchjob submit --follow`: it trains to the same accuracy as
-locally, writes its model to a PersistentVolumeClaim, and survives a SIGKILL of a training process by a
-group restart that resumes from the checkpoint on that claim."""
+"""The MNIST example on a real node, through `torchjob submit --follow` (on a terminal: with a progress bar):
+it trains to the same accuracy as locally, writes its model to a PersistentVolumeClaim, and survives a SIGKILL
+of a training process by a group restart that resumes from the checkpoint on that claim."""
 
 from __future__ import annotations
 
 import json
 import os
+import pty
+import re
 import signal
 import subprocess
 import sys
@@ -59,15 +61,44 @@ def _submit(node: real_node.RealNode, job: dict[str, Any], directory: Path, foll
     )
 
 
+def _submit_on_a_terminal(node: real_node.RealNode, job: dict[str, Any], directory: Path) -> tuple[Any, list[bytes]]:
+    """`torchjob submit --follow` with a pseudo-terminal as its output, read in the background."""
+    path = directory / "job.yaml"
+    path.write_text(yaml.safe_dump(job))
+    env = {**node.rig.env(), "TORCHJOB_HOME": str(directory / "home"), "TERM": "xterm", "COLUMNS": "160"}
+    argv = [sys.executable, "-m", "torchjob.cli.main", "submit", str(path), "-n", job["metadata"]["namespace"], "-f"]
+    parent, child = pty.openpty()
+    process = subprocess.Popen(argv, stdin=child, stdout=child, stderr=child, env=env)
+    os.close(child)
+    seen: list[bytes] = []
+
+    def read() -> None:
+        while True:
+            try:
+                chunk = os.read(parent, 65536)
+            except OSError:  # EIO: the other end closed
+                break
+            if not chunk:
+                break
+            seen.append(chunk)
+        os.close(parent)
+
+    threading.Thread(target=read, daemon=True).start()
+    return process, seen
+
+
 def test_mnist_example_trains_to_090_and_saves_its_model_on_a_claim(
     node: real_node.RealNode, node_operator: OperatorProcess, tmp_path: Path
 ) -> None:
     namespace = node.namespace("mnist")
     data = node.claim(namespace, "data")
-    submitted = _submit(node, _mnist_job(namespace), tmp_path, follow=True)
+    submitted, seen = _submit_on_a_terminal(node, _mnist_job(namespace), tmp_path)
     progress = _watch_progress(node, namespace, submitted)
-    output, _ = submitted.communicate(timeout=400)
-    assert submitted.returncode == 0, output[-3000:]
+    assert submitted.wait(timeout=400) == 0, b"".join(seen)[-3000:]
+    time.sleep(0.5)  # the reader drains the terminal
+    output = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", b"".join(seen).decode(errors="replace"))  # without styles
+    # On a terminal, --follow shows the job's progress bar under the lines (the Pods' reports, via status).
+    assert "━" in output and re.search(r"\d+% · step \d+/\d+", output), output[-3000:]
     # `kubectl get pytorchjobs` showed the Pods' progress moving, and 100% at the end.
     on_the_way = sorted({int(v) for v in progress} - {100})
     assert len(on_the_way) >= 2 and all(0 <= v < 100 for v in on_the_way), progress
@@ -92,7 +123,7 @@ def _progress_column(node: real_node.RealNode, namespace: str) -> str:
     return lines[1][lines[0].index("PROGRESS %") : lines[0].index("AGE")].strip()
 
 
-def _watch_progress(node: real_node.RealNode, namespace: str, submitted: subprocess.Popen[str]) -> list[str]:
+def _watch_progress(node: real_node.RealNode, namespace: str, submitted: subprocess.Popen[Any]) -> list[str]:
     """Every value the column took while the job ran (collected in the background until the job ends)."""
     seen: list[str] = []
 

@@ -11,12 +11,12 @@ from types import TracebackType
 
 from rich.console import Console, Group, RenderableType
 from rich.live import Live
-from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
 from torchjob.api.types import PyTorchJob
 from torchjob.backends.local.logs import LogFollower
+from torchjob.cli.progress import progress_line
 from torchjob.controller.loop import PassResult
 from torchjob.core import conditions
 from torchjob.core.actions import Event
@@ -115,21 +115,8 @@ class RunDisplay:
 
     def _panel(self) -> RenderableType:
         """The live bottom of the terminal: the progress bar (when the job reports one) over the table."""
-        trainer = self.job.status.trainer_status
-        if trainer is None or trainer.progress_percentage is None:
-            return self._table()
-        metrics = {m.name: m.value for m in trainer.metrics}
-        bar = ProgressBar(total=100, completed=trainer.progress_percentage, width=30)
-        words = [f" {trainer.progress_percentage}%"]
-        if "step" in metrics and "totalSteps" in metrics:
-            words.append(f"step {metrics['step']}/{metrics['totalSteps']}")
-        if trainer.estimated_remaining_seconds is not None:
-            words.append(f"~{trainer.estimated_remaining_seconds}s left")
-        if "loss" in metrics:
-            words.append(f"loss {metrics['loss']}")
-        line = Table.grid(padding=(0, 1))
-        line.add_row(bar, Text(" · ".join(words)))
-        return Group(line, self._table())
+        bar = progress_line(self.job.status.trainer_status)
+        return self._table() if bar is None else Group(bar, self._table())
 
     def _table(self) -> Table:
         status = self.job.status

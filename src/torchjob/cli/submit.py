@@ -2,7 +2,8 @@
 
 The file is validated here first (the same one-line errors as ``torchjob run``), then sent as written, so
 ``kubectl get pytorchjob -o yaml`` shows the user's own spec. With ``--follow`` every replica's output is
-streamed, prefixed by replica, until the job ends; the exit code is then the job's, as for ``run``.
+streamed, prefixed by replica, until the job ends, under a progress bar on a terminal (``cli/progress.py``);
+the exit code is then the job's, as for ``run``.
 """
 
 from __future__ import annotations
@@ -10,7 +11,9 @@ from __future__ import annotations
 import argparse
 import sys
 
+from torchjob.api.types import JobStatus
 from torchjob.cli.common import add_target_options, cluster_client, print_notes
+from torchjob.cli.progress import FollowDisplay
 
 
 def add_parser(verbs: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -33,9 +36,14 @@ def handle(args: argparse.Namespace) -> int:
     print(f"pytorchjob.kubeflow.org/{job.name} created in namespace {c.namespace}", file=sys.stderr)
     if not args.follow:
         return 0
+
+    def status() -> JobStatus:
+        return JobStatus.model_validate(c.get_wire(job.name).get("status") or {})
+
     try:
-        for replica, line in c.follow(job.name):
-            print(f"[{replica}] {line}", flush=True)
+        with FollowDisplay(job.name, status) as shown:
+            for replica, line in c.follow(job.name):
+                shown.line(replica, line)
     except KeyboardInterrupt:
         print(f"torchjob: stopped following; the job goes on (torchjob delete --cluster {job.name})", file=sys.stderr)
         return 130
