@@ -12,10 +12,10 @@ import argparse
 import sys
 
 from torchjob import __version__
-from torchjob.cli import delete, get, listing, logs, metrics, operator, render, run, scale, submit, validate
+from torchjob.cli import delete, get, listing, logs, metrics, operator, render, run, scale, submit, ui, validate
 
 EXIT_OK, EXIT_FAILED, EXIT_INVALID, EXIT_REFUSED = 0, 1, 2, 3
-VERBS = (run, validate, render, submit, listing, get, logs, metrics, scale, delete, operator)
+VERBS = (run, validate, render, submit, listing, get, logs, metrics, scale, delete, ui, operator)
 
 
 def build_parser() -> argparse.ArgumentParser:

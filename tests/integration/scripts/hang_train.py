@@ -16,6 +16,7 @@ p.add_argument("--hang-rank", type=int, default=-1)
 p.add_argument("--hang-step", type=int, default=5)
 p.add_argument("--hide-and-raise", action="store_true", help="silence stderr, then raise")
 p.add_argument("--first-attempt-steps", type=int, help="attempt 0 runs this many steps (time to stop it from outside)")
+p.add_argument("--log-every", type=int, default=0, help="print a line every N steps (0: never)")
 args = p.parse_args()
 
 ctx = init()
@@ -31,13 +32,16 @@ metrics = MetricsLogger(ctx, heartbeat_seconds=0.2, total_steps=steps)
 for step in range(1, steps + 1):
     started = time.perf_counter()
     optimizer.zero_grad()
-    model(torch.randn(2, 4)).sum().backward()
+    loss = model(torch.randn(2, 4)).pow(2).mean()
+    loss.backward()
     optimizer.step()
     if attempt == 0 and ctx.rank == args.hang_rank and step == args.hang_step:
         # Stuck between collectives: the others complete this step and wait in the next all_reduce.
         print(f"rank {ctx.rank}: hanging after step {step - 1}", flush=True)
         time.sleep(3600)
-    metrics.step(step, 1, 0.0, 2, time.perf_counter() - started)
+    metrics.step(step, 1, loss.item(), 2, time.perf_counter() - started)
+    if args.log_every and step % args.log_every == 0:
+        print(f"rank {ctx.rank}: step {step}/{steps} loss {loss.item():.4f}", flush=True)
     time.sleep(0.05)
 print(f"rank {ctx.rank}: done", flush=True)
 metrics.close()

@@ -1,0 +1,113 @@
+"""The dashboard's web app: two pages and the small JSON API they poll, over a :class:`JobClient` (local jobs,
+or a cluster's), the same client the CLI uses.
+
+Read-only unless started with actions allowed; then ``POST /api/jobs/<name>/delete`` works with the token
+printed at start-up (``Authorization: Bearer <token>``), and nothing else writes.
+"""
+
+from __future__ import annotations
+
+import hmac
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import jinja2
+import plotly
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import FileResponse, HTMLResponse, JSONResponse, Response
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+
+from torchjob.sdk.client import JobClient
+from torchjob.sdk.errors import JobNotFoundError, SdkError
+from torchjob.sdk.local import LocalClient
+from torchjob.ui import views
+
+_HERE = resources.files("torchjob.ui")
+_PLOTLY_JS = Path(plotly.__file__).parent / "package_data" / "plotly.min.js"
+# A log request returns at most this much (the page asks again at once for the rest).
+_LOG_CHUNK = 256 * 1024
+
+
+def create_app(client: JobClient, token: str | None = None) -> Starlette:
+    """The dashboard over ``client``. ``token``: allow the delete action to whoever presents it."""
+    pages = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(_HERE / "templates")), autoescape=True, undefined=jinja2.StrictUndefined
+    )
+
+    def page(name: str, **values: Any) -> HTMLResponse:
+        return HTMLResponse(pages.get_template(name).render(actions=token is not None, **values))
+
+    def job_list(request: Request) -> Response:
+        return page("jobs.html", rows=[views.job_row(s) for s in client.list()])
+
+    def job_page(request: Request) -> Response:
+        name = request.path_params["name"]
+        try:
+            detail = views.job_detail(client.get_wire(name))
+        except JobNotFoundError as err:
+            return HTMLResponse(pages.get_template("missing.html").render(message=str(err)), status_code=404)
+        return page("job.html", job=detail, local=isinstance(client, LocalClient))
+
+    def api_jobs(request: Request) -> Response:
+        return JSONResponse([views.job_row(s) for s in client.list()])
+
+    def api_job(request: Request) -> Response:
+        return JSONResponse(views.job_detail(client.get_wire(request.path_params["name"])))
+
+    def api_metrics(request: Request) -> Response:
+        name = request.path_params["name"]
+        if not isinstance(client, LocalClient):
+            client.get_wire(name)  # 404 for a job that does not exist
+            return JSONResponse({})  # a cluster's per-rank metrics stay in its Pods: trainerStatus only
+        return JSONResponse(views.chart_series(client.metrics(name)))
+
+    def api_logs(request: Request) -> Response:
+        name, query = request.path_params["name"], request.query_params
+        replica, offset = query.get("replica", ""), int(query.get("offset", "0") or 0)
+        attempt = int(query["attempt"]) if query.get("attempt") else None
+        if isinstance(client, LocalClient):
+            path = client.log_files(name, attempt).get(replica)
+            if path is None:
+                client.check_replica(name, replica)
+                return JSONResponse({"text": "", "offset": 0})
+            with open(path, "rb") as log:
+                log.seek(offset)
+                data = log.read(_LOG_CHUNK)
+            return JSONResponse({"text": data.decode(errors="replace"), "offset": offset + len(data)})
+        text = client.logs(name, replica, attempt)  # a Pod's log, fetched whole: the offset counts characters
+        return JSONResponse({"text": text[offset:], "offset": len(text)})
+
+    def api_delete(request: Request) -> Response:
+        given = request.headers.get("authorization", "").removeprefix("Bearer ")
+        if token is None or not hmac.compare_digest(given.encode(), token.encode()):
+            return JSONResponse({"error": "actions need the token torchjob ui printed (--allow-actions)"}, 403)
+        client.delete(request.path_params["name"])
+        return JSONResponse({"deleted": request.path_params["name"]})
+
+    def plotly_js(request: Request) -> Response:
+        return FileResponse(_PLOTLY_JS, media_type="text/javascript")
+
+    def not_found(request: Request, err: Exception) -> Response:
+        if request.url.path.startswith("/api/"):
+            return JSONResponse({"error": str(err)}, 404)
+        return HTMLResponse(pages.get_template("missing.html").render(message=str(err)), status_code=404)
+
+    def refused(request: Request, err: Exception) -> Response:
+        return JSONResponse({"error": str(err)}, 400)
+
+    routes = [
+        Route("/", job_list),
+        Route("/jobs/{name}", job_page),
+        Route("/api/jobs", api_jobs),
+        Route("/api/jobs/{name}", api_job),
+        Route("/api/jobs/{name}/metrics", api_metrics),
+        Route("/api/jobs/{name}/logs", api_logs),
+        Route("/api/jobs/{name}/delete", api_delete, methods=["POST"]),
+        Route("/static/plotly.min.js", plotly_js),
+        Mount("/static", StaticFiles(directory=str(_HERE / "static")), name="static"),
+    ]
+    handlers = {JobNotFoundError: not_found, SdkError: refused, ValueError: refused}
+    return Starlette(routes=routes, exception_handlers=handlers)
