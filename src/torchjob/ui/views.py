@@ -62,6 +62,8 @@ def timeline(status: dict[str, Any], now: datetime) -> list[dict[str, Any]]:
                 "end": end or now.strftime("%Y-%m-%dT%H:%M:%SZ"),
                 "ended": end is not None,
                 "outcome": outcome,
+                # The root cause's first clause (the outcome goes on with the replica's last lines): the bar's label.
+                "cause": outcome.split(": ", 1)[0][:80],
                 "kind": "succeeded" if outcome == "succeeded" else "running" if end is None else "failed",
                 "repaired": record.get("repairedTime"),
             }

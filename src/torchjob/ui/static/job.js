@@ -12,6 +12,7 @@ function timeline(spans) {
     type: "bar", orientation: "h", name: "attempt " + s.attempt,
     y: ["attempt " + s.attempt], base: [s.start], x: [new Date(s.end) - new Date(s.start)],
     marker: {color: COLORS[s.kind]}, hovertext: [s.outcome || s.kind], hoverinfo: "text",
+    text: [s.cause || s.kind], textposition: "inside", insidetextanchor: "start", textfont: {color: "#fff", size: 12},
   }));
   const repairs = spans.filter((s) => s.repaired).map((s) => ({
     type: "scatter", mode: "markers", name: "repaired in place", y: ["attempt " + s.attempt], x: [s.repaired],
