@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 import threading
 import time
+import urllib.request
 from pathlib import Path
 
 import yaml
@@ -157,3 +159,30 @@ def test_scale_cluster_grows_and_shrinks_an_elastic_job_without_a_restart(
     rig.end_pod(namespace, "stretch-worker-0", 0)
     wait_until(lambda: "stretch-rdzv" not in pods(rig, namespace, "stretch"), what="the store removed")
     assert get_job(rig, namespace, "stretch")["status"]["conditions"][-1]["type"] == "Succeeded"
+
+
+def test_the_dashboard_shows_a_clusters_jobs_and_their_pods_logs(
+    rig: Rig, namespace: str, operator: OperatorProcess, tmp_path: Path
+) -> None:
+    """`torchjob ui --cluster`: the same pages and API over the cluster's PyTorchJobs (HTTP, read-only)."""
+    rig.serve_logs(namespace, "seen-master-0", "pytorch", ["hello from the master"], tmp_path / "master.log")
+    rig.apply(job_manifest("seen", workers=1), namespace)
+    wait_until(lambda: len(running_pods(rig, namespace, "seen")) == 2, what="two running pods")
+    argv = [sys.executable, "-m", "torchjob.cli.main", "ui", "--cluster", "-n", namespace, "--port", "0"]
+    env = {**rig.env(), "TORCHJOB_HOME": "/nonexistent"}
+    served = subprocess.Popen(argv, env=env, stderr=subprocess.PIPE, text=True)
+    try:
+        assert served.stderr is not None
+        url = served.stderr.readline().split("dashboard at ")[1].strip().rstrip("/")
+        with urllib.request.urlopen(url + "/api/jobs", timeout=30) as answer:
+            rows = json.loads(answer.read())
+        assert [(r["name"], r["state"]) for r in rows] == [("seen", "Running")]
+        with urllib.request.urlopen(url + "/jobs/seen", timeout=30) as answer:
+            page = answer.read().decode()
+        assert 'data-replica="master-0"' in page and 'data-replica="worker-0"' in page
+        logs = url + "/api/jobs/seen/logs?replica=master-0&offset=0"
+        with urllib.request.urlopen(logs, timeout=30) as answer:
+            assert "hello from the master" in json.loads(answer.read())["text"]
+    finally:
+        served.terminate()
+        served.wait(timeout=10)
