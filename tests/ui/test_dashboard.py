@@ -112,6 +112,12 @@ def test_with_actions_allowed_the_printed_token_deletes_a_job(home: Path) -> Non
         right = urllib.request.Request(
             served.url + "/api/jobs/restarted/delete", method="POST", headers={"Authorization": f"Bearer {token}"}
         )
+        bearer = {"Authorization": f"Bearer {token}"}
+        scale_url = served.url + "/api/jobs/restarted/scale?workers=3"
+        scale = urllib.request.Request(scale_url, method="POST", headers=bearer)
+        with pytest.raises(urllib.error.HTTPError) as fixed_size:  # the SDK's own refusal, as one line
+            urllib.request.urlopen(scale, timeout=30)
+        assert fixed_size.value.code == 400 and "elastic" in json.loads(fixed_size.value.read())["error"]
         with urllib.request.urlopen(right, timeout=30) as answer:
             assert json.loads(answer.read()) == {"deleted": "restarted"}
         deadline = time.monotonic() + 10

@@ -1,8 +1,9 @@
 """The dashboard's web app: two pages and the small JSON API they poll, over a :class:`JobClient` (local jobs,
 or a cluster's), the same client the CLI uses.
 
-Read-only unless started with actions allowed; then ``POST /api/jobs/<name>/delete`` works with the token
-printed at start-up (``Authorization: Bearer <token>``), and nothing else writes.
+Read-only unless started with actions allowed; then ``POST /api/jobs/<name>/delete`` and
+``POST /api/jobs/<name>/scale?workers=N`` (an elastic job) work with the token printed at start-up
+(``Authorization: Bearer <token>``), and nothing else writes.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ _HERE = resources.files("torchjob.ui")
 _PLOTLY_JS = Path(plotly.__file__).parent / "package_data" / "plotly.min.js"
 # A log request returns at most this much (the page asks again at once for the rest).
 _LOG_CHUNK = 256 * 1024
+_NEEDS_TOKEN = "actions need the token torchjob ui printed (--allow-actions)"
 
 
 def create_app(client: JobClient, token: str | None = None) -> Starlette:
@@ -80,12 +82,24 @@ def create_app(client: JobClient, token: str | None = None) -> Starlette:
         text = client.logs(name, replica, attempt)  # a Pod's log, fetched whole: the offset counts characters
         return JSONResponse({"text": text[offset:], "offset": len(text)})
 
-    def api_delete(request: Request) -> Response:
+    def authorized(request: Request) -> bool:
         given = request.headers.get("authorization", "").removeprefix("Bearer ")
-        if token is None or not hmac.compare_digest(given.encode(), token.encode()):
-            return JSONResponse({"error": "actions need the token torchjob ui printed (--allow-actions)"}, 403)
+        return token is not None and hmac.compare_digest(given.encode(), token.encode())
+
+    def api_delete(request: Request) -> Response:
+        if not authorized(request):
+            return JSONResponse({"error": _NEEDS_TOKEN}, 403)
         client.delete(request.path_params["name"])
         return JSONResponse({"deleted": request.path_params["name"]})
+
+    def api_scale(request: Request) -> Response:
+        if not authorized(request):
+            return JSONResponse({"error": _NEEDS_TOKEN}, 403)
+        workers = request.query_params.get("workers", "")
+        if not workers.isdigit():
+            return JSONResponse({"error": f"workers: expected a whole number, got {workers!r}"}, 400)
+        client.scale(request.path_params["name"], int(workers))
+        return JSONResponse({"scaled": request.path_params["name"], "workers": int(workers)})
 
     def plotly_js(request: Request) -> Response:
         return FileResponse(_PLOTLY_JS, media_type="text/javascript")
@@ -106,6 +120,7 @@ def create_app(client: JobClient, token: str | None = None) -> Starlette:
         Route("/api/jobs/{name}/metrics", api_metrics),
         Route("/api/jobs/{name}/logs", api_logs),
         Route("/api/jobs/{name}/delete", api_delete, methods=["POST"]),
+        Route("/api/jobs/{name}/scale", api_scale, methods=["POST"]),
         Route("/static/plotly.min.js", plotly_js),
         Mount("/static", StaticFiles(directory=str(_HERE / "static")), name="static"),
     ]

@@ -41,6 +41,7 @@ def job_detail(wire: dict[str, Any], now: datetime | None = None) -> dict[str, A
         "attempt": status.get("attempt", 0),
         "restarts": status.get("restartCount", 0),
         "repairs": status.get("repairs", 0),
+        "membership_changes": status.get("membershipChanges", 0),
         "progress": trainer.get("progressPercentage"),
         "remaining_seconds": trainer.get("estimatedRemainingSeconds"),
         "metrics": {m.get("name"): m.get("value") for m in trainer.get("metrics") or []},

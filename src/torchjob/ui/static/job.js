@@ -28,7 +28,8 @@ function header(job) {
   state.textContent = job.state;
   state.className = "state " + job.state.toLowerCase();
   document.getElementById("counts").textContent =
-    `attempt ${job.attempt} · ${job.restarts} restart(s) · ${job.repairs} repair(s)`;
+    `attempt ${job.attempt} · ${job.restarts} restart(s) · ${job.repairs} repair(s)` +
+    (job.membership_changes ? ` · ${job.membership_changes} membership change(s)` : "");
   const progress = document.getElementById("progress");
   progress.textContent = "";
   if (job.progress !== null) {
