@@ -2,7 +2,8 @@
 
 Files, in the job's output folder (``TORCHJOB_OUTPUT_DIR``; names from :mod:`torchjob.worker_files`)::
 
-    metrics/rank-<r>.jsonl      one line per logged step: step, epoch, loss, samples/s, step and checkpoint time
+    metrics/rank-<r>.jsonl      one line per logged step: attempt, step, epoch, loss, samples/s, step and
+                                checkpoint time
     tensorboard/attempt-<a>/rank-<r>/
                                 the same numbers as TensorBoard scalars (:mod:`torchjob.train.tensorboard`)
     heartbeat/<process>.json    the progress report: {"step": N, "time": when step N completed, "total_steps",
@@ -53,6 +54,7 @@ class MetricsLogger:
         self.total_steps = total_steps
         self._file = open(self.path, "a", buffering=1)  # noqa: SIM115 - line-buffered for the whole run
         self._scalars = TensorBoardScalars(root, ctx.rank) if tensorboard else None
+        self._attempt = int(os.environ.get(worker_files.ENV_ATTEMPT, "0"))
         self._reporter = Reporter.from_env()
         self._latest: dict[str, Any] | None = None
         self._seconds_per_step: float | None = None
@@ -73,6 +75,7 @@ class MetricsLogger:
         record = {
             "time": time.time(),
             "rank": self.ctx.rank,
+            "attempt": self._attempt,
             "step": step,
             "epoch": epoch,
             "loss": loss,
@@ -83,7 +86,7 @@ class MetricsLogger:
         }
         self._file.write(json.dumps(record) + "\n")
         if self._scalars is not None:
-            scalars = {k: v for k, v in record.items() if k not in ("time", "rank", "step")}
+            scalars = {k: v for k, v in record.items() if k not in ("time", "rank", "attempt", "step")}
             self._scalars.add(step, record["time"], scalars)
         self.beat(step, loss=loss, samples_per_second=record["samples_per_second"])
 

@@ -73,14 +73,22 @@ def timeline(status: dict[str, Any], now: datetime) -> list[dict[str, Any]]:
 
 
 def chart_series(ranks: dict[int, list[dict[str, Any]]]) -> dict[str, Any]:
-    """Per rank: steps, loss and samples/s, thinned to at most MAX_POINTS points each."""
+    """One curve per rank and attempt (a restarted group starts again from its checkpoint's step): steps, loss
+    and samples/s, thinned to at most MAX_POINTS points each. Keys: ``rank 1`` (one attempt) or
+    ``attempt 0 · rank 1``."""
+    by_curve: dict[tuple[int, int], list[dict[str, Any]]] = {}
+    for rank, records in ranks.items():
+        for record in records:
+            by_curve.setdefault((int(record.get("attempt", 0)), rank), []).append(record)
+    attempts = {attempt for attempt, _ in by_curve}
     series = {}
-    for rank, records in sorted(ranks.items()):
+    for (attempt, rank), records in sorted(by_curve.items()):
         stride = max(1, -(-len(records) // MAX_POINTS))
         kept = records[::stride]
-        if records and kept[-1] is not records[-1]:
+        if kept[-1] is not records[-1]:
             kept.append(records[-1])  # always show where the rank is now
-        series[str(rank)] = {
+        name = f"rank {rank}" if len(attempts) == 1 else f"attempt {attempt} · rank {rank}"
+        series[name] = {
             "step": [r.get("step") for r in kept],
             "loss": [r.get("loss") for r in kept],
             "samples_per_second": [r.get("samples_per_second") for r in kept],

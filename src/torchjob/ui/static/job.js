@@ -44,8 +44,8 @@ function header(job) {
 }
 
 function curves(series, field, title) {
-  const traces = Object.entries(series).map(([rank, s]) => ({
-    type: "scatter", mode: "lines+markers", name: "rank " + rank, x: s.step, y: s[field], marker: {size: 4},
+  const traces = Object.entries(series).map(([name, s]) => ({
+    type: "scatter", mode: "lines+markers", name: name, x: s.step, y: s[field], marker: {size: 4},
   }));
   Plotly.react(field === "loss" ? "loss" : "throughput", traces, {
     ...LAYOUT, title: {text: title}, xaxis: {title: {text: "step"}}, height: 320,
