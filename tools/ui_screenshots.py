@@ -19,6 +19,8 @@ import psutil
 from playwright.sync_api import sync_playwright
 from tests.ui.conftest import CHROMIUM, Dashboard
 
+from torchjob.sdk.local import LocalClient
+
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
 
@@ -44,7 +46,9 @@ def main() -> None:
             with sync_playwright() as playwright:
                 browser = playwright.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
                 page = browser.new_page(viewport={"width": 1280, "height": 900})
-                time.sleep(12)  # the restarted group trains a while
+                client = LocalClient(home)
+                while client.state("mnist") not in ("Succeeded", "Failed"):  # the restarted group trains to its end
+                    time.sleep(0.5)
                 page.goto(served.url + "/")
                 page.wait_for_timeout(2500)
                 page.screenshot(path=str(DOCS / "ui-jobs.png"), clip={"x": 0, "y": 0, "width": 1280, "height": 200})

@@ -14,6 +14,8 @@ from torchjob.pipelines import run_pytorchjob
 from torchjob.testing import make_job
 
 SCRIPTS = Path(__file__).resolve().parent / "scripts"
+# The local runner warns that the component names a container image; here it runs in this environment.
+pytestmark = pytest.mark.filterwarnings("ignore:You may be attemping to run a task:RuntimeWarning")
 
 
 @pytest.fixture
