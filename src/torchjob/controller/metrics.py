@@ -45,37 +45,32 @@ class OperatorMetrics:
         self._lock = threading.Lock()
         self._states: dict[JobKey, str] = {}
         self._failed_at: dict[JobKey, datetime] = {}  # onsets of restarts whose group is not running yet
-        self.restarts = Counter(
-            "torchjob_job_restarts", "Group restarts, by their root cause", ["cause"], registry=self.registry
-        )
-        self.repairs = Counter(
-            "torchjob_job_repairs", "In-place repairs, by their root cause", ["cause"], registry=self.registry
-        )
-        self.failures = Counter(
-            "torchjob_job_failures", "Jobs that ended Failed, by their root cause", ["cause"], registry=self.registry
-        )
-        self.detection = Histogram(
+        self.restarts = self._by_cause("torchjob_job_restarts", "Group restarts")
+        self.repairs = self._by_cause("torchjob_job_repairs", "In-place repairs")
+        self.failures = self._by_cause("torchjob_job_failures", "Jobs that ended Failed")
+        self.detection = self._seconds(
             "torchjob_failure_detection_seconds",
             "From a failure's onset to the planner's decision about it",
-            buckets=_DETECTION_BUCKETS,
-            registry=self.registry,
+            _DETECTION_BUCKETS,
         )
-        self.recovery = Histogram(
+        self.recovery = self._seconds(
             "torchjob_recovery_seconds",
             "From a failure's onset to the restarted group running again",
-            buckets=_RECOVERY_BUCKETS,
-            registry=self.registry,
+            _RECOVERY_BUCKETS,
         )
-        self.reconcile_duration = Histogram(
-            "torchjob_reconcile_duration_seconds",
-            "One reconcile pass of one job",
-            buckets=_RECONCILE_BUCKETS,
-            registry=self.registry,
+        self.reconcile_duration = self._seconds(
+            "torchjob_reconcile_duration_seconds", "One reconcile pass of one job", _RECONCILE_BUCKETS
         )
         self.reconcile_errors = Counter(
             "torchjob_reconcile_errors", "Reconcile passes that failed, by error", ["error"], registry=self.registry
         )
         self.registry.register(_Snapshot(self._job_states, requests_by_verb))
+
+    def _by_cause(self, name: str, what: str) -> Counter:
+        return Counter(name, f"{what}, by their root cause", ["cause"], registry=self.registry)
+
+    def _seconds(self, name: str, what: str, buckets: tuple[float, ...]) -> Histogram:
+        return Histogram(name, what, buckets=buckets, registry=self.registry)
 
     def passed(self, key: JobKey, state: str, events: list[Event], now: datetime, seconds: float) -> None:
         """Record one reconcile pass: its duration, the job's state after it, and its events."""

@@ -53,11 +53,16 @@ def store_client(timeout: timedelta) -> Any:
     return dist.TCPStore(host, int(port), is_master=False, timeout=timeout)  # type: ignore[attr-defined]
 
 
+def is_newer(found: dict[str, Any] | None, attempt: int, generation: int) -> bool:
+    """Whether ``found`` is a membership of ``attempt`` with a generation above ``generation``."""
+    return found is not None and found.get("attempt") == attempt and int(found.get("generation", -1)) > generation
+
+
 def wait_for_membership(channel: Channel, attempt: int, newer_than: int, deadline: float) -> dict[str, Any] | None:
     """The first membership of ``attempt`` with a generation above ``newer_than``; None at the deadline."""
     while time.monotonic() < deadline:
         found = channel.membership()
-        if found is not None and found.get("attempt") == attempt and int(found.get("generation", -1)) > newer_than:
+        if is_newer(found, attempt, newer_than):
             return found
         time.sleep(channel.poll_seconds)
     return None
@@ -98,8 +103,7 @@ def everyone_arrived(talk: Channel, found: dict[str, Any], timeout: timedelta) -
         now = time.monotonic()
         if now - asked_at >= talk.poll_seconds:
             asked_at = now
-            newer = talk.membership()
-            if newer is not None and newer.get("attempt") == attempt and int(newer.get("generation", -1)) > generation:
+            if is_newer(talk.membership(), attempt, generation):
                 return False
         if now > deadline:
             raise RuntimeError(f"generation {generation} of the group did not form within {timeout.total_seconds():g}s")

@@ -287,8 +287,9 @@ def _free_spare_name(job: PyTorchJob, attempt: int, taken: set[str]) -> str:
     index = 0
     while spares_mapping.spare_name(job, attempt, index) in taken:
         index += 1
-    taken.add(spares_mapping.spare_name(job, attempt, index))
-    return spares_mapping.spare_name(job, attempt, index)
+    name = spares_mapping.spare_name(job, attempt, index)
+    taken.add(name)
+    return name
 
 
 def _owned_by(pod: dict[str, Any], uid: str | None) -> bool:
