@@ -110,7 +110,8 @@ def test_a_hung_member_is_stopped_and_replaced_while_the_others_wait(
 ) -> None:
     """SIGSTOP freezes worker-1: its peers block in a collective with it but keep beating. At the progress
     deadline the planner names the one rank that stopped beating, stops it, and a spare takes its place."""
-    job = in_place_job("mend", **{"torchjob.io/progress-deadline-seconds": "30"})
+    # 60 s: the deadline also bounds start-up, which passed 30 s with two in-place jobs on two busy cores.
+    job = in_place_job("mend", **{"torchjob.io/progress-deadline-seconds": "60"})
     run = start_run(job_file(tmp_path, job), torchjob_home)
     warm_and_training(torchjob_home)
     survivors = {r: shim_pid(torchjob_home, "mend", r) for r in ("master-0", "worker-0")}
