@@ -46,6 +46,8 @@ ENV_REPLICA = "TORCHJOB_REPLICA"
 ENV_ATTEMPT = "TORCHJOB_ATTEMPT"
 ENV_STORE = "TORCHJOB_STORE"
 ENV_SPARE = "TORCHJOB_SPARE"
+# Set for the members of an elastic group under in-place repair: they look for a new membership at each step.
+ENV_ELASTIC = "TORCHJOB_ELASTIC"
 ENV_REPORT_URL = "TORCHJOB_REPORT_URL"
 ENV_REPORT_TOKEN_FILE = "TORCHJOB_REPORT_TOKEN_FILE"
 REPORT_AUDIENCE = "torchjob.io/reports"

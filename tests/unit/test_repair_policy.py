@@ -10,7 +10,7 @@ import pytest
 from tests.unit.test_planning import T0, at
 from torchjob.api.errors import ValidationError
 from torchjob.api.types import PyTorchJob
-from torchjob.core.actions import CreateReplica, CreateSpare, DeleteReplica, DeleteSpare, RepairReplica
+from torchjob.core.actions import CreateReplica, CreateSpare, DeleteReplica, DeleteSpare, ReformGroup, RepairReplica
 from torchjob.core.observed import Progress, ReplicaObservation, SpareObservation
 from torchjob.core.planning import plan
 from torchjob.core.policies import repair
@@ -45,7 +45,11 @@ def test_spares_start_with_the_group_and_the_store_before_both() -> None:
 def test_a_lost_member_goes_to_a_ready_spare_and_nothing_else_stops() -> None:
     job = started(in_place_job())
     result = plan(job, group(), at(5), store_running=True, spares=[READY], repairs_in_place=True)
-    assert result.actions == [RepairReplica(group()[2].replica, 0, "spare-0")]
+    members = ("master-0", "worker-0", "worker-1")
+    assert result.actions == [
+        RepairReplica(group()[2].replica, 0, "spare-0"),
+        ReformGroup(0, members, (("spare-0", "worker-1"),)),
+    ]
     assert (result.status.attempt, result.status.restart_count, result.status.repairs) == (0, 0, 1)
     assert [e.reason for e in result.events] == ["Repaired"]
     assert "worker-1 was killed by SIGKILL; spare-0 takes its place" in result.events[0].message
@@ -77,7 +81,12 @@ def test_two_members_lost_at_once_take_two_spares_or_restart_the_group() -> None
 
     spares = [READY, SpareObservation("spare-1", 0, ready=True)]
     result = plan(job, two, at(5), store_running=True, spares=spares, repairs_in_place=True)
-    assert result.actions == [RepairReplica(two[1].replica, 0, "spare-0"), RepairReplica(two[2].replica, 0, "spare-1")]
+    # One membership for both: the group re-forms once.
+    assert result.actions == [
+        RepairReplica(two[1].replica, 0, "spare-0"),
+        RepairReplica(two[2].replica, 0, "spare-1"),
+        ReformGroup(0, ("master-0", "worker-0", "worker-1"), (("spare-0", "worker-0"), ("spare-1", "worker-1"))),
+    ]
     assert (result.status.attempt, result.status.restart_count, result.status.repairs) == (0, 0, 2)
     assert [e.reason for e in result.events] == ["Repaired", "Repaired"]
     # Both repairs count against backoffLimit: with room for one retry only, the group restarts... and fails.
@@ -87,13 +96,13 @@ def test_two_members_lost_at_once_take_two_spares_or_restart_the_group() -> None
 
 
 def test_a_membership_keeps_every_promotion_of_the_attempt() -> None:
-    job, worker_0, worker_1 = in_place_job(spares="2"), running("worker-0").replica, running("worker-1").replica
-    first = repair.membership(job, 0, 1, worker_1, "spare-0", None)
-    second = repair.membership(job, 0, 2, worker_0, "spare-1", first)
+    members = ["master-0", "worker-0", "worker-1"]
+    first = repair.membership(0, 1, members, {"spare-0": "worker-1"}, None)
+    second = repair.membership(0, 2, members, {"spare-1": "worker-0"}, first)
     assert second["spares"] == {"spare-0": "worker-1", "spare-1": "worker-0"}
-    assert second["members"] == ["master-0", "worker-0", "worker-1"] and second["joined"] == ["worker-0"]
+    assert second["members"] == members and second["joined"] == ["worker-0"]
     # A membership of an earlier attempt is not carried over.
-    assert repair.membership(job, 1, 1, worker_0, "spare-2", second)["spares"] == {"spare-2": "worker-0"}
+    assert repair.membership(1, 1, members, {"spare-2": "worker-0"}, second)["spares"] == {"spare-2": "worker-0"}
 
 
 def test_spares_of_an_ended_attempt_go_and_the_new_attempt_gets_its_own() -> None:
@@ -113,13 +122,14 @@ def test_a_spare_that_ended_on_its_own_goes_and_another_is_started() -> None:
 
 
 def test_spares_are_refused_for_groups_that_cannot_be_repaired_in_place() -> None:
-    elastic = make_job("el").workers(2).elastic(minReplicas=1, maxReplicas=2).annotate(**{"torchjob.io/spares": "1"})
     two_per_replica = make_job("np").workers(2).spec(nprocPerNode="2").annotate(**{"torchjob.io/spares": "1"})
-    for builder in (elastic, two_per_replica):
-        with pytest.raises(ValidationError, match=r"in-place repair needs a fixed-size group"):
-            builder.build()
+    with pytest.raises(ValidationError, match=r"in-place repair needs one process per replica"):
+        two_per_replica.build()
+    torchrun = make_job("el").workers(2).elastic(minReplicas=1, maxReplicas=2).command("torchrun", "train.py")
+    with pytest.raises(ValidationError, match=r"runs its script directly .* but its command starts torchrun"):
+        torchrun.annotate(**{"torchjob.io/spares": "0"}).build()
     # The planner's own guard, for a job object that was never validated.
-    unchecked = PyTorchJob.model_validate(elastic.wire())
+    unchecked = PyTorchJob.model_validate(two_per_replica.wire())
     assert repair.spares_wanted(unchecked) == 0
     assert not any(isinstance(a, CreateSpare) for a in plan(unchecked, [], T0, repairs_in_place=True).actions)
 
@@ -141,7 +151,8 @@ def test_a_hung_group_whose_one_silent_rank_is_known_replaces_it_with_a_spare() 
     # Every step stuck since second 10; worker-1 stopped beating then, the others beat until now (second 45).
     hung = [beating("master-0", 7, 45), beating("worker-0", 7, 44), beating("worker-1", 7, 11)]
     result = plan(job, hung, at(45), store_running=True, spares=[READY], repairs_in_place=True)
-    assert result.actions == [RepairReplica(hung[2].replica, 0, "spare-0")]
+    assert result.actions[0] == RepairReplica(hung[2].replica, 0, "spare-0")
+    assert result.actions[1] == ReformGroup(0, ("master-0", "worker-0", "worker-1"), (("spare-0", "worker-1"),))
     assert (result.status.attempt, result.status.restart_count, result.status.repairs) == (0, 0, 1)
     assert [e.reason for e in result.events] == ["Hung", "Repaired"]
     assert "worker-1 stopped responding, the others wait for it" in result.events[0].message

@@ -136,11 +136,28 @@ def _check_annotations(job: PyTorchJob) -> list[str]:
             problem = rule(value)
             if problem:
                 problems.append(f"metadata.annotations[{key}]: {problem}")
-    spares = (job.metadata.annotations or {}).get(SPARES, "0")
+    spares = (job.metadata.annotations or {}).get(SPARES)
     nproc = job.spec.nproc_per_node or "1"
-    if spares not in ("", "0") and (job.spec.elastic_policy is not None or nproc not in ("1", "auto", "cpu", "gpu")):
-        problems.append(
-            f"metadata.annotations[{SPARES}]: in-place repair needs a fixed-size group (no spec.elasticPolicy) "
-            f"with one process per replica (nprocPerNode 1), got {spares!r} spare(s) for this job"
-        )
+    if spares not in (None, "", "0") or (spares == "0" and job.spec.elastic_policy is not None):
+        if nproc not in ("1", "auto", "cpu", "gpu"):
+            problems.append(
+                f"metadata.annotations[{SPARES}]: in-place repair needs one process per replica (nprocPerNode 1), "
+                f"got nprocPerNode {nproc!r}"
+            )
+        elif job.spec.elastic_policy is not None and _starts_torchrun(job):
+            problems.append(
+                f"metadata.annotations[{SPARES}]: an elastic job under in-place repair runs its script directly "
+                "(torchjob.train.inplace forms and re-forms the group), but its command starts torchrun; "
+                "use e.g. command: [python, train.py], or drop the annotation to keep torchrun's rendezvous"
+            )
     return problems
+
+
+def _starts_torchrun(job: PyTorchJob) -> bool:
+    for replica in job.spec.pytorch_replica_specs.values():
+        for container in replica.template.get("spec", {}).get("containers") or []:
+            if isinstance(container, dict):
+                argv = " ".join(str(a) for a in [*(container.get("command") or []), *(container.get("args") or [])])
+                if "torchrun" in argv or "torch.distributed.run" in argv:
+                    return True
+    return False

@@ -58,12 +58,23 @@ class DeleteSpare:
 
 @dataclass(frozen=True)
 class RepairReplica:
-    """Give a lost replica's place in its running group to a ready spare, and tell the group: the survivors
-    re-form around it in place (torchjob.train.inplace). The lost replica's remains are removed."""
+    """Give a replica's place in its running group to a ready spare: the spare becomes that replica (a lost
+    one's remains are removed, a hung one is stopped first). A ``ReformGroup`` of the same pass tells the group."""
 
     replica: ReplicaId
     attempt: int
     spare: str
+
+
+@dataclass(frozen=True)
+class ReformGroup:
+    """Publish a running group's next membership (torchjob.train.inplace): ``members`` in rank order, with the
+    spares this pass promoted into it (spare, replica). The members re-form around it in place: at once after
+    a lost member, at their next step otherwise (an elastic group that grows or shrinks)."""
+
+    attempt: int
+    members: tuple[str, ...]
+    promoted: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -103,6 +114,7 @@ Action = (
     | CreateSpare
     | DeleteSpare
     | RepairReplica
+    | ReformGroup
     | DeleteJob
 )
 

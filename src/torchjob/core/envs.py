@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from torchjob import worker_files
+from torchjob.api import extensions
 from torchjob.api.types import PyTorchJob
 from torchjob.core.replicas import ReplicaId, node_rank, total_replicas
 
@@ -18,6 +19,7 @@ DEFAULT_RDZV_PORT = 29400
 ENV_JOB_NAME = "TORCHJOB_JOB_NAME"
 ENV_REPLICA = worker_files.ENV_REPLICA
 ENV_ATTEMPT = worker_files.ENV_ATTEMPT
+ENV_ELASTIC = worker_files.ENV_ELASTIC
 
 
 @dataclass(frozen=True)
@@ -38,6 +40,16 @@ def processes_per_replica(job: PyTorchJob) -> int:
     """``nprocPerNode`` as a count: a number as given; ``auto``, ``cpu`` or ``gpu`` count as one here."""
     nproc = job.spec.nproc_per_node or ""
     return int(nproc) if nproc.isdigit() else 1
+
+
+def in_place(job: PyTorchJob) -> bool:
+    """Whether the job's group trains under torchjob.train's in-place loop and is repaired in place: it asks
+    for spares (``torchjob.io/spares``), or, elastic, names the annotation at all (``"0"``: no idle spare; a
+    lost member leaves at once, and the spare started then joins when it is warm). One process per replica."""
+    value = job.annotation(extensions.SPARES)
+    if not value or not value.isdigit() or processes_per_replica(job) != 1:
+        return False
+    return job.spec.elastic_policy is not None or int(value) > 0
 
 
 def world_size(job: PyTorchJob) -> int:
@@ -66,7 +78,9 @@ def replica_env(job: PyTorchJob, replica: ReplicaId, attempt: int, addressing: A
         ("PET_MASTER_PORT", str(addressing.master_port)),
     ]
     elastic = job.spec.elastic_policy
-    if elastic is None:
+    if elastic is None or in_place(job):
+        # An elastic group under in-place repair is formed by torchjob, not by torchrun agents: it starts
+        # with the target count, and later changes reach its members as memberships (torchjob.train.inplace).
         rank = node_rank(job, replica)
         env += [
             ("WORLD_SIZE", str(world_size(job))),
@@ -74,6 +88,8 @@ def replica_env(job: PyTorchJob, replica: ReplicaId, attempt: int, addressing: A
             ("PET_NODE_RANK", str(rank)),
             ("PET_NNODES", str(total_replicas(job))),
         ]
+        if elastic is not None:
+            env.append((ENV_ELASTIC, "1"))
     else:
         # Ranks of an elastic job are assigned by the rendezvous, not by the controller.
         env += [

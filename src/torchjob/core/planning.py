@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from torchjob.api.types import ConditionType, JobStatus, PyTorchJob
-from torchjob.core import attempts, conditions
+from torchjob.core import attempts, conditions, envs
 from torchjob.core.actions import (
     Action,
     Cause,
@@ -30,11 +30,12 @@ from torchjob.core.actions import (
     DeleteSpare,
     Event,
     Plan,
+    ReformGroup,
     RepairReplica,
 )
 from torchjob.core.counting import replica_counts
 from torchjob.core.observed import ReplicaObservation, SpareObservation
-from torchjob.core.policies import backoff, cleanup, deadline, elastic, progress, repair, restart, success
+from torchjob.core.policies import backoff, cleanup, deadline, elastic, progress, regroup, repair, restart, success
 from torchjob.core.policies import trainer_status as progress_summary
 from torchjob.core.replicas import ReplicaId, expected_replicas
 from torchjob.core.times import parse_timestamp, timestamp
@@ -58,9 +59,11 @@ def plan(
     locally torchjob hosts the store); ``repairs_in_place``, replace a lost member with a spare;
     ``reports_progress``, hear torchjob.train's progress reports (without them no hang can be detected).
     """
-    wanted = repair.spares_wanted(job) if repairs_in_place else 0
-    hosts_store = elastic.hosts_rendezvous_store(job, honor_rdzv_host=reaches_rdzv_host) or wanted > 0
-    helpers = _Helpers(hosts_store, store_running, list(spares), wanted, reports_progress)
+    in_place = repairs_in_place and envs.in_place(job)
+    wanted = repair.spares_wanted(job) if in_place else 0
+    hosts_store = elastic.hosts_rendezvous_store(job, honor_rdzv_host=reaches_rdzv_host) or in_place
+    regroups = regroup.applies(job, repairs_in_place)
+    helpers = _Helpers(hosts_store, store_running, list(spares), wanted, reports_progress, in_place, regroups)
     planner = _Planner(job, list(observed), now, helpers)
     planner.run()
     status = planner.status
@@ -76,8 +79,10 @@ class _Helpers:
     store_needed: bool  # torchjob hosts this job's rendezvous store
     store_running: bool
     spares: list[SpareObservation]
-    spares_wanted: int
+    spares_wanted: int  # idle ones
     reports_progress: bool  # the platform hears torchjob.train's progress reports
+    in_place: bool  # the group is repaired in place (torchjob.train.inplace) on this platform
+    regroups: bool  # an elastic group under in-place repair: policies/regroup decides its membership
 
 
 class _Planner:
@@ -92,6 +97,7 @@ class _Planner:
         self.actions: list[Action] = []
         self.events: list[Event] = []
         self.requeue_at: datetime | None = None
+        self.empty_places = 0  # places of a running elastic group that spares are to fill
 
     # -- the pass -------------------------------------------------------------------------------------
 
@@ -194,7 +200,7 @@ class _Planner:
         self._restart_counted(Cause(hang.message, "Hung", hang.began_at))
 
     def _spares(self) -> list[SpareObservation]:
-        return self.helpers.spares if self.helpers.spares_wanted else []  # none where the platform cannot repair
+        return self.helpers.spares if self.helpers.in_place else []  # none where the platform cannot repair
 
     def _repaired(self, decisions: list[repair.Repair], counted: bool) -> bool:
         """Replace the lost members with warm spares while the others carry on, where that is possible."""
@@ -209,6 +215,11 @@ class _Planner:
             self.status.repairs += 1
             message = decision.describe(others, self.status.repairs)
             self.events.append(Event("Warning", "Repaired", message, decision.cause))
+        # The group keeps its places: its live members, and the lost ones now held by the spares.
+        places = [o.replica for o in self._current() if o.phase.live and not o.stopping]
+        members = repair.members_in_rank_order(self.job, [*places, *(d.lost.replica for d in decisions)])
+        promoted = tuple((d.spare, str(d.lost.replica)) for d in decisions)
+        self.actions.append(ReformGroup(self.status.attempt, members, promoted))
         attempts.note_repair(self.status, self.now)
         return True
 
@@ -253,6 +264,8 @@ class _Planner:
 
     def _membership_changes(self, current: list[ReplicaObservation]) -> list[ReplicaObservation]:
         """Elastic jobs: let lost and surplus Workers go without ending the attempt. Returns the rest."""
+        if self.helpers.regroups:
+            return self._regroup(current)
         change = elastic.membership_change(self.job, current, self.now)
         if not change.leaving:
             return current
@@ -262,6 +275,17 @@ class _Planner:
             self.status.replacement_due[replica] = timestamp(due)
             self._wake_at(due)
         self.status.membership_changes += len(change.leaving)
+        return [o for o in current if o not in change.leaving]
+
+    def _regroup(self, current: list[ReplicaObservation]) -> list[ReplicaObservation]:
+        """An elastic group under in-place repair shrinks and grows around its running members."""
+        change = regroup.decide(self.job, self.status.attempt, current, self._spares())
+        if change is None:
+            return current  # a loss it cannot absorb fails the attempt, below
+        self.actions += change.actions
+        self.events += change.events
+        self.status.membership_changes += len(change.leaving) + change.joining
+        self.empty_places = change.empty_places
         return [o for o in current if o not in change.leaving]
 
     # -- replicas -------------------------------------------------------------------------------------
@@ -283,6 +307,8 @@ class _Planner:
         if any(o.attempt != self.status.attempt for o in self.observed):
             return
         missing = [r for r in expected_replicas(self.job) if r not in present and not self._replacement_waits(r)]
+        if self.helpers.regroups and any(o.phase.live and not o.stopping for o in current):
+            missing = []  # a running elastic group under in-place repair fills its empty places with spares
         self.actions += [CreateReplica(r, self.status.attempt) for r in missing]
         if missing and any(o.phase.live and not o.stopping for o in current):
             # Joining a group that is already running: a scale-up or a lost member's replacement.
@@ -303,8 +329,9 @@ class _Planner:
         group_up = creating or any(o.phase.live and not o.stopping for o in current)
         if self.helpers.store_needed and not self.helpers.store_running and group_up:
             self.actions.insert(0, CreateRendezvousStore())  # before the replicas that meet at it
+        wanted = self.helpers.spares_wanted + self.empty_places
         actions, self.status.spares_ready = repair.spare_actions(
-            self.helpers.spares_wanted, self.helpers.spares, self.status.attempt, group_up
+            wanted, self.helpers.spares, self.status.attempt, group_up
         )
         self.actions += actions
 

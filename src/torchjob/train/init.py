@@ -51,11 +51,11 @@ def init(backend: str | None = None, timeout_seconds: float = 1800.0) -> DistCon
     single process still gets a (one-member) process group, so the same script runs everywhere.
     """
     if os.environ.get(worker_files.ENV_SPARE):
-        from torchjob.train import inplace
+        from torchjob.train import generations
 
         _record_uncaught_exceptions()
         chosen = backend or "gloo"
-        return inplace.wait_as_spare(chosen, torch.device("cpu"), timedelta(seconds=timeout_seconds))
+        return generations.wait_as_spare(chosen, torch.device("cpu"), timedelta(seconds=timeout_seconds))
     info: LaunchInfo = detect_launch(os.environ)
     _record_uncaught_exceptions()
     cuda = torch.cuda.is_available() and torch.cuda.device_count() > info.local_rank
@@ -66,12 +66,12 @@ def init(backend: str | None = None, timeout_seconds: float = 1800.0) -> DistCon
         torch.cuda.set_device(device)
     if not dist.is_initialized() and os.environ.get(worker_files.ENV_STORE) and info.launcher == "torchjob":
         # In-place repair: the group meets at the store torchjob hosts, which outlives any member.
-        from torchjob.train import inplace
+        from torchjob.train import generations
 
-        inplace.absorb_first_ddp()
+        generations.absorb_first_ddp()
         attempt = int(os.environ.get(worker_files.ENV_ATTEMPT, "0"))
         timeout = timedelta(seconds=timeout_seconds)
-        inplace.init_generation(chosen, attempt, 0, info.rank, info.world_size, timeout)
+        generations.init_generation(chosen, attempt, 0, info.rank, info.world_size, timeout)
     if not dist.is_initialized():
         if info.launcher in ("torchrun", "torchjob", "kubeflow"):
             # env:// reads MASTER_ADDR/PORT, RANK and WORLD_SIZE itself, and under torchrun it reuses the

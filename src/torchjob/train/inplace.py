@@ -23,8 +23,8 @@ from __future__ import annotations
 
 import gc
 import json
-import math
 import os
+import sys
 import time
 import weakref
 from collections.abc import Callable
@@ -38,119 +38,10 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
 from torchjob import worker_files
-from torchjob.train import channel
-from torchjob.train.channel import Channel
+from torchjob.train import channel, generations
 from torchjob.train.init import DistContext
 
 StepFunction = Callable[[DistributedDataParallel, int, DistContext], Any]
-# The store key (under a generation's prefix) that counts the members that arrived to form it.
-_ARRIVALS = "torchjob/arrived"
-
-
-def store_client(timeout: timedelta) -> Any:
-    """The store torchjob hosts for the job (``TORCHJOB_STORE``): it outlives every trainer."""
-    host, _, port = os.environ[worker_files.ENV_STORE].rpartition(":")
-    return dist.TCPStore(host, int(port), is_master=False, timeout=timeout)  # type: ignore[attr-defined]
-
-
-def is_newer(found: dict[str, Any] | None, attempt: int, generation: int) -> bool:
-    """Whether ``found`` is a membership of ``attempt`` with a generation above ``generation``."""
-    return found is not None and found.get("attempt") == attempt and int(found.get("generation", -1)) > generation
-
-
-def wait_for_membership(channel: Channel, attempt: int, newer_than: int, deadline: float) -> dict[str, Any] | None:
-    """The first membership of ``attempt`` with a generation above ``newer_than``; None at the deadline."""
-    while time.monotonic() < deadline:
-        found = channel.membership()
-        if is_newer(found, attempt, newer_than):
-            return found
-        time.sleep(channel.poll_seconds)
-    return None
-
-
-def absorb_first_ddp() -> None:
-    """Build this process's first DDP on a private one-rank group, and drop both.
-
-    In torch 2.15 the first DistributedDataParallel a process builds keeps its process group alive for good
-    (seen here: the group outlives destroy_process_group() and gc, while later DDPs release theirs). For the
-    group a job trains in, that breaks in-place repair: its sockets never close, so a survivor still blocked
-    in a collective with this rank was seen waiting for the full collective timeout after this rank had
-    moved on. The private group takes the leak instead; the import of torch._dynamo that the first DDP
-    needs (~4 s) happens here, once, too.
-    """
-    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)  # type: ignore[attr-defined]
-    DistributedDataParallel(nn.Linear(1, 1))
-    dist.destroy_process_group()
-
-
-def init_generation(backend: str, attempt: int, generation: int, rank: int, world: int, timeout: timedelta) -> None:
-    """Join one generation of the attempt's group at the store torchjob hosts, under its own prefix."""
-    prefix = worker_files.group_prefix(attempt, generation)
-    store = dist.PrefixStore(prefix, store_client(timeout))  # type: ignore[attr-defined]
-    dist.init_process_group(backend, store=store, rank=rank, world_size=world, timeout=timeout)
-
-
-def everyone_arrived(talk: Channel, found: dict[str, Any], timeout: timedelta) -> bool:
-    """Wait until every member of the generation ``found`` describes has arrived at the store; False as soon
-    as the controller publishes a newer one instead (a member died before it arrived: the repair is redone
-    around it, and waiting in ``init_process_group`` for the dead member would last its whole timeout)."""
-    attempt, generation, world = int(found["attempt"]), int(found["generation"]), len(found["members"])
-    store = dist.PrefixStore(worker_files.group_prefix(attempt, generation), store_client(timeout))  # type: ignore[attr-defined]
-    store.add(_ARRIVALS, 1)
-    deadline = time.monotonic() + timeout.total_seconds()
-    asked_at = time.monotonic()
-    while store.add(_ARRIVALS, 0) < world:
-        now = time.monotonic()
-        if now - asked_at >= talk.poll_seconds:
-            asked_at = now
-            if is_newer(talk.membership(), attempt, generation):
-                return False
-        if now > deadline:
-            raise RuntimeError(f"generation {generation} of the group did not form within {timeout.total_seconds():g}s")
-        time.sleep(0.002)
-    return True
-
-
-def join_next(
-    talk: Channel, backend: str, replica: str, attempt: int, after: int, deadline: float, timeout: timedelta
-) -> tuple[dict[str, Any], float, int, int]:
-    """Join, as ``replica``, the newest generation of ``attempt`` above ``after`` that forms (one that a newer
-    supersedes before everyone arrived is skipped). Returns its membership, when it was read (wall clock), this
-    rank and the world size.
-    ``deadline`` (monotonic) bounds the wait for a membership; ``timeout`` each generation's forming."""
-    while True:
-        found = wait_for_membership(talk, attempt, after, deadline)
-        if found is None:
-            raise RuntimeError("the group was not repaired in time: no new membership was published")
-        found_at = time.time()
-        if everyone_arrived(talk, found, timeout):
-            members: list[str] = found["members"]
-            rank, world = members.index(replica), len(members)
-            init_generation(backend, attempt, int(found["generation"]), rank, world, timeout)
-            return found, found_at, rank, world
-        after = int(found["generation"])
-
-
-def wait_as_spare(ctx_backend: str, device: torch.device, timeout: timedelta) -> DistContext:
-    """Block as a warm spare until the controller gives this process a lost replica's place; then join."""
-    absorb_first_ddp()  # also imports torch._dynamo, which the first DDP()/Adam() needs (~4 s): paid while waiting
-    spare = os.environ[worker_files.ENV_SPARE]
-    attempt = int(os.environ.get(worker_files.ENV_ATTEMPT, "0"))
-    talk = channel.from_env()
-    talk.announce(spare, attempt)
-    while True:
-        found = talk.membership()
-        if found is not None and found.get("attempt") == attempt and spare in (found.get("spares") or {}):
-            break
-        time.sleep(talk.poll_seconds)
-    replica = found["spares"][spare]
-    os.environ[worker_files.ENV_REPLICA] = replica  # from now on this process is that replica (files, logs)
-    given = int(found["generation"])
-    found, _, rank, world = join_next(talk, ctx_backend, replica, attempt, given - 1, math.inf, timeout)
-    print(f"torchjob: spare {spare} joins as {replica} (rank {rank} of {world})", flush=True)
-    return DistContext(
-        rank, 0, world, device, ctx_backend, "torchjob", generation=int(found["generation"]), joined=True
-    )
 
 
 class InPlaceTraining:
@@ -158,6 +49,9 @@ class InPlaceTraining:
 
     ``step_fn(ddp, step, ctx)`` does one optimizer step of global step ``step`` with the current group.
     Without a store torchjob hosts (another launcher), a failed collective is raised as usual.
+    In an elastic group (``TORCHJOB_ELASTIC``) the members also agree, before each step, on the newest
+    membership any of them has seen (one small all-reduce), and re-form together when it changed: a spare
+    joins, or a member that has no place left leaves (its process exits).
     """
 
     def __init__(
@@ -174,7 +68,8 @@ class InPlaceTraining:
         self.repair_timeout = repair_timeout
         self.ddp_options = ddp_options
         self.step = 0
-        self.repairs = 0
+        self.repairs = 0  # re-forms after a lost peer
+        self.regroups = 0  # re-forms of an elastic group that grew or shrank by decision
         self.output = worker_files.output_dir()
         self.channel = channel.from_env()
         self.replica = os.environ.get(worker_files.ENV_REPLICA, "")
@@ -183,8 +78,11 @@ class InPlaceTraining:
         self.ddp: DistributedDataParallel | None = None
         # Whether this process holds the group's training state: a joiner gets it from a survivor.
         self.has_state = not ctx.joined
-        self._unlogged: dict[str, Any] | None = None  # the last repair's timings, until its first step is done
-        self._reporter = False  # whether this rank says and records the last repair (the lowest survivor)
+        self._unlogged: dict[str, Any] | None = None  # the last re-form's timings, until its first step is done
+        self._reporter = False  # whether this rank says and records the last re-form (the lowest survivor)
+        self.watch: generations.MembershipWatch | None = None
+        if self.repairable and os.environ.get(worker_files.ENV_ELASTIC) == "1":
+            self.watch = generations.MembershipWatch(self.channel, self.attempt, max(self.channel.poll_seconds, 0.05))
         if ctx.joined:
             self._take_state_and_wrap()
         else:
@@ -198,18 +96,31 @@ class InPlaceTraining:
         while self.step < total_steps:
             assert self.ddp is not None
             failed_at: float | None = None
+            changed = False
             try:
-                step_fn(self.ddp, self.step, self.ctx)
+                changed = self._membership_changed()
+                if not changed:
+                    step_fn(self.ddp, self.step, self.ctx)
             except RuntimeError:
                 if not self.repairable:
                     raise
                 failed_at = time.time()  # repaired outside the except block: its traceback holds the broken group
             if failed_at is not None:
                 self._repair(failed_at)
+            elif changed:
+                self._regroup()
             else:
                 self.step += 1
                 if self._unlogged is not None:
                     self._log_repair({**self._unlogged, "first_step_at": time.time()})
+
+    def _membership_changed(self) -> bool:
+        """Elastic groups: whether any member saw a newer membership (all of them get the same answer)."""
+        if self.watch is None:
+            return False
+        newest = torch.tensor([self.watch.newest], dtype=torch.int64, device=self.ctx.device)
+        dist.all_reduce(newest, op=dist.ReduceOp.MAX)
+        return int(newest.item()) > self.ctx.generation
 
     def _repair(self, failed_at: float) -> None:
         started = time.monotonic()
@@ -226,27 +137,39 @@ class InPlaceTraining:
             gc.collect()  # ~0.2 s with dynamo loaded: only when refcounting did not free the group
             if broken() is not None:
                 print(f"torchjob: warning: rank {self.ctx.rank} could not close its broken group", flush=True)
+        self.repairs += 1
+        self._join(started, {"kind": "repair", "failed_at": failed_at}, f"retrying step {self.step}")
+
+    def _regroup(self) -> None:
+        """Every member is at the same step, after the same collective: the group is whole, and goes cleanly."""
+        started, agreed_at = time.monotonic(), time.time()
+        self.ddp = None
+        dist.destroy_process_group()
+        self.regroups += 1
+        self._join(started, {"kind": "regroup", "agreed_at": agreed_at}, f"at step {self.step}")
+
+    def _join(self, started: float, record: dict[str, Any], carrying_on: str) -> None:
         timeout = timedelta(seconds=max(self.repair_timeout, 30.0))
-        found, published_at, rank, world = join_next(
-            self.channel,
-            self.ctx.backend,
-            self.replica,
-            self.attempt,
-            self.ctx.generation,
-            started + self.repair_timeout,
-            timeout,
-        )
+        deadline = started + self.repair_timeout
+        args = (self.channel, self.ctx.backend, self.replica, self.attempt, self.ctx.generation, deadline, timeout)
+        joined = generations.join_next(*args)
+        if joined is None:
+            # An elastic group scaled down past this member: the controller stops it, and it goes first.
+            print(f"torchjob: {self.replica} has no place in the group any more and leaves it", flush=True)
+            sys.stdout.flush()
+            os._exit(0)
+        found, published_at, rank, world = joined
         self.ctx = replace(self.ctx, rank=rank, world_size=world, generation=int(found["generation"]))
         source = self._take_state_and_wrap()
-        self.repairs += 1
-        timings = {"failed_at": failed_at, "membership_at": published_at, "reformed_at": time.time()}
-        self._unlogged = {"generation": self.ctx.generation, "step": self.step, **timings}
+        timings = {"membership_at": published_at, "reformed_at": time.time()}
+        self._unlogged = {**record, "generation": self.ctx.generation, "world": world, "step": self.step, **timings}
         self._reporter = self.ctx.rank == source  # the lowest survivor (rank 0 may be the joiner now)
         if self._reporter:
             took = time.monotonic() - started
+            what = "repaired" if record["kind"] == "repair" else "re-formed"
             print(
-                f"Rank {rank}: group repaired in place (generation {self.ctx.generation}, {world} ranks, state from "
-                f"rank {source}) in {took * 1000:.0f} ms; retrying step {self.step}",
+                f"Rank {rank}: group {what} in place (generation {self.ctx.generation}, {world} ranks, state from "
+                f"rank {source}) in {took * 1000:.0f} ms; {carrying_on}",
                 flush=True,
             )
 

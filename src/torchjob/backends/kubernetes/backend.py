@@ -29,7 +29,7 @@ from torchjob.backends.kubernetes import spares as spares_mapping
 from torchjob.backends.kubernetes.cluster import PyTorchJobResource, as_dict
 from torchjob.backends.kubernetes.log_keeper import LogKeeper
 from torchjob.backends.kubernetes.reports import ReportBoard
-from torchjob.core import replicas
+from torchjob.core import envs, replicas
 from torchjob.core.actions import (
     Action,
     CreateRendezvousStore,
@@ -40,6 +40,7 @@ from torchjob.core.actions import (
     DeleteReplica,
     DeleteSpare,
     Event,
+    ReformGroup,
     RepairReplica,
 )
 from torchjob.core.observed import Observed, Phase, ReplicaObservation, SpareObservation
@@ -167,7 +168,7 @@ class KubernetesBackend(Backend):
             elif isinstance(action, CreateReplica):
                 self._create(mapping.service_manifest(job, action.replica), Service)
                 pod = mapping.pod_manifest(job, action.replica, action.attempt, self.report_url)
-                in_place = self.repairs_in_place and repair.spares_wanted(job) > 0
+                in_place = self.repairs_in_place and envs.in_place(job)
                 self._create(spares_mapping.with_store(pod, job) if in_place else pod, Pod)
             elif isinstance(action, CreateSpare):
                 name = _free_spare_name(job, action.attempt, taken)
@@ -176,6 +177,8 @@ class KubernetesBackend(Backend):
                 self._delete(Pod, action.name, job.namespace)
             elif isinstance(action, RepairReplica):
                 self._promote(job, action)
+            elif isinstance(action, ReformGroup):
+                self._reform(job, action)
             elif isinstance(action, DeleteReplica):
                 self._delete_pod(job, action)
             elif isinstance(action, DeleteJob):
@@ -241,25 +244,30 @@ class KubernetesBackend(Backend):
             self.client.delete(kind, name, namespace=namespace, grace_period=grace_period)
 
     def _promote(self, job: PyTorchJob, action: RepairReplica) -> None:
-        """The spare becomes the lost replica (its labels, its place in the group), the lost Pod goes, and
-        the group is told its next membership."""
+        """The spare becomes the replica (its labels, its place in the group), and a lost replica's Pod goes."""
         if action.spare not in self._pods or self.reports is None:
             return  # gone meanwhile: the lost replica stays failed, and the planner restarts the group
-        previous = self.reports.membership(job.namespace, job.name) or {}
-        generation = int(str(previous.get("generation", 0))) if previous.get("attempt") == action.attempt else 0
         lost_pod = self._pod_of(action.replica, action.attempt)
         # The spare first: if the API server refuses, nothing was deleted and the group restarts as before.
         self.counter.add("patch")
         patch = spares_mapping.promotion_patch(job, action.replica, action.attempt)
         self.client.patch(Pod, action.spare, patch, namespace=job.namespace, patch_type=PatchType.MERGE)
-        body = repair.membership(job, action.attempt, generation + 1, action.replica, action.spare, previous)
-        self.reports.publish_membership(job.namespace, job.name, body)
         if lost_pod is not None:
-            self.logs.keep(job, [(action.attempt, f"{action.replica}.lost-{generation + 1}", lost_pod)])
+            uid = str(lost_pod["metadata"].get("uid", ""))[:8]  # one lost Pod of the replica among several
+            self.logs.keep(job, [(action.attempt, f"{action.replica}.lost-{uid}", lost_pod)])
             # A hung Pod is still running: no grace, so that its peers, blocked in a collective with it, see it
             # fail at once (a stopped process never acts on SIGTERM anyway).
             self._delete(Pod, lost_pod["metadata"]["name"], job.namespace, grace_period=1)
             self._pods.pop(lost_pod["metadata"]["name"], None)
+
+    def _reform(self, job: PyTorchJob, action: ReformGroup) -> None:
+        """Tell the group its next membership (the operator's ``/membership`` endpoint, which its members poll)."""
+        if self.reports is None:
+            return
+        previous = self.reports.membership(job.namespace, job.name) or {}
+        generation = int(str(previous.get("generation", 0))) if previous.get("attempt") == action.attempt else 0
+        body = repair.membership(action.attempt, generation + 1, action.members, dict(action.promoted), previous)
+        self.reports.publish_membership(job.namespace, job.name, body)
 
     def _keep_logs(self, job: PyTorchJob, deletes: list[DeleteReplica]) -> None:
         """File the output of the Pods about to be deleted in their attempt's ConfigMap (log_archive.py)."""

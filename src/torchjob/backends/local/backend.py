@@ -38,11 +38,12 @@ from torchjob.core.actions import (
     DeleteReplica,
     DeleteSpare,
     Event,
+    ReformGroup,
     RepairReplica,
 )
-from torchjob.core.envs import Addressing
+from torchjob.core.envs import Addressing, in_place
 from torchjob.core.observed import Observed, Phase, ReplicaObservation, SpareObservation
-from torchjob.core.policies import elastic, repair
+from torchjob.core.policies import elastic
 from torchjob.core.replicas import ROLE_STORE, ReplicaId, expected_replicas, parse_replica_name
 
 ROLE_REPLICA = "replica"
@@ -131,7 +132,9 @@ class LocalBackend(Backend):
                 for record in self._live(ROLE_SPARE, action.name):
                     self._stop(record.replica, record.attempt)
             elif isinstance(action, RepairReplica):
-                self._repair(job, action)
+                self._repair(action)
+            elif isinstance(action, ReformGroup):
+                membership.publish(self.store.output_dir(self.name), action.attempt, action.members, action.promoted)
             elif isinstance(action, DeleteJob):
                 self.deleted = True
         if actions:
@@ -217,14 +220,13 @@ class LocalBackend(Backend):
             inherited_path=os.environ.get("PATH", ""),
             error_file=str(_error_file(log_path)),
         )
-        if repair.spares_wanted(job) > 0:
+        if in_place(job):
             # In-place repair: the group meets at the store torchjob hosts, which outlives every member.
             spec.env[worker_files.ENV_STORE] = f"{processes.LOCALHOST}:{self._ports(_STORE_PORTS)['rdzv']}"
         return spec
 
     def _hosts_store(self, job: PyTorchJob) -> bool:
-        in_place = repair.spares_wanted(job) > 0
-        return in_place or elastic.hosts_rendezvous_store(job, honor_rdzv_host=self.reaches_rdzv_host)
+        return in_place(job) or elastic.hosts_rendezvous_store(job, honor_rdzv_host=self.reaches_rdzv_host)
 
     def _live(self, role: str, name: str | None = None) -> list[ProcessRecord]:
         return [
@@ -249,8 +251,8 @@ class LocalBackend(Backend):
         spare = mapping.spare_spec(job, name, spec)
         self._spawn(name, attempt, log_path, spare.argv, spare.env, spare.cwd, ROLE_SPARE)
 
-    def _repair(self, job: PyTorchJob, action: RepairReplica) -> None:
-        """The spare becomes the lost replica (its record, its place in the group); the group is told."""
+    def _repair(self, action: RepairReplica) -> None:
+        """The spare becomes the replica (its record, its place in the group); a lost one's remains go."""
         spare = next(iter(self._live(ROLE_SPARE, action.spare)), None)
         if spare is None:
             return  # gone meanwhile: the lost replica stays failed, and the planner restarts the group
@@ -265,8 +267,6 @@ class LocalBackend(Backend):
                 lost.removed = True
         self.children.rename(spare, str(action.replica))
         spare.replica, spare.role = str(action.replica), ROLE_REPLICA
-        output = self.store.output_dir(self.name)
-        membership.publish_repair(output, job, action.attempt, action.replica, action.spare)
 
     def _store(self) -> ProcessRecord | None:
         """The job's rendezvous store process, while it runs and is not being stopped."""

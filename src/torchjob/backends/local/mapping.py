@@ -18,7 +18,7 @@ from typing import Any
 
 from torchjob import worker_files
 from torchjob.api.types import DEFAULT_CONTAINER_NAME, PyTorchJob, ReplicaType
-from torchjob.core.envs import Addressing, holds_a_place, processes_per_replica, replica_env
+from torchjob.core.envs import Addressing, holds_a_place, in_place, processes_per_replica, replica_env
 from torchjob.core.policies.elastic import hosts_rendezvous_store
 from torchjob.core.replicas import ReplicaId, replica_slots
 
@@ -128,8 +128,8 @@ def local_problems(job: PyTorchJob, max_processes: int = DEFAULT_MAX_PROCESSES) 
 
 def elastic_launch_problem(job: PyTorchJob) -> str | None:
     """A warning when an elastic job's command does not start torchrun: nothing would read PET_* then."""
-    if job.spec.elastic_policy is None:
-        return None
+    if job.spec.elastic_policy is None or in_place(job):
+        return None  # under in-place repair the script itself forms the group (torchjob.train.inplace)
     for rtype in job.spec.pytorch_replica_specs:
         container = pytorch_container(job, rtype)
         argv = " ".join([*container.get("command", []), *container.get("args", [])])

@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Sequence
 from pathlib import Path
 
 from torchjob import worker_files
-from torchjob.api.types import PyTorchJob
 from torchjob.core.policies import repair
-from torchjob.core.replicas import ReplicaId
 
 
 def announced(output_dir: Path, key: str, attempt: int) -> bool:
@@ -27,8 +26,9 @@ def announced(output_dir: Path, key: str, attempt: int) -> bool:
     return isinstance(data, dict) and data.get("attempt") == attempt
 
 
-def publish_repair(output_dir: Path, job: PyTorchJob, attempt: int, lost: ReplicaId, spare: str) -> int:
-    """Write the group's next membership: ``spare`` takes ``lost``'s place (and rank). Returns the generation."""
+def publish(output_dir: Path, attempt: int, members: Sequence[str], promoted: Sequence[tuple[str, str]]) -> int:
+    """Write the group's next membership (``members`` in rank order, ``promoted`` spares joining it as the
+    replicas they became). Returns its generation."""
     path = worker_files.membership_file(output_dir)
     generation, previous = 0, None
     try:
@@ -37,7 +37,7 @@ def publish_repair(output_dir: Path, job: PyTorchJob, attempt: int, lost: Replic
             generation = int(previous.get("generation", 0))
     except (OSError, ValueError, AttributeError, TypeError):
         previous = None
-    body = repair.membership(job, attempt, generation + 1, lost, spare, previous if generation else None)
+    body = repair.membership(attempt, generation + 1, members, dict(promoted), previous if generation else None)
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(body))
     os.replace(tmp, path)

@@ -5,7 +5,8 @@ trains under ``torchjob.train.inplace`` can: its survivors drop the broken proce
 membership, and re-form with the spare that takes the lost member's place, state included. The planner
 repairs in place only when all of this holds, and otherwise keeps the group restart:
 
-- the job asks for spares (``torchjob.io/spares``), has a fixed size and one process per replica;
+- the job asks for spares (``torchjob.io/spares``) and runs one process per replica (an elastic job repairs
+  in place by shrinking and growing its group instead: ``policies/regroup.py``);
 - replicas of the attempt failed, retryably (one or several at once), or the group hung and exactly one
   replica stopped beating (it is stopped, then replaced); every other replica runs and said it can be
   repaired around (its processes announced the in-place loop);
@@ -15,24 +16,21 @@ repairs in place only when all of this holds, and otherwise keeps the group rest
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from torchjob.api import extensions
 from torchjob.api.types import PyTorchJob
 from torchjob.core.actions import Action, Cause, CreateSpare, DeleteSpare
-from torchjob.core.envs import processes_per_replica
+from torchjob.core.envs import in_place
 from torchjob.core.observed import Phase, ReplicaObservation, SpareObservation
 from torchjob.core.policies import restart
-from torchjob.core.replicas import ReplicaId, expected_replicas, node_rank
+from torchjob.core.replicas import ReplicaId, node_rank
 
 
 def spares_wanted(job: PyTorchJob) -> int:
-    """How many warm spares to keep beside the job's group (0: the job does not repair in place)."""
-    value = job.annotation(extensions.SPARES)
-    if not value or job.spec.elastic_policy is not None or processes_per_replica(job) != 1:
-        return 0
-    return int(value)
+    """How many idle warm spares to keep beside the job's group (0 where it does not repair in place)."""
+    return int(job.annotation(extensions.SPARES) or 0) if in_place(job) else 0
 
 
 @dataclass(frozen=True)
@@ -84,7 +82,7 @@ def _replace(
     spares: list[SpareObservation],
     lost: list[tuple[ReplicaObservation, Cause]],
 ) -> list[Repair]:
-    if spares_wanted(job) == 0:
+    if not in_place(job):
         return []
     gone = {o.replica for o, _ in lost}
     others = [o for o in current if o.replica not in gone]
@@ -112,23 +110,30 @@ def spare_actions(
     return actions, sum(s.ready for s in mine)
 
 
+def members_in_rank_order(job: PyTorchJob, replicas: Iterable[ReplicaId]) -> tuple[str, ...]:
+    """Replica names in the order of their ranks in the group (a Master first, then Workers by index)."""
+    return tuple(str(r) for r in sorted(set(replicas), key=lambda r: node_rank(job, r)))
+
+
 def membership(
-    job: PyTorchJob, attempt: int, generation: int, lost: ReplicaId, spare: str, earlier: Mapping[str, object] | None
+    attempt: int,
+    generation: int,
+    members: Sequence[str],
+    promoted: Mapping[str, str],
+    earlier: Mapping[str, object] | None,
 ) -> dict[str, object]:
-    """The group after a repair, as its members read it (``membership.json`` locally, the operator's
-    ``/membership`` endpoint in a Pod): the same members in rank order, ``spare`` in ``lost``'s place.
+    """The group's next membership, as its members read it (``membership.json`` locally, the operator's
+    ``/membership`` endpoint in a Pod): ``members`` in rank order, and ``promoted`` spares (spare → the
+    replica whose place it takes) joining it.
 
     ``spares`` keeps every promotion of the attempt (``earlier`` is the membership before this one): two
     repairs can be published before a spare looks, and it must still find its place in the newer one."""
-    members = [str(r) for r in sorted(expected_replicas(job), key=lambda r: node_rank(job, r))]
-    promoted: dict[str, object] = {}
     kept = earlier.get("spares") if earlier is not None and earlier.get("attempt") == attempt else None
-    if isinstance(kept, dict):
-        promoted = {str(name): replica for name, replica in kept.items()}
+    before = {str(name): str(replica) for name, replica in kept.items()} if isinstance(kept, dict) else {}
     return {
         "attempt": attempt,
         "generation": generation,
-        "members": members,
-        "joined": [str(lost)],
-        "spares": {**promoted, spare: str(lost)},
+        "members": list(members),
+        "joined": sorted(promoted.values()),
+        "spares": {**before, **promoted},
     }

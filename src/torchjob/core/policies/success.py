@@ -14,7 +14,8 @@ from torchjob.core.replicas import expected_replicas, has_master
 
 
 def job_succeeded(job: PyTorchJob, current: list[ReplicaObservation]) -> bool:
-    done = {o.replica for o in current if o.phase is Phase.SUCCEEDED}
+    # A member leaving a running group (an elastic one scaled down) may exit cleanly: that is not the job's end.
+    done = {o.replica for o in current if o.phase is Phase.SUCCEEDED and not o.stopping}
     expected = expected_replicas(job)
     if job.annotation(extensions.SUCCESS_POLICY) == "AllReplicas":
         return all(r in done for r in expected)

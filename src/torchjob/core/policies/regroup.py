@@ -1,0 +1,98 @@
+"""Elastic groups under in-place repair: the group shrinks at once when a member is lost, and grows when a
+warm spare is ready to take an empty place, while the survivors keep their processes.
+
+An elastic job whose script trains under ``torchjob.train.inplace`` (it names ``torchjob.io/spares``; see
+``envs.in_place``) is not a set of torchrun agents: its replicas run the script directly and meet at the
+store torchjob hosts, like a fixed group under in-place repair. Its membership is decided here:
+
+- a Worker lost to a retryable failure leaves the group, and so does a live Worker above the target count
+  (after ``torchjob scale``), as long as minReplicas Workers remain and every remaining member can be
+  repaired around (it announced the in-place loop);
+- an empty place of the target group (a lost or a new Worker's) goes to a ready spare of the attempt, the
+  lowest index first; the spares to start are the idle ones the annotation asks for plus one per empty place;
+- whenever members leave or join, the group is told its next membership (``ReformGroup``): after a loss the
+  survivors re-form at once, otherwise at their next step (they agree on it with one collective per step).
+
+Otherwise, e.g. fewer than minReplicas Workers would remain, or a member has not yet announced the loop
+(the group is still starting), ``decide`` returns None and a loss is an ordinary failure: the group restarts.
+Leaving and joining are counted in ``status.membershipChanges``, never as restarts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from torchjob.api.types import PyTorchJob, ReplicaType
+from torchjob.core.actions import Action, DeleteReplica, Event, ReformGroup, RepairReplica
+from torchjob.core.envs import in_place
+from torchjob.core.observed import Phase, ReplicaObservation, SpareObservation
+from torchjob.core.policies import repair
+from torchjob.core.policies.elastic import target_workers
+from torchjob.core.policies.restart import is_retryable, restart_policy_of
+from torchjob.core.replicas import expected_replicas
+
+
+def applies(job: PyTorchJob, platform_repairs_in_place: bool) -> bool:
+    """Whether the job's membership is decided here: an elastic job under in-place repair on a platform that
+    can repair in place."""
+    return platform_repairs_in_place and job.spec.elastic_policy is not None and in_place(job)
+
+
+@dataclass(frozen=True)
+class Regroup:
+    """What one pass changes in a running elastic group under in-place repair."""
+
+    actions: list[Action] = field(default_factory=list)
+    events: list[Event] = field(default_factory=list)
+    leaving: list[ReplicaObservation] = field(default_factory=list)
+    joining: int = 0
+    empty_places: int = 0  # places of the target group no spare fills yet: a spare is started for each
+
+
+def decide(
+    job: PyTorchJob, attempt: int, current: list[ReplicaObservation], spares: list[SpareObservation]
+) -> Regroup | None:
+    """The group's change for this pass (nothing to change: an empty one); None when a loss cannot be
+    absorbed in place, so that it fails the attempt like any other."""
+    live = [o for o in current if not o.stopping]
+    lost = [o for o in live if o.phase is Phase.FAILED]
+    if lost and not all(_can_leave(job, o) for o in lost):
+        return None
+    staying = [o for o in live if o.phase.live]
+    target = target_workers(job)
+    surplus = [o for o in staying if o.replica.replica_type is ReplicaType.WORKER and o.replica.index >= target]
+    staying = [o for o in staying if o not in surplus]
+    minimum = job.spec.elastic_policy.min_replicas if job.spec.elastic_policy else None
+    workers_left = sum(o.replica.replica_type is ReplicaType.WORKER for o in staying)
+    if (lost or surplus) and (not all(o.repairable for o in staying) or workers_left < (minimum or 1)):
+        return None
+    present = {o.replica for o in staying}
+    empty = [r for r in expected_replicas(job) if r not in present]
+    if not staying or any(r.replica_type is not ReplicaType.WORKER for r in empty):
+        return Regroup() if not lost else None  # not started yet, or a Master lost: no group to keep
+    ready = sorted(s.name for s in spares if s.attempt == attempt and s.ready and not s.stopping)
+    if not all(o.repairable for o in staying):
+        ready = []  # still starting: a spare joins a group that trains, not one that forms
+    fills = list(zip(empty, ready, strict=False))
+    change = Regroup(leaving=lost + surplus, joining=len(fills), empty_places=len(empty) - len(fills))
+    for o in lost:
+        message = f"{o.describe()}; the group carries on in place with {workers_left} Worker(s)"
+        change.events.append(Event("Warning", "MemberLost", f"{message} (minReplicas {minimum})"))
+        change.actions.append(DeleteReplica(o.replica, o.attempt, "a lost member of the elastic group"))
+    for o in surplus:
+        change.events.append(Event("Normal", "ScaledDown", f"{o.replica} leaves: scaled to {target} Worker(s)"))
+        change.actions.append(DeleteReplica(o.replica, o.attempt, f"scaled down to {target} Worker(s)"))
+    for replica, spare in fills:
+        change.events.append(Event("Normal", "MemberAdded", f"{spare} joins the running group as {replica}"))
+        change.actions.append(RepairReplica(replica, attempt, spare))
+    if change.leaving or fills:
+        members = repair.members_in_rank_order(job, [*present, *(r for r, _ in fills)])
+        promoted = tuple((spare, str(replica)) for replica, spare in fills)
+        change.actions.append(ReformGroup(attempt, members, promoted))
+    return change
+
+
+def _can_leave(job: PyTorchJob, lost: ReplicaObservation) -> bool:
+    """A failed member the group can do without: a Worker that trained in place and failed retryably."""
+    retryable = is_retryable(restart_policy_of(job, lost), lost)
+    return lost.replica.replica_type is ReplicaType.WORKER and lost.repairable and retryable

@@ -1,0 +1,158 @@
+"""Forming one generation of a group under in-place repair (torchjob.train.inplace): meeting at the store
+torchjob hosts under the generation's own prefix, waiting for the controller's membership, and a warm spare's
+wait for a place.
+
+Every generation uses a fresh store prefix (reusing one hangs), and its members first meet at a store
+barrier that gives up as soon as the controller publishes a newer generation: a member that died before the
+group formed then costs one more membership, not the whole collective timeout.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import threading
+import time
+from datetime import timedelta
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
+
+from torchjob import worker_files
+from torchjob.train import channel
+from torchjob.train.channel import Channel
+from torchjob.train.init import DistContext
+
+# The store key (under a generation's prefix) that counts the members that arrived to form it.
+_ARRIVALS = "torchjob/arrived"
+
+
+def store_client(timeout: timedelta) -> Any:
+    """The store torchjob hosts for the job (``TORCHJOB_STORE``): it outlives every trainer."""
+    host, _, port = os.environ[worker_files.ENV_STORE].rpartition(":")
+    return dist.TCPStore(host, int(port), is_master=False, timeout=timeout)  # type: ignore[attr-defined]
+
+
+def is_newer(found: dict[str, Any] | None, attempt: int, generation: int) -> bool:
+    """Whether ``found`` is a membership of ``attempt`` with a generation above ``generation``."""
+    return found is not None and found.get("attempt") == attempt and int(found.get("generation", -1)) > generation
+
+
+def wait_for_membership(channel: Channel, attempt: int, newer_than: int, deadline: float) -> dict[str, Any] | None:
+    """The first membership of ``attempt`` with a generation above ``newer_than``; None at the deadline."""
+    while time.monotonic() < deadline:
+        found = channel.membership()
+        if is_newer(found, attempt, newer_than):
+            return found
+        time.sleep(channel.poll_seconds)
+    return None
+
+
+def absorb_first_ddp() -> None:
+    """Build this process's first DDP on a private one-rank group, and drop both.
+
+    In torch 2.15 the first DistributedDataParallel a process builds keeps its process group alive for good
+    (seen here: the group outlives destroy_process_group() and gc, while later DDPs release theirs). For the
+    group a job trains in, that breaks in-place repair: its sockets never close, so a survivor still blocked
+    in a collective with this rank was seen waiting for the full collective timeout after this rank had
+    moved on. The private group takes the leak instead; the import of torch._dynamo that the first DDP
+    needs (~4 s) happens here, once, too.
+    """
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)  # type: ignore[attr-defined]
+    DistributedDataParallel(nn.Linear(1, 1))
+    dist.destroy_process_group()
+
+
+def init_generation(backend: str, attempt: int, generation: int, rank: int, world: int, timeout: timedelta) -> None:
+    """Join one generation of the attempt's group at the store torchjob hosts, under its own prefix."""
+    prefix = worker_files.group_prefix(attempt, generation)
+    store = dist.PrefixStore(prefix, store_client(timeout))  # type: ignore[attr-defined]
+    dist.init_process_group(backend, store=store, rank=rank, world_size=world, timeout=timeout)
+
+
+def everyone_arrived(talk: Channel, found: dict[str, Any], timeout: timedelta) -> bool:
+    """Wait until every member of the generation ``found`` describes has arrived at the store; False as soon
+    as the controller publishes a newer one instead (a member died before it arrived: the repair is redone
+    around it, and waiting in ``init_process_group`` for the dead member would last its whole timeout)."""
+    attempt, generation, world = int(found["attempt"]), int(found["generation"]), len(found["members"])
+    store = dist.PrefixStore(worker_files.group_prefix(attempt, generation), store_client(timeout))  # type: ignore[attr-defined]
+    store.add(_ARRIVALS, 1)
+    deadline = time.monotonic() + timeout.total_seconds()
+    asked_at = time.monotonic()
+    while store.add(_ARRIVALS, 0) < world:
+        now = time.monotonic()
+        if now - asked_at >= talk.poll_seconds:
+            asked_at = now
+            if is_newer(talk.membership(), attempt, generation):
+                return False
+        if now > deadline:
+            raise RuntimeError(f"generation {generation} of the group did not form within {timeout.total_seconds():g}s")
+        time.sleep(0.002)
+    return True
+
+
+def join_next(
+    talk: Channel, backend: str, replica: str, attempt: int, after: int, deadline: float, timeout: timedelta
+) -> tuple[dict[str, Any], float, int, int] | None:
+    """Join, as ``replica``, the newest generation of ``attempt`` above ``after`` that forms (one that a newer
+    supersedes before everyone arrived is skipped). Returns its membership, when it was read (wall clock), this
+    rank and the world size; None when ``replica`` is no longer a member (an elastic group scaled down).
+    ``deadline`` (monotonic) bounds the wait for a membership; ``timeout`` each generation's forming."""
+    while True:
+        found = wait_for_membership(talk, attempt, after, deadline)
+        if found is None:
+            raise RuntimeError("the group was not repaired in time: no new membership was published")
+        found_at = time.time()
+        if replica not in found["members"]:
+            return None
+        if everyone_arrived(talk, found, timeout):
+            members: list[str] = found["members"]
+            rank, world = members.index(replica), len(members)
+            init_generation(backend, attempt, int(found["generation"]), rank, world, timeout)
+            return found, found_at, rank, world
+        after = int(found["generation"])
+
+
+def wait_as_spare(ctx_backend: str, device: torch.device, timeout: timedelta) -> DistContext:
+    """Block as a warm spare until the controller gives this process a lost replica's place; then join."""
+    absorb_first_ddp()  # also imports torch._dynamo, which the first DDP()/Adam() needs (~4 s): paid while waiting
+    spare = os.environ[worker_files.ENV_SPARE]
+    attempt = int(os.environ.get(worker_files.ENV_ATTEMPT, "0"))
+    talk = channel.from_env()
+    talk.announce(spare, attempt)
+    while True:
+        found = talk.membership()
+        if found is not None and found.get("attempt") == attempt and spare in (found.get("spares") or {}):
+            break
+        time.sleep(talk.poll_seconds)
+    replica = found["spares"][spare]
+    os.environ[worker_files.ENV_REPLICA] = replica  # from now on this process is that replica (files, logs)
+    given = int(found["generation"])
+    joined = join_next(talk, ctx_backend, replica, attempt, given - 1, math.inf, timeout)
+    if joined is None:
+        raise RuntimeError(f"spare {spare} was given {replica}'s place, but {replica} is no member of the group")
+    found, _, rank, world = joined
+    print(f"torchjob: spare {spare} joins as {replica} (rank {rank} of {world})", flush=True)
+    return DistContext(
+        rank, 0, world, device, ctx_backend, "torchjob", generation=int(found["generation"]), joined=True
+    )
+
+
+class MembershipWatch:
+    """The newest generation of the attempt the controller published, read in the background so that a step
+    costs no file read or request (an elastic group looks for a new membership at every step)."""
+
+    def __init__(self, talk: Channel, attempt: int, every: float) -> None:
+        self.newest = -1
+        self._talk, self._attempt, self._every = talk, attempt, every
+        threading.Thread(target=self._run, name="torchjob-membership", daemon=True).start()
+
+    def _run(self) -> None:
+        while True:
+            found = self._talk.membership()
+            if found is not None and found.get("attempt") == self._attempt:
+                self.newest = max(self.newest, int(found.get("generation", -1)))
+            time.sleep(self._every)

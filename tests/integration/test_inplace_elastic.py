@@ -1,0 +1,88 @@
+"""An elastic group under in-place repair on the local backend: a SIGKILLed member leaves at once and the
+survivors carry on as a smaller group; the spare started for its place joins when warm, and the group grows
+back. Nobody restarts, no sample is lost or trained twice, and every rank ends with the model a fault-free
+run computes (the global batch is the same at every size, so the world size does not change the math)."""
+
+from __future__ import annotations
+
+import json
+import signal
+from pathlib import Path
+
+import psutil
+import pytest
+import torch
+
+from tests.integration.helpers import job_file, job_object, shim_pid, start_run, wait_for
+from tests.integration.test_inplace_repair import GLOBAL_BATCH, SCRIPTS, trained
+from torchjob.testing import JobBuilder, make_job
+
+STEPS = 400  # long enough (0.1 s a step) for a cold spare to start and join while the group trains on
+WORKERS = ("worker-0", "worker-1", "worker-2")
+
+
+def elastic_job(name: str) -> JobBuilder:
+    return (
+        make_job(name)
+        .workers(3)
+        .elastic(minReplicas=2, maxReplicas=3)
+        .command("python", str(SCRIPTS / "inplace_train.py"))
+        .env(STEPS=str(STEPS))
+        # Elastic and in place, with no idle spare: a lost member leaves, and a spare is started for its place.
+        .annotate(**{"torchjob.io/spares": "0"})
+    )
+
+
+def reference_parameters() -> list[float]:
+    """What scripts/inplace_train.py ends with, computed in one process over each step's whole global batch:
+    DDP's mean of equal shards' mean gradients is the mean over the whole batch, at any world size."""
+    torch.manual_seed(0)
+    model = torch.nn.Linear(8, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    for number in range(STEPS):
+        samples = [number * GLOBAL_BATCH + i for i in range(GLOBAL_BATCH)]
+        x = torch.stack([torch.full((8,), float(s % 5)) for s in samples])
+        y = torch.tensor([[float(s % 3)] for s in samples])
+        optimizer.zero_grad()
+        ((model(x) - y) ** 2).mean().backward()
+        optimizer.step()
+    return [float(v) for p in model.parameters() for v in p.detach().double().flatten()]
+
+
+def test_a_lost_member_leaves_at_once_and_its_replacement_joins_when_warm(tmp_path: Path, torchjob_home: Path) -> None:
+    run = start_run(job_file(tmp_path, elastic_job("flex")), torchjob_home)
+    wait_for(lambda: len(trained(torchjob_home, "flex", "worker-1")) >= 5, what="training")
+    survivors = {r: shim_pid(torchjob_home, "flex", r) for r in ("worker-0", "worker-2")}
+    psutil.Process(shim_pid(torchjob_home, "flex", "worker-1")).children()[0].send_signal(signal.SIGKILL)
+    stdout, stderr = run.communicate(timeout=400)
+    assert run.returncode == 0, stderr[-3000:]
+
+    assert "worker-1 was killed by SIGKILL; the group carries on in place with 2 Worker(s)" in stderr, stderr
+    assert "spare-0 joins the running group as worker-1" in stderr
+    assert "group repaired in place (generation 1, 2 ranks" in stdout, stdout[-3000:]
+    assert "spare spare-0 joins as worker-1 (rank 1 of 3)" in stdout
+    assert "group re-formed in place (generation 2, 3 ranks" in stdout
+    status = job_object(torchjob_home, "flex")["status"]
+    assert (status["attempt"], status["restartCount"], status["membershipChanges"]) == (0, 0, 2), status
+    state = json.loads((torchjob_home / "jobs" / "flex" / "local.json").read_text())
+    assert {p["replica"]: p["pid"] for p in state["processes"] if p["replica"] in survivors} == survivors
+
+    # Every step's whole global batch was trained by the group that completed it last, at its size then.
+    newest: dict[int, tuple[int, list[int]]] = {}
+    for replica in WORKERS:
+        for record in trained(torchjob_home, "flex", replica):
+            step, generation = int(record["step"]), int(record["generation"])  # type: ignore[call-overload]
+            kept = newest.get(step)
+            if kept is None or generation > kept[0]:
+                newest[step] = (generation, [])
+            if newest[step][0] == generation:
+                newest[step][1].extend(record["samples"])  # type: ignore[arg-type]
+    for step, (generation, samples) in newest.items():
+        assert sorted(samples) == list(range(step * GLOBAL_BATCH, (step + 1) * GLOBAL_BATCH)), step
+    assert sorted(newest) == list(range(STEPS))
+    assert {g for g, _ in newest.values()} == {0, 1, 2}  # three sizes trained: 3, then 2, then 3 again
+
+    reference = reference_parameters()
+    for replica in WORKERS:
+        final = json.loads((torchjob_home / "jobs" / "flex" / "output" / f"final-{replica}.json").read_text())
+        assert final["parameters"] == pytest.approx(reference, abs=1e-5), replica

@@ -1,0 +1,110 @@
+"""An elastic group under in-place repair shrinks when a member is lost and grows when a spare is ready,
+without restarting anyone; a loss it cannot absorb still restarts the group."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+
+from tests.unit.test_planning import T0, at
+from torchjob.api.types import PyTorchJob
+from torchjob.core.actions import CreateReplica, CreateSpare, DeleteReplica, ReformGroup, RepairReplica
+from torchjob.core.observed import ReplicaObservation, SpareObservation
+from torchjob.core.planning import Plan, plan
+from torchjob.core.policies import regroup
+from torchjob.testing import failed, make_job, running
+
+WARMING = SpareObservation("spare-0", 0, ready=False)
+READY = replace(WARMING, ready=True)
+
+
+def elastic_job(workers: int = 3, minimum: int = 2, spares: str = "0") -> PyTorchJob:
+    builder = make_job("flex").workers(workers).elastic(minReplicas=minimum, maxReplicas=3)
+    job = builder.annotate(**{"torchjob.io/spares": spares}).build()
+    started = plan(job, [], T0, store_running=True, repairs_in_place=True)
+    return job.model_copy(update={"status": started.status})
+
+
+def members(*names: str, repairable: bool = True) -> list[ReplicaObservation]:
+    return [replace(running(n), repairable=repairable) for n in names]
+
+
+def lost(name: str, repairable: bool = True) -> ReplicaObservation:
+    return replace(failed(name, at=at(4)), repairable=repairable)
+
+
+def step(job: PyTorchJob, observed: list[ReplicaObservation], spares: Sequence[SpareObservation] = ()) -> Plan:
+    return plan(job, observed, at(5), store_running=True, spares=list(spares), repairs_in_place=True)
+
+
+def test_an_elastic_group_under_in_place_repair_starts_as_a_group_of_its_target_size() -> None:
+    job = elastic_job()
+    result = plan(job, [], T0, repairs_in_place=True)
+    assert [type(a).__name__ for a in result.actions] == ["CreateRendezvousStore", *["CreateReplica"] * 3]
+    assert regroup.applies(job, True) and not regroup.applies(job, False)
+
+
+def test_a_lost_member_leaves_at_once_and_a_spare_is_started_for_its_place() -> None:
+    job = elastic_job()
+    result = step(job, [*members("worker-0", "worker-2"), lost("worker-1")])
+    assert result.actions == [
+        DeleteReplica(lost("worker-1").replica, 0, "a lost member of the elastic group"),
+        ReformGroup(0, ("worker-0", "worker-2")),
+        CreateSpare(0),
+    ]
+    assert (result.status.attempt, result.status.restart_count, result.status.membership_changes) == (0, 0, 1)
+    assert [e.reason for e in result.events] == ["MemberLost"]
+    assert "carries on in place with 2 Worker(s)" in result.events[0].message
+
+    # While the spare warms, the smaller group runs on, and its empty place is not filled by a cold replica.
+    smaller = job.model_copy(update={"status": result.status})
+    waiting = step(smaller, members("worker-0", "worker-2"), [WARMING])
+    assert not any(isinstance(a, (CreateReplica, CreateSpare, ReformGroup)) for a in waiting.actions)
+
+    # Once it is ready, it takes the empty place, and the group grows back.
+    grown = step(smaller, members("worker-0", "worker-2"), [READY])
+    assert grown.actions == [
+        RepairReplica(lost("worker-1").replica, 0, "spare-0"),
+        ReformGroup(0, ("worker-0", "worker-1", "worker-2"), (("spare-0", "worker-1"),)),
+    ]
+    assert grown.status.membership_changes == 2 and grown.status.restart_count == 0
+    assert [e.reason for e in grown.events] == ["MemberAdded"]
+
+
+def test_a_ready_spare_takes_the_lost_members_place_in_the_same_pass() -> None:
+    result = step(elastic_job(spares="1"), [*members("worker-0", "worker-2"), lost("worker-1")], [READY])
+    assert result.actions[:3] == [
+        DeleteReplica(lost("worker-1").replica, 0, "a lost member of the elastic group"),
+        RepairReplica(lost("worker-1").replica, 0, "spare-0"),
+        ReformGroup(0, ("worker-0", "worker-1", "worker-2"), (("spare-0", "worker-1"),)),
+    ]
+
+
+def test_losses_it_cannot_absorb_restart_the_group() -> None:
+    cases = [
+        (elastic_job(workers=2, minimum=2), [*members("worker-0"), lost("worker-1")]),  # below minReplicas
+        (elastic_job(), [*members("worker-0", "worker-2", repairable=False), lost("worker-1")]),  # still starting
+        (elastic_job(), [*members("worker-0", "worker-2"), lost("worker-1", repairable=False)]),
+    ]
+    for job, observed in cases:
+        result = step(job, observed)
+        assert result.status.attempt == 1 and result.status.restart_count == 1, observed
+        assert not any(isinstance(a, ReformGroup) for a in result.actions)
+
+
+def test_scaling_changes_the_membership_without_a_restart() -> None:
+    job = elastic_job()
+    down = job.model_copy(update={"spec": job.spec.model_copy(deep=True)})
+    down.spec.pytorch_replica_specs[next(iter(down.spec.pytorch_replica_specs))].replicas = 2
+    shrunk = step(down, members("worker-0", "worker-1", "worker-2"))
+    assert shrunk.actions == [
+        DeleteReplica(running("worker-2").replica, 0, "scaled down to 2 Worker(s)"),
+        ReformGroup(0, ("worker-0", "worker-1")),
+    ]
+    assert [e.reason for e in shrunk.events] == ["ScaledDown"] and shrunk.status.restart_count == 0
+
+    # Scaled up again: a spare is started for the new place, and joins when ready.
+    up = step(job, members("worker-0", "worker-1"))
+    assert up.actions == [CreateSpare(0)]
+    joined = step(job, members("worker-0", "worker-1"), [READY])
+    assert joined.actions[-1] == ReformGroup(0, ("worker-0", "worker-1", "worker-2"), (("spare-0", "worker-2"),))
