@@ -77,7 +77,7 @@ def test_a_lost_member_leaves_at_once_and_its_replacement_joins_when_warm(tmp_pa
                 newest[step] = (generation, [])
             if newest[step][0] == generation:
                 newest[step][1].extend(record["samples"])  # type: ignore[arg-type]
-    for step, (generation, samples) in newest.items():
+    for step, (_, samples) in newest.items():
         assert sorted(samples) == list(range(step * GLOBAL_BATCH, (step + 1) * GLOBAL_BATCH)), step
     assert sorted(newest) == list(range(STEPS))
     assert {g for g, _ in newest.values()} == {0, 1, 2}  # three sizes trained: 3, then 2, then 3 again

@@ -8,9 +8,9 @@ from dataclasses import replace
 
 from tests.unit.test_planning import T0, at
 from torchjob.api.types import PyTorchJob
-from torchjob.core.actions import CreateReplica, CreateSpare, DeleteReplica, ReformGroup, RepairReplica
+from torchjob.core.actions import CreateReplica, CreateSpare, DeleteReplica, Plan, ReformGroup, RepairReplica
 from torchjob.core.observed import ReplicaObservation, SpareObservation
-from torchjob.core.planning import Plan, plan
+from torchjob.core.planning import plan
 from torchjob.core.policies import regroup
 from torchjob.testing import failed, make_job, running
 
