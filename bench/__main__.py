@@ -138,6 +138,27 @@ def main() -> None:
             ej is not None and ej <= floor + 3 and not ej_failed,
         )
     )
+    shrunk, pause = mended["elastic_first_step"], mended["elastic_grow_pause"]  # see bench/inplace.py
+    rows += [
+        _row(
+            "elastic in place: SIGKILL of a member → first step of the smaller group, 3 → 2 ranks (median s)",
+            f"{shrunk:.2f} ({mended['elastic_repaired']} shrank)" if isinstance(shrunk, float) else "none",
+            f"torchrun re-rendezvous {shown(ej, ej_failed, elastic.TIMEOUT)}",
+            shrunk / ej if isinstance(shrunk, float) and ej else None,
+            "≤ 0.5 s",
+            isinstance(shrunk, float) and shrunk <= 0.5,
+        ),
+        _row(
+            "elastic in place: the replacement joins, 2 → 3 ranks: the others pause for (median s)",
+            f"{pause:.2f} (joined {mended['elastic_grow_at']:.1f} s after the kill)"
+            if isinstance(pause, float)
+            else "-",
+            "",
+            None,
+            "—",
+            isinstance(pause, float),
+        ),
+    ]
     rows += [
         _row(
             f"throughput with sync checkpoints every {checkpoint.EVERY} steps ({ckpt.checkpoint_mb:.0f} MB)",

@@ -12,6 +12,13 @@ Measured from rank 0's repair record (``repairs.jsonl``) against the moment of t
 The anchors, in the same run: the same job with no kill (what the kill adds to the whole job), and the
 README's MNIST job (examples/mnist/job.yaml: checkpoints and a group restart) with no kill and with the same
 kill, today's path.
+
+The elastic case is examples/mnist/job-elastic-inplace.yaml (3 Workers, at least 2, no idle spare; 24
+epochs, so that the replacement has time to join), with the same kill. The two others carry on at once as a
+smaller group (``elastic_first_step``: its first step, from the kill), and the spare started for the lost
+place joins when warm (``elastic_grow_at``: when the group agreed to re-form, from the kill;
+``elastic_grow_pause``: how long the others stopped for the join, from that agreement to the first step of
+the grown group).
 """
 
 from __future__ import annotations
@@ -32,7 +39,14 @@ from bench.launch import BIN
 from bench.measure import median
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "mnist"
-CASES = (("job-inplace.yaml", False), ("job-inplace.yaml", True), ("job.yaml", False), ("job.yaml", True))
+ELASTIC_EPOCHS = 24
+CASES = (
+    ("job-inplace.yaml", False),
+    ("job-inplace.yaml", True),
+    ("job.yaml", False),
+    ("job.yaml", True),
+    ("job-elastic-inplace.yaml", True),
+)
 
 
 def _run(file: str, work: Path, kill: bool) -> tuple[float, dict[str, float] | None]:
@@ -41,6 +55,9 @@ def _run(file: str, work: Path, kill: bool) -> tuple[float, dict[str, float] | N
     name = job["metadata"]["name"]
     for spec in job["spec"]["pytorchReplicaSpecs"].values():
         spec["template"]["spec"]["containers"][0]["workingDir"] = str(EXAMPLE)
+        if "elastic" in file:
+            # Long enough after the kill for the cold spare to start, warm and join while the others train.
+            spec["template"]["spec"]["containers"][0]["args"] = ["--epochs", str(ELASTIC_EPOCHS)]
     (work / "job.yaml").write_text(yaml.safe_dump(job))
     home = work / "home"
     env = {**os.environ, "TORCHJOB_HOME": str(home), "OMP_NUM_THREADS": "1"}
@@ -67,36 +84,38 @@ def _run(file: str, work: Path, kill: bool) -> tuple[float, dict[str, float] | N
     repairs = home / "jobs" / name / "output" / "repairs.jsonl"
     if killed_at is None or not repairs.exists():
         return elapsed, None
-    record = json.loads(repairs.read_text().splitlines()[0])
+    records = [json.loads(line) for line in repairs.read_text().splitlines()]
+    record = records[0]
     parts = {
         "detection": record["failed_at"] - killed_at,
         "membership": record["membership_at"] - record["failed_at"],
         "reform": record["reformed_at"] - record["membership_at"],
         "first_step": record["first_step_at"] - killed_at,
     }
+    grown = next((r for r in records if r.get("kind") == "regroup"), None)
+    if grown is not None:
+        parts["grow_at"] = grown["agreed_at"] - killed_at
+        parts["grow_pause"] = grown["first_step_at"] - grown["agreed_at"]
     return elapsed, parts
 
 
 def measure(trials: int = 3) -> dict[str, object]:
     results: dict[str, list[float]] = {}
-    parts: list[dict[str, float]] = []
+    parts: dict[str, list[dict[str, float]]] = {"": [], "elastic_": []}
     for trial in range(trials):
-        for file, kill in (
-            ("job-inplace.yaml", False),
-            ("job-inplace.yaml", True),
-            ("job.yaml", False),
-            ("job.yaml", True),
-        ):
+        for file, kill in CASES:
             with tempfile.TemporaryDirectory(prefix="bench-inplace-") as work:
                 elapsed, repair = _run(file, Path(work), kill)
             results.setdefault(f"{file}{' killed' if kill else ''}", []).append(elapsed)
             if repair is not None:
-                parts.append(repair)
+                parts["elastic_" if "elastic" in file else ""].append(repair)
             print(f"  trial {trial + 1}: {file}{' (rank 1 killed)' if kill else ''}: {elapsed:.1f} s", flush=True)
     summary: dict[str, object] = {key: median(values) for key, values in results.items()}
-    for part in ("detection", "membership", "reform", "first_step"):
-        summary[part] = median([p[part] for p in parts]) if parts else None
-    summary["repaired"] = f"{len(parts)} of {trials}"
+    for prefix, found in parts.items():
+        for part in ("detection", "membership", "reform", "first_step", "grow_at", "grow_pause"):
+            values = [p[part] for p in found if part in p]
+            summary[prefix + part] = median(values) if values else None
+        summary[prefix + "repaired"] = f"{len(found)} of {trials}"
     return summary
 
 

@@ -21,6 +21,8 @@ from torchjob.train.reporting import call_operator, operator_from_env
 class Channel(Protocol):
     # How often a waiting process asks for the membership again.
     poll_seconds: float
+    # How often a training process of an elastic group looks for a new membership, in the background.
+    watch_seconds: float
 
     def announce(self, key: str, attempt: int) -> None: ...
 
@@ -29,6 +31,7 @@ class Channel(Protocol):
 
 class FileChannel:
     poll_seconds = 0.005
+    watch_seconds = 0.05
 
     def __init__(self, output_dir: str) -> None:
         self.output_dir = output_dir
@@ -50,6 +53,7 @@ class FileChannel:
 
 class OperatorChannel:
     poll_seconds = 0.05
+    watch_seconds = 0.5  # a request per Pod: a grown group re-forms within half a second of the decision
 
     def __init__(self, report_url: str, token_file: Path) -> None:
         self.announcements = worker_files.operator_endpoint(report_url, "announcements")

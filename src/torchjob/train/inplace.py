@@ -82,7 +82,7 @@ class InPlaceTraining:
         self._reporter = False  # whether this rank says and records the last re-form (the lowest survivor)
         self.watch: generations.MembershipWatch | None = None
         if self.repairable and os.environ.get(worker_files.ENV_ELASTIC) == "1":
-            self.watch = generations.MembershipWatch(self.channel, self.attempt, max(self.channel.poll_seconds, 0.05))
+            self.watch = generations.MembershipWatch(self.channel, self.attempt, self.channel.watch_seconds)
         if ctx.joined:
             self._take_state_and_wrap()
         else:
