@@ -13,6 +13,7 @@ import psutil
 import pytest
 import torch
 
+from tests.conftest import run_cli
 from tests.integration.helpers import job_file, job_object, shim_pid, start_run, wait_for
 from tests.integration.test_inplace_repair import GLOBAL_BATCH, SCRIPTS, trained
 from torchjob.testing import JobBuilder, make_job
@@ -67,10 +68,44 @@ def test_a_lost_member_leaves_at_once_and_its_replacement_joins_when_warm(tmp_pa
     state = json.loads((torchjob_home / "jobs" / "flex" / "local.json").read_text())
     assert {p["replica"]: p["pid"] for p in state["processes"] if p["replica"] in survivors} == survivors
 
-    # Every step's whole global batch was trained by the group that completed it last, at its size then.
+    assert_trained_exactly(torchjob_home, generations={0, 1, 2})  # three sizes: 3, then 2, then 3 again
+
+
+def test_scaling_down_and_up_changes_the_running_group_in_place(tmp_path: Path, torchjob_home: Path) -> None:
+    run = start_run(job_file(tmp_path, elastic_job("flex")), torchjob_home)
+    wait_for(lambda: len(trained(torchjob_home, "flex", "worker-2")) >= 5, what="training")
+    staying = {r: shim_pid(torchjob_home, "flex", r) for r in ("worker-0", "worker-1")}
+    assert run_cli("scale", "flex", "--workers", "2", home=torchjob_home).returncode == 0
+    wait_for(lambda: membership(torchjob_home).get("members") == ["worker-0", "worker-1"], what="scaled down")
+    assert run_cli("scale", "flex", "--workers", "3", home=torchjob_home).returncode == 0
+    stdout, stderr = run.communicate(timeout=400)
+    assert run.returncode == 0, stderr[-3000:]
+
+    assert "worker-2 leaves: scaled to 2 Worker(s)" in stderr, stderr
+    assert "spare-0 joins the running group as worker-2" in stderr
+    assert "spare spare-0 joins as worker-2 (rank 2 of 3)" in stdout, stdout[-3000:]
+    status = job_object(torchjob_home, "flex")["status"]
+    assert (status["attempt"], status["restartCount"], status["membershipChanges"]) == (0, 0, 2), status
+    state = json.loads((torchjob_home / "jobs" / "flex" / "local.json").read_text())
+    assert {p["replica"]: p["pid"] for p in state["processes"] if p["replica"] in staying} == staying
+    assert_trained_exactly(torchjob_home, generations={0, 1, 2})
+
+
+def membership(home: Path) -> dict[str, object]:
+    path = home / "jobs" / "flex" / "output" / "membership.json"
+    try:
+        found: dict[str, object] = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return found
+
+
+def assert_trained_exactly(home: Path, generations: set[int]) -> None:
+    """Every step's whole global batch was trained by the group that completed it last, at its size then, by
+    groups of every generation in ``generations``; every rank ends with a fault-free run's model."""
     newest: dict[int, tuple[int, list[int]]] = {}
     for replica in WORKERS:
-        for record in trained(torchjob_home, "flex", replica):
+        for record in trained(home, "flex", replica):
             step, generation = int(record["step"]), int(record["generation"])  # type: ignore[call-overload]
             kept = newest.get(step)
             if kept is None or generation > kept[0]:
@@ -80,9 +115,9 @@ def test_a_lost_member_leaves_at_once_and_its_replacement_joins_when_warm(tmp_pa
     for step, (_, samples) in newest.items():
         assert sorted(samples) == list(range(step * GLOBAL_BATCH, (step + 1) * GLOBAL_BATCH)), step
     assert sorted(newest) == list(range(STEPS))
-    assert {g for g, _ in newest.values()} == {0, 1, 2}  # three sizes trained: 3, then 2, then 3 again
+    assert {g for g, _ in newest.values()} == generations
 
     reference = reference_parameters()
     for replica in WORKERS:
-        final = json.loads((torchjob_home / "jobs" / "flex" / "output" / f"final-{replica}.json").read_text())
+        final = json.loads((home / "jobs" / "flex" / "output" / f"final-{replica}.json").read_text())
         assert final["parameters"] == pytest.approx(reference, abs=1e-5), replica
