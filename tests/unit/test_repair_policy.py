@@ -180,3 +180,26 @@ def test_a_hang_without_one_known_silent_rank_or_a_spare_restarts_the_group() ->
         result = plan(job, observed, at(45), store_running=True, spares=spares, repairs_in_place=True)
         assert not any(isinstance(a, RepairReplica) for a in result.actions), observed
         assert result.status.attempt == 1 and result.status.restart_count == 1
+
+
+def test_a_repair_that_does_not_complete_in_time_restarts_the_group() -> None:
+    job = started(in_place_job())
+    repaired = plan(job, group(), at(5), store_running=True, spares=[READY], repairs_in_place=True)
+    job = job.model_copy(update={"status": repaired.status})
+
+    def reported(name: str, second: float) -> ReplicaObservation:
+        return replace(running(name), progress=Progress(at(second), 9), repairable=True)
+
+    # worker-1 (the spare) has completed no step since the repair at second 5; the others have.
+    stalled = [reported("master-0", 30), reported("worker-0", 30), reported("worker-1", 4)]
+    pending = plan(job, stalled, at(64), store_running=True, repairs_in_place=True)
+    assert pending.status.attempt == 0 and pending.requeue_at is not None and pending.requeue_at <= at(65)
+    given_up = plan(job, stalled, at(66), store_running=True, repairs_in_place=True)
+    assert (given_up.status.attempt, given_up.status.restart_count) == (1, 1)
+    assert [e.reason for e in given_up.events] == ["RepairTimeout", "Restarting"]
+    assert "the in-place repair did not complete within 60s (worker-1 completed no step since)" in (
+        given_up.events[0].message
+    )
+    # Once every member has completed a step since the repair, it is done: no deadline any more.
+    done = [reported("master-0", 30), reported("worker-0", 30), reported("worker-1", 31)]
+    assert plan(job, done, at(200), store_running=True, repairs_in_place=True).status.attempt == 0

@@ -20,6 +20,12 @@ def training_since(status: JobStatus) -> datetime | None:
     return parse_timestamp(record.repaired_time or record.start_time)
 
 
+def repaired_at(status: JobStatus) -> datetime | None:
+    """When the current attempt's group was last repaired (re-formed) in place; None if it never was."""
+    record = next((a for a in status.attempts if a.attempt == status.attempt), None)
+    return parse_timestamp(record.repaired_time) if record is not None and record.repaired_time else None
+
+
 def note_repair(status: JobStatus, now: datetime) -> None:
     for record in status.attempts:
         if record.attempt == status.attempt:

@@ -9,32 +9,31 @@ whole attempt. Every replica of it is stopped, ``status.attempt`` advances, and 
 are created once the old ones are gone (a replica's name is free again only then — on Kubernetes the Pod
 name, locally the rendezvous must not see stale members). Two exceptions keep the survivors running: an
 elastic group absorbs membership changes (``policies/elastic.py``), and a group that trains under
-torchjob.train's in-place repair has a lost member replaced by a warm spare (``policies/repair.py``).
+torchjob.train's in-place repair has a lost member replaced by a warm spare (``policies/repair.py``), or,
+elastic, shrinks and grows around its running members (``policies/regroup.py``). Those in-place decisions
+are part of the same pass, kept in ``in_place_decisions.py``; the pass's state is ``pass_state.py``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from datetime import datetime
 
-from torchjob.api.types import ConditionType, JobStatus, PyTorchJob
+from torchjob.api.types import ConditionType, PyTorchJob
 from torchjob.core import attempts, conditions, envs
 from torchjob.core.actions import (
-    Action,
     Cause,
     CreateRendezvousStore,
     CreateReplica,
     DeleteRendezvousStore,
-    DeleteReplica,
     DeleteSpare,
     Event,
     Plan,
-    ReformGroup,
-    RepairReplica,
 )
 from torchjob.core.counting import replica_counts
+from torchjob.core.in_place_decisions import InPlaceDecisions
 from torchjob.core.observed import ReplicaObservation, SpareObservation
+from torchjob.core.pass_state import Helpers
 from torchjob.core.policies import backoff, cleanup, deadline, elastic, progress, regroup, repair, restart, success
 from torchjob.core.policies import trainer_status as progress_summary
 from torchjob.core.replicas import ReplicaId, expected_replicas
@@ -63,7 +62,7 @@ def plan(
     wanted = repair.spares_wanted(job) if in_place else 0
     hosts_store = elastic.hosts_rendezvous_store(job, honor_rdzv_host=reaches_rdzv_host) or in_place
     regroups = regroup.applies(job, repairs_in_place)
-    helpers = _Helpers(hosts_store, store_running, list(spares), wanted, reports_progress, in_place, regroups)
+    helpers = Helpers(hosts_store, store_running, list(spares), wanted, reports_progress, in_place, regroups)
     planner = _Planner(job, list(observed), now, helpers)
     planner.run()
     status = planner.status
@@ -72,32 +71,8 @@ def plan(
     return Plan(actions=planner.actions, status=status, events=planner.events, requeue_at=planner.requeue_at)
 
 
-@dataclass(frozen=True)
-class _Helpers:
-    """What the group needs beside its replicas, wanted and as observed."""
-
-    store_needed: bool  # torchjob hosts this job's rendezvous store
-    store_running: bool
-    spares: list[SpareObservation]
-    spares_wanted: int  # idle ones
-    reports_progress: bool  # the platform hears torchjob.train's progress reports
-    in_place: bool  # the group is repaired in place (torchjob.train.inplace) on this platform
-    regroups: bool  # an elastic group under in-place repair: policies/regroup decides its membership
-
-
-class _Planner:
+class _Planner(InPlaceDecisions):
     """One planning pass. Holds the working copy of the status and the actions decided so far."""
-
-    def __init__(self, job: PyTorchJob, observed: list[ReplicaObservation], now: datetime, helpers: _Helpers) -> None:
-        self.job = job
-        self.observed = observed
-        self.now = now
-        self.helpers = helpers
-        self.status: JobStatus = job.status.model_copy(deep=True)
-        self.actions: list[Action] = []
-        self.events: list[Event] = []
-        self.requeue_at: datetime | None = None
-        self.empty_places = 0  # places of a running elastic group that spares are to fill
 
     # -- the pass -------------------------------------------------------------------------------------
 
@@ -141,6 +116,8 @@ class _Planner:
             self._on_hang(hang)
             return
         self._wake_at(hang.check_at)
+        if self._repair_given_up(current):
+            return
         self._create_missing(current)
         self._keep_helpers(current)
         self._mark_running(current)
@@ -190,38 +167,6 @@ class _Planner:
             self._restart_counted(cause)
         else:
             self._restart(cause, counted=False)
-
-    def _on_hang(self, hang: progress.HangVerdict) -> None:
-        self.events.append(Event("Warning", "Hung", hang.message))
-        if hang.culprit is not None:
-            decision = repair.decide_hung(self.job, self.status.attempt, self._current(), self._spares(), hang.culprit)
-            if self._repaired(decision, counted=True):
-                return
-        self._restart_counted(Cause(hang.message, "Hung", hang.began_at))
-
-    def _spares(self) -> list[SpareObservation]:
-        return self.helpers.spares if self.helpers.in_place else []  # none where the platform cannot repair
-
-    def _repaired(self, decisions: list[repair.Repair], counted: bool) -> bool:
-        """Replace the lost members with warm spares while the others carry on, where that is possible."""
-        if not decisions:
-            return False
-        retries = self.status.restart_count + self.status.repairs + len(decisions) - 1
-        if counted and not backoff.may_restart(self.job, retries):
-            return False  # a crash loop: the group restart path ends the job at the backoff limit
-        others = len(self._current()) - len(decisions)
-        for decision in decisions:
-            self.actions.append(RepairReplica(decision.lost.replica, self.status.attempt, decision.spare))
-            self.status.repairs += 1
-            message = decision.describe(others, self.status.repairs)
-            self.events.append(Event("Warning", "Repaired", message, decision.cause))
-        # The group keeps its places: its live members, and the lost ones now held by the spares.
-        places = [o.replica for o in self._current() if o.phase.live and not o.stopping]
-        members = repair.members_in_rank_order(self.job, [*places, *(d.lost.replica for d in decisions)])
-        promoted = tuple((d.spare, str(d.lost.replica)) for d in decisions)
-        self.actions.append(ReformGroup(self.status.attempt, members, promoted))
-        attempts.note_repair(self.status, self.now)
-        return True
 
     def _restart_counted(self, cause: Cause) -> None:
         """A restart that counts against backoffLimit, or the job's end once the limit is reached. In-place
@@ -277,28 +222,11 @@ class _Planner:
         self.status.membership_changes += len(change.leaving)
         return [o for o in current if o not in change.leaving]
 
-    def _regroup(self, current: list[ReplicaObservation]) -> list[ReplicaObservation]:
-        """An elastic group under in-place repair shrinks and grows around its running members."""
-        change = regroup.decide(self.job, self.status.attempt, current, self._spares())
-        if change is None:
-            return current  # a loss it cannot absorb fails the attempt, below
-        self.actions += change.actions
-        self.events += change.events
-        self.status.membership_changes += len(change.leaving) + change.joining
-        self.empty_places = change.empty_places
-        return [o for o in current if o not in change.leaving]
-
     # -- replicas -------------------------------------------------------------------------------------
-
-    def _current(self) -> list[ReplicaObservation]:
-        return [o for o in self.observed if o.attempt == self.status.attempt]
 
     def _remove_stale_attempts(self) -> None:
         stale = [o for o in self.observed if o.attempt != self.status.attempt]
         self._stop_all(stale, "it belongs to an earlier attempt")
-
-    def _stop_all(self, replicas: list[ReplicaObservation], reason: str) -> None:
-        self.actions += [DeleteReplica(o.replica, o.attempt, reason) for o in replicas if not o.stopping]
 
     def _create_missing(self, current: list[ReplicaObservation]) -> None:
         present = {o.replica for o in current}
@@ -356,15 +284,3 @@ class _Planner:
     def _count_replicas(self, current: list[ReplicaObservation], finished: bool = False) -> None:
         before = self.status.replica_statuses if finished else {}
         self.status.replica_statuses = replica_counts(self.job, current, before)
-
-    # -- helpers --------------------------------------------------------------------------------------
-
-    def _kind_name(self) -> str:
-        return f"PyTorchJob {self.job.namespace}/{self.job.name}"
-
-    def _condition(self, ctype: ConditionType, reason: str, message: str, value: str = "True") -> None:
-        conditions.set_condition(self.status, ctype, value, reason, message, self.now)
-
-    def _wake_at(self, when: datetime | None) -> None:
-        if when is not None and (self.requeue_at is None or when < self.requeue_at):
-            self.requeue_at = when

@@ -12,12 +12,16 @@ repairs in place only when all of this holds, and otherwise keeps the group rest
   repaired around (its processes announced the in-place loop);
 - a ready spare (warm and waiting) of this attempt for each lost replica;
 - counted failures stay within backoffLimit, repairs and restarts together (a crash loop still ends).
+
+A repair that does not complete, i.e. some member has not finished a step since it within
+:data:`REPAIR_DEADLINE` (or three of its steps, if they are longer), is given up: the group restarts.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 
 from torchjob.api import extensions
 from torchjob.api.types import PyTorchJob
@@ -31,6 +35,12 @@ from torchjob.core.replicas import ReplicaId, node_rank
 def spares_wanted(job: PyTorchJob) -> int:
     """How many idle warm spares to keep beside the job's group (0 where it does not repair in place)."""
     return int(job.annotation(extensions.SPARES) or 0) if in_place(job) else 0
+
+
+# How long a repaired group may take to complete a step before the repair is given up and the group restarts.
+# The survivors' own wait for a membership (torchjob.train.inplace) is as long; this also covers a member
+# stuck elsewhere, e.g. inside a collective whose timeout is far longer.
+REPAIR_DEADLINE = 60.0
 
 
 @dataclass(frozen=True)
@@ -92,6 +102,28 @@ def _replace(
     if len(ready) < len(lost):
         return []
     return [Repair(o, spare, cause) for (o, cause), spare in zip(lost, ready, strict=False)]
+
+
+def overdue(
+    current: list[ReplicaObservation], repaired_at: datetime | None, now: datetime
+) -> tuple[str | None, datetime | None]:
+    """Why the last repair in place is given up (None: it completed, is not due yet, or progress is not
+    reported, so nothing can be told), and when to look again while it is pending."""
+    running = [o for o in current if o.phase is Phase.RUNNING and not o.stopping]
+    reports = [o.progress for o in running]
+    if repaired_at is None or not running or any(p is None for p in reports):
+        return None, None
+    known = [p for p in reports if p is not None]
+    if all(p.at > repaired_at for p in known):
+        return None, None
+    seconds = max(REPAIR_DEADLINE, 3 * max(p.seconds_per_step or 0.0 for p in known))
+    due = repaired_at + timedelta(seconds=seconds)
+    if now < due:
+        return None, due
+    behind = ", ".join(
+        sorted(str(o.replica) for o in running if o.progress is not None and o.progress.at <= repaired_at)
+    )
+    return f"the in-place repair did not complete within {seconds:g}s ({behind} completed no step since)", None
 
 
 def spare_actions(
