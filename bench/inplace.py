@@ -35,6 +35,7 @@ from pathlib import Path
 import psutil
 import yaml
 
+from bench import elastic
 from bench.launch import BIN
 from bench.measure import median
 
@@ -120,6 +121,11 @@ def measure(trials: int = 3) -> dict[str, object]:
 
 
 if __name__ == "__main__":
-    found = measure(int(sys.argv[1]) if len(sys.argv) > 1 else 3)
+    count = int(sys.argv[1]) if len(sys.argv) > 1 else 3
+    found = measure(count)
+    # The elastic case's anchor, in the same invocation: the same loss in a torchrun elastic group (bench.elastic).
+    for launcher, (seconds, failed) in elastic.measure(count).items():
+        found[f"anchor elastic, {launcher}: kill → first step of the smaller group"] = seconds
+        found[f"anchor elastic, {launcher}: trials that did not recover"] = failed
     for key, value in found.items():
         print(f"{key}: {value:.3f}" if isinstance(value, float) else f"{key}: {value}")

@@ -84,3 +84,41 @@ def test_a_lost_worker_pod_is_replaced_by_a_warm_spare_and_the_survivors_pods_ca
     assert float(master_log.split("test accuracy=")[1].split()[0]) >= 0.90
     spare_log = node.rig.kubectl("logs", "-n", namespace, f"{JOB}-spare-0-0").stdout
     assert f"torchjob: spare {JOB}-spare-0-0 joins as worker-1 (rank 2 of 3)" in spare_log, spare_log[-2000:]
+
+
+def test_an_elastic_group_on_pods_shrinks_at_once_and_grows_back_when_the_spare_pod_is_warm(
+    node: real_node.RealNode, node_operator: OperatorProcess
+) -> None:
+    """The elastic in-place MNIST job (3 Workers, at least 2, no idle spare): worker-1's trainer is SIGKILLed;
+    the two other Pods carry on as a group of 2 at once, a spare Pod started for the place joins as worker-1,
+    and the group trains at 3 again. No Pod but the lost one is recreated, and nothing restarts."""
+    name = "mnist-elastic-inplace"
+    namespace = node.namespace("inplace-elastic")
+    job = yaml.safe_load((ROOT / "examples" / "mnist" / "job-elastic-inplace.yaml").read_text())
+    job["metadata"]["namespace"] = namespace
+    # Long enough after the kill for a spare Pod to start, import torch and join while the others train.
+    job["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]["args"] = ["--epochs", "16"]
+    node.rig.apply(job)
+    deadline = time.monotonic() + 300
+    while "epoch: 2/" not in node.rig.kubectl("logs", "-n", namespace, f"{name}-worker-1", check=False).stdout:
+        pods = node.rig.kubectl("get", "pods", "-n", namespace, check=False).stdout
+        assert time.monotonic() < deadline, f"worker-1 never reached epoch 2:\n{pods}"
+        time.sleep(0.5)
+    survivors = {pod: _uid(node, namespace, pod) for pod in (f"{name}-worker-0", f"{name}-worker-2")}
+    for pid in node.container_pids(namespace, f"{name}-worker-1"):
+        os.kill(pid, signal.SIGKILL)
+    finished = wait_for_condition(node, namespace, name, {"Succeeded", "Failed"}, timeout=400)
+    conditions = {c["type"]: c for c in finished["status"]["conditions"]}
+    assert "Failed" not in conditions, conditions["Failed"]["message"]
+    status = finished["status"]
+    events = node.rig.kubectl("get", "events", "-n", namespace, "-o", "jsonpath={.items[*].message}").stdout
+    assert "the group carries on in place with 2 Worker(s)" in events, events[-3000:]
+    assert f"{name}-spare-0-0 joins the running group as worker-1" in events, events[-3000:]
+    assert (status["attempt"], status["restartCount"], status["membershipChanges"]) == (0, 0, 2), status
+    assert {pod: _uid(node, namespace, pod) for pod in survivors} == survivors
+    log = node.rig.kubectl("logs", "-n", namespace, f"{name}-worker-0").stdout
+    assert "group repaired in place (generation 1, 2 ranks" in log, log[-3000:]
+    assert "group re-formed in place (generation 2, 3 ranks" in log, log[-3000:]
+    assert float(log.split("test accuracy=")[1].split()[0]) >= 0.90
+    spare_log = node.rig.kubectl("logs", "-n", namespace, f"{name}-spare-0-0").stdout
+    assert f"spare {name}-spare-0-0 joins as worker-1 (rank 1 of 3)" in spare_log, spare_log[-2000:]
