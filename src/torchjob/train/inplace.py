@@ -9,6 +9,12 @@ the model in a new DDP, and carries on from the step that failed. The lost membe
 spare: a process that ran the same script up to :func:`torchjob.train.init` (torch and the script's imports
 loaded) and waited there.
 
+An elastic group (``TORCHJOB_ELASTIC``) also changes size by decision: the controller publishes a smaller
+membership (scaled down) or a larger one (a spare takes an empty place). Members that are not failing
+cannot be interrupted, so before every step they agree, with one all-reduce of one integer, on the newest
+membership any of them has seen (a background thread reads it), and re-form together at that step when it
+changed; a member left out exits. Forming itself is :mod:`torchjob.train.generations`.
+
 Every member runs the same collectives after a re-form (state broadcast, then ``DDP()``), so a joiner and
 the survivors never disagree on what comes next, and every member gets a new DDP: a kept DDP beside a fresh
 one can silently average misaligned buckets. Tested on gloo; for NCCL the same sequence holds, with the
