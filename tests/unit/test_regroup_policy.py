@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from tests.unit.test_planning import T0, at
+from tests.unit.test_repair_policy import told
 from torchjob.api.types import PyTorchJob
 from torchjob.core.actions import CreateReplica, CreateSpare, DeleteReplica, Plan, ReformGroup, RepairReplica
 from torchjob.core.observed import ReplicaObservation, SpareObservation
@@ -49,7 +50,7 @@ def test_a_lost_member_leaves_at_once_and_a_spare_is_started_for_its_place() -> 
     result = step(job, [*members("worker-0", "worker-2"), lost("worker-1")])
     assert result.actions == [
         DeleteReplica(lost("worker-1").replica, 0, "a lost member of the elastic group"),
-        ReformGroup(0, ("worker-0", "worker-2")),
+        told(1, ("worker-0", "worker-2")),
         CreateSpare(0),
     ]
     assert (result.status.attempt, result.status.restart_count, result.status.membership_changes) == (0, 0, 1)
@@ -65,8 +66,9 @@ def test_a_lost_member_leaves_at_once_and_a_spare_is_started_for_its_place() -> 
     grown = step(smaller, members("worker-0", "worker-2"), [READY])
     assert grown.actions == [
         RepairReplica(lost("worker-1").replica, 0, "spare-0"),
-        ReformGroup(0, ("worker-0", "worker-1", "worker-2"), (("spare-0", "worker-1"),)),
+        told(2, ("worker-0", "worker-1", "worker-2"), {"spare-0": "worker-1"}),
     ]
+    assert grown.status.membership == told(2, ("worker-0", "worker-1", "worker-2"), {"spare-0": "worker-1"}).membership
     assert grown.status.membership_changes == 2 and grown.status.restart_count == 0
     assert [e.reason for e in grown.events] == ["MemberAdded"]
 
@@ -76,7 +78,7 @@ def test_a_ready_spare_takes_the_lost_members_place_in_the_same_pass() -> None:
     assert result.actions[:3] == [
         DeleteReplica(lost("worker-1").replica, 0, "a lost member of the elastic group"),
         RepairReplica(lost("worker-1").replica, 0, "spare-0"),
-        ReformGroup(0, ("worker-0", "worker-1", "worker-2"), (("spare-0", "worker-1"),)),
+        told(1, ("worker-0", "worker-1", "worker-2"), {"spare-0": "worker-1"}),
     ]
 
 
@@ -99,7 +101,7 @@ def test_scaling_changes_the_membership_without_a_restart() -> None:
     shrunk = step(down, members("worker-0", "worker-1", "worker-2"))
     assert shrunk.actions == [
         DeleteReplica(running("worker-2").replica, 0, "scaled down to 2 Worker(s)"),
-        ReformGroup(0, ("worker-0", "worker-1")),
+        told(1, ("worker-0", "worker-1")),
     ]
     assert [e.reason for e in shrunk.events] == ["ScaledDown"] and shrunk.status.restart_count == 0
 
@@ -107,4 +109,4 @@ def test_scaling_changes_the_membership_without_a_restart() -> None:
     up = step(job, members("worker-0", "worker-1"))
     assert up.actions == [CreateSpare(0)]
     joined = step(job, members("worker-0", "worker-1"), [READY])
-    assert joined.actions[-1] == ReformGroup(0, ("worker-0", "worker-1", "worker-2"), (("spare-0", "worker-2"),))
+    assert joined.actions[-1] == told(1, ("worker-0", "worker-1", "worker-2"), {"spare-0": "worker-2"})

@@ -9,7 +9,7 @@ import pytest
 
 from tests.unit.test_planning import T0, at
 from torchjob.api.errors import ValidationError
-from torchjob.api.types import PyTorchJob
+from torchjob.api.types import GroupMembership, PyTorchJob
 from torchjob.core.actions import CreateReplica, CreateSpare, DeleteReplica, DeleteSpare, ReformGroup, RepairReplica
 from torchjob.core.observed import Progress, ReplicaObservation, SpareObservation
 from torchjob.core.planning import plan
@@ -34,6 +34,14 @@ def group(lost_signal: int | None = signal.SIGKILL, repairable: bool = True) -> 
     return [replace(o, repairable=repairable) for o in members]
 
 
+def told(generation: int, members: tuple[str, ...], promoted: dict[str, str] | None = None) -> ReformGroup:
+    """The membership of attempt 0 the group is told (``promoted`` spares join it)."""
+    joined, spares = sorted((promoted or {}).values()), dict(promoted or {})
+    return ReformGroup(
+        GroupMembership(attempt=0, generation=generation, members=list(members), joined=joined, spares=spares)
+    )
+
+
 def test_spares_start_with_the_group_and_the_store_before_both() -> None:
     result = plan(in_place_job(spares="2"), [], T0, repairs_in_place=True)
     kinds = [type(a).__name__ for a in result.actions]
@@ -48,7 +56,7 @@ def test_a_lost_member_goes_to_a_ready_spare_and_nothing_else_stops() -> None:
     members = ("master-0", "worker-0", "worker-1")
     assert result.actions == [
         RepairReplica(group()[2].replica, 0, "spare-0"),
-        ReformGroup(0, members, (("spare-0", "worker-1"),)),
+        told(1, members, {"spare-0": "worker-1"}),
     ]
     assert (result.status.attempt, result.status.restart_count, result.status.repairs) == (0, 0, 1)
     assert [e.reason for e in result.events] == ["Repaired"]
@@ -85,7 +93,7 @@ def test_two_members_lost_at_once_take_two_spares_or_restart_the_group() -> None
     assert result.actions == [
         RepairReplica(two[1].replica, 0, "spare-0"),
         RepairReplica(two[2].replica, 0, "spare-1"),
-        ReformGroup(0, ("master-0", "worker-0", "worker-1"), (("spare-0", "worker-0"), ("spare-1", "worker-1"))),
+        told(1, ("master-0", "worker-0", "worker-1"), {"spare-0": "worker-0", "spare-1": "worker-1"}),
     ]
     assert (result.status.attempt, result.status.restart_count, result.status.repairs) == (0, 0, 2)
     assert [e.reason for e in result.events] == ["Repaired", "Repaired"]
@@ -97,12 +105,14 @@ def test_two_members_lost_at_once_take_two_spares_or_restart_the_group() -> None
 
 def test_a_membership_keeps_every_promotion_of_the_attempt() -> None:
     members = ["master-0", "worker-0", "worker-1"]
-    first = repair.membership(0, 1, members, {"spare-0": "worker-1"}, None)
-    second = repair.membership(0, 2, members, {"spare-1": "worker-0"}, first)
-    assert second["spares"] == {"spare-0": "worker-1", "spare-1": "worker-0"}
-    assert second["members"] == members and second["joined"] == ["worker-0"]
-    # A membership of an earlier attempt is not carried over.
-    assert repair.membership(1, 1, members, {"spare-2": "worker-0"}, second)["spares"] == {"spare-2": "worker-0"}
+    first = repair.next_membership(None, 0, members, [("spare-0", "worker-1")])
+    second = repair.next_membership(first, 0, members, [("spare-1", "worker-0")])
+    assert (first.generation, second.generation) == (1, 2)
+    assert second.spares == {"spare-0": "worker-1", "spare-1": "worker-0"}
+    assert second.members == members and second.joined == ["worker-0"]
+    # A membership of an earlier attempt is not carried over: the new attempt's first is generation 1.
+    third = repair.next_membership(second, 1, members, [("spare-2", "worker-0")])
+    assert (third.generation, third.spares) == (1, {"spare-2": "worker-0"})
 
 
 def test_spares_of_an_ended_attempt_go_and_the_new_attempt_gets_its_own() -> None:
@@ -152,7 +162,7 @@ def test_a_hung_group_whose_one_silent_rank_is_known_replaces_it_with_a_spare() 
     hung = [beating("master-0", 7, 45), beating("worker-0", 7, 44), beating("worker-1", 7, 11)]
     result = plan(job, hung, at(45), store_running=True, spares=[READY], repairs_in_place=True)
     assert result.actions[0] == RepairReplica(hung[2].replica, 0, "spare-0")
-    assert result.actions[1] == ReformGroup(0, ("master-0", "worker-0", "worker-1"), (("spare-0", "worker-1"),))
+    assert result.actions[1] == told(1, ("master-0", "worker-0", "worker-1"), {"spare-0": "worker-1"})
     assert (result.status.attempt, result.status.restart_count, result.status.repairs) == (0, 0, 1)
     assert [e.reason for e in result.events] == ["Hung", "Repaired"]
     assert "worker-1 stopped responding, the others wait for it" in result.events[0].message

@@ -181,6 +181,22 @@ class AttemptRecord(_OpenWire):
     repaired_time: str | None = None
 
 
+class GroupMembership(_OpenWire):
+    """The membership a group under in-place repair was last told, in the JSON its members read
+    (``membership.json`` locally, the operator's ``/membership`` endpoint in a Pod): its generation within the
+    attempt, the members in rank order, the replicas that joined in it, and every spare promoted into the
+    attempt's group (spare → the replica it became)."""
+
+    attempt: int
+    generation: int
+    members: list[str] = Field(default_factory=list)
+    joined: list[str] = Field(default_factory=list)
+    spares: dict[str, str] = Field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return self.model_dump(by_alias=True, mode="json")
+
+
 class TrainerMetric(_OpenWire):
     """One training metric as last reported, its value as a string (Kubeflow Trainer's ``Metric``)."""
 
@@ -216,6 +232,9 @@ class JobStatus(_OpenWire):
     # and the spares ready now.
     repairs: int = 0
     spares_ready: int = 0
+    # The membership a group under in-place repair was last told (kept here so that an operator that
+    # restarts, or a standby that takes over, tells the group the same).
+    membership: GroupMembership | None = None
     # Training progress, from torchjob.train's reports (absent for scripts that report none).
     trainer_status: TrainerStatus | None = None
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from torchjob.api.types import JobStatus
+from torchjob.api.types import GroupMembership, JobStatus
 from torchjob.core.replicas import ReplicaId
 
 
@@ -68,13 +68,11 @@ class RepairReplica:
 
 @dataclass(frozen=True)
 class ReformGroup:
-    """Publish a running group's next membership (torchjob.train.inplace): ``members`` in rank order, with the
-    spares this pass promoted into it (spare, replica). The members re-form around it in place: at once after
-    a lost member, at their next step otherwise (an elastic group that grows or shrinks)."""
+    """Tell a running group its next membership (torchjob.train.inplace reads it; ``status.membership`` keeps
+    it). The members re-form around it in place: at once after a lost member, at their next step otherwise
+    (an elastic group that grows or shrinks)."""
 
-    attempt: int
-    members: tuple[str, ...]
-    promoted: tuple[tuple[str, str], ...] = ()
+    membership: GroupMembership
 
 
 @dataclass(frozen=True)

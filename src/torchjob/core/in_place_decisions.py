@@ -5,6 +5,7 @@ does not complete. The policies themselves are ``policies/repair.py`` and ``poli
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
 
 from torchjob.api.types import PyTorchJob
@@ -50,8 +51,7 @@ class InPlaceDecisions(PassState):
         # The group keeps its places: its live members, and the lost ones now held by the spares.
         places = [o.replica for o in self._current() if o.phase.live and not o.stopping]
         members = repair.members_in_rank_order(self.job, [*places, *(d.lost.replica for d in decisions)])
-        promoted = tuple((d.spare, str(d.lost.replica)) for d in decisions)
-        self.actions.append(ReformGroup(self.status.attempt, members, promoted))
+        self._reform(members, [(d.spare, str(d.lost.replica)) for d in decisions])
         attempts.note_repair(self.status, self.now)
         return True
 
@@ -62,11 +62,19 @@ class InPlaceDecisions(PassState):
             return current  # a loss it cannot absorb fails the attempt, below
         self.actions += change.actions
         self.events += change.events
+        if change.members is not None:
+            self._reform(change.members, change.promoted)
         self.status.membership_changes += len(change.leaving) + change.joining
         self.empty_places = change.empty_places
         if change.leaving or change.joining:
             attempts.note_repair(self.status, self.now)  # the group re-forms: that is progress, and has a deadline
         return [o for o in current if o not in change.leaving]
+
+    def _reform(self, members: Sequence[str], promoted: Sequence[tuple[str, str]]) -> None:
+        """Tell the group its next membership, and keep it in the status (the same for any operator)."""
+        membership = repair.next_membership(self.status.membership, self.status.attempt, members, promoted)
+        self.status.membership = membership
+        self.actions.append(ReformGroup(membership))
 
     def _repair_given_up(self, current: list[ReplicaObservation]) -> bool:
         """Restart the group when its last repair in place did not complete in time."""

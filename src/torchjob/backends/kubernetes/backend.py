@@ -44,7 +44,6 @@ from torchjob.core.actions import (
     RepairReplica,
 )
 from torchjob.core.observed import Observed, Phase, ReplicaObservation, SpareObservation
-from torchjob.core.policies import repair
 from torchjob.core.replicas import ReplicaId
 from torchjob.core.times import timestamp
 
@@ -99,6 +98,10 @@ class KubernetesBackend(Backend):
         # Only Pods this job object owns: a job deleted and created again under the same name starts afresh.
         owned = [p for p in pods if _owned_by(p, job.metadata.uid)]
         self._pods = {p["metadata"]["name"]: p for p in owned}
+        kept = job.status.membership
+        if self.reports is not None and kept is not None and self.reports.membership(job.namespace, job.name) is None:
+            # An operator that restarted, or took over as leader, tells the group what the status keeps.
+            self.reports.publish_membership(job.namespace, job.name, kept.to_json())
         in_doubt = {observing.node_in_doubt(p) for p in owned} - {None}
         nodes = {name: self._node(name) for name in in_doubt if name}
         observations = [
@@ -262,12 +265,8 @@ class KubernetesBackend(Backend):
 
     def _reform(self, job: PyTorchJob, action: ReformGroup) -> None:
         """Tell the group its next membership (the operator's ``/membership`` endpoint, which its members poll)."""
-        if self.reports is None:
-            return
-        previous = self.reports.membership(job.namespace, job.name) or {}
-        generation = int(str(previous.get("generation", 0))) if previous.get("attempt") == action.attempt else 0
-        body = repair.membership(action.attempt, generation + 1, action.members, dict(action.promoted), previous)
-        self.reports.publish_membership(job.namespace, job.name, body)
+        if self.reports is not None:
+            self.reports.publish_membership(job.namespace, job.name, action.membership.to_json())
 
     def _keep_logs(self, job: PyTorchJob, deletes: list[DeleteReplica]) -> None:
         """File the output of the Pods about to be deleted in their attempt's ConfigMap (log_archive.py)."""

@@ -126,6 +126,17 @@ def _status() -> dict[str, Any]:
             # In-place repairs (a spare took a lost member's place) and the warm spares ready now.
             "repairs": {"type": "integer"},
             "sparesReady": {"type": "integer"},
+            # The membership a group under in-place repair was last told (what its members read).
+            "membership": {
+                "type": "object",
+                "properties": {
+                    "attempt": {"type": "integer"},
+                    "generation": {"type": "integer"},
+                    "members": {"type": "array", "items": {"type": "string"}},
+                    "joined": {"type": "array", "items": {"type": "string"}},
+                    "spares": {"type": "object", "additionalProperties": {"type": "string"}},
+                },
+            },
             # Training progress in Kubeflow Trainer's shape (KEP-2779), from torchjob.train's reports.
             "trainerStatus": {
                 "type": "object",

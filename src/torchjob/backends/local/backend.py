@@ -134,7 +134,7 @@ class LocalBackend(Backend):
             elif isinstance(action, RepairReplica):
                 self._repair(action)
             elif isinstance(action, ReformGroup):
-                membership.publish(self.store.output_dir(self.name), action.attempt, action.members, action.promoted)
+                membership.publish(self.store.output_dir(self.name), action.membership.to_json())
             elif isinstance(action, DeleteJob):
                 self.deleted = True
         if actions:

@@ -9,11 +9,9 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Sequence
 from pathlib import Path
 
 from torchjob import worker_files
-from torchjob.core.policies import repair
 
 
 def announced(output_dir: Path, key: str, attempt: int) -> bool:
@@ -26,19 +24,9 @@ def announced(output_dir: Path, key: str, attempt: int) -> bool:
     return isinstance(data, dict) and data.get("attempt") == attempt
 
 
-def publish(output_dir: Path, attempt: int, members: Sequence[str], promoted: Sequence[tuple[str, str]]) -> int:
-    """Write the group's next membership (``members`` in rank order, ``promoted`` spares joining it as the
-    replicas they became). Returns its generation."""
+def publish(output_dir: Path, membership: dict[str, object]) -> None:
+    """Write the group's next membership where its members poll it (atomically: a reader never sees half)."""
     path = worker_files.membership_file(output_dir)
-    generation, previous = 0, None
-    try:
-        previous = json.loads(path.read_text())
-        if previous.get("attempt") == attempt:
-            generation = int(previous.get("generation", 0))
-    except (OSError, ValueError, AttributeError, TypeError):
-        previous = None
-    body = repair.membership(attempt, generation + 1, members, dict(promoted), previous if generation else None)
     tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(body))
+    tmp.write_text(json.dumps(membership))
     os.replace(tmp, path)
-    return generation + 1

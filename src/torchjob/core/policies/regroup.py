@@ -10,8 +10,9 @@ store torchjob hosts, like a fixed group under in-place repair. Its membership i
   repaired around (it announced the in-place loop);
 - an empty place of the target group (a lost or a new Worker's) goes to a ready spare of the attempt, the
   lowest index first; the spares to start are the idle ones the annotation asks for plus one per empty place;
-- whenever members leave or join, the group is told its next membership (``ReformGroup``): after a loss the
-  survivors re-form at once, otherwise at their next step (they agree on it with one collective per step).
+- whenever members leave or join, the group is told its next membership (the planner's ``ReformGroup``): after
+  a loss the survivors re-form at once, otherwise at their next step (they agree on it with one collective
+  per step).
 
 Otherwise, e.g. fewer than minReplicas Workers would remain, or a member has not yet announced the loop
 (the group is still starting), ``decide`` returns None and a loss is an ordinary failure: the group restarts.
@@ -23,7 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from torchjob.api.types import PyTorchJob, ReplicaType
-from torchjob.core.actions import Action, DeleteReplica, Event, ReformGroup, RepairReplica
+from torchjob.core.actions import Action, DeleteReplica, Event, RepairReplica
 from torchjob.core.envs import in_place
 from torchjob.core.observed import Phase, ReplicaObservation, SpareObservation
 from torchjob.core.policies import repair
@@ -47,6 +48,9 @@ class Regroup:
     leaving: list[ReplicaObservation] = field(default_factory=list)
     joining: int = 0
     empty_places: int = 0  # places of the target group no spare fills yet: a spare is started for each
+    # The group's next membership when it changes (members in rank order, spares promoted into it).
+    members: tuple[str, ...] | None = None
+    promoted: tuple[tuple[str, str], ...] = ()
 
 
 def decide(
@@ -74,7 +78,16 @@ def decide(
     if not all(o.repairable for o in staying):
         ready = []  # still starting: a spare joins a group that trains, not one that forms
     fills = list(zip(empty, ready, strict=False))
-    change = Regroup(leaving=lost + surplus, joining=len(fills), empty_places=len(empty) - len(fills))
+    members = (
+        repair.members_in_rank_order(job, [*present, *(r for r, _ in fills)]) if lost or surplus or fills else None
+    )
+    change = Regroup(
+        leaving=lost + surplus,
+        joining=len(fills),
+        empty_places=len(empty) - len(fills),
+        members=members,
+        promoted=tuple((spare, str(replica)) for replica, spare in fills),
+    )
     for o in lost:
         message = f"{o.describe()}; the group carries on in place with {workers_left} Worker(s)"
         change.events.append(Event("Warning", "MemberLost", f"{message} (minReplicas {minimum})"))
@@ -85,10 +98,6 @@ def decide(
     for replica, spare in fills:
         change.events.append(Event("Normal", "MemberAdded", f"{spare} joins the running group as {replica}"))
         change.actions.append(RepairReplica(replica, attempt, spare))
-    if change.leaving or fills:
-        members = repair.members_in_rank_order(job, [*present, *(r for r, _ in fills)])
-        promoted = tuple((spare, str(replica)) for replica, spare in fills)
-        change.actions.append(ReformGroup(attempt, members, promoted))
     return change
 
 

@@ -19,12 +19,12 @@ A repair that does not complete, i.e. some member has not finished a step since 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from torchjob.api import extensions
-from torchjob.api.types import PyTorchJob
+from torchjob.api.types import GroupMembership, PyTorchJob
 from torchjob.core.actions import Action, Cause, CreateSpare, DeleteSpare
 from torchjob.core.envs import in_place
 from torchjob.core.observed import Phase, ReplicaObservation, SpareObservation
@@ -147,25 +147,19 @@ def members_in_rank_order(job: PyTorchJob, replicas: Iterable[ReplicaId]) -> tup
     return tuple(str(r) for r in sorted(set(replicas), key=lambda r: node_rank(job, r)))
 
 
-def membership(
-    attempt: int,
-    generation: int,
-    members: Sequence[str],
-    promoted: Mapping[str, str],
-    earlier: Mapping[str, object] | None,
-) -> dict[str, object]:
-    """The group's next membership, as its members read it (``membership.json`` locally, the operator's
-    ``/membership`` endpoint in a Pod): ``members`` in rank order, and ``promoted`` spares (spare → the
-    replica whose place it takes) joining it.
+def next_membership(
+    earlier: GroupMembership | None, attempt: int, members: Sequence[str], promoted: Sequence[tuple[str, str]]
+) -> GroupMembership:
+    """The group's next membership: ``members`` in rank order, and ``promoted`` spares (spare, the replica
+    whose place it takes) joining it, one generation after ``earlier`` (the first of a new attempt is 1).
 
-    ``spares`` keeps every promotion of the attempt (``earlier`` is the membership before this one): two
-    repairs can be published before a spare looks, and it must still find its place in the newer one."""
-    kept = earlier.get("spares") if earlier is not None and earlier.get("attempt") == attempt else None
-    before = {str(name): str(replica) for name, replica in kept.items()} if isinstance(kept, dict) else {}
-    return {
-        "attempt": attempt,
-        "generation": generation,
-        "members": list(members),
-        "joined": sorted(promoted.values()),
-        "spares": {**before, **promoted},
-    }
+    ``spares`` keeps every promotion of the attempt: two repairs can be published before a spare looks, and
+    it must still find its place in the newer one."""
+    same = earlier is not None and earlier.attempt == attempt
+    return GroupMembership(
+        attempt=attempt,
+        generation=earlier.generation + 1 if earlier is not None and same else 1,
+        members=list(members),
+        joined=sorted(replica for _, replica in promoted),
+        spares={**(earlier.spares if earlier is not None and same else {}), **dict(promoted)},
+    )
