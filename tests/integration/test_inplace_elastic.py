@@ -67,6 +67,9 @@ def test_a_lost_member_leaves_at_once_and_its_replacement_joins_when_warm(tmp_pa
     assert (status["attempt"], status["restartCount"], status["membershipChanges"]) == (0, 0, 2), status
     state = json.loads((torchjob_home / "jobs" / "flex" / "local.json").read_text())
     assert {p["replica"]: p["pid"] for p in state["processes"] if p["replica"] in survivors} == survivors
+    shown = run_cli("get", "flex", home=torchjob_home).stdout
+    assert "Group:     worker-0, worker-1, worker-2 (generation 2, re-formed in place)" in shown, shown
+    assert "2 membership changes (not failures)" in shown
 
     assert_trained_exactly(torchjob_home, generations={0, 1, 2})  # three sizes: 3, then 2, then 3 again
 

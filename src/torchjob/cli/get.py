@@ -57,6 +57,10 @@ def summary(wire: dict[str, Any]) -> str:
             f"Repairs:   {status.get('repairs', 0)} in place (a warm spare took a lost member's place, no restart); "
             f"{status.get('sparesReady', 0)} of {spares or 0} spare(s) ready"
         )
+    group = status.get("membership")
+    if group and group.get("attempt") == status.get("attempt", 0):
+        members = ", ".join(group.get("members") or [])
+        lines.append(f"Group:     {members} (generation {group.get('generation')}, re-formed in place)")
     elastic = wire.get("spec", {}).get("elasticPolicy")
     if elastic is not None:
         workers = wire["spec"]["pytorchReplicaSpecs"].get("Worker", {}).get("replicas", 1)
