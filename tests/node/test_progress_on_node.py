@@ -22,7 +22,9 @@ from tests.kube.conftest import OperatorProcess
 from tests.node.conftest import wait_for_condition
 from tests.node.images import TEST_SCRIPTS
 
-DEADLINE_SECONDS = 30  # it bounds a Pod's start-up too: not less on a loaded node
+# It bounds a Pod's start-up too: 30 s was seen to pass before the first report on a loaded node (every attempt
+# was then judged hung at start-up), so 60, as the other real-node hang tests use.
+DEADLINE_SECONDS = 60
 
 
 def _job(name: str, namespace: str) -> dict[str, Any]:
@@ -76,7 +78,6 @@ def test_a_sigstopped_pod_is_named_as_hung_and_its_attempts_output_is_kept(
         time.sleep(1)
     for pid in node.container_pids(namespace, "frozen-worker-0"):  # from the host: frozen, not ended
         os.kill(pid, signal.SIGSTOP)
-    stopped_at = time.monotonic()
     job = wait_for_condition(node, namespace, "frozen", {"Succeeded", "Failed"}, timeout=300)
     conditions = {c["type"]: c for c in job["status"]["conditions"]}
     assert "Failed" not in conditions, conditions["Failed"]["message"]
@@ -84,8 +85,6 @@ def test_a_sigstopped_pod_is_named_as_hung_and_its_attempts_output_is_kept(
     assert outcome.startswith(f"Hung: no progress for {DEADLINE_SECONDS}s (progress deadline); "), outcome
     assert "worker-0" in outcome and "silent for " in outcome, outcome
     assert job["status"]["restartCount"] == 1 and job["status"]["attempt"] == 1
-    # Found by the deadline, far from gloo's 30 minutes (the bound is loose: a loaded node is slow).
-    assert time.monotonic() - stopped_at < 10 * DEADLINE_SECONDS
     assert job["status"]["trainerStatus"]["progressPercentage"] == 100
     # The first attempt's Pods are gone; their output was kept.
     first = _cli(node, tmp_path, "logs", "--cluster", "frozen", "-n", namespace, "--attempt", "0")
