@@ -22,7 +22,7 @@ STEPS = 400  # long enough (0.1 s a step) for a cold spare to start and join whi
 WORKERS = ("worker-0", "worker-1", "worker-2")
 
 
-def elastic_job(name: str) -> JobBuilder:
+def elastic_job(name: str, **annotations: str) -> JobBuilder:
     return (
         make_job(name)
         .workers(3)
@@ -30,7 +30,7 @@ def elastic_job(name: str) -> JobBuilder:
         .command("python", str(SCRIPTS / "inplace_train.py"))
         .env(STEPS=str(STEPS))
         # Elastic and in place, with no idle spare: a lost member leaves, and a spare is started for its place.
-        .annotate(**{"torchjob.io/spares": "0"})
+        .annotate(**{"torchjob.io/spares": "0", **annotations})
     )
 
 
@@ -50,15 +50,28 @@ def reference_parameters() -> list[float]:
     return [float(v) for p in model.parameters() for v in p.detach().double().flatten()]
 
 
-def test_a_lost_member_leaves_at_once_and_its_replacement_joins_when_warm(tmp_path: Path, torchjob_home: Path) -> None:
-    run = start_run(job_file(tmp_path, elastic_job("flex")), torchjob_home)
+@pytest.mark.parametrize(
+    ("fault", "lost"),
+    [
+        (signal.SIGKILL, "worker-1 was killed by SIGKILL"),
+        # Frozen: the others block in a collective with it but keep beating; at the progress deadline (60 s: it
+        # bounds a loaded start-up too) it is named, stopped at once, and leaves like a lost one.
+        (signal.SIGSTOP, "worker-1 stopped responding (hung)"),
+    ],
+    ids=["killed", "hung"],
+)
+def test_a_lost_member_leaves_at_once_and_its_replacement_joins_when_warm(
+    tmp_path: Path, torchjob_home: Path, fault: signal.Signals, lost: str
+) -> None:
+    deadline = {"torchjob.io/progress-deadline-seconds": "60"} if fault is signal.SIGSTOP else {}
+    run = start_run(job_file(tmp_path, elastic_job("flex", **deadline)), torchjob_home)
     wait_for(lambda: len(trained(torchjob_home, "flex", "worker-1")) >= 5, what="training")
     survivors = {r: shim_pid(torchjob_home, "flex", r) for r in ("worker-0", "worker-2")}
-    psutil.Process(shim_pid(torchjob_home, "flex", "worker-1")).children()[0].send_signal(signal.SIGKILL)
+    psutil.Process(shim_pid(torchjob_home, "flex", "worker-1")).children()[0].send_signal(fault)
     stdout, stderr = run.communicate(timeout=400)
     assert run.returncode == 0, stderr[-3000:]
 
-    assert "worker-1 was killed by SIGKILL; the group carries on in place with 2 Worker(s)" in stderr, stderr
+    assert f"{lost}; the group carries on in place with 2 Worker(s)" in stderr, stderr
     assert "spare-0 joins the running group as worker-1" in stderr
     assert "group repaired in place (generation 1, 2 ranks" in stdout, stdout[-3000:]
     assert "spare spare-0 joins as worker-1 (rank 1 of 3)" in stdout

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from tests.unit.test_planning import T0, at
-from tests.unit.test_repair_policy import told
+from tests.unit.test_repair_policy import beating, told
 from torchjob.api.types import PyTorchJob
 from torchjob.core.actions import CreateReplica, CreateSpare, DeleteReplica, Plan, ReformGroup, RepairReplica
 from torchjob.core.observed import ReplicaObservation, SpareObservation
@@ -110,3 +110,26 @@ def test_scaling_changes_the_membership_without_a_restart() -> None:
     assert up.actions == [CreateSpare(0)]
     joined = step(job, members("worker-0", "worker-1"), [READY])
     assert joined.actions[-1] == told(1, ("worker-0", "worker-1", "worker-2"), {"spare-0": "worker-2"})
+
+
+def test_a_hung_member_is_stopped_at_once_and_the_others_carry_on_smaller() -> None:
+    builder = make_job("flex").workers(3).elastic(minReplicas=2, maxReplicas=3)
+    job = builder.annotate(**{"torchjob.io/spares": "0", "torchjob.io/progress-deadline-seconds": "30"}).build()
+    job = job.model_copy(update={"status": plan(job, [], T0, store_running=True, repairs_in_place=True).status})
+    # Every step stuck since second 10; worker-1 stopped beating then, the others beat until now (second 45).
+    hung = [beating("worker-0", 7, 45), beating("worker-1", 7, 11), beating("worker-2", 7, 44)]
+    result = plan(job, hung, at(45), store_running=True, repairs_in_place=True)
+    assert result.actions == [
+        DeleteReplica(hung[1].replica, 0, "a hung member of the elastic group", at_once=True),
+        told(1, ("worker-0", "worker-2")),
+    ]
+    assert (result.status.attempt, result.status.restart_count, result.status.membership_changes) == (0, 0, 1)
+    assert [e.reason for e in result.events] == ["Hung", "MemberLost"]
+    assert "worker-1 stopped responding (hung); the group carries on in place with 2 Worker(s)" in (
+        result.events[1].message
+    )
+    # The next pass starts a spare for the empty place.
+    smaller = job.model_copy(update={"status": result.status})
+    going = replace(hung[1], stopping=True)
+    after = plan(smaller, [hung[0], going, hung[2]], at(46), store_running=True, repairs_in_place=True)
+    assert after.actions == [CreateSpare(0)]

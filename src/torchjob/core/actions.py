@@ -22,12 +22,14 @@ class DeleteReplica:
     """Stop and remove one replica: SIGTERM, then SIGKILL after the grace period. Its logs are kept.
 
     ``final`` when the job is over: what the replica kept across attempts (its Service) goes with it.
+    ``at_once``: no grace period (a hung replica, whose peers wait for it in a collective, acts on no SIGTERM).
     """
 
     replica: ReplicaId
     attempt: int
     reason: str
     final: bool = False
+    at_once: bool = False
 
 
 @dataclass(frozen=True)

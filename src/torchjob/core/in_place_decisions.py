@@ -14,6 +14,7 @@ from torchjob.core.actions import Cause, Event, ReformGroup, RepairReplica
 from torchjob.core.observed import ReplicaObservation, SpareObservation
 from torchjob.core.pass_state import Helpers, PassState
 from torchjob.core.policies import backoff, progress, regroup, repair
+from torchjob.core.policies.regroup import Regroup
 
 
 class InPlaceDecisions(PassState):
@@ -27,6 +28,8 @@ class InPlaceDecisions(PassState):
     def _on_hang(self, hang: progress.HangVerdict) -> None:
         self.events.append(Event("Warning", "Hung", hang.message))
         if hang.culprit is not None:
+            if self.helpers.regroups and self._regrouped(self._current(), hang.culprit) is not None:
+                return
             decision = repair.decide_hung(self.job, self.status.attempt, self._current(), self._spares(), hang.culprit)
             if self._repaired(decision, counted=True):
                 return
@@ -56,10 +59,15 @@ class InPlaceDecisions(PassState):
         return True
 
     def _regroup(self, current: list[ReplicaObservation]) -> list[ReplicaObservation]:
-        """An elastic group under in-place repair shrinks and grows around its running members."""
-        change = regroup.decide(self.job, self.status.attempt, current, self._spares())
+        """An elastic group under in-place repair shrinks and grows around its running members. Returns
+        the members that stay (all of them when a loss cannot be absorbed: it fails the attempt, later)."""
+        change = self._regrouped(current)
+        return current if change is None else [o for o in current if o not in change.leaving]
+
+    def _regrouped(self, current: list[ReplicaObservation], hung: ReplicaObservation | None = None) -> Regroup | None:
+        change = regroup.decide(self.job, self.status.attempt, current, self._spares(), hung)
         if change is None:
-            return current  # a loss it cannot absorb fails the attempt, below
+            return None
         self.actions += change.actions
         self.events += change.events
         if change.members is not None:
@@ -68,7 +76,7 @@ class InPlaceDecisions(PassState):
         self.empty_places = change.empty_places
         if change.leaving or change.joining:
             attempts.note_repair(self.status, self.now)  # the group re-forms: that is progress, and has a deadline
-        return [o for o in current if o not in change.leaving]
+        return change
 
     def _reform(self, members: Sequence[str], promoted: Sequence[tuple[str, str]]) -> None:
         """Tell the group its next membership, and keep it in the status (the same for any operator)."""

@@ -283,7 +283,8 @@ class KubernetesBackend(Backend):
         if pod is None:
             return  # already gone, or the name now belongs to another attempt
         grace = job.annotation(extensions.TERMINATION_GRACE)
-        self._delete(Pod, pod["metadata"]["name"], job.namespace, int(float(grace)) if grace is not None else None)
+        seconds = 1 if action.at_once else int(float(grace)) if grace is not None else None
+        self._delete(Pod, pod["metadata"]["name"], job.namespace, seconds)
         if action.final:
             # The job is over: its Services go with its Pods (under cleanPodPolicy, as Kubeflow does).
             self._delete(Service, action.replica.pod_name(job.name), job.namespace)

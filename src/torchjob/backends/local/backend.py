@@ -119,7 +119,7 @@ class LocalBackend(Backend):
             if isinstance(action, CreateReplica):
                 self._start(job, action.replica, action.attempt)
             elif isinstance(action, DeleteReplica):
-                self._stop(str(action.replica), action.attempt)
+                self._stop(str(action.replica), action.attempt, action.at_once)
             elif isinstance(action, CreateRendezvousStore):
                 self._start_store(job)
             elif isinstance(action, DeleteRendezvousStore):
@@ -291,11 +291,14 @@ class LocalBackend(Backend):
     ) -> None:
         self.state.processes.append(self.children.spawn(name, attempt, log_path, command, env, cwd, role))
 
-    def _stop(self, replica: str, attempt: int) -> None:
+    def _stop(self, replica: str, attempt: int, at_once: bool = False) -> None:
         for record in self.state.processes:
             if record.replica == replica and record.attempt == attempt and not record.removed:
                 if self.children.exit_status(record) is not None:
                     record.removed = True
+                elif at_once:
+                    processes.kill_tree(record.identity, self.job_uid)  # SIGKILL reaches a stopped process too
+                    record.stopping_since = record.stopping_since or time.time()
                 elif record.stopping_since is None:
                     processes.signal_group(record.identity, self.job_uid, signal.SIGTERM)
                     record.stopping_since = time.time()

@@ -54,15 +54,24 @@ class Regroup:
 
 
 def decide(
-    job: PyTorchJob, attempt: int, current: list[ReplicaObservation], spares: list[SpareObservation]
+    job: PyTorchJob,
+    attempt: int,
+    current: list[ReplicaObservation],
+    spares: list[SpareObservation],
+    hung: ReplicaObservation | None = None,
 ) -> Regroup | None:
     """The group's change for this pass (nothing to change: an empty one); None when a loss cannot be
-    absorbed in place, so that it fails the attempt like any other."""
+    absorbed in place, so that it fails the attempt like any other. ``hung``: the one member of a hung group
+    that stopped responding (``policies/progress``); it is stopped at once and leaves like a lost one."""
     live = [o for o in current if not o.stopping]
     lost = [o for o in live if o.phase is Phase.FAILED]
     if lost and not all(_can_leave(job, o) for o in lost):
         return None
-    staying = [o for o in live if o.phase.live]
+    if hung is not None:
+        if hung.replica.replica_type is not ReplicaType.WORKER or not hung.repairable or lost:
+            return None
+        lost = [hung]
+    staying = [o for o in live if o.phase.live and o not in lost]
     target = target_workers(job)
     surplus = [o for o in staying if o.replica.replica_type is ReplicaType.WORKER and o.replica.index >= target]
     staying = [o for o in staying if o not in surplus]
@@ -89,9 +98,11 @@ def decide(
         promoted=tuple((spare, str(replica)) for replica, spare in fills),
     )
     for o in lost:
-        message = f"{o.describe()}; the group carries on in place with {workers_left} Worker(s)"
+        what = f"{o.replica} stopped responding (hung)" if o is hung else o.describe()
+        message = f"{what}; the group carries on in place with {workers_left} Worker(s)"
         change.events.append(Event("Warning", "MemberLost", f"{message} (minReplicas {minimum})"))
-        change.actions.append(DeleteReplica(o.replica, o.attempt, "a lost member of the elastic group"))
+        reason = "a hung member of the elastic group" if o is hung else "a lost member of the elastic group"
+        change.actions.append(DeleteReplica(o.replica, o.attempt, reason, at_once=o is hung))
     for o in surplus:
         change.events.append(Event("Normal", "ScaledDown", f"{o.replica} leaves: scaled to {target} Worker(s)"))
         change.actions.append(DeleteReplica(o.replica, o.attempt, f"scaled down to {target} Worker(s)"))
