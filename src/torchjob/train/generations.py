@@ -9,6 +9,7 @@ group formed then costs one more membership, not the whole collective timeout.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import threading
@@ -119,6 +120,9 @@ def join_next(
 def wait_as_spare(ctx_backend: str, device: torch.device, timeout: timedelta) -> DistContext:
     """Block as a warm spare until the controller gives this process a lost replica's place; then join."""
     absorb_first_ddp()  # also imports torch._dynamo, which the first DDP()/Adam() needs (~4 s): paid while waiting
+    with contextlib.suppress(ImportError):
+        # MetricsLogger's TensorBoard writer: 0.16 s to import, which the group would wait for after the join.
+        import torch.utils.tensorboard  # noqa: F401
     spare = os.environ[worker_files.ENV_SPARE]
     attempt = int(os.environ.get(worker_files.ENV_ATTEMPT, "0"))
     talk = channel.from_env()
