@@ -50,8 +50,9 @@ CASES = (
 )
 
 
-def _run(file: str, work: Path, kill: bool) -> tuple[float, dict[str, float] | None]:
-    """Wall seconds of ``torchjob run`` for the example job ``file``, and the repair's timings if it killed."""
+def _run(file: str, work: Path, kill: bool) -> tuple[float, float, dict[str, float] | None]:
+    """Wall seconds of ``torchjob run`` for the example job ``file``, the model's held-out accuracy, and the
+    repair's timings if it killed."""
     job = yaml.safe_load((EXAMPLE / file).read_text())
     name = job["metadata"]["name"]
     for spec in job["spec"]["pytorchReplicaSpecs"].values():
@@ -82,9 +83,10 @@ def _run(file: str, work: Path, kill: bool) -> tuple[float, dict[str, float] | N
     if run.wait(timeout=600) != 0:
         raise RuntimeError(f"{file}: the job did not succeed (see {home})")
     elapsed = time.perf_counter() - started
+    accuracy = float(json.loads((home / "jobs" / name / "output" / "metrics.json").read_text())["accuracy"])
     repairs = home / "jobs" / name / "output" / "repairs.jsonl"
     if killed_at is None or not repairs.exists():
-        return elapsed, None
+        return elapsed, accuracy, None
     records = [json.loads(line) for line in repairs.read_text().splitlines()]
     record = records[0]
     parts = {
@@ -97,7 +99,7 @@ def _run(file: str, work: Path, kill: bool) -> tuple[float, dict[str, float] | N
     if grown is not None:
         parts["grow_at"] = grown["agreed_at"] - killed_at
         parts["grow_pause"] = grown["first_step_at"] - grown["agreed_at"]
-    return elapsed, parts
+    return elapsed, accuracy, parts
 
 
 def measure(trials: int = 3) -> dict[str, object]:
@@ -106,8 +108,9 @@ def measure(trials: int = 3) -> dict[str, object]:
     for trial in range(trials):
         for file, kill in CASES:
             with tempfile.TemporaryDirectory(prefix="bench-inplace-") as work:
-                elapsed, repair = _run(file, Path(work), kill)
+                elapsed, accuracy, repair = _run(file, Path(work), kill)
             results.setdefault(f"{file}{' killed' if kill else ''}", []).append(elapsed)
+            results.setdefault(f"{file}{' killed' if kill else ''} accuracy", []).append(accuracy)
             if repair is not None:
                 parts["elastic_" if "elastic" in file else ""].append(repair)
             print(f"  trial {trial + 1}: {file}{' (rank 1 killed)' if kill else ''}: {elapsed:.1f} s", flush=True)
