@@ -47,8 +47,8 @@ def test_list_get_logs_delete_and_name_clash(tmp_path: Path, torchjob_home: Path
     assert run_cli("run", str(path), home=torchjob_home).returncode == 0
 
     listing = run_cli("list", home=torchjob_home).stdout.splitlines()
-    assert listing[0].split() == ["NAME", "STATE", "PROGRESS", "AGE", "RESTARTS"]
-    assert listing[1].split()[:2] == ["verbs", "Succeeded"]
+    assert listing[0].split() == ["NAME", "STATE", "PROGRESS", "AGE", "RESTARTS", "REPAIRS", "SPARES"]
+    assert listing[1].split()[:2] == ["verbs", "Succeeded"] and listing[1].split()[-2:] == ["0", "-"]
 
     wire = json.loads(run_cli("get", "verbs", "-o", "json", home=torchjob_home).stdout)
     assert wire["apiVersion"] == "kubeflow.org/v1" and wire["kind"] == "PyTorchJob"

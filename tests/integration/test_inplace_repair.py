@@ -65,6 +65,9 @@ def assert_repaired_exactly(
     the group that completed the step last; every rank ends with the uninterrupted run's model."""
     status = job_object(home, "mend")["status"]
     assert (status["attempt"], status["restartCount"], status["repairs"]) == (0, 0, repairs), status["attempts"]
+    # `torchjob list`: the repairs, and the spares (none ready once the job is over, of those it asked for).
+    listed = run_cli("list", home=home).stdout.splitlines()[1].split()
+    assert listed[0] == "mend" and listed[-2] == str(repairs) and listed[-1].startswith("0/"), listed
     state = json.loads((home / "jobs" / "mend" / "local.json").read_text())
     final = {p["replica"]: p["pid"] for p in state["processes"] if p["replica"] in survivors}
     assert final == survivors

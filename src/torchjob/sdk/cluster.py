@@ -20,6 +20,7 @@ from lightkube import ApiError
 from lightkube.resources.core_v1 import ConfigMap, Pod
 from lightkube.types import PatchType
 
+from torchjob.api.extensions import SPARES
 from torchjob.api.types import PyTorchJob
 from torchjob.backends.kubernetes import log_archive
 from torchjob.backends.kubernetes.cluster import PyTorchJobResource, as_dict, connect
@@ -28,7 +29,7 @@ from torchjob.core import replicas
 from torchjob.core.times import age_seconds
 from torchjob.sdk.client import JobClient, scale_problem
 from torchjob.sdk.errors import JobExistsError, JobNotFoundError, SdkError
-from torchjob.sdk.summary import JobSummary, last_condition, progress_of
+from torchjob.sdk.summary import JobSummary, last_condition, progress_of, spares_shown
 
 _FINISHED = ("Succeeded", "Failed")
 _DRAIN_SECONDS = 3.0
@@ -82,6 +83,7 @@ class ClusterClient(JobClient):
         summaries = []
         for wire in items:
             status = wire.get("status") or {}
+            annotations = wire["metadata"].get("annotations") or {}
             last = last_condition(wire)
             summaries.append(
                 JobSummary(
@@ -92,6 +94,8 @@ class ClusterClient(JobClient):
                     restarts=status.get("restartCount", 0),
                     message=last.get("message", ""),
                     progress=progress_of(wire),
+                    repairs=status.get("repairs", 0),
+                    spares=spares_shown(annotations.get(SPARES), status.get("sparesReady", 0)),
                 )
             )
         return summaries

@@ -35,7 +35,7 @@ from torchjob.sdk.errors import (
     SdkError,
     UnreadableRecordError,
 )
-from torchjob.sdk.summary import UNREADABLE, JobSummary
+from torchjob.sdk.summary import UNREADABLE, JobSummary, spares_shown
 
 if TYPE_CHECKING:
     from torchjob.api.loading import JobInput
@@ -169,6 +169,8 @@ class LocalClient(JobClient):
                     restarts=summary.get("restarts", 0),
                     message=summary.get("message", ""),
                     progress=summary.get("progress"),
+                    repairs=summary.get("repairs", 0),
+                    spares=spares_shown(summary.get("spares"), summary.get("sparesReady", 0)),
                 )
             )
         return summaries

@@ -20,6 +20,9 @@ class JobSummary:
     message: str
     # status.trainerStatus.progressPercentage: None when the script reports no progress (or no total).
     progress: int | None = None
+    # In-place repair: repairs made, and warm spares "ready/asked" (None when the job keeps no spares).
+    repairs: int = 0
+    spares: str | None = None
 
 
 def last_condition(wire: dict[str, Any]) -> dict[str, Any]:
@@ -30,6 +33,11 @@ def last_condition(wire: dict[str, Any]) -> dict[str, Any]:
     whose spec does not validate; :func:`torchjob.core.conditions.state` is the same rule on a typed job."""
     found = (wire.get("status") or {}).get("conditions") or []
     return found[-1] if found and isinstance(found[-1], dict) else {}
+
+
+def spares_shown(asked: str | None, ready: int) -> str | None:
+    """``ready/asked`` warm spares of a job that names ``torchjob.io/spares``; None for one that does not."""
+    return f"{ready}/{asked}" if asked else None
 
 
 def progress_of(wire: dict[str, Any]) -> int | None:

@@ -27,6 +27,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from torchjob.api.extensions import SPARES
 from torchjob.api.names import job_name_problem
 from torchjob.backends.local.processes import Identity
 
@@ -267,6 +268,9 @@ def summarize(job: PyTorchJob) -> dict[str, Any]:
         "attempt": job.status.attempt,
         "restarts": job.status.restart_count,
         "progress": job.status.trainer_status.progress_percentage if job.status.trainer_status else None,
+        "repairs": job.status.repairs,
+        "spares": job.annotation(SPARES),
+        "sparesReady": job.status.spares_ready,
         "message": last.message if last else "",
         "ttlExpiresAt": timestamp(expiry) if expiry else None,
     }
