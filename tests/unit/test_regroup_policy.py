@@ -13,7 +13,7 @@ from torchjob.core.actions import CreateReplica, CreateSpare, DeleteReplica, Pla
 from torchjob.core.observed import ReplicaObservation, SpareObservation
 from torchjob.core.planning import plan
 from torchjob.core.policies import regroup
-from torchjob.testing import failed, make_job, running
+from torchjob.testing import failed, make_job, running, succeeded
 
 WARMING = SpareObservation("spare-0", 0, ready=False)
 READY = replace(WARMING, ready=True)
@@ -133,3 +133,9 @@ def test_a_hung_member_is_stopped_at_once_and_the_others_carry_on_smaller() -> N
     going = replace(hung[1], stopping=True)
     after = plan(smaller, [hung[0], going, hung[2]], at(46), store_running=True, repairs_in_place=True)
     assert after.actions == [CreateSpare(0)]
+
+
+def test_a_member_that_finished_training_leaves_no_place_to_fill() -> None:
+    ending = [*members("worker-1", "worker-2"), succeeded("worker-0")]
+    result = step(elastic_job(spares="1"), ending, [READY])
+    assert not any(isinstance(a, (RepairReplica, ReformGroup, CreateSpare)) for a in result.actions)

@@ -80,12 +80,13 @@ def decide(
     if (lost or surplus) and (not all(o.repairable for o in staying) or workers_left < (minimum or 1)):
         return None
     present = {o.replica for o in staying}
-    empty = [r for r in expected_replicas(job) if r not in present]
+    finished = {o.replica for o in live if o.phase is Phase.SUCCEEDED}  # training is over: no place to fill
+    empty = [r for r in expected_replicas(job) if r not in present and r not in finished]
     if not staying or any(r.replica_type is not ReplicaType.WORKER for r in empty):
         return Regroup() if not lost else None  # not started yet, or a Master lost: no group to keep
     ready = sorted(s.name for s in spares if s.attempt == attempt and s.ready and not s.stopping)
-    if not all(o.repairable for o in staying):
-        ready = []  # still starting: a spare joins a group that trains, not one that forms
+    if finished or not all(o.repairable for o in staying):
+        ready = []  # still starting, or ending: a spare joins a group that trains
     fills = list(zip(empty, ready, strict=False))
     members = (
         repair.members_in_rank_order(job, [*present, *(r for r, _ in fills)]) if lost or surplus or fills else None
