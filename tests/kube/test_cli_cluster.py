@@ -70,7 +70,8 @@ def test_get_list_logs_delete_with_cluster(rig: Rig, namespace: str, operator: O
     rig.serve_logs(namespace, "cli-worker-0", "pytorch", ["step 1", "step 2"], tmp_path / "w.log")
 
     listed = torchjob(rig, "list", "--cluster", "-n", namespace)
-    assert listed.returncode == 0 and listed.stdout.split()[5:8] == ["cli", "Running", "-"], listed.stdout
+    row = listed.stdout.splitlines()[1].split() if listed.returncode == 0 else []
+    assert row[:3] == ["cli", "Running", "-"] and row[-2:] == ["0", "-"], listed.stdout  # no repairs, no spares
     got = torchjob(rig, "get", "--cluster", "-n", namespace, "cli")
     assert "State:     Running" in got.stdout and "Worker:    1 active" in got.stdout, got.stdout
     logs = subprocess.run(
