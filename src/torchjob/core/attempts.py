@@ -12,9 +12,13 @@ from torchjob.api.types import AttemptRecord, JobStatus
 from torchjob.core.times import parse_timestamp, timestamp
 
 
+def _current_record(status: JobStatus) -> AttemptRecord | None:
+    return next((a for a in status.attempts if a.attempt == status.attempt), None)
+
+
 def training_since(status: JobStatus) -> datetime | None:
     """When the current attempt's group last started training: its start, or its last repair in place."""
-    record = next((a for a in status.attempts if a.attempt == status.attempt), None)
+    record = _current_record(status)
     if record is None:
         return None
     return parse_timestamp(record.repaired_time or record.start_time)
@@ -22,7 +26,7 @@ def training_since(status: JobStatus) -> datetime | None:
 
 def repaired_at(status: JobStatus) -> datetime | None:
     """When the current attempt's group was last repaired (re-formed) in place; None if it never was."""
-    record = next((a for a in status.attempts if a.attempt == status.attempt), None)
+    record = _current_record(status)
     return parse_timestamp(record.repaired_time) if record is not None and record.repaired_time else None
 
 

@@ -235,10 +235,11 @@ class _Planner(InPlaceDecisions):
         if any(o.attempt != self.status.attempt for o in self.observed):
             return
         missing = [r for r in expected_replicas(self.job) if r not in present and not self._replacement_waits(r)]
-        if self.helpers.regroups and any(o.phase.live and not o.stopping for o in current):
+        group_running = any(o.phase.live and not o.stopping for o in current)
+        if self.helpers.regroups and group_running:
             missing = []  # a running elastic group under in-place repair fills its empty places with spares
         self.actions += [CreateReplica(r, self.status.attempt) for r in missing]
-        if missing and any(o.phase.live and not o.stopping for o in current):
+        if missing and group_running:
             # Joining a group that is already running: a scale-up or a lost member's replacement.
             self.status.membership_changes += len(missing)
             for r in missing:

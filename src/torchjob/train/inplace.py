@@ -30,7 +30,6 @@ from __future__ import annotations
 import gc
 import json
 import os
-import sys
 import time
 import weakref
 from collections.abc import Callable
@@ -162,7 +161,6 @@ class InPlaceTraining:
         if joined is None:
             # An elastic group scaled down past this member: the controller stops it, and it goes first.
             print(f"torchjob: {self.replica} has no place in the group any more and leaves it", flush=True)
-            sys.stdout.flush()
             os._exit(0)
         found, published_at, rank, world = joined
         self.ctx = replace(self.ctx, rank=rank, world_size=world, generation=int(found["generation"]))
