@@ -20,7 +20,7 @@ from pathlib import Path
 
 import psutil
 import yaml
-from tools.kube_rig import free_port
+from tests.support.servers import free_port
 
 from bench.launch import BIN
 from bench.measure import recovery_trials

@@ -17,14 +17,15 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from tools import real_node
+
+from kuberig import Cluster
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "mnist" / "job-inplace.yaml"
 JOB = "mnist-inplace"
 
 
-def _status(node: real_node.RealNode, namespace: str) -> dict[str, Any]:
-    found = node.rig.kubectl_json("get", "pytorchjob", JOB, "-n", namespace)
+def _status(cluster: Cluster, namespace: str) -> dict[str, Any]:
+    found = cluster.kubectl_json("get", "pytorchjob", JOB, "-n", namespace)
     return dict(found.get("status") or {})
 
 
@@ -44,31 +45,31 @@ def _stamp(line: str) -> float:
     return datetime.fromisoformat(whole + "+00:00").timestamp() + float(f"0.{fraction or 0}")
 
 
-def trial(node: real_node.RealNode, namespace: str) -> dict[str, float] | None:
+def trial(cluster: Cluster, namespace: str) -> dict[str, float] | None:
     """{"reformed": s, "first_step": s} after the kill, or None when the job was not repaired in place."""
     job = yaml.safe_load(EXAMPLE.read_text())
     job["metadata"]["namespace"] = namespace
     for spec in job["spec"]["pytorchReplicaSpecs"].values():
         spec["template"]["spec"]["containers"][0]["args"] = ["--epochs", "3", "--log-interval", "1"]
-    node.rig.apply(job)
+    cluster.apply(job)
     try:
 
         def in_epoch_2_beside_a_spare() -> bool:
-            log = node.rig.kubectl("logs", "-n", namespace, f"{JOB}-worker-1", check=False).stdout
-            return "epoch: 2/" in log and _status(node, namespace).get("sparesReady") == 1
+            log = cluster.kubectl("logs", "-n", namespace, f"{JOB}-worker-1", check=False).stdout
+            return "epoch: 2/" in log and _status(cluster, namespace).get("sparesReady") == 1
 
         if not _wait(in_epoch_2_beside_a_spare, 300):
             return None
         killed_at = time.time()
-        for pid in node.container_pids(namespace, f"{JOB}-worker-1"):
+        for pid in cluster.container_pids(namespace, f"{JOB}-worker-1"):
             os.kill(pid, signal.SIGKILL)
-        finished = _wait(lambda: "completionTime" in _status(node, namespace), 400)
-        if not finished or _status(node, namespace).get("repairs") != 1:
+        finished = _wait(lambda: "completionTime" in _status(cluster, namespace), 400)
+        if not finished or _status(cluster, namespace).get("repairs") != 1:
             return None
-        log = node.rig.kubectl("logs", "--timestamps", "-n", namespace, f"{JOB}-master-0").stdout.splitlines()
+        log = cluster.kubectl("logs", "--timestamps", "-n", namespace, f"{JOB}-master-0").stdout.splitlines()
         repaired = next(i for i, line in enumerate(log) if "group repaired in place" in line)
         first = next(line for line in log[repaired + 1 :] if "batch: " in line)
         return {"reformed": _stamp(log[repaired]) - killed_at, "first_step": _stamp(first) - killed_at}
     finally:
-        node.rig.kubectl("delete", "pytorchjob", JOB, "-n", namespace, "--ignore-not-found", "--wait=true")
-        _wait(lambda: not node.rig.kubectl_json("get", "pods", "-n", namespace)["items"], 120)
+        cluster.kubectl("delete", "pytorchjob", JOB, "-n", namespace, "--ignore-not-found", "--wait=true")
+        _wait(lambda: not cluster.kubectl_json("get", "pods", "-n", namespace)["items"], 120)

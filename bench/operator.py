@@ -8,6 +8,7 @@ verb), and the operator's peak RSS (VmHWM). The anchor is the same 300 Pods as 1
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -18,8 +19,8 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from tools import kube_rig
 
+from kuberig import Cluster, ClusterConfig, NodeConfig, create, delete, toolchain
 from torchjob.api.loading import job_from_mapping
 from torchjob.backends.kubernetes.indexed_job import render
 from torchjob.testing import make_job
@@ -41,13 +42,13 @@ def job(name: str) -> dict[str, Any]:
     return make_job(name).master().workers(REPLICAS - 1).restart_policy("OnFailure").wire()
 
 
-def _running(rig: kube_rig.Rig, namespace: str) -> int:
+def _running(rig: Cluster, namespace: str) -> int:
     pods = rig.kubectl_json("get", "pods", "-n", namespace)["items"]
     # kwok completes Job-owned Pods as soon as they run: Succeeded counts as having got there.
     return sum(1 for p in pods if p.get("status", {}).get("phase") in ("Running", "Succeeded"))
 
 
-def _time_until_running(rig: kube_rig.Rig, namespace: str, manifests: list[dict[str, Any]]) -> float:
+def _time_until_running(rig: Cluster, namespace: str, manifests: list[dict[str, Any]]) -> float:
     rig.kubectl("create", "namespace", namespace)
     while rig.kubectl("get", "-n", namespace, "serviceaccount", "default", check=False).returncode != 0:
         time.sleep(0.2)
@@ -63,8 +64,9 @@ def _time_until_running(rig: kube_rig.Rig, namespace: str, manifests: list[dict[
 
 
 def measure(jobs: int = JOBS) -> OperatorResult:
-    kube_rig.build()
-    rig = kube_rig.up(Path(tempfile.mkdtemp(prefix="bench-operator-")), nodes=3)
+    toolchain.build("build-kube.sh")
+    name = f"bench-operator-{os.getpid()}"
+    rig = create(ClusterConfig(name, (NodeConfig("kwok", 3),)), Path(tempfile.mkdtemp(prefix="bench-operator-")))
     operator: subprocess.Popen[bytes] | None = None
     try:
         rig.kubectl("apply", "-f", str(ROOT / "deploy" / "crd.yaml"))
@@ -114,7 +116,7 @@ def measure(jobs: int = JOBS) -> OperatorResult:
         if operator is not None:
             operator.terminate()
             operator.wait(timeout=30)
-        kube_rig.down(rig.directory)
+        delete(name, rig.directory)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """The torchjob operator beside Kubeflow's own training-operator (v1), on the same real node, in the same run.
 
-One node (tools/real_node.py); the operators take turns, each with its own CRD. The same jobs go to both:
+One real node (kuberig); the operators take turns, each with its own CRD. The same jobs go to both:
 - Kubeflow's classic simple.yaml (1 Master + 1 Worker, one epoch of MNIST): ``kubectl apply`` → every Pod
   Running (pod start latency) → Succeeded;
 - the same job over three epochs, with the Worker's training process SIGKILLed from the host once it has done
@@ -25,12 +25,14 @@ from statistics import median
 from typing import Any
 
 import yaml
-from tests.conftest import DATA
-from tests.kube.conftest import DEPLOY, deploy_operator
-from tests.node.images import push_test_images
-from tools import kube_rig, kubeflow_operator, real_node
+from tests.support.images import push_test_images
+from tests.support.operator import deploy_operator
+from tests.support.paths import DATA, DEPLOY
+from tests.support.servers import free_port
 
 from bench import inplace_node
+from kuberig import Cluster, ClusterConfig, NodeConfig, create, delete
+from kuberig.addons import kubeflow_operator
 
 OPERATORS = ("torchjob", "kubeflow")
 NAMESPACE = "kubeflow"  # simple.yaml's own
@@ -58,13 +60,13 @@ def _job(name: str, epochs: int, **changes: Any) -> dict[str, Any]:
     return job
 
 
-def _pods(rig: kube_rig.Rig, job: str) -> list[dict[str, Any]]:
+def _pods(rig: Cluster, job: str) -> list[dict[str, Any]]:
     selector = f"training.kubeflow.org/job-name={job}"
     items: list[dict[str, Any]] = rig.kubectl_json("get", "pods", "-n", NAMESPACE, "-l", selector)["items"]
     return items
 
 
-def _state(rig: kube_rig.Rig, job: str) -> tuple[str, str]:
+def _state(rig: Cluster, job: str) -> tuple[str, str]:
     """The job's last true condition (what `kubectl get` shows as State) and its message."""
     found = rig.kubectl_json("get", "pytorchjob", job, "-n", NAMESPACE)
     true = [c for c in found.get("status", {}).get("conditions") or [] if c.get("status") == "True"]
@@ -80,12 +82,12 @@ def _wait(check: Any, timeout: float, poll: float = 0.2) -> float | None:
     return None
 
 
-def _clean(rig: kube_rig.Rig, job: str) -> None:
+def _clean(rig: Cluster, job: str) -> None:
     rig.kubectl("delete", "pytorchjob", job, "-n", NAMESPACE, "--ignore-not-found", "--wait=true", timeout=120)
     _wait(lambda: not _pods(rig, job), 120)
 
 
-def _latency(rig: kube_rig.Rig, run: OperatorRun) -> None:
+def _latency(rig: Cluster, run: OperatorRun) -> None:
     job = _job("latency", epochs=1)
     started = time.monotonic()
     rig.apply(job)
@@ -103,7 +105,7 @@ def _latency(rig: kube_rig.Rig, run: OperatorRun) -> None:
     _clean(rig, "latency")
 
 
-def _worker_log(rig: kube_rig.Rig, job: str) -> str:
+def _worker_log(rig: Cluster, job: str) -> str:
     return rig.kubectl("logs", "-n", NAMESPACE, f"{job}-worker-0", check=False).stdout
 
 
@@ -117,8 +119,8 @@ def _steps(log: str) -> int:
     return (epoch - 1) * per_epoch + batch
 
 
-def _recovery(node: real_node.RealNode, run: OperatorRun) -> None:
-    rig = node.rig
+def _recovery(cluster: Cluster, run: OperatorRun) -> None:
+    rig = cluster
     rig.apply(_job("kill", epochs=3))
     if _wait(lambda: _steps(_worker_log(rig, "kill")) >= 10, 300) is None:
         run.recovery.append(None)
@@ -128,7 +130,7 @@ def _recovery(node: real_node.RealNode, run: OperatorRun) -> None:
     worker = next(p for p in before.values() if p["metadata"]["name"] == "kill-worker-0")
     done = _steps(_worker_log(rig, "kill"))
     killed_at = time.monotonic()
-    for pid in node.container_pids(NAMESPACE, "kill-worker-0"):
+    for pid in cluster.container_pids(NAMESPACE, "kill-worker-0"):
         os.kill(pid, signal.SIGKILL)
 
     def restarted_and_stepping() -> bool:
@@ -164,7 +166,7 @@ _BEHAVIOURS = {
 }
 
 
-def _behaviour(rig: kube_rig.Rig, run: OperatorRun) -> None:
+def _behaviour(rig: Cluster, run: OperatorRun) -> None:
     for label, (replica, spec, program) in _BEHAVIOURS.items():
         job = _job("behaviour", epochs=1, replica=replica, spec=spec)
         master = job["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["containers"][0]
@@ -193,45 +195,44 @@ def _behaviour(rig: kube_rig.Rig, run: OperatorRun) -> None:
         _clean(rig, "behaviour")
 
 
-def _start_operator(node: real_node.RealNode, name: str, directory: Path) -> Any:
+def _start_operator(cluster: Cluster, name: str, directory: Path) -> Any:
     """One operator owns PyTorchJobs at a time, each with its own CRD (Kubeflow's prunes torchjob's status)."""
     if name == "kubeflow":
-        return kubeflow_operator.start(node.rig, directory)
-    node.rig.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(DEPLOY / "crd.yaml"))
+        return kubeflow_operator.start(cluster, directory)
+    cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(DEPLOY / "crd.yaml"))
     # One reconcile worker, as Kubeflow's operator runs (--controller-threads 1). Client rate limits
     # (Kubeflow: 20 QPS, burst 30; torchjob: none) do not bind with one job at a time.
     # With its report endpoint, as deploy/ runs it: progress, hang detection and in-place repair need it.
-    return deploy_operator(
-        node.rig, directory, "--workers=1", f"--report-address={node.host_ip}:{kube_rig.free_port()}"
-    )
+    return deploy_operator(cluster, directory, "--workers=1", f"--report-address={cluster.host_ip}:{free_port()}")
 
 
 def measure(trials: int = 3) -> dict[str, OperatorRun]:
     directory = Path(tempfile.mkdtemp(prefix="bench-real-node-"))
-    node = real_node.up(directory / "rig")
+    name = f"bench-{os.getpid()}"
+    cluster = create(ClusterConfig(name, (NodeConfig("kubelet"),)), directory / "rig")
     results = {name: OperatorRun() for name in OPERATORS}
     try:
-        push_test_images(node)
-        kubeflow_operator.push_init_image(node)
-        node.namespace(NAMESPACE)
+        push_test_images(cluster)
+        kubeflow_operator.push_init_image(cluster)
+        cluster.namespace(NAMESPACE)
         # Trials alternate between the operators, so this VM's drifting speed hits both alike.
         for trial in range(trials + 1):
             for name in OPERATORS:
                 what = "behaviour" if trial == trials else f"trial {trial + 1}"
                 print(f"  {name} operator, {what} ...", flush=True)
-                operator = _start_operator(node, name, directory / f"{name}-{trial}")
+                operator = _start_operator(cluster, name, directory / f"{name}-{trial}")
                 try:
                     if trial == trials:
-                        _behaviour(node.rig, results[name])
+                        _behaviour(cluster, results[name])
                     else:
-                        _latency(node.rig, results[name])
-                        _recovery(node, results[name])
+                        _latency(cluster, results[name])
+                        _recovery(cluster, results[name])
                         if name == "torchjob":
-                            results[name].inplace.append(inplace_node.trial(node, NAMESPACE))
+                            results[name].inplace.append(inplace_node.trial(cluster, NAMESPACE))
                 finally:
                     operator.stop()
     finally:
-        real_node.down(directory / "rig")
+        delete(name, directory / "rig")
     return results
 
 

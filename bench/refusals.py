@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.corpus import INVALID_CORPUS, corpus_case
+from tests.support.corpus import INVALID_CORPUS, corpus_case
 
 from bench.launch import BIN
 from bench.measure import median

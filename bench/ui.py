@@ -17,7 +17,7 @@ import urllib.request
 from pathlib import Path
 
 from playwright.sync_api import sync_playwright
-from tests.ui.conftest import CHROMIUM, Dashboard
+from tests.support.dashboard import CHROMIUM, Dashboard
 
 from torchjob.sdk.local import LocalClient
 from torchjob.testing import make_job

@@ -1,15 +1,7 @@
-# Sourced by the scripts that build test servers from the Go module proxy (kube-rig, S3, etcd): the pinned
-# versions, the cache they build into, and a Go toolchain that never downloads another one.
+# Sourced by the scripts that build torchjob's own test servers from the Go module proxy (S3, etcd): the
+# rig's Go environment and cache (rig/src/kuberig/scripts/go-env.sh) plus the versions pinned here.
 # Usage: source go-build-env.sh; require_go "PREFIX" "WHAT"   (PREFIX starts its messages, WHAT is built)
-# shellcheck source=tools/versions.env
+# shellcheck source=../rig/src/kuberig/scripts/go-env.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../rig/src/kuberig/scripts/go-env.sh"
+# shellcheck source=versions.env
 source "$(dirname "${BASH_SOURCE[0]}")/versions.env"
-CACHE="${TORCHJOB_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/torchjob}"
-
-require_go() {
-  if ! command -v go >/dev/null 2>&1; then
-    export PATH="/usr/local/go/bin:$PATH"
-    command -v go >/dev/null 2>&1 || { echo "$1: Go is needed to build $2; install Go first" >&2; exit 1; }
-  fi
-  export GOTOOLCHAIN=local CGO_ENABLED=0
-  export GOPATH="${GOPATH:-$CACHE/gopath}"
-}

@@ -7,24 +7,18 @@ import subprocess
 import time
 import urllib.request
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
-from tools.kube_rig import cache_dir, free_port, versions
 
-from tests.conftest import ROOT
-
-
-def etcd_binary() -> Path:
-    return cache_dir() / "etcd" / f"etcd-{versions()['ETCD_V2_VERSION']}" / "bin" / "etcd"
+from tests.support.servers import build, etcd_binary, free_port
 
 
 @pytest.fixture(scope="session")
 def etcd_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A real etcd 3.5 with its v2 API enabled, on free localhost ports; yields its client URL."""
-    build = subprocess.run(["bash", str(ROOT / "tools" / "etcd-v2-build.sh")], capture_output=True, text=True)
-    if build.returncode != 0:
-        pytest.fail(f"cannot build the etcd test server:\n{build.stderr[-3000:]}", pytrace=False)
+    failed = build("etcd-v2-build.sh")
+    if failed:
+        pytest.fail(f"cannot build the etcd test server:\n{failed}", pytrace=False)
     data = tmp_path_factory.mktemp("etcd")
     client, peer = f"http://127.0.0.1:{free_port()}", f"http://127.0.0.1:{free_port()}"
     server = subprocess.Popen(

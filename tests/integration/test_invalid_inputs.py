@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import run_cli
-from tests.corpus import INVALID_CORPUS, corpus_case
+from tests.support.corpus import INVALID_CORPUS, corpus_case
 
 INVALID = sorted(INVALID_CORPUS.glob("*.yaml"))
 # Generous: refusing takes a fraction of a second (see bench: python -m bench invalid); only a hang trips it.

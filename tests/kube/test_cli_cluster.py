@@ -12,17 +12,17 @@ import urllib.request
 from pathlib import Path
 
 import yaml
-from tools.kube_rig import Rig, append_log_lines
 
-from tests.kube.conftest import OperatorProcess
+from kuberig import Cluster, append_log_lines
 from tests.kube.test_operator import get_job, job_manifest, pods, running_pods
 from tests.kube.test_rig import wait_until
+from tests.support.operator import OperatorProcess
 from torchjob.testing import make_job
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def torchjob(rig: Rig, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+def torchjob(rig: Cluster, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "torchjob.cli.main", *args],
         env={**rig.env(), "TORCHJOB_HOME": "/nonexistent-local-home"},
@@ -33,7 +33,7 @@ def torchjob(rig: Rig, *args: str, timeout: float = 120) -> subprocess.Completed
 
 
 def test_submit_follow_streams_every_replica_and_exits_with_the_jobs_outcome(
-    rig: Rig, namespace: str, operator: OperatorProcess, tmp_path: Path
+    rig: Cluster, namespace: str, operator: OperatorProcess, tmp_path: Path
 ) -> None:
     path = tmp_path / "job.yaml"
     path.write_text(yaml.safe_dump(job_manifest("follow", workers=1)))
@@ -60,7 +60,9 @@ def test_submit_follow_streams_every_replica_and_exits_with_the_jobs_outcome(
     assert "follow Succeeded" in result.stderr
 
 
-def test_get_list_logs_delete_with_cluster(rig: Rig, namespace: str, operator: OperatorProcess, tmp_path: Path) -> None:
+def test_get_list_logs_delete_with_cluster(
+    rig: Cluster, namespace: str, operator: OperatorProcess, tmp_path: Path
+) -> None:
     path = tmp_path / "job.yaml"
     path.write_text(yaml.safe_dump(job_manifest("cli", workers=1)))
     submitted = torchjob(rig, "submit", str(path), "-n", namespace)
@@ -92,14 +94,14 @@ def test_get_list_logs_delete_with_cluster(rig: Rig, namespace: str, operator: O
     assert missing.returncode == 3 and "not found" in missing.stderr
 
 
-def test_submit_reports_the_api_servers_own_refusal(rig: Rig, namespace: str, operator: OperatorProcess) -> None:
+def test_submit_reports_the_api_servers_own_refusal(rig: Cluster, namespace: str, operator: OperatorProcess) -> None:
     result = torchjob(rig, "submit", str(ROOT / "examples" / "mnist" / "job.yaml"), "-n", "no-such-namespace")
     assert result.returncode == 3
     assert 'namespaces "no-such-namespace" not found' in result.stderr
     assert "Traceback" not in result.stderr
 
 
-def test_submit_rejects_a_bad_file_before_reaching_the_cluster(rig: Rig, tmp_path: Path) -> None:
+def test_submit_rejects_a_bad_file_before_reaching_the_cluster(rig: Cluster, tmp_path: Path) -> None:
     path = tmp_path / "bad.yaml"
     manifest = job_manifest("bad", workers=1)
     manifest["spec"]["pytorchReplicaSpecs"]["Worker"]["replicas"] = "two"
@@ -111,7 +113,7 @@ def test_submit_rejects_a_bad_file_before_reaching_the_cluster(rig: Rig, tmp_pat
 
 
 def test_scale_cluster_grows_and_shrinks_an_elastic_job_without_a_restart(
-    rig: Rig, namespace: str, operator: OperatorProcess
+    rig: Cluster, namespace: str, operator: OperatorProcess
 ) -> None:
     manifest = (
         make_job("stretch")
@@ -163,7 +165,7 @@ def test_scale_cluster_grows_and_shrinks_an_elastic_job_without_a_restart(
 
 
 def test_the_dashboard_shows_a_clusters_jobs_and_their_pods_logs(
-    rig: Rig, namespace: str, operator: OperatorProcess, tmp_path: Path
+    rig: Cluster, namespace: str, operator: OperatorProcess, tmp_path: Path
 ) -> None:
     """`torchjob ui --cluster`: the same pages and API over the cluster's PyTorchJobs (HTTP, read-only)."""
     rig.serve_logs(namespace, "seen-master-0", "pytorch", ["hello from the master"], tmp_path / "master.log")

@@ -5,15 +5,15 @@ from __future__ import annotations
 from pathlib import Path
 
 from kubeflow.training import TrainingClient
-from tools.kube_rig import Rig
 
-from tests.kube.conftest import OperatorProcess
+from kuberig import Cluster
 from tests.kube.test_operator import pods
 from tests.kube.test_rig import wait_until
+from tests.support.operator import OperatorProcess
 
 
 def test_training_client_creates_waits_for_and_reads_logs_of_a_job(
-    rig: Rig, namespace: str, operator: OperatorProcess, tmp_path: Path
+    rig: Cluster, namespace: str, operator: OperatorProcess, tmp_path: Path
 ) -> None:
     sdk = TrainingClient(config_file=str(rig.kubeconfig), namespace=namespace)
     sdk.create_job(name="sdk-job", base_image="example/train:1", num_workers=3)

@@ -4,21 +4,20 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tools.kube_rig import Rig
-
-from tests.kube.conftest import OperatorProcess
+from kuberig import Cluster
 from tests.kube.test_operator import job_manifest, running_pods
 from tests.kube.test_rig import wait_until
+from tests.support.operator import OperatorProcess
 
 # Jobs of this test name this value, so the session's own operator (which does not answer to it) ignores them.
 MANAGED_BY = "torchjob.io/election-test"
 
 
 def test_only_the_lease_holder_acts_and_a_standby_takes_over_when_it_dies(
-    rig: Rig, namespace: str, operator: OperatorProcess, tmp_path: Path
+    rig: Cluster, namespace: str, operator: OperatorProcess, tmp_path: Path
 ) -> None:
     args = ("-n", namespace, "--leader-elect", "--lease-namespace", "torchjob-system", "--managed-by", MANAGED_BY)
-    first, second = (OperatorProcess(rig, operator.kubeconfig, tmp_path / f"op{i}.log", args) for i in range(2))
+    first, second = (OperatorProcess(operator.kubeconfig, tmp_path / f"op{i}.log", args) for i in range(2))
     first.start()
     wait_until(lambda: first.counters()["leader"], what="the first replica to lead")
     second.start()  # ready at once: a standby

@@ -10,10 +10,10 @@ import json
 from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
-from tools.kube_rig import Rig
 
-from tests.kube.conftest import OperatorProcess
+from kuberig import Cluster
 from tests.kube.test_rig import wait_until
+from tests.support.operator import OperatorProcess
 from torchjob.testing import make_job
 
 
@@ -33,26 +33,26 @@ def job_manifest(
     return builder.wire()
 
 
-def get_job(rig: Rig, namespace: str, name: str) -> dict[str, Any]:
+def get_job(rig: Cluster, namespace: str, name: str) -> dict[str, Any]:
     return dict(rig.kubectl_json("get", "-n", namespace, "pytorchjob", name))
 
 
-def state(rig: Rig, namespace: str, name: str) -> str:
+def state(rig: Cluster, namespace: str, name: str) -> str:
     conditions = get_job(rig, namespace, name).get("status", {}).get("conditions", [])
     return str(conditions[-1]["type"]) if conditions else ""
 
 
-def condition(rig: Rig, namespace: str, name: str, ctype: str) -> dict[str, Any] | None:
+def condition(rig: Cluster, namespace: str, name: str, ctype: str) -> dict[str, Any] | None:
     conditions = get_job(rig, namespace, name).get("status", {}).get("conditions", [])
     return next((c for c in conditions if c["type"] == ctype and c["status"] == "True"), None)
 
 
-def pods(rig: Rig, namespace: str, job: str) -> dict[str, dict[str, Any]]:
+def pods(rig: Cluster, namespace: str, job: str) -> dict[str, dict[str, Any]]:
     items = rig.kubectl_json("get", "-n", namespace, "pods", "-l", f"training.kubeflow.org/job-name={job}")["items"]
     return {p["metadata"]["name"]: p for p in items if not p["metadata"].get("deletionTimestamp")}
 
 
-def running_pods(rig: Rig, namespace: str, job: str, attempt: int = 0) -> dict[str, dict[str, Any]]:
+def running_pods(rig: Cluster, namespace: str, job: str, attempt: int = 0) -> dict[str, dict[str, Any]]:
     return {
         name: p
         for name, p in pods(rig, namespace, job).items()
@@ -61,11 +61,11 @@ def running_pods(rig: Rig, namespace: str, job: str, attempt: int = 0) -> dict[s
     }
 
 
-def wait_state(rig: Rig, namespace: str, name: str, wanted: str, timeout: float = 60) -> None:
+def wait_state(rig: Cluster, namespace: str, name: str, wanted: str, timeout: float = 60) -> None:
     wait_until(lambda: state(rig, namespace, name) == wanted, timeout, what=f"{name} to be {wanted}")
 
 
-def start(rig: Rig, namespace: str, manifest: dict[str, Any], replicas: int = 3) -> None:
+def start(rig: Cluster, namespace: str, manifest: dict[str, Any], replicas: int = 3) -> None:
     rig.apply(manifest, namespace)
     name = manifest["metadata"]["name"]
     wait_until(lambda: len(running_pods(rig, namespace, name)) == replicas, what=f"{replicas} running pods of {name}")
@@ -77,7 +77,7 @@ def env_of(pod: dict[str, Any]) -> dict[str, str]:
 
 
 def test_master_and_two_workers_get_the_contract_pods_services_labels_and_env(
-    rig: Rig, namespace: str, operator: OperatorProcess
+    rig: Cluster, namespace: str, operator: OperatorProcess
 ) -> None:
     start(rig, namespace, job_manifest("mnist"))
     job = get_job(rig, namespace, "mnist")
@@ -135,7 +135,7 @@ def test_master_and_two_workers_get_the_contract_pods_services_labels_and_env(
 
 
 def test_the_master_succeeding_makes_the_job_succeed_and_clean_pod_policy_all_removes_pods(
-    rig: Rig, namespace: str, operator: OperatorProcess
+    rig: Cluster, namespace: str, operator: OperatorProcess
 ) -> None:
     start(rig, namespace, job_manifest("done", run_policy={"cleanPodPolicy": "All"}))
     rig.end_pod(namespace, "done-master-0", 0)
@@ -144,7 +144,7 @@ def test_the_master_succeeding_makes_the_job_succeed_and_clean_pod_policy_all_re
     wait_until(lambda: not pods(rig, namespace, "done"), what="cleanPodPolicy All to remove every pod")
 
 
-def test_clean_pod_policy_none_keeps_the_pods(rig: Rig, namespace: str, operator: OperatorProcess) -> None:
+def test_clean_pod_policy_none_keeps_the_pods(rig: Cluster, namespace: str, operator: OperatorProcess) -> None:
     start(rig, namespace, job_manifest("keep", run_policy={"cleanPodPolicy": "None"}))
     rig.end_pod(namespace, "keep-master-0", 0)
     wait_state(rig, namespace, "keep", "Succeeded")
@@ -152,7 +152,7 @@ def test_clean_pod_policy_none_keeps_the_pods(rig: Rig, namespace: str, operator
 
 
 def test_exit_code_1_under_exit_code_policy_fails_the_job_naming_pod_and_code(
-    rig: Rig, namespace: str, operator: OperatorProcess
+    rig: Cluster, namespace: str, operator: OperatorProcess
 ) -> None:
     start(rig, namespace, job_manifest("bad"))
     rig.end_pod(namespace, "bad-worker-0", 1)
@@ -167,7 +167,7 @@ def test_exit_code_1_under_exit_code_policy_fails_the_job_naming_pod_and_code(
 
 
 def test_exit_137_recreates_the_group_as_a_new_counted_attempt(
-    rig: Rig, namespace: str, operator: OperatorProcess
+    rig: Cluster, namespace: str, operator: OperatorProcess
 ) -> None:
     start(rig, namespace, job_manifest("oom"))
     before = {name: p["metadata"]["uid"] for name, p in pods(rig, namespace, "oom").items()}
@@ -198,7 +198,7 @@ def scraped(operator: OperatorProcess, name: str, **labels: str) -> float:
 
 
 def test_a_pod_deleted_by_hand_restarts_the_whole_group_without_counting(
-    rig: Rig, namespace: str, operator: OperatorProcess
+    rig: Cluster, namespace: str, operator: OperatorProcess
 ) -> None:
     start(rig, namespace, job_manifest("gone"))
     # Not --wait: the operator recreates gone-worker-0 (attempt 2) so quickly that kubectl, which waits on the
@@ -210,7 +210,7 @@ def test_a_pod_deleted_by_hand_restarts_the_whole_group_without_counting(
     assert status["attempts"][0]["outcome"] == "worker-0 vanished while the group was running (its Pod was deleted)"
 
 
-def test_backoff_limit_is_enforced(rig: Rig, namespace: str, operator: OperatorProcess) -> None:
+def test_backoff_limit_is_enforced(rig: Cluster, namespace: str, operator: OperatorProcess) -> None:
     start(rig, namespace, job_manifest("flaky", workers=1, run_policy={"backoffLimit": 1}), replicas=2)
     rig.end_pod(namespace, "flaky-worker-0", 137)
     wait_until(lambda: len(running_pods(rig, namespace, "flaky", attempt=1)) == 2, what="the second attempt")
@@ -221,7 +221,7 @@ def test_backoff_limit_is_enforced(rig: Rig, namespace: str, operator: OperatorP
 
 
 def test_active_deadline_is_enforced_by_a_timer_without_any_other_event(
-    rig: Rig, namespace: str, operator: OperatorProcess
+    rig: Cluster, namespace: str, operator: OperatorProcess
 ) -> None:
     rig.apply(job_manifest("slow", workers=1, run_policy={"activeDeadlineSeconds": 3}), namespace)
     wait_state(rig, namespace, "slow", "Failed", timeout=60)
@@ -231,7 +231,7 @@ def test_active_deadline_is_enforced_by_a_timer_without_any_other_event(
 
 
 def test_operator_killed_mid_job_restarts_without_duplicate_pods(
-    rig: Rig, namespace: str, operator: OperatorProcess
+    rig: Cluster, namespace: str, operator: OperatorProcess
 ) -> None:
     rig.apply(job_manifest("big", workers=12), namespace)
     operator.kill()  # probably in the middle of creating the 13 pods
@@ -250,7 +250,7 @@ def test_operator_killed_mid_job_restarts_without_duplicate_pods(
 
 
 def test_suspend_removes_the_pods_and_resume_brings_them_back(
-    rig: Rig, namespace: str, operator: OperatorProcess
+    rig: Cluster, namespace: str, operator: OperatorProcess
 ) -> None:
     start(rig, namespace, job_manifest("pause", workers=1), replicas=2)
     rig.kubectl(
@@ -274,14 +274,18 @@ def test_suspend_removes_the_pods_and_resume_brings_them_back(
     assert (suspended["status"], suspended["reason"]) == ("False", "PyTorchJobResumed")
 
 
-def test_a_job_managed_by_another_controller_is_left_alone(rig: Rig, namespace: str, operator: OperatorProcess) -> None:
+def test_a_job_managed_by_another_controller_is_left_alone(
+    rig: Cluster, namespace: str, operator: OperatorProcess
+) -> None:
     rig.apply(job_manifest("theirs", workers=1, run_policy={"managedBy": "kueue.x-k8s.io/multikueue"}), namespace)
     start(rig, namespace, job_manifest("ours", workers=1), replicas=2)  # proof the operator has looked by now
     assert pods(rig, namespace, "theirs") == {}
     assert not get_job(rig, namespace, "theirs").get("status")
 
 
-def test_invalid_jobs_are_rejected_with_a_clear_message(rig: Rig, namespace: str, operator: OperatorProcess) -> None:
+def test_invalid_jobs_are_rejected_with_a_clear_message(
+    rig: Cluster, namespace: str, operator: OperatorProcess
+) -> None:
     two_masters = job_manifest("twomasters")
     two_masters["spec"]["pytorchReplicaSpecs"]["Master"]["replicas"] = 2
     refused = rig.kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps(two_masters), check=False)
@@ -299,7 +303,7 @@ def test_invalid_jobs_are_rejected_with_a_clear_message(rig: Rig, namespace: str
 
 
 def test_the_operator_keeps_working_across_an_api_server_restart(
-    rig: Rig, namespace: str, operator: OperatorProcess
+    rig: Cluster, namespace: str, operator: OperatorProcess
 ) -> None:
     start(rig, namespace, job_manifest("survivor", workers=1), replicas=2)
     rig.restart_process("kube-apiserver")

@@ -5,13 +5,13 @@ from __future__ import annotations
 import json
 
 from lightkube import Client, KubeConfig
-from tools.kube_rig import Rig
 
+from kuberig import Cluster
 from torchjob.backends.kubernetes.reports import ApiTokenReviewer, PodIdentity
 
 
 def test_a_pod_bound_token_for_the_report_audience_names_its_pod_and_nothing_else_does(
-    rig: Rig, namespace: str
+    rig: Cluster, namespace: str
 ) -> None:
     pod = {
         "apiVersion": "v1",

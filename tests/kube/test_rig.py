@@ -7,7 +7,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tools.kube_rig import Rig, append_log_lines, bin_dir
+from kuberig import Cluster, append_log_lines
+from kuberig.toolchain import control_plane_bin
 
 
 def wait_until(check: Any, timeout: float = 60, what: str = "condition") -> Any:
@@ -29,11 +30,11 @@ def pod(name: str, **metadata: Any) -> dict[str, Any]:
     }
 
 
-def phase(rig: Rig, namespace: str, name: str) -> str:
+def phase(rig: Cluster, namespace: str, name: str) -> str:
     return str(rig.kubectl_json("get", "-n", namespace, "pod", name).get("status", {}).get("phase", ""))
 
 
-def test_a_pod_runs_on_a_fake_node_and_fails_with_the_exit_code_we_choose(rig: Rig, namespace: str) -> None:
+def test_a_pod_runs_on_a_fake_node_and_fails_with_the_exit_code_we_choose(rig: Cluster, namespace: str) -> None:
     rig.apply(pod("trainer"), namespace)
     wait_until(lambda: phase(rig, namespace, "trainer") == "Running", what="the pod to run")
     node = rig.kubectl_json("get", "-n", namespace, "pod", "trainer")["spec"]["nodeName"]
@@ -46,14 +47,14 @@ def test_a_pod_runs_on_a_fake_node_and_fails_with_the_exit_code_we_choose(rig: R
     assert (terminated["exitCode"], terminated["reason"]) == (137, "OOMKilled")
 
 
-def test_exit_code_zero_succeeds(rig: Rig, namespace: str) -> None:
+def test_exit_code_zero_succeeds(rig: Cluster, namespace: str) -> None:
     rig.apply(pod("done"), namespace)
     wait_until(lambda: phase(rig, namespace, "done") == "Running", what="the pod to run")
     rig.end_pod(namespace, "done", 0)
     wait_until(lambda: phase(rig, namespace, "done") == "Succeeded", what="the pod to succeed")
 
 
-def test_a_crd_and_a_custom_object(rig: Rig, namespace: str) -> None:
+def test_a_crd_and_a_custom_object(rig: Cluster, namespace: str) -> None:
     rig.apply(
         {
             "apiVersion": "apiextensions.k8s.io/v1",
@@ -96,7 +97,7 @@ def test_a_crd_and_a_custom_object(rig: Rig, namespace: str) -> None:
     assert rig.kubectl_json("get", "-n", namespace, "widget", "w2")["spec"] == {"size": 1}
 
 
-def test_pod_logs_through_the_api_including_follow(rig: Rig, namespace: str, tmp_path: Path) -> None:
+def test_pod_logs_through_the_api_including_follow(rig: Cluster, namespace: str, tmp_path: Path) -> None:
     rig.apply(pod("talker"), namespace)
     wait_until(lambda: phase(rig, namespace, "talker") == "Running", what="the pod to run")
     log_file = tmp_path / "talker.log"
@@ -107,7 +108,7 @@ def test_pod_logs_through_the_api_including_follow(rig: Rig, namespace: str, tmp
     assert logs.splitlines() == ["Rank 0: epoch 1/2", "Rank 0: epoch 2/2"]
 
     follower = subprocess.Popen(
-        [str(bin_dir() / "kubectl"), "logs", "-f", "-n", namespace, "talker"],
+        [str(control_plane_bin() / "kubectl"), "logs", "-f", "-n", namespace, "talker"],
         stdout=subprocess.PIPE,
         text=True,
         env=rig.env(),
@@ -123,7 +124,7 @@ def test_pod_logs_through_the_api_including_follow(rig: Rig, namespace: str, tmp
         follower.wait()
 
 
-def test_an_indexed_job_gets_completion_indexes_from_the_job_controller(rig: Rig, namespace: str) -> None:
+def test_an_indexed_job_gets_completion_indexes_from_the_job_controller(rig: Cluster, namespace: str) -> None:
     rig.apply(
         {
             "apiVersion": "batch/v1",
@@ -162,13 +163,13 @@ def test_an_indexed_job_gets_completion_indexes_from_the_job_controller(rig: Rig
     rig.kubectl("wait", "-n", namespace, "--for=condition=Complete", "job/indexed", "--timeout=90s")
 
 
-def test_rbac_is_enforced(rig: Rig, namespace: str) -> None:
+def test_rbac_is_enforced(rig: Cluster, namespace: str) -> None:
     who = f"--as=system:serviceaccount:{namespace}:default"
     assert rig.kubectl("auth", "can-i", "list", "pods", "-n", namespace, who, check=False).stdout.strip() == "no"
     assert rig.kubectl("auth", "can-i", "list", "pods", "-n", namespace).stdout.strip() == "yes"
 
 
-def test_a_rendered_indexed_job_runs_on_the_cluster(rig: Rig, namespace: str) -> None:
+def test_a_rendered_indexed_job_runs_on_the_cluster(rig: Cluster, namespace: str) -> None:
     """`torchjob render --to indexed-job` output, applied as is: pods get their completion index."""
     import yaml
 

@@ -6,16 +6,15 @@ from __future__ import annotations
 import json
 import time
 
-from tools import real_node
-
-from tests.kube.conftest import OperatorProcess
+from kuberig import Cluster
 from tests.node.conftest import wait_for_condition
-from tests.node.images import TEST_SCRIPTS
+from tests.support.images import TEST_SCRIPTS
+from tests.support.operator import OperatorProcess
 
 
-def test_an_elastic_job_loses_a_pod_and_carries_on(node: real_node.RealNode, node_operator: OperatorProcess) -> None:
-    namespace = node.namespace("elastic")
-    data = node.claim(namespace, "data")
+def test_an_elastic_job_loses_a_pod_and_carries_on(cluster: Cluster, node_operator: OperatorProcess) -> None:
+    namespace = cluster.namespace("elastic")
+    data = cluster.claim(namespace, "data")
     container = {
         "name": "pytorch",
         "image": TEST_SCRIPTS,
@@ -24,7 +23,7 @@ def test_an_elastic_job_loses_a_pod_and_carries_on(node: real_node.RealNode, nod
         "volumeMounts": [{"name": "data", "mountPath": "/data"}],
     }
     pod = {"containers": [container], "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": "data"}}]}
-    node.rig.apply(
+    cluster.apply(
         {
             "apiVersion": "kubeflow.org/v1",
             "kind": "PyTorchJob",
@@ -46,14 +45,14 @@ def test_an_elastic_job_loses_a_pod_and_carries_on(node: real_node.RealNode, nod
         assert time.monotonic() < deadline, f"the two agents never formed a group: {joined()}"
         time.sleep(0.5)
     # The rendezvous really goes through the store Pod: both agents were told to meet there.
-    worker = node.rig.kubectl_json("get", "pod", "stretchy-worker-0", "-n", namespace)
+    worker = cluster.kubectl_json("get", "pod", "stretchy-worker-0", "-n", namespace)
     env = {e["name"]: e.get("value") for e in worker["spec"]["containers"][0]["env"]}
     assert env["PET_RDZV_ENDPOINT"].startswith("stretchy-rdzv:")
-    store = node.rig.kubectl_json("get", "pod", "stretchy-rdzv", "-n", namespace)
-    assert store["status"]["phase"] == "Running" and store["spec"]["nodeName"] == real_node.NODE_NAME
+    store = cluster.kubectl_json("get", "pod", "stretchy-rdzv", "-n", namespace)
+    assert store["status"]["phase"] == "Running" and store["spec"]["nodeName"] == cluster.nodes[0].name
     time.sleep(3)  # some steps at world size 2, saved
-    node.rig.kubectl("delete", "pod", "stretchy-worker-1", "-n", namespace, "--grace-period=0", "--force")
-    job = wait_for_condition(node, namespace, "stretchy", {"Succeeded", "Failed"}, timeout=400)
+    cluster.kubectl("delete", "pod", "stretchy-worker-1", "-n", namespace, "--grace-period=0", "--force")
+    job = wait_for_condition(cluster, namespace, "stretchy", {"Succeeded", "Failed"}, timeout=400)
     conditions = {c["type"]: c for c in job["status"]["conditions"]}
     assert "Failed" not in conditions, conditions["Failed"]["message"]
     assert job["status"].get("restartCount", 0) == 0  # a membership change, not a failure

@@ -13,29 +13,29 @@ from typing import Any
 
 import pytest
 import yaml
-from tools import real_node
 
-from tests.kube.conftest import OperatorProcess
+from kuberig import Cluster
 from tests.node.conftest import wait_for_condition
+from tests.support.operator import OperatorProcess
 
 ROOT = Path(__file__).resolve().parents[2]
 JOB = "mnist-inplace"
 
 
-def _status(node: real_node.RealNode, namespace: str) -> dict[str, Any]:
-    found = json.loads(node.rig.kubectl("get", "pytorchjob", JOB, "-n", namespace, "-o", "json").stdout)
+def _status(cluster: Cluster, namespace: str) -> dict[str, Any]:
+    found = json.loads(cluster.kubectl("get", "pytorchjob", JOB, "-n", namespace, "-o", "json").stdout)
     return dict(found.get("status") or {})
 
 
-def _uid(node: real_node.RealNode, namespace: str, pod: str) -> str:
-    return node.rig.kubectl("get", "pod", pod, "-n", namespace, "-o", "jsonpath={.metadata.uid}").stdout
+def _uid(cluster: Cluster, namespace: str, pod: str) -> str:
+    return cluster.kubectl("get", "pod", pod, "-n", namespace, "-o", "jsonpath={.metadata.uid}").stdout
 
 
 @pytest.mark.parametrize("fault", [signal.SIGKILL, signal.SIGSTOP], ids=["killed", "hung"])
 def test_a_lost_worker_pod_is_replaced_by_a_warm_spare_and_the_survivors_pods_carry_on(
-    node: real_node.RealNode, node_operator: OperatorProcess, fault: signal.Signals
+    cluster: Cluster, node_operator: OperatorProcess, fault: signal.Signals
 ) -> None:
-    namespace = node.namespace(f"inplace-{fault.name.lower()}")
+    namespace = cluster.namespace(f"inplace-{fault.name.lower()}")
     job = yaml.safe_load((ROOT / "examples" / "mnist" / "job-inplace.yaml").read_text())
     job["metadata"]["namespace"] = namespace
     if fault is signal.SIGSTOP:  # a hang is found at the progress deadline: the one Pod that stopped reporting
@@ -43,32 +43,32 @@ def test_a_lost_worker_pod_is_replaced_by_a_warm_spare_and_the_survivors_pods_ca
         job["metadata"]["annotations"]["torchjob.io/progress-deadline-seconds"] = "60"
     for spec in job["spec"]["pytorchReplicaSpecs"].values():
         spec["template"]["spec"]["containers"][0]["args"] = ["--epochs", "3"]
-    node.rig.apply(job)
+    cluster.apply(job)
     deadline = time.monotonic() + 300
     while True:
-        log = node.rig.kubectl("logs", "-n", namespace, f"{JOB}-worker-1", check=False).stdout
-        if "epoch: 2/" in log and _status(node, namespace).get("sparesReady") == 1:
+        log = cluster.kubectl("logs", "-n", namespace, f"{JOB}-worker-1", check=False).stdout
+        if "epoch: 2/" in log and _status(cluster, namespace).get("sparesReady") == 1:
             break
-        pods = node.rig.kubectl("get", "pods", "-n", namespace, check=False).stdout
+        pods = cluster.kubectl("get", "pods", "-n", namespace, check=False).stdout
         assert time.monotonic() < deadline, f"worker-1 never reached epoch 2 beside a warm spare:\n{pods}"
         time.sleep(0.5)
-    survivors = {pod: _uid(node, namespace, pod) for pod in (f"{JOB}-master-0", f"{JOB}-worker-0")}
-    for pid in node.container_pids(namespace, f"{JOB}-worker-1"):
+    survivors = {pod: _uid(cluster, namespace, pod) for pod in (f"{JOB}-master-0", f"{JOB}-worker-0")}
+    for pid in cluster.container_pids(namespace, f"{JOB}-worker-1"):
         os.kill(pid, fault)
-    finished = wait_for_condition(node, namespace, JOB, {"Succeeded", "Failed"}, timeout=400)
+    finished = wait_for_condition(cluster, namespace, JOB, {"Succeeded", "Failed"}, timeout=400)
     conditions = {c["type"]: c for c in finished["status"]["conditions"]}
     assert "Failed" not in conditions, conditions["Failed"]["message"]
     status = finished["status"]
-    events = node.rig.kubectl("get", "events", "-n", namespace, "-o", "jsonpath={.items[*].message}").stdout
+    events = cluster.kubectl("get", "events", "-n", namespace, "-o", "jsonpath={.items[*].message}").stdout
     if fault is signal.SIGSTOP:
         assert f"worker-1 stopped responding (hung); {JOB}-spare-0-0 takes its place" in events, events[-3000:]
     assert f"{JOB}-spare-0-0 takes its place in the running group" in events, events[-3000:]
     assert (status["attempt"], status["restartCount"], status["repairs"]) == (0, 0, 1), status["attempts"]
     assert status["trainerStatus"]["progressPercentage"] == 100  # the in-place example reports its progress too
     # The survivors' Pods are the same Pods: never deleted, never recreated.
-    assert {pod: _uid(node, namespace, pod) for pod in survivors} == survivors
+    assert {pod: _uid(cluster, namespace, pod) for pod in survivors} == survivors
     # The spare Pod is worker-1 now (its labels; Pods cannot be renamed), and its Service selects it.
-    worker_1 = node.rig.kubectl(
+    worker_1 = cluster.kubectl(
         "get",
         "pods",
         "-n",
@@ -79,46 +79,46 @@ def test_a_lost_worker_pod_is_replaced_by_a_warm_spare_and_the_survivors_pods_ca
         "training.kubeflow.org/replica-type=worker,training.kubeflow.org/replica-index=1",
     ).stdout.split()
     assert worker_1 == [f"pod/{JOB}-spare-0-0"], worker_1
-    master_log = node.rig.kubectl("logs", "-n", namespace, f"{JOB}-master-0").stdout
+    master_log = cluster.kubectl("logs", "-n", namespace, f"{JOB}-master-0").stdout
     assert "group repaired in place (generation 1, 3 ranks" in master_log, master_log[-3000:]
     assert float(master_log.split("test accuracy=")[1].split()[0]) >= 0.90
-    spare_log = node.rig.kubectl("logs", "-n", namespace, f"{JOB}-spare-0-0").stdout
+    spare_log = cluster.kubectl("logs", "-n", namespace, f"{JOB}-spare-0-0").stdout
     assert f"torchjob: spare {JOB}-spare-0-0 joins as worker-1 (rank 2 of 3)" in spare_log, spare_log[-2000:]
 
 
 def test_an_elastic_group_on_pods_shrinks_at_once_and_grows_back_when_the_spare_pod_is_warm(
-    node: real_node.RealNode, node_operator: OperatorProcess
+    cluster: Cluster, node_operator: OperatorProcess
 ) -> None:
     """The elastic in-place MNIST job (3 Workers, at least 2, no idle spare): worker-1's trainer is SIGKILLed;
     the two other Pods carry on as a group of 2 at once, a spare Pod started for the place joins as worker-1,
     and the group trains at 3 again. No Pod but the lost one is recreated, and nothing restarts."""
     name = "mnist-elastic-inplace"
-    namespace = node.namespace("inplace-elastic")
+    namespace = cluster.namespace("inplace-elastic")
     job = yaml.safe_load((ROOT / "examples" / "mnist" / "job-elastic-inplace.yaml").read_text())
     job["metadata"]["namespace"] = namespace
     # Long enough after the kill for a spare Pod to start, import torch and join while the others train.
     job["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]["args"] = ["--epochs", "16"]
-    node.rig.apply(job)
+    cluster.apply(job)
     deadline = time.monotonic() + 300
-    while "epoch: 2/" not in node.rig.kubectl("logs", "-n", namespace, f"{name}-worker-1", check=False).stdout:
-        pods = node.rig.kubectl("get", "pods", "-n", namespace, check=False).stdout
+    while "epoch: 2/" not in cluster.kubectl("logs", "-n", namespace, f"{name}-worker-1", check=False).stdout:
+        pods = cluster.kubectl("get", "pods", "-n", namespace, check=False).stdout
         assert time.monotonic() < deadline, f"worker-1 never reached epoch 2:\n{pods}"
         time.sleep(0.5)
-    survivors = {pod: _uid(node, namespace, pod) for pod in (f"{name}-worker-0", f"{name}-worker-2")}
-    for pid in node.container_pids(namespace, f"{name}-worker-1"):
+    survivors = {pod: _uid(cluster, namespace, pod) for pod in (f"{name}-worker-0", f"{name}-worker-2")}
+    for pid in cluster.container_pids(namespace, f"{name}-worker-1"):
         os.kill(pid, signal.SIGKILL)
-    finished = wait_for_condition(node, namespace, name, {"Succeeded", "Failed"}, timeout=400)
+    finished = wait_for_condition(cluster, namespace, name, {"Succeeded", "Failed"}, timeout=400)
     conditions = {c["type"]: c for c in finished["status"]["conditions"]}
     assert "Failed" not in conditions, conditions["Failed"]["message"]
     status = finished["status"]
-    events = node.rig.kubectl("get", "events", "-n", namespace, "-o", "jsonpath={.items[*].message}").stdout
+    events = cluster.kubectl("get", "events", "-n", namespace, "-o", "jsonpath={.items[*].message}").stdout
     assert "the group carries on in place with 2 Worker(s)" in events, events[-3000:]
     assert f"{name}-spare-0-0 joins the running group as worker-1" in events, events[-3000:]
     assert (status["attempt"], status["restartCount"], status["membershipChanges"]) == (0, 0, 2), status
-    assert {pod: _uid(node, namespace, pod) for pod in survivors} == survivors
-    log = node.rig.kubectl("logs", "-n", namespace, f"{name}-worker-0").stdout
+    assert {pod: _uid(cluster, namespace, pod) for pod in survivors} == survivors
+    log = cluster.kubectl("logs", "-n", namespace, f"{name}-worker-0").stdout
     assert "group repaired in place (generation 1, 2 ranks" in log, log[-3000:]
     assert "group re-formed in place (generation 2, 3 ranks" in log, log[-3000:]
     assert float(log.split("test accuracy=")[1].split()[0]) >= 0.90
-    spare_log = node.rig.kubectl("logs", "-n", namespace, f"{name}-spare-0-0").stdout
+    spare_log = cluster.kubectl("logs", "-n", namespace, f"{name}-spare-0-0").stdout
     assert f"spare {name}-spare-0-0 joins as worker-1 (rank 1 of 3)" in spare_log, spare_log[-2000:]

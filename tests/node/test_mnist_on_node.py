@@ -17,10 +17,10 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from tools import real_node
 
-from tests.kube.conftest import OperatorProcess
+from kuberig import Cluster
 from tests.node.conftest import wait_for_condition
+from tests.support.operator import OperatorProcess
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -39,7 +39,7 @@ def _mnist_job(namespace: str, *extra_args: str) -> dict[str, Any]:
     return job
 
 
-def _submit(node: real_node.RealNode, job: dict[str, Any], directory: Path, follow: bool) -> subprocess.Popen[str]:
+def _submit(cluster: Cluster, job: dict[str, Any], directory: Path, follow: bool) -> subprocess.Popen[str]:
     path = directory / "job.yaml"
     path.write_text(yaml.safe_dump(job))
     namespace = job["metadata"]["namespace"]
@@ -54,18 +54,18 @@ def _submit(node: real_node.RealNode, job: dict[str, Any], directory: Path, foll
             namespace,
             *(["--follow"] if follow else []),
         ],
-        env={**node.rig.env(), "TORCHJOB_HOME": str(directory / "home")},
+        env={**cluster.env(), "TORCHJOB_HOME": str(directory / "home")},
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
     )
 
 
-def _submit_on_a_terminal(node: real_node.RealNode, job: dict[str, Any], directory: Path) -> tuple[Any, list[bytes]]:
+def _submit_on_a_terminal(cluster: Cluster, job: dict[str, Any], directory: Path) -> tuple[Any, list[bytes]]:
     """`torchjob submit --follow` with a pseudo-terminal as its output, read in the background."""
     path = directory / "job.yaml"
     path.write_text(yaml.safe_dump(job))
-    env = {**node.rig.env(), "TORCHJOB_HOME": str(directory / "home"), "TERM": "xterm", "COLUMNS": "160"}
+    env = {**cluster.env(), "TORCHJOB_HOME": str(directory / "home"), "TERM": "xterm", "COLUMNS": "160"}
     argv = [sys.executable, "-m", "torchjob.cli.main", "submit", str(path), "-n", job["metadata"]["namespace"], "-f"]
     parent, child = pty.openpty()
     process = subprocess.Popen(argv, stdin=child, stdout=child, stderr=child, env=env)
@@ -88,12 +88,12 @@ def _submit_on_a_terminal(node: real_node.RealNode, job: dict[str, Any], directo
 
 
 def test_mnist_example_trains_to_090_and_saves_its_model_on_a_claim(
-    node: real_node.RealNode, node_operator: OperatorProcess, tmp_path: Path
+    cluster: Cluster, node_operator: OperatorProcess, tmp_path: Path
 ) -> None:
-    namespace = node.namespace("mnist")
-    data = node.claim(namespace, "data")
-    submitted, seen = _submit_on_a_terminal(node, _mnist_job(namespace), tmp_path)
-    progress = _watch_progress(node, namespace, submitted)
+    namespace = cluster.namespace("mnist")
+    data = cluster.claim(namespace, "data")
+    submitted, seen = _submit_on_a_terminal(cluster, _mnist_job(namespace), tmp_path)
+    progress = _watch_progress(cluster, namespace, submitted)
     assert submitted.wait(timeout=400) == 0, b"".join(seen)[-3000:]
     time.sleep(0.5)  # the reader drains the terminal
     output = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", b"".join(seen).decode(errors="replace"))  # without styles
@@ -102,11 +102,11 @@ def test_mnist_example_trains_to_090_and_saves_its_model_on_a_claim(
     # `kubectl get pytorchjobs` showed the Pods' progress moving, and 100% at the end.
     on_the_way = sorted({int(v) for v in progress} - {100})
     assert len(on_the_way) >= 2 and all(0 <= v < 100 for v in on_the_way), progress
-    assert _progress_column(node, namespace) == "100"
+    assert _progress_column(cluster, namespace) == "100"
     # --follow interleaves every replica's lines, prefixed, as the seed's log format prints them.
     assert "[master-0] Rank 0: test accuracy=" in output, output[-3000:]
     assert "[worker-1]" in output
-    master_log = node.rig.kubectl("logs", "-f", "-n", namespace, "mnist-master-0").stdout
+    master_log = cluster.kubectl("logs", "-f", "-n", namespace, "mnist-master-0").stdout
     assert "Rank 0: epoch 8/8" in master_log
     accuracy = float(master_log.split("test accuracy=")[1].split()[0])
     assert accuracy >= 0.90, master_log[-2000:]
@@ -115,21 +115,21 @@ def test_mnist_example_trains_to_090_and_saves_its_model_on_a_claim(
     assert (data / "mnist_cnn.pt").stat().st_size > 0
 
 
-def _progress_column(node: real_node.RealNode, namespace: str) -> str:
+def _progress_column(cluster: Cluster, namespace: str) -> str:
     """The PROGRESS % column of `kubectl get pytorchjobs` for the job mnist (blank while unknown)."""
-    lines = node.rig.kubectl("get", "pytorchjobs", "-n", namespace, check=False).stdout.splitlines()
+    lines = cluster.kubectl("get", "pytorchjobs", "-n", namespace, check=False).stdout.splitlines()
     if len(lines) < 2 or "PROGRESS %" not in lines[0] or "AGE" not in lines[0]:
         return ""
     return lines[1][lines[0].index("PROGRESS %") : lines[0].index("AGE")].strip()
 
 
-def _watch_progress(node: real_node.RealNode, namespace: str, submitted: subprocess.Popen[Any]) -> list[str]:
+def _watch_progress(cluster: Cluster, namespace: str, submitted: subprocess.Popen[Any]) -> list[str]:
     """Every value the column took while the job ran (collected in the background until the job ends)."""
     seen: list[str] = []
 
     def watch() -> None:
         while submitted.poll() is None:
-            value = _progress_column(node, namespace)
+            value = _progress_column(cluster, namespace)
             if value:
                 seen.append(value)
             time.sleep(1)
@@ -139,26 +139,26 @@ def _watch_progress(node: real_node.RealNode, namespace: str, submitted: subproc
 
 
 def test_sigkill_of_a_training_process_restarts_the_group_from_the_claims_checkpoint(
-    node: real_node.RealNode, node_operator: OperatorProcess, tmp_path: Path
+    cluster: Cluster, node_operator: OperatorProcess, tmp_path: Path
 ) -> None:
-    namespace = node.namespace("mnist-kill")
-    data = node.claim(namespace, "data")
-    submitted = _submit(node, _mnist_job(namespace, "--checkpoint-every", "10"), tmp_path, follow=False)
+    namespace = cluster.namespace("mnist-kill")
+    data = cluster.claim(namespace, "data")
+    submitted = _submit(cluster, _mnist_job(namespace, "--checkpoint-every", "10"), tmp_path, follow=False)
     assert submitted.wait(timeout=60) == 0, submitted.stdout.read() if submitted.stdout else ""
     deadline = time.monotonic() + 300
     while not list((data / "checkpoints").glob("*")):
         assert time.monotonic() < deadline, "no checkpoint was written to the claim"
         time.sleep(0.5)
-    victims = node.container_pids(namespace, "mnist-worker-1")
+    victims = cluster.container_pids(namespace, "mnist-worker-1")
     assert victims, "the training container has no processes"
     for pid in victims:  # from the host, as the kernel's OOM killer or a crash would end it
         os.kill(pid, signal.SIGKILL)
-    job = wait_for_condition(node, namespace, "mnist", {"Succeeded", "Failed"}, timeout=400)
+    job = wait_for_condition(cluster, namespace, "mnist", {"Succeeded", "Failed"}, timeout=400)
     conditions = {c["type"]: c for c in job["status"]["conditions"]}
     assert "Failed" not in conditions, conditions["Failed"]["message"]
     assert job["status"]["restartCount"] == 1
     outcome = job["status"]["attempts"][0]["outcome"]  # the first attempt's root cause, from the real kubelet
     assert "worker-1" in outcome and ("137" in outcome or "SIGKILL" in outcome), outcome
-    restarted_log = node.rig.kubectl("logs", "-n", namespace, "mnist-master-0").stdout
+    restarted_log = cluster.kubectl("logs", "-n", namespace, "mnist-master-0").stdout
     assert "resumed from the checkpoint of step" in restarted_log, restarted_log[-2000:]
     assert float(restarted_log.split("test accuracy=")[1].split()[0]) >= 0.90

@@ -5,11 +5,10 @@ from __future__ import annotations
 import json
 import time
 
-from tools import kube_rig, real_node
-
-from tests.kube.conftest import OperatorProcess
+from kuberig import Cluster
 from tests.node.conftest import wait_for_condition
-from tests.node.images import KUBEFLOW_MNIST
+from tests.support.images import KUBEFLOW_MNIST
+from tests.support.operator import OperatorProcess
 
 
 def _job(name: str, namespace: str, epochs: int, **run_policy: object) -> dict:  # type: ignore[type-arg]
@@ -30,23 +29,23 @@ def _job(name: str, namespace: str, epochs: int, **run_policy: object) -> dict: 
     }
 
 
-def _wait_for_log_line(node: real_node.RealNode, namespace: str, pod: str, text: str, timeout: float) -> None:
+def _wait_for_log_line(cluster: Cluster, namespace: str, pod: str, text: str, timeout: float) -> None:
     deadline = time.monotonic() + timeout
-    while text not in node.rig.kubectl("logs", "-n", namespace, pod, check=False).stdout:
+    while text not in cluster.kubectl("logs", "-n", namespace, pod, check=False).stdout:
         assert time.monotonic() < deadline, f"{pod} never printed {text!r}"
         time.sleep(0.5)
 
 
 def test_an_eviction_restarts_the_group_without_counting_against_backoff_limit(
-    node: real_node.RealNode, node_operator: OperatorProcess
+    cluster: Cluster, node_operator: OperatorProcess
 ) -> None:
     """backoffLimit 0: one counted failure would end the job. An eviction through the Eviction API (what
     `kubectl drain` and the cluster autoscaler use) is the platform's doing, so the group restarts."""
-    namespace = node.namespace("evict")
-    node.rig.apply(_job("evicted", namespace, epochs=2, backoffLimit=0))
-    _wait_for_log_line(node, namespace, "evicted-worker-0", "Rank 1: epoch: 1/2, batch: 5/", timeout=240)
+    namespace = cluster.namespace("evict")
+    cluster.apply(_job("evicted", namespace, epochs=2, backoffLimit=0))
+    _wait_for_log_line(cluster, namespace, "evicted-worker-0", "Rank 1: epoch: 1/2, batch: 5/", timeout=240)
     eviction = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": "evicted-worker-0"}}
-    node.rig.kubectl(
+    cluster.kubectl(
         "create",
         "--raw",
         f"/api/v1/namespaces/{namespace}/pods/evicted-worker-0/eviction",
@@ -54,7 +53,7 @@ def test_an_eviction_restarts_the_group_without_counting_against_backoff_limit(
         "-",
         input=json.dumps(eviction),
     )
-    job = wait_for_condition(node, namespace, "evicted", {"Succeeded", "Failed"}, timeout=400)
+    job = wait_for_condition(cluster, namespace, "evicted", {"Succeeded", "Failed"}, timeout=400)
     conditions = {c["type"]: c for c in job["status"]["conditions"]}
     assert "Failed" not in conditions, conditions["Failed"]["message"]
     outcome = job["status"]["attempts"][0]["outcome"]
@@ -63,28 +62,29 @@ def test_an_eviction_restarts_the_group_without_counting_against_backoff_limit(
 
 
 def test_a_lost_node_is_named_in_the_status_and_the_job_finishes_when_it_returns(
-    node: real_node.RealNode, node_operator: OperatorProcess
+    cluster: Cluster, node_operator: OperatorProcess
 ) -> None:
     """kubelet stops: the Node goes NotReady and its Pods not Ready. With one node there is nowhere to go, and
     Kubernetes evicts nothing when every node of a zone is down, so the status must say what the job waits on."""
-    namespace = node.namespace("lost-node")
-    node.rig.apply(_job("stranded", namespace, epochs=3))
-    _wait_for_log_line(node, namespace, "stranded-worker-0", "Rank 1: epoch: 1/3, batch: 5/", timeout=240)
-    kubelet = node.rig.stop_process("kubelet")
+    namespace = cluster.namespace("lost-node")
+    cluster.apply(_job("stranded", namespace, epochs=3))
+    _wait_for_log_line(cluster, namespace, "stranded-worker-0", "Rank 1: epoch: 1/3, batch: 5/", timeout=240)
+    kubelet = f"{cluster.nodes[0].name}/kubelet"
+    argv = cluster.stop_process(kubelet)
     try:
         deadline = time.monotonic() + 120
         while True:
-            running = wait_for_condition(node, namespace, "stranded", {"Running"}, timeout=30)
+            running = wait_for_condition(cluster, namespace, "stranded", {"Running"}, timeout=30)
             message = next(c["message"] for c in running["status"]["conditions"] if c["type"] == "Running")
-            if f"node {real_node.NODE_NAME} is not ready" in message:
+            if f"node {cluster.nodes[0].name} is not ready" in message:
                 break
             assert time.monotonic() < deadline, f"the status never named the lost node: {message}"
             time.sleep(1)
         assert "worker-0: node" in message and "master-0: node" in message, message
     finally:
-        kube_rig.start_process(node.rig.directory, "kubelet", kubelet)
+        cluster.start_process(kubelet, argv)
     # The containers never stopped: once kubelet reports again, the job ends as if nothing happened.
-    job = wait_for_condition(node, namespace, "stranded", {"Succeeded", "Failed"}, timeout=400)
+    job = wait_for_condition(cluster, namespace, "stranded", {"Succeeded", "Failed"}, timeout=400)
     conditions = {c["type"]: c for c in job["status"]["conditions"]}
     assert "Failed" not in conditions, conditions["Failed"]["message"]
     assert job["status"].get("restartCount", 0) == 0

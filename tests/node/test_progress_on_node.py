@@ -16,11 +16,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tools import real_node
-
-from tests.kube.conftest import OperatorProcess
+from kuberig import Cluster
 from tests.node.conftest import wait_for_condition
-from tests.node.images import TEST_SCRIPTS
+from tests.support.images import TEST_SCRIPTS
+from tests.support.operator import OperatorProcess
 
 # It bounds a Pod's start-up too: 30 s was seen to pass before the first report on a loaded node (every attempt
 # was then judged hung at start-up), so 60, as the other real-node hang tests use.
@@ -51,16 +50,16 @@ def _job(name: str, namespace: str) -> dict[str, Any]:
     }
 
 
-def _reported_step(node: real_node.RealNode, namespace: str, name: str) -> int:
-    found = json.loads(node.rig.kubectl("get", "pytorchjob", name, "-n", namespace, "-o", "json").stdout)
+def _reported_step(cluster: Cluster, namespace: str, name: str) -> int:
+    found = json.loads(cluster.kubectl("get", "pytorchjob", name, "-n", namespace, "-o", "json").stdout)
     metrics = ((found.get("status") or {}).get("trainerStatus") or {}).get("metrics") or []
     return next((int(m["value"]) for m in metrics if m["name"] == "step"), -1)
 
 
-def _cli(node: real_node.RealNode, home: Path, *args: str) -> subprocess.CompletedProcess[str]:
+def _cli(cluster: Cluster, home: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "torchjob.cli.main", *args],
-        env={**node.rig.env(), "TORCHJOB_HOME": str(home)},
+        env={**cluster.env(), "TORCHJOB_HOME": str(home)},
         capture_output=True,
         text=True,
         timeout=60,
@@ -68,17 +67,17 @@ def _cli(node: real_node.RealNode, home: Path, *args: str) -> subprocess.Complet
 
 
 def test_a_sigstopped_pod_is_named_as_hung_and_its_attempts_output_is_kept(
-    node: real_node.RealNode, node_operator: OperatorProcess, tmp_path: Path
+    cluster: Cluster, node_operator: OperatorProcess, tmp_path: Path
 ) -> None:
-    namespace = node.namespace("frozen")
-    node.rig.apply(_job("frozen", namespace))
+    namespace = cluster.namespace("frozen")
+    cluster.apply(_job("frozen", namespace))
     deadline = time.monotonic() + 240
-    while _reported_step(node, namespace, "frozen") < 5:  # the Pods' reports reach the operator
-        assert time.monotonic() < deadline, node.rig.kubectl("get", "pods", "-n", namespace, check=False).stdout
+    while _reported_step(cluster, namespace, "frozen") < 5:  # the Pods' reports reach the operator
+        assert time.monotonic() < deadline, cluster.kubectl("get", "pods", "-n", namespace, check=False).stdout
         time.sleep(1)
-    for pid in node.container_pids(namespace, "frozen-worker-0"):  # from the host: frozen, not ended
+    for pid in cluster.container_pids(namespace, "frozen-worker-0"):  # from the host: frozen, not ended
         os.kill(pid, signal.SIGSTOP)
-    job = wait_for_condition(node, namespace, "frozen", {"Succeeded", "Failed"}, timeout=300)
+    job = wait_for_condition(cluster, namespace, "frozen", {"Succeeded", "Failed"}, timeout=300)
     conditions = {c["type"]: c for c in job["status"]["conditions"]}
     assert "Failed" not in conditions, conditions["Failed"]["message"]
     outcome = job["status"]["attempts"][0]["outcome"]
@@ -87,12 +86,14 @@ def test_a_sigstopped_pod_is_named_as_hung_and_its_attempts_output_is_kept(
     assert job["status"]["restartCount"] == 1 and job["status"]["attempt"] == 1
     assert job["status"]["trainerStatus"]["progressPercentage"] == 100
     # The first attempt's Pods are gone; their output was kept.
-    first = _cli(node, tmp_path, "logs", "--cluster", "frozen", "-n", namespace, "--attempt", "0")
+    first = _cli(cluster, tmp_path, "logs", "--cluster", "frozen", "-n", namespace, "--attempt", "0")
     assert first.returncode == 0, first.stderr
     assert "[master-0] rank 0: attempt 0 started" in first.stdout, first.stdout[-2000:]
     assert "[worker-0] rank 1: attempt 0 started" in first.stdout
-    one = _cli(node, tmp_path, "logs", "--cluster", "frozen", "-n", namespace, "--attempt", "1", "--replica=worker-0")
+    one = _cli(
+        cluster, tmp_path, "logs", "--cluster", "frozen", "-n", namespace, "--attempt", "1", "--replica=worker-0"
+    )
     assert one.returncode == 0 and "rank 1: attempt 1 started" in one.stdout and "rank 1: done" in one.stdout, one
-    missing = _cli(node, tmp_path, "logs", "--cluster", "frozen", "-n", namespace, "--attempt", "7")
+    missing = _cli(cluster, tmp_path, "logs", "--cluster", "frozen", "-n", namespace, "--attempt", "7")
     assert missing.returncode != 0 and "no Pods of attempt 7 and no output kept" in missing.stderr, missing
     assert len(missing.stderr.strip().splitlines()) == 1

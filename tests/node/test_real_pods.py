@@ -8,16 +8,16 @@ import subprocess
 import sys
 
 import pytest
-from tools import real_node
 
+from kuberig import Cluster
 from tests.conftest import DATA
-from tests.kube.conftest import OperatorProcess
 from tests.node.conftest import wait_for_condition
-from tests.node.images import KUBEFLOW_MNIST
+from tests.support.images import KUBEFLOW_MNIST
+from tests.support.operator import OperatorProcess
 
 
-def _pod(node: real_node.RealNode, namespace: str, name: str) -> dict:  # type: ignore[type-arg]
-    return json.loads(node.rig.kubectl("get", "pod", name, "-n", namespace, "-o", "json").stdout)  # type: ignore[no-any-return]
+def _pod(cluster: Cluster, namespace: str, name: str) -> dict:  # type: ignore[type-arg]
+    return json.loads(cluster.kubectl("get", "pod", name, "-n", namespace, "-o", "json").stdout)  # type: ignore[no-any-return]
 
 
 @pytest.mark.parametrize(
@@ -30,40 +30,40 @@ def _pod(node: real_node.RealNode, namespace: str, name: str) -> dict:  # type: 
     ],
 )
 def test_kubeflow_examples_train_unchanged(
-    node: real_node.RealNode, node_operator: OperatorProcess, manifest: str, namespace: str, name: str
+    cluster: Cluster, node_operator: OperatorProcess, manifest: str, namespace: str, name: str
 ) -> None:
     """Applied with kubectl as they are: both Pods pull the image, find each other through the headless
     Service and train together over gloo."""
-    node.namespace(namespace)
-    node.rig.kubectl("apply", "-f", str(DATA / "valid" / manifest))
-    job = wait_for_condition(node, namespace, name, {"Succeeded", "Failed"}, timeout=300)
+    cluster.namespace(namespace)
+    cluster.kubectl("apply", "-f", str(DATA / "valid" / manifest))
+    job = wait_for_condition(cluster, namespace, name, {"Succeeded", "Failed"}, timeout=300)
     states = {c["type"]: c for c in job["status"]["conditions"]}
     assert "Failed" not in states, states["Failed"]["message"]
     for pod_name, rank in ((f"{name}-master-0", 0), (f"{name}-worker-0", 1)):
-        pod = _pod(node, namespace, pod_name)
-        assert pod["spec"]["nodeName"] == real_node.NODE_NAME
+        pod = _pod(cluster, namespace, pod_name)
+        assert pod["spec"]["nodeName"] == cluster.nodes[0].name
         assert pod["status"]["containerStatuses"][0]["state"]["terminated"]["exitCode"] == 0
-        log = node.rig.kubectl("logs", "-n", namespace, pod_name).stdout
+        log = cluster.kubectl("logs", "-n", namespace, pod_name).stdout
         assert f"Rank {rank}: world size 2" in log, log
         assert f"Rank {rank}: epoch 1/1, average epoch loss=" in log, log
         assert f"Rank {rank}: training completed." in log, log
-    master_log = node.rig.kubectl("logs", "-n", namespace, f"{name}-master-0").stdout
+    master_log = cluster.kubectl("logs", "-n", namespace, f"{name}-master-0").stdout
     accuracy = float(master_log.split("test accuracy=")[1].split()[0])
     assert accuracy > 0.5  # one epoch on 4,000 digits; the point is that both ranks trained together
-    node.rig.kubectl("delete", "pytorchjob", name, "-n", namespace)
+    cluster.kubectl("delete", "pytorchjob", name, "-n", namespace)
 
 
 def test_a_container_over_its_memory_limit_fails_the_job_as_oomkilled(
-    node: real_node.RealNode, node_operator: OperatorProcess
+    cluster: Cluster, node_operator: OperatorProcess
 ) -> None:
-    namespace = node.namespace("oom")
+    namespace = cluster.namespace("oom")
     container = {
         "name": "pytorch",
         "image": KUBEFLOW_MNIST,
         "command": ["python3", "-c", "block = bytearray(512 * 1024 * 1024); print(len(block))"],
         "resources": {"limits": {"memory": "64Mi"}},
     }
-    node.rig.apply(
+    cluster.apply(
         {
             "apiVersion": "kubeflow.org/v1",
             "kind": "PyTorchJob",
@@ -79,17 +79,17 @@ def test_a_container_over_its_memory_limit_fails_the_job_as_oomkilled(
             },
         }
     )
-    job = wait_for_condition(node, namespace, "greedy", {"Failed"}, timeout=180)
+    job = wait_for_condition(cluster, namespace, "greedy", {"Failed"}, timeout=180)
     failed = next(c for c in job["status"]["conditions"] if c["type"] == "Failed")
     assert "OOMKilled" in failed["message"], failed
-    terminated = _pod(node, namespace, "greedy-worker-0")["status"]["containerStatuses"][0]["state"]["terminated"]
+    terminated = _pod(cluster, namespace, "greedy-worker-0")["status"]["containerStatuses"][0]["state"]["terminated"]
     assert (terminated["reason"], terminated["exitCode"]) == ("OOMKilled", 137)
 
 
-def test_rendered_indexed_job_trains_with_torchrun_in_pods(node: real_node.RealNode) -> None:
+def test_rendered_indexed_job_trains_with_torchrun_in_pods(cluster: Cluster) -> None:
     """The operator-less path: `torchjob render --to indexed-job | kubectl apply -f -`; every Pod runs torchrun,
     which starts the script as one rank of the group (no torchjob operator involved)."""
-    namespace = node.namespace("indexed")
+    namespace = cluster.namespace("indexed")
     wire = (
         (DATA / "valid" / "kubeflow-mnist.yaml").read_text().replace("namespace: kubeflow", f"namespace: {namespace}")
     )
@@ -100,14 +100,14 @@ def test_rendered_indexed_job_trains_with_torchrun_in_pods(node: real_node.RealN
         text=True,
         check=True,
     ).stdout
-    node.rig.kubectl("apply", "-f", "-", input=rendered)
-    node.rig.kubectl(
+    cluster.kubectl("apply", "-f", "-", input=rendered)
+    cluster.kubectl(
         "wait", "-n", namespace, "--for=condition=Complete", "job/pytorch-simple", "--timeout=300s", timeout=320
     )
     logs = {}
     for index in (0, 1):
         selector = f"batch.kubernetes.io/job-completion-index={index}"
-        logs[index] = node.rig.kubectl("logs", "-n", namespace, "-l", selector, "--tail=-1").stdout
+        logs[index] = cluster.kubectl("logs", "-n", namespace, "-l", selector, "--tail=-1").stdout
     assert "Rank 0: training completed." in logs[0], logs[0]
     assert "Rank 1: training completed." in logs[1], logs[1]
     assert "Rank 0: test accuracy=" in logs[0]

@@ -12,7 +12,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from tools.kube_rig import cache_dir, free_port, versions
+
+from tests.support.servers import build, free_port, versitygw
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPTS = Path(__file__).resolve().parent / "scripts"
@@ -48,16 +49,12 @@ def spawn_ranks(
     return results
 
 
-def versitygw() -> Path:
-    return cache_dir() / "s3" / f"versitygw-{versions()['VERSITYGW_VERSION']}" / "bin" / "versitygw"
-
-
 @pytest.fixture(scope="session")
 def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
     """A real S3-compatible server on localhost; yields the environment a client needs to reach it."""
-    build = subprocess.run(["bash", str(ROOT / "tools" / "s3-server-build.sh")], capture_output=True, text=True)
-    if build.returncode != 0:
-        pytest.fail(f"cannot build the S3 test server:\n{build.stderr[-3000:]}", pytrace=False)
+    failed = build("s3-server-build.sh")
+    if failed:
+        pytest.fail(f"cannot build the S3 test server:\n{failed}", pytrace=False)
     root = tmp_path_factory.mktemp("s3")
     (root / "data").mkdir()
     (root / "meta").mkdir()

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from tools.kube_rig import free_port
 
+from tests.support.servers import free_port
 from tests.train.conftest import SCRIPTS, spawn_ranks
 from torchjob.train import Checkpointer, DistContext
 

@@ -15,7 +15,7 @@ from playwright.sync_api import Browser, expect
 
 from tests.conftest import run_cli
 from tests.integration.helpers import job_file, wait_for
-from tests.ui.conftest import Dashboard
+from tests.support.dashboard import Dashboard
 from torchjob.testing import make_job
 
 SCRIPTS = Path(__file__).resolve().parents[1] / "integration" / "scripts"

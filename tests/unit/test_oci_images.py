@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from tools.oci_images import repository_and_tag
+
+from kuberig.images.oci import repository_and_tag
 
 
 @pytest.mark.parametrize(

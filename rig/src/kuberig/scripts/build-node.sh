@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Builds what the real-node tier of the test cluster runs (tools/real_node.py), cached outside the repo:
+# Builds what the real-node tier of the test cluster runs (kuberig.node.kubelet), cached outside the repo:
 #   - Debian's containerd, runc, CNI plugins, iptables and debootstrap (apt, once per machine);
-#   - kubelet from the same Kubernetes module as the control plane (tools/kube-rig-build.sh runs first);
+#   - kubelet from the same Kubernetes module as the control plane (build-kube.sh runs first);
 #   - a CoreDNS with only the plugins the node needs, the pod sandbox's pause program, and the
 #     distribution registry that serves the test images (all from the Go module proxy);
 #   - a Debian root filesystem with Python 3 (debootstrap from this machine's own apt source), the base
@@ -9,8 +9,8 @@
 # Each piece is rebuilt only when missing or when its pinned version (versions.env) changed.
 set -euo pipefail
 HERE="$(cd "$(dirname "$0")" && pwd)"
-# shellcheck source=tools/go-build-env.sh
-source "$HERE/go-build-env.sh"
+# shellcheck source=go-env.sh
+source "$HERE/go-env.sh"
 OUT="$CACHE/real-node/$K8S_VERSION"
 BIN="$OUT/bin"
 mkdir -p "$BIN"
@@ -27,7 +27,7 @@ fi
 require_go real-node "the real test node"
 export GOFLAGS=-mod=mod
 if [ ! -x "$BIN/kubelet" ]; then
-  bash "$HERE/kube-rig-build.sh" >/dev/null
+  bash "$HERE/build-kube.sh" >/dev/null
   minor="${K8S_VERSION#v1.}"
   echo "real-node: go build kubelet $K8S_VERSION" >&2
   # The control plane's wrapper module already pins every Kubernetes staging module; kubelet shares it.
@@ -49,8 +49,8 @@ build_main() {
     { [ -z "$requirement" ] || go get "$requirement" >/dev/null 2>&1; } &&
     go mod tidy >/dev/null 2>&1 && go build -trimpath -ldflags "-s -w" -o "$BIN/$name" .)
 }
-build_main pause "$HERE/real-node/pause.go"
-build_main coredns "$HERE/real-node/coredns.go" "github.com/coredns/coredns@$COREDNS_VERSION"
+build_main pause "$HERE/node-programs/pause.go"
+build_main coredns "$HERE/node-programs/coredns.go" "github.com/coredns/coredns@$COREDNS_VERSION"
 if [ ! -x "$BIN/registry" ]; then
   echo "real-node: go install registry $REGISTRY_VERSION" >&2
   GOBIN="$BIN" go install -trimpath -ldflags "-s -w" \

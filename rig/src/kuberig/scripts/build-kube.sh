@@ -4,9 +4,9 @@
 # pinned version changed. Usage: kube-rig-build.sh [BIN_DIR]
 set -euo pipefail
 
-# Pinned versions live in one file (versions.env), read by this script and by tools/kube_rig.py.
-# shellcheck source=tools/go-build-env.sh
-source "$(dirname "$0")/go-build-env.sh"
+# Pinned versions live in one file (versions.env), read by this script and by kuberig.toolchain.
+# shellcheck source=go-env.sh
+source "$(dirname "$0")/go-env.sh"
 BIN="${1:-$CACHE/kube/$K8S_VERSION-kwok-$KWOK_VERSION/bin}"
 WORK="$CACHE/kube/src-$K8S_VERSION"
 require_go kube-rig "the control plane"

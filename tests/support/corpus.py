@@ -9,7 +9,9 @@ from __future__ import annotations
 import shlex
 from pathlib import Path
 
-INVALID_CORPUS = Path(__file__).resolve().parent / "data" / "invalid"
+from tests.support.paths import DATA
+
+INVALID_CORPUS = DATA / "invalid"
 
 
 def corpus_case(path: Path) -> tuple[str, list[str]]:

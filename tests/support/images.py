@@ -1,18 +1,16 @@
 """The images the real-node tests run, built from this checkout and pushed under the names their jobs use.
 
-Each is the node's Debian base (python3) plus a layer with the training code. torch itself comes from the
-node (tools/real_node.py): a ``.pth`` file puts the node's read-only site-packages on ``python3``'s path.
+Each is the rig's Debian base (python3) plus a layer with the training code. torch itself comes from the
+node (kuberig's ``node/configs.py``): a ``.pth`` file puts the node's read-only site-packages on ``python3``'s path.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
+from kuberig import Cluster
+from kuberig.node.configs import RUNTIME_MOUNT
+from tests.support.paths import MNIST, ROOT
 
-from tools import real_node
-
-ROOT = Path(__file__).resolve().parents[2]
-MNIST = ROOT / "examples" / "mnist"
-RUNTIME_PATH = {"/usr/lib/python3/dist-packages/torchjob-node-runtime.pth": f"{real_node.RUNTIME_MOUNT}\n".encode()}
+RUNTIME_PATH = {"/usr/lib/python3/dist-packages/torchjob-node-runtime.pth": f"{RUNTIME_MOUNT}\n".encode()}
 
 # The image of Kubeflow's classic PyTorchJob example (tests/data/valid/kubeflow-mnist.yaml, unchanged): a
 # plain torch.distributed MNIST script at the path and with the arguments that job uses.
@@ -28,8 +26,8 @@ TORCHRUN = {"/usr/local/bin/torchrun": b"#!/usr/bin/python3\nfrom torch.distribu
 TORCHJOB = {"/usr/local/lib/python3.11/dist-packages/torchjob": ROOT / "src" / "torchjob"}
 
 
-def push_test_images(node: real_node.RealNode) -> None:
-    node.push_image(
+def push_test_images(cluster: Cluster) -> None:
+    cluster.push_image(
         KUBEFLOW_MNIST,
         {
             **RUNTIME_PATH,
@@ -39,7 +37,7 @@ def push_test_images(node: real_node.RealNode) -> None:
             **TORCHRUN,  # what pip writes for torch's console script: `render --to indexed-job` runs torchrun
         },
     )
-    node.push_image(
+    cluster.push_image(
         DIST_MNIST,
         {
             **RUNTIME_PATH,
@@ -50,10 +48,12 @@ def push_test_images(node: real_node.RealNode) -> None:
         entrypoint=["python3", "/opt/mnist/src/mnist.py", "--epochs", "1"],
         workdir="/opt/mnist",
     )
-    node.push_image(
+    cluster.push_image(
         EXAMPLE_MNIST,
         {**RUNTIME_PATH, **TORCHJOB, "/workspace": MNIST},
         workdir="/workspace",
     )
     scripts = ROOT / "tests" / "integration" / "scripts"
-    node.push_image(TEST_SCRIPTS, {**RUNTIME_PATH, **TORCHJOB, **TORCHRUN, "/workspace": scripts}, workdir="/workspace")
+    cluster.push_image(
+        TEST_SCRIPTS, {**RUNTIME_PATH, **TORCHJOB, **TORCHRUN, "/workspace": scripts}, workdir="/workspace"
+    )

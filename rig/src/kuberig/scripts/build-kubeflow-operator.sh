@@ -3,8 +3,8 @@
 # Go module proxy into the cache: the anchor that bench/ measures the torchjob operator beside, on the same
 # real node. A plain `go install` works: the module has no replace directives.
 set -euo pipefail
-# shellcheck source=tools/go-build-env.sh
-source "$(dirname "$0")/go-build-env.sh"
+# shellcheck source=go-env.sh
+source "$(dirname "$0")/go-env.sh"
 BIN="$CACHE/kubeflow/training-operator-$KUBEFLOW_OPERATOR_VERSION/bin"
 [ -x "$BIN/training-operator" ] && { echo "kubeflow: training-operator $KUBEFLOW_OPERATOR_VERSION up to date in $BIN"; exit 0; }
 require_go kubeflow "Kubeflow's training-operator"

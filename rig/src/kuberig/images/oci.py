@@ -1,4 +1,4 @@
-"""OCI images for the real test node, built from local files and pushed to the node's registry.
+"""OCI images built from local files and pushed to the cluster's registry.
 
 Nothing here reaches an outside registry: an image is a stack of uncompressed tar layers (a Debian root
 filesystem made by debootstrap, then the files an image adds) with an OCI config, uploaded through the

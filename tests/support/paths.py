@@ -1,0 +1,11 @@
+"""Where things are in this checkout."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+DATA = ROOT / "tests" / "data"
+DEPLOY = ROOT / "deploy"
+MNIST = ROOT / "examples" / "mnist"
+TOOLS = ROOT / "tools"
