@@ -20,15 +20,15 @@ In the job's output folder (``TORCHJOB_OUTPUT_DIR``)::
                                 (written by the controller, read by the training processes)
 
 On a cluster the same progress report also goes to the operator: ``torchjob.train`` POSTs it as JSON to
-``TORCHJOB_REPORT_URL`` with the Pod's projected service-account token (audience :data:`REPORT_AUDIENCE`,
+``TORCHJOB_REPORT_URL`` with the Pod's projected service-account token (audience ``REPORT_AUDIENCE``,
 read from ``TORCHJOB_REPORT_TOKEN_FILE``) as a bearer token, so the operator knows which Pod sent it.
 
-In-place repair on a cluster uses the same endpoint's siblings (:func:`operator_endpoint`): a process
+In-place repair on a cluster uses the same endpoint's siblings (``operator_endpoint``): a process
 announces itself with ``POST .../announcements/<ns>/<job>`` and reads the group's membership with
 ``GET .../membership/<ns>/<job>`` (the same JSON as ``membership.json``), with the same token.
 
 With in-place repair, a job's processes meet at a store torchjob hosts (``TORCHJOB_STORE``, host:port); each
-generation of the group uses the store under its own prefix (:func:`group_prefix`).
+generation of the group uses the store under its own prefix (``group_prefix``).
 
 ``<process>`` is ``<replica>-<local rank>`` (``worker-0-1``: the second process of replica worker-0, under
 torchrun with ``nprocPerNode: 2``), so the controller finds every process of a replica by its name. Outside

@@ -69,7 +69,7 @@ def test_a_lost_node_is_named_in_the_status_and_the_job_finishes_when_it_returns
     namespace = cluster.namespace("lost-node")
     cluster.apply(_job("stranded", namespace, epochs=3))
     _wait_for_log_line(cluster, namespace, "stranded-worker-0", "Rank 1: epoch: 1/3, batch: 5/", timeout=240)
-    kubelet = f"{cluster.nodes[0].name}/kubelet"
+    kubelet = cluster.kubelet_nodes()[0].process_name("kubelet")
     argv = cluster.stop_process(kubelet)
     try:
         deadline = time.monotonic() + 120

@@ -1,14 +1,14 @@
 """Reading job input as the API server would: bounded in size, depth and alias expansion, strict about keys.
 
 A job file is untrusted input. Whatever it holds, reading it ends within a fraction of a second with either
-one mapping or one :class:`JobFileError` line naming the file and, where there is one, the line:
+one mapping or one ``JobFileError`` line naming the file and, where there is one, the line:
 
-- at most :data:`MAX_INPUT_BYTES` (4 MiB, etcd's request limit), read in bounded chunks, so ``/dev/zero``
+- at most ``MAX_INPUT_BYTES`` (4 MiB, etcd's request limit), read in bounded chunks, so ``/dev/zero``
   or a huge file is refused at once;
 - text only: UTF-8, no NUL bytes;
 - no key twice in one mapping (the API server refuses duplicates too);
-- YAML aliases may not expand past :data:`MAX_NODES` nodes (a "billion laughs" file is a few hundred bytes)
-  nor refer to themselves, and nothing may nest deeper than :data:`MAX_DEPTH` levels;
+- YAML aliases may not expand past ``MAX_NODES`` nodes (a "billion laughs" file is a few hundred bytes)
+  nor refer to themselves, and nothing may nest deeper than ``MAX_DEPTH`` levels;
 - timestamps stay strings, as they do on their way through Kubernetes' YAML-to-JSON conversion.
 """
 

@@ -1,7 +1,7 @@
 """Reading a PyTorchJob from a file or a mapping, with errors a user can act on (never a traceback).
 
-A file goes through :mod:`torchjob.api.documents` (bounded, strict YAML), then the typed model (strict
-types and Kubernetes' ranges), Kubeflow's defaults and :mod:`torchjob.api.validation`. What a user should
+A file goes through ``torchjob.api.documents`` (bounded, strict YAML), then the typed model (strict
+types and Kubernetes' ranges), Kubeflow's defaults and ``torchjob.api.validation``. What a user should
 know but is no error (an input ``status`` that is ignored, as ``kubectl apply`` does) comes back as notes.
 """
 

@@ -1,7 +1,7 @@
 """Changing an elastic job's Worker count: whether a count is allowed, and the job with that count.
 
 The only change to a spec torchjob makes after a job was created (``torchjob scale``): the SDK checks a
-request with these rules before sending it, and the local controller applies it with :func:`with_workers`.
+request with these rules before sending it, and the local controller applies it with ``with_workers``.
 """
 
 from __future__ import annotations

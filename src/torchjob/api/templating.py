@@ -4,7 +4,7 @@ The template is untrusted input, so it runs in Jinja2's ``SandboxedEnvironment``
 internals is reachable: ``{{ lipsum.__globals__ }}`` is refused) with ``StrictUndefined`` (a placeholder
 without a value is an error, never an empty string). Results are bounded: a string or list made by ``*``,
 a power and the whole output are capped, so ``{{ 'x' * 10**12 }}`` fails at once instead of eating the
-machine. Every failure is one :class:`JobFileError` line naming the template's line.
+machine. Every failure is one ``JobFileError`` line naming the template's line.
 """
 
 from __future__ import annotations

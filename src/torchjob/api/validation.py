@@ -20,7 +20,7 @@ _MAX_ANNOTATIONS_BYTES = 256 * 1024
 
 
 def validate(job: PyTorchJob) -> None:
-    """Raise :class:`ValidationError` listing every problem of ``job``; return quietly when it is valid."""
+    """Raise ``ValidationError`` listing every problem of ``job``; return quietly when it is valid."""
     problems: list[str] = []
     problems += _check_name(job)
     problems += _check_metadata(job)

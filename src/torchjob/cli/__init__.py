@@ -1,1 +1,1 @@
-"""The ``torchjob`` command line: one module per verb, each a thin layer over :mod:`torchjob.sdk`."""
+"""The ``torchjob`` command line: one module per verb, each a thin layer over ``torchjob.sdk``."""

@@ -29,15 +29,17 @@ from lightkube.resources.core_v1 import Pod
 from torchjob.api.errors import JobFileError, ValidationError
 from torchjob.api.loading import job_from_mapping
 from torchjob.api.types import ConditionType, JobStatus
-from torchjob.backends.kubernetes.backend import KubernetesBackend, RequestCounter
+from torchjob.backends.kubernetes.backend import KubernetesBackend
 from torchjob.backends.kubernetes.cluster import PyTorchJobResource, as_dict
 from torchjob.backends.kubernetes.reports import ApiTokenReviewer, ReportBoard
+from torchjob.backends.kubernetes.requests import RequestCounter
 from torchjob.controller.clock import Clock, SystemClock
 from torchjob.controller.health import health_server
 from torchjob.controller.leader import ElectionSettings
 from torchjob.controller.loop import reconcile_once
 from torchjob.controller.metrics import OperatorMetrics
 from torchjob.controller.reports import report_server
+from torchjob.controller.watching import JobKey, job_key, one_line, pod_owner_key
 from torchjob.controller.workqueue import WorkQueue
 from torchjob.core import conditions, replicas
 from torchjob.core.actions import Event
@@ -45,7 +47,6 @@ from torchjob.core.times import timestamp
 
 log = logging.getLogger("torchjob.operator")
 
-JobKey = tuple[str, str]  # (namespace, name)
 
 # managedBy values this operator answers to: unset, Kubeflow's own (torchjob stands in for it), and ours.
 DEFAULT_MANAGED_BY = ("kubeflow.org/training-operator", "torchjob.io/operator")
@@ -116,9 +117,9 @@ class Operator:
     def start(self) -> None:
         self.leading = True
         self.serve_health()
-        self._spawn("watch-jobs", self._watch, PyTorchJobResource, None, _job_key)
+        self._spawn("watch-jobs", self._watch, PyTorchJobResource, None, job_key)
         labels: dict[str, Any] = {replicas.LABEL_OPERATOR: replicas.OPERATOR_NAME}
-        self._spawn("watch-pods", self._watch, Pod, labels, _pod_owner_key)
+        self._spawn("watch-pods", self._watch, Pod, labels, pod_owner_key)
         self._spawn("resync", self._resync)
         for i in range(self.settings.workers):
             self._spawn(f"worker-{i}", self._work)
@@ -210,7 +211,7 @@ class Operator:
             try:
                 self.counter.add("list")
                 for job in self.client.list(PyTorchJobResource, namespace=self.settings.namespace or ALL_NS):
-                    key = _job_key(as_dict(job))
+                    key = job_key(as_dict(job))
                     if key is not None:
                         self.queue.add(key)
             except Exception as err:  # noqa: BLE001 - the next resync tries again
@@ -280,22 +281,3 @@ class Operator:
         self.backend.emit(
             metadata["namespace"], metadata["name"], metadata.get("uid"), Event("Warning", "InvalidSpec", message)
         )
-
-
-def _job_key(obj: dict[str, Any]) -> JobKey | None:
-    meta = obj.get("metadata") or {}
-    return (meta["namespace"], meta["name"]) if meta.get("name") else None
-
-
-def _pod_owner_key(obj: dict[str, Any]) -> JobKey | None:
-    meta = obj.get("metadata") or {}
-    job = (meta.get("labels") or {}).get(replicas.LABEL_JOB_NAME)
-    return (meta["namespace"], job) if job else None
-
-
-def one_line(err: BaseException) -> str:
-    """An API or connection error in one log line."""
-    if isinstance(err, ApiError):
-        return f"API error {err.status.code}: {err.status.message}"
-    text = str(err).strip().splitlines()
-    return f"{type(err).__name__}: {text[0] if text else ''}"

@@ -12,7 +12,8 @@ import httpx
 from lightkube import ApiError, Client
 
 from torchjob.controller.leader import LeaseLock
-from torchjob.controller.operator import Operator, OperatorSettings, one_line
+from torchjob.controller.operator import Operator, OperatorSettings
+from torchjob.controller.watching import one_line
 
 log = logging.getLogger("torchjob.operator")
 

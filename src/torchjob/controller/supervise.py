@@ -1,7 +1,7 @@
 """Supervising a job on the local backend from this process, until it ends or is interrupted.
 
 Ctrl-C, SIGTERM or SIGHUP stop every replica (SIGTERM to each process group, SIGKILL after the grace
-period), record the job as Failed with the signal in the message, and re-raise as :class:`Interrupted`.
+period), record the job as Failed with the signal in the message, and re-raise as ``Interrupted``.
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ NEVER = datetime(9999, 1, 1, tzinfo=timezone.utc)
 
 
 def later(start: datetime, seconds: float) -> datetime:
-    """``start`` plus ``seconds``; a sum past year 9999 (an int64 deadline) is :data:`NEVER`, not an error."""
+    """``start`` plus ``seconds``; a sum past year 9999 (an int64 deadline) is ``NEVER``, not an error."""
     try:
         return min(start + timedelta(seconds=seconds), NEVER)
     except OverflowError:

@@ -1,5 +1,16 @@
 """Errors the SDK raises; each message is one line a user can act on."""
 
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import ParamSpec, TypeVar
+
+from torchjob.backends.local.store import DamagedRecord, UnusableHome
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
 
 class SdkError(Exception):
     """Base of the SDK's errors."""
@@ -27,3 +38,16 @@ class JobStillRunningError(SdkError):
 
 class UnreadableRecordError(SdkError):
     """A record of a local job is damaged, or the state directory cannot be used; the message names the file."""
+
+
+def store_errors(method: Callable[_P, _R]) -> Callable[_P, _R]:
+    """Damaged records and an unusable state directory reach the user as one line naming the file."""
+
+    @functools.wraps(method)
+    def wrapper(*args: _P.args, **kwargs: _P.kwargs) -> _R:
+        try:
+            return method(*args, **kwargs)
+        except (DamagedRecord, UnusableHome) as err:
+            raise UnreadableRecordError(str(err)) from None
+
+    return wrapper

@@ -9,7 +9,6 @@ and it is marked Failed with the reason, so no job shows Running forever. Only p
 from __future__ import annotations
 
 import builtins
-import functools
 import os
 import subprocess
 import sys
@@ -18,13 +17,13 @@ import uuid
 from collections.abc import Callable, Iterator
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any
 
 from torchjob import worker_files
 from torchjob.api.extensions import DEFAULT_TERMINATION_GRACE
 from torchjob.backends.local import outputs, processes
 from torchjob.backends.local.logs import LogFollower
-from torchjob.backends.local.store import DamagedRecord, JobStore, LocalState, UnusableHome
+from torchjob.backends.local.store import DamagedRecord, JobStore, LocalState
 from torchjob.core.times import age_seconds
 from torchjob.sdk import upkeep
 from torchjob.sdk.client import JobClient, scale_problem
@@ -33,7 +32,7 @@ from torchjob.sdk.errors import (
     JobNotFoundError,
     JobStillRunningError,
     SdkError,
-    UnreadableRecordError,
+    store_errors,
 )
 from torchjob.sdk.summary import UNREADABLE, JobSummary, spares_shown
 
@@ -45,23 +44,6 @@ if TYPE_CHECKING:
 
 # Model, planner and controller code is imported inside the methods that need it: `torchjob list` and
 # `torchjob get` read plain JSON and must start fast (a few tens of milliseconds, not half a second).
-
-
-_P = ParamSpec("_P")
-_R = TypeVar("_R")
-
-
-def _store_errors(method: Callable[_P, _R]) -> Callable[_P, _R]:
-    """Damaged records and an unusable state directory reach the user as one line naming the file."""
-
-    @functools.wraps(method)
-    def wrapper(*args: _P.args, **kwargs: _P.kwargs) -> _R:
-        try:
-            return method(*args, **kwargs)
-        except (DamagedRecord, UnusableHome) as err:
-            raise UnreadableRecordError(str(err)) from None
-
-    return wrapper
 
 
 class LocalClient(JobClient):
@@ -83,7 +65,7 @@ class LocalClient(JobClient):
             raise ValidationError(problems)
         return loaded
 
-    @_store_errors
+    @store_errors
     def create(self, job: PyTorchJob, job_file_dir: str | Path, replace: bool = False) -> PyTorchJob:
         """Record a new job (not yet started). ``replace`` deletes a finished job of the same name first."""
         from torchjob.core.times import timestamp
@@ -139,7 +121,7 @@ class LocalClient(JobClient):
 
         return PyTorchJob.model_validate(self.get_wire(name))
 
-    @_store_errors
+    @store_errors
     def get_wire(self, name: str) -> dict[str, Any]:
         """The job with its status, in Kubeflow's wire format (what ``torchjob get -o json`` prints)."""
         self._settle(name)
@@ -148,7 +130,7 @@ class LocalClient(JobClient):
         except FileNotFoundError:
             raise JobNotFoundError(name) from None
 
-    @_store_errors
+    @store_errors
     def list(self) -> list[JobSummary]:
         summaries = []
         now = datetime.now(timezone.utc)
@@ -175,11 +157,11 @@ class LocalClient(JobClient):
             )
         return summaries
 
-    @_store_errors
+    @store_errors
     def state(self, name: str) -> str:
         return str(self._settle(name).get("state", ""))
 
-    @_store_errors
+    @store_errors
     def records(self, name: str) -> LocalState:
         """What the local backend keeps of the job's processes (controller, replicas, ports)."""
         try:
@@ -187,19 +169,18 @@ class LocalClient(JobClient):
         except FileNotFoundError:
             raise JobNotFoundError(name) from None
 
-    @_store_errors
+    @store_errors
     def log_files(self, name: str, attempt: int | None = None) -> dict[str, Path]:
         """Replica name → log file, for one attempt (numbered as in the status: 0 is the first; default: the
         current one, or the newest that has output while the current one starts)."""
-        if not self.store.exists(name):
-            raise JobNotFoundError(name)
+        self._require(name)
         current = int(self._summary(name).get("attempt", 0))
         try:
             return outputs.log_files(self.store.job_dir(name) / "logs", attempt, current)
         except outputs.NoSuchAttempt as err:
             raise SdkError(f"job {name!r} {err}") from None
 
-    @_store_errors
+    @store_errors
     def logs(self, name: str, replica: str | None = None, attempt: int | None = None) -> str:
         files = self.log_files(name, attempt)
         if replica is not None and replica not in files:
@@ -222,8 +203,7 @@ class LocalClient(JobClient):
 
     def follow(self, name: str, replica: str | None = None, poll: float = 0.2) -> Iterator[tuple[str, str]]:
         """Yield (replica, line) as replicas write, across attempts, until the job ends and is idle."""
-        if not self.store.exists(name):
-            raise JobNotFoundError(name)
+        self._require(name)
         if replica is not None:
             self.check_replica(name, replica)
         follower = LogFollower(self.store.job_dir(name) / "logs", replica)
@@ -234,20 +214,18 @@ class LocalClient(JobClient):
                 return
             time.sleep(poll)
 
-    @_store_errors
+    @store_errors
     def metrics(self, name: str) -> dict[int, builtins.list[dict[str, Any]]]:
         """Rank → its step records, from the JSONL files torchjob.train writes into the job's output."""
-        if not self.store.exists(name):
-            raise JobNotFoundError(name)
+        self._require(name)
         return outputs.rank_metrics(self.store.output_dir(name))
 
     def tensorboard_dir(self, name: str) -> Path:
         """The job's TensorBoard log folder (``tensorboard --logdir`` it), where torchjob.train writes."""
-        if not self.store.exists(name):
-            raise JobNotFoundError(name)
+        self._require(name)
         return worker_files.tensorboard_dir(self.store.output_dir(name))
 
-    @_store_errors
+    @store_errors
     def wait(self, name: str, timeout: float | None = None, poll: float = 0.2) -> dict[str, Any]:
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
@@ -259,7 +237,7 @@ class LocalClient(JobClient):
 
     # -- scaling --------------------------------------------------------------------------------------
 
-    @_store_errors
+    @store_errors
     def scale(self, name: str, workers: int) -> None:
         """Ask a running elastic job for ``workers`` Workers; its controller applies it within a pass."""
         from torchjob.controller.supervise import WAKE_SIGNAL
@@ -276,20 +254,23 @@ class LocalClient(JobClient):
 
     # -- deleting -------------------------------------------------------------------------------------
 
-    @_store_errors
+    @store_errors
     def delete(self, name: str, grace: float = DEFAULT_TERMINATION_GRACE) -> None:
         """Stop a running job's controller (which stops its replicas), then remove its records and logs.
 
         A job whose records are damaged is removed all the same; only processes proven to be its own are
         stopped. Raises when something could not be removed, naming it."""
-        if not self.store.exists(name):
-            raise JobNotFoundError(name)
+        self._require(name)
         left = upkeep.remove_job(self.store, name, grace)
         if left:
             more = f" (and {len(left) - 1} more)" if len(left) > 1 else ""
             raise SdkError(f"job {name!r} was only partly deleted: cannot remove {left[0]}{more}")
 
     # -- internals ------------------------------------------------------------------------------------
+
+    def _require(self, name: str) -> None:
+        if not self.store.exists(name):
+            raise JobNotFoundError(name)
 
     def _summary(self, name: str) -> dict[str, Any]:
         try:
@@ -316,8 +297,7 @@ class LocalClient(JobClient):
 
     def _settle(self, name: str) -> dict[str, Any]:
         """The job's summary, once its record is brought up to date with reality (see ``upkeep.settle``)."""
-        if not self.store.exists(name):
-            raise JobNotFoundError(name)
+        self._require(name)
         try:
             summary = upkeep.settle(self.store, name)
         except FileNotFoundError:

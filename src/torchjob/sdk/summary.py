@@ -30,7 +30,7 @@ def last_condition(wire: dict[str, Any]) -> dict[str, Any]:
     with its message. Empty when there is none yet.
 
     For readers of the wire format (``torchjob get``, the cluster client), which must show any job, even one
-    whose spec does not validate; :func:`torchjob.core.conditions.state` is the same rule on a typed job."""
+    whose spec does not validate; ``torchjob.core.conditions.state`` is the same rule on a typed job."""
     found = (wire.get("status") or {}).get("conditions") or []
     return found[-1] if found and isinstance(found[-1], dict) else {}
 

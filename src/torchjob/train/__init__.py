@@ -1,19 +1,20 @@
 """torchjob.train: the worker side of distributed training — what every DDP script otherwise hand-writes.
 
-- :func:`init` joins the process group from whatever launched the script (torchjob, Kubeflow, torchrun, an
-  Indexed Job, or nothing) and returns a :class:`DistContext`;
-- :class:`BatchPlan` and :func:`shard` split data across ranks with a stated batch-size scaling;
-- :func:`wrap` puts the model in DDP, and :class:`SyncCheck` proves ranks really hold the same parameters;
-- :class:`Checkpointer` saves and resumes (atomic, checksummed, keep-last-K, async, S3 via fsspec, SIGTERM);
-- :class:`MetricsLogger` writes per-rank JSONL metrics and the heartbeat the controller reads.
+- ``init`` joins the process group from whatever launched the script (torchjob, Kubeflow, torchrun, an
+  Indexed Job, or nothing) and returns a ``DistContext``;
+- ``BatchPlan`` and ``shard`` split data across ranks with a stated batch-size scaling;
+- ``wrap`` puts the model in DDP, and ``SyncCheck`` proves ranks really hold the same parameters;
+- ``Checkpointer`` saves and resumes (atomic, checksummed, keep-last-K, async, S3 via fsspec, SIGTERM);
+- ``MetricsLogger`` writes per-rank JSONL metrics and the heartbeat the controller reads.
 
 It never imports the controller side; the controller side never imports it (or torch).
 """
 
 from torchjob.train.checkpoint import Checkpointer, CheckpointError
+from torchjob.train.context import DistContext
 from torchjob.train.ddp import OutOfSyncError, SyncCheck, wrap
 from torchjob.train.env import LaunchEnvError, LaunchInfo, detect_launch
-from torchjob.train.init import BackendUnavailable, DistContext, available_backends, init, shutdown
+from torchjob.train.init import BackendUnavailable, available_backends, init, shutdown
 from torchjob.train.metrics import MetricsLogger
 from torchjob.train.sharding import BatchPlan, ResumableSampler, shard
 

@@ -7,10 +7,10 @@ Layout in the checkpoint location (a local folder — a mounted volume — or an
     ckpt-000000000120.json    manifest: step, file, sha256, size — written *after* the data
 
 A checkpoint exists only once its manifest does, and is used only if the data matches the manifest's
-checksum. A save killed half-way leaves at most a temporary file (never a manifest), so :meth:`load`
+checksum. A save killed half-way leaves at most a temporary file (never a manifest), so ``load``
 falls back to the previous good one. Local writes go to a temporary file, are fsynced and renamed.
 
-Saving is collective when the world has more than one rank: every rank calls :meth:`save` (each rank's
+Saving is collective when the world has more than one rank: every rank calls ``save`` (each rank's
 RNG state is gathered into the checkpoint), and rank 0 alone writes. Credentials for object stores come
 from the usual environment (``AWS_ACCESS_KEY_ID``, ``AWS_ENDPOINT_URL``...) through fsspec; they are never
 logged.
@@ -36,7 +36,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from torchjob.train.init import DistContext
+from torchjob.train.context import DistContext
 from torchjob.train.preemption import PreemptionWatch
 
 _MANIFEST = re.compile(r"ckpt-(\d{12})\.json$")
@@ -81,7 +81,7 @@ class Checkpointer:
         """Save ``state`` as the checkpoint of ``step`` (collective; rank 0 writes).
 
         With ``async_save`` the state is copied to CPU memory now and written by a background thread, so
-        training continues at once; a later save (or :meth:`wait`) first waits for the one in flight.
+        training continues at once; a later save (or ``wait``) first waits for the one in flight.
         """
         started = time.perf_counter()
         state = {**state, "rng": self._gather_rng_states()}
@@ -194,7 +194,7 @@ class Checkpointer:
     def handle_preemption(self, grace_seconds: float = 8.0) -> None:
         """On SIGTERM (eviction, preemption, a group restart) finish the current step, checkpoint, exit.
 
-        The training loop asks :meth:`preempted` after each step; all ranks agree on the answer, so they
+        The training loop asks ``preempted`` after each step; all ranks agree on the answer, so they
         stop at the same step and save together. A rank that cannot get there (stuck in a collective whose
         peer is gone) exits with 143 after ``grace_seconds``, before the controller's SIGKILL.
         """

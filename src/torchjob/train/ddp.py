@@ -1,9 +1,9 @@
 """Wrapping a model in DDP, and proving the ranks really train one model.
 
 The classic silent bug: a model never wrapped in DistributedDataParallel trains N separate models — each
-rank on its own shard — and nothing fails. :class:`SyncCheck` gathers a cheap checksum of the parameters
+rank on its own shard — and nothing fails. ``SyncCheck`` gathers a cheap checksum of the parameters
 from every rank after the first optimizer step (and every N steps if asked) and raises
-:class:`OutOfSyncError` when they differ.
+``OutOfSyncError`` when they differ.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
-from torchjob.train.init import DistContext
+from torchjob.train.context import DistContext
 
 
 class OutOfSyncError(RuntimeError):

@@ -25,7 +25,7 @@ from torch.nn.parallel import DistributedDataParallel
 from torchjob import worker_files
 from torchjob.train import channel
 from torchjob.train.channel import Channel
-from torchjob.train.init import DistContext
+from torchjob.train.context import DistContext
 
 # The store key (under a generation's prefix) that counts the members that arrived to form it.
 _ARRIVALS = "torchjob/arrived"

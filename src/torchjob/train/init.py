@@ -6,7 +6,6 @@ import contextlib
 import os
 import socket
 import sys
-from dataclasses import dataclass
 from datetime import timedelta
 from types import TracebackType
 
@@ -14,45 +13,18 @@ import torch
 import torch.distributed as dist
 
 from torchjob import worker_files
+from torchjob.train import generations
+from torchjob.train.context import DistContext
 from torchjob.train.env import LaunchInfo, detect_launch
 
 
-@dataclass(frozen=True)
-class DistContext:
-    rank: int
-    local_rank: int
-    world_size: int
-    device: torch.device
-    backend: str
-    launcher: str
-    # In-place repair (torchjob.train.inplace): the group's generation, and whether this process joined a
-    # running group as a spare (it then takes its state from the survivors).
-    generation: int = 0
-    joined: bool = False
-
-    @property
-    def is_main(self) -> bool:
-        return self.rank == 0
-
-    @property
-    def distributed(self) -> bool:
-        return self.world_size > 1
-
-    def log(self, message: str) -> None:
-        """Print on rank 0 only, prefixed like the ranks' own lines."""
-        if self.is_main:
-            print(f"Rank 0: {message}", flush=True)
-
-
 def init(backend: str | None = None, timeout_seconds: float = 1800.0) -> DistContext:
-    """Join the process group described by the environment (see :mod:`torchjob.train.env`).
+    """Join the process group described by the environment (see ``torchjob.train.env``).
 
     ``backend`` defaults to nccl when this process has a CUDA device for its local rank, else gloo. A
     single process still gets a (one-member) process group, so the same script runs everywhere.
     """
     if os.environ.get(worker_files.ENV_SPARE):
-        from torchjob.train import generations
-
         _record_uncaught_exceptions()
         chosen = backend or "gloo"
         return generations.wait_as_spare(chosen, torch.device("cpu"), timedelta(seconds=timeout_seconds))
@@ -66,8 +38,6 @@ def init(backend: str | None = None, timeout_seconds: float = 1800.0) -> DistCon
         torch.cuda.set_device(device)
     if not dist.is_initialized() and os.environ.get(worker_files.ENV_STORE) and info.launcher == "torchjob":
         # In-place repair: the group meets at the store torchjob hosts, which outlives any member.
-        from torchjob.train import generations
-
         generations.absorb_first_ddp()
         attempt = int(os.environ.get(worker_files.ENV_ATTEMPT, "0"))
         timeout = timedelta(seconds=timeout_seconds)

@@ -3,17 +3,17 @@
 When a member of the group dies, every survivor sees a failed collective (a plain ``RuntimeError`` from
 ``backward``, ~30 ms after the death). Each survivor then at once drops its broken process group (a group kept
 alive makes the other survivors wait for the full collective timeout), waits for the controller to publish
-the next membership (:mod:`torchjob.train.channel`: a file locally, the operator in a Pod), joins a fresh
+the next membership (``torchjob.train.channel``: a file locally, the operator in a Pod), joins a fresh
 group under a fresh store prefix, takes the model, optimizer and step from a survivor by broadcast, wraps
 the model in a new DDP, and carries on from the step that failed. The lost member's place goes to a warm
-spare: a process that ran the same script up to :func:`torchjob.train.init` (torch and the script's imports
+spare: a process that ran the same script up to ``torchjob.train.init`` (torch and the script's imports
 loaded) and waited there.
 
 An elastic group (``TORCHJOB_ELASTIC``) also changes size by decision: the controller publishes a smaller
 membership (scaled down) or a larger one (a spare takes an empty place). Members that are not failing
 cannot be interrupted, so before every step they agree, with one all-reduce of one integer, on the newest
 membership any of them has seen (a background thread reads it), and re-form together at that step when it
-changed; a member left out exits. Forming itself is :mod:`torchjob.train.generations`.
+changed; a member left out exits. Forming itself is ``torchjob.train.generations``.
 
 Every member runs the same collectives after a re-form (state broadcast, then ``DDP()``), so a joiner and
 the survivors never disagree on what comes next, and every member gets a new DDP: a kept DDP beside a fresh
@@ -21,7 +21,7 @@ one can silently average misaligned buckets. Tested on gloo; for NCCL the same s
 communicator aborted rather than destroyed after a peer's death.
 
 Data: the step function is given the step and the current context (rank, world size); a step's samples
-must depend on those alone (e.g. :class:`torchjob.train.ResilientBatches`), so a repaired group retries the
+must depend on those alone (e.g. ``torchjob.train.ResilientBatches``), so a repaired group retries the
 failed step with the same samples, re-sharded over the new world, and no sample is trained twice or skipped.
 """
 
@@ -44,7 +44,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from torchjob import worker_files
 from torchjob.train import channel, generations
-from torchjob.train.init import DistContext
+from torchjob.train.context import DistContext
 
 StepFunction = Callable[[DistributedDataParallel, int, DistContext], Any]
 

@@ -1,11 +1,11 @@
 """Per-rank training metrics as JSON lines, and the heartbeat the controller side reads.
 
-Files, in the job's output folder (``TORCHJOB_OUTPUT_DIR``; names from :mod:`torchjob.worker_files`)::
+Files, in the job's output folder (``TORCHJOB_OUTPUT_DIR``; names from ``torchjob.worker_files``)::
 
     metrics/rank-<r>.jsonl      one line per logged step: attempt, step, epoch, loss, samples/s, step and
                                 checkpoint time
     tensorboard/attempt-<a>/rank-<r>/
-                                the same numbers as TensorBoard scalars (:mod:`torchjob.train.tensorboard`)
+                                the same numbers as TensorBoard scalars (``torchjob.train.tensorboard``)
     heartbeat/<process>.json    the progress report: {"step": N, "time": when step N completed, "total_steps",
                                 "loss", "samples_per_second", "seconds_per_step", "alive": when written},
                                 rewritten atomically by a small background thread every ``heartbeat_seconds``
@@ -13,7 +13,7 @@ Files, in the job's output folder (``TORCHJOB_OUTPUT_DIR``; names from :mod:`tor
                                 as long as the process runs: of a hung group (every "time" stuck), a rank that
                                 stopped beating (SIGSTOP, a frozen node) is the one the others wait for
 
-On a cluster the same thread also sends each new report to the operator (:mod:`torchjob.train.reporting`).
+On a cluster the same thread also sends each new report to the operator (``torchjob.train.reporting``).
 ``torchjob metrics NAME`` summarises the JSONL files and can plot them; hang detection reads heartbeats, and
 ``status.trainerStatus`` (progress %, time left) comes from the reports: pass ``total_steps`` for a percentage.
 """
@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from torchjob import worker_files
-from torchjob.train.init import DistContext
+from torchjob.train.context import DistContext
 from torchjob.train.reporting import Reporter
 from torchjob.train.tensorboard import TensorBoardScalars
 

@@ -2,8 +2,8 @@
 
 A SIGTERM that torchjob did not send (an eviction, a spot node's notice, a Pod's preemption) sets a flag and
 writes a notice for the controller (``worker_files.preemption_file``): its peers may crash before this rank
-has saved, and the notice dates the root cause. The training loop asks :meth:`PreemptionWatch.any_rank`
-after each step (a collective, so every rank stops at the same step), saves, and :meth:`exit` leaves with
+has saved, and the notice dates the root cause. The training loop asks ``PreemptionWatch.any_rank``
+after each step (a collective, so every rank stops at the same step), saves, and ``exit`` leaves with
 143, which every restart policy retries. A rank that never gets there exits with 143 after the grace period.
 """
 
@@ -22,7 +22,7 @@ import torch
 import torch.distributed as dist
 
 from torchjob import worker_files
-from torchjob.train.init import DistContext
+from torchjob.train.context import DistContext
 
 PREEMPTED_EXIT_CODE = 143  # 128 + SIGTERM: retryable under every restart policy, ExitCode included
 

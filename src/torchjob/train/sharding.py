@@ -17,7 +17,7 @@ from typing import Any, Literal
 from torch.utils.data import DataLoader, Dataset
 from torch.utils.data.distributed import DistributedSampler
 
-from torchjob.train.init import DistContext
+from torchjob.train.context import DistContext
 
 Mode = Literal["strong", "weak"]
 
@@ -111,6 +111,6 @@ def shard(
     **loader_options: Any,
 ) -> DataLoader[Any]:
     """A DataLoader over this rank's shard, ``plan.per_rank_batch`` samples a step. Its sampler is
-    ``loader.sampler`` (a :class:`ResumableSampler`): call ``set_epoch`` each epoch."""
+    ``loader.sampler`` (a ``ResumableSampler``): call ``set_epoch`` each epoch."""
     sampler = ResumableSampler(dataset, ctx, shuffle=shuffle, seed=seed)
     return DataLoader(dataset, batch_size=plan.per_rank_batch, sampler=sampler, **loader_options)

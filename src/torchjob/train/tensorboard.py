@@ -1,4 +1,4 @@
-"""TensorBoard event files for :class:`torchjob.train.MetricsLogger`'s metrics, with no change to the script.
+"""TensorBoard event files for ``torchjob.train.MetricsLogger``'s metrics, with no change to the script.
 
 Layout, in the job's output folder (``worker_files.tensorboard_dir``): one run per attempt and rank, the
 standard ``SummaryWriter`` layout, so ``tensorboard --logdir <output>/tensorboard`` shows every rank of every

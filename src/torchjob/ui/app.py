@@ -1,4 +1,4 @@
-"""The dashboard's web app: two pages and the small JSON API they poll, over a :class:`JobClient` (local jobs,
+"""The dashboard's web app: two pages and the small JSON API they poll, over a ``JobClient`` (local jobs,
 or a cluster's), the same client the CLI uses.
 
 Read-only unless started with actions allowed; then ``POST /api/jobs/<name>/delete`` and

@@ -37,7 +37,7 @@ class KubeletNode:
         return self.slot.node_ip
 
     def process_name(self, daemon: str) -> str:
-        return f"{self.name}/{daemon}"
+        return f"{self.name}-{daemon}"
 
     def enter(self, state: ClusterState) -> list[str]:
         """The prefix that runs a command inside the node's network and mount namespaces."""

@@ -11,8 +11,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import secrets
-import threading
-from collections import Counter
 from datetime import datetime, timezone
 from typing import Any
 
@@ -29,6 +27,7 @@ from torchjob.backends.kubernetes import spares as spares_mapping
 from torchjob.backends.kubernetes.cluster import PyTorchJobResource, as_dict
 from torchjob.backends.kubernetes.log_keeper import LogKeeper
 from torchjob.backends.kubernetes.reports import ReportBoard
+from torchjob.backends.kubernetes.requests import RequestCounter
 from torchjob.core import envs, replicas
 from torchjob.core.actions import (
     Action,
@@ -48,22 +47,6 @@ from torchjob.core.replicas import ReplicaId
 from torchjob.core.times import timestamp
 
 COMPONENT = "torchjob-operator"
-
-
-class RequestCounter:
-    """How many API requests the operator made, by verb (reported by bench/)."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self.by_verb: Counter[str] = Counter()
-
-    def add(self, verb: str) -> None:
-        with self._lock:
-            self.by_verb[verb] += 1
-
-    @property
-    def total(self) -> int:
-        return sum(self.by_verb.values())
 
 
 class KubernetesBackend(Backend):
@@ -174,7 +157,7 @@ class KubernetesBackend(Backend):
                 in_place = self.repairs_in_place and envs.in_place(job)
                 self._create(spares_mapping.with_store(pod, job) if in_place else pod, Pod)
             elif isinstance(action, CreateSpare):
-                name = _free_spare_name(job, action.attempt, taken)
+                name = spares_mapping.free_spare_name(job, action.attempt, taken)
                 self._create(spares_mapping.spare_pod_manifest(job, name, action.attempt, self.report_url), Pod)
             elif isinstance(action, DeleteSpare):
                 self._delete(Pod, action.name, job.namespace)
@@ -288,16 +271,6 @@ class KubernetesBackend(Backend):
         if action.final:
             # The job is over: its Services go with its Pods (under cleanPodPolicy, as Kubeflow does).
             self._delete(Service, action.replica.pod_name(job.name), job.namespace)
-
-
-def _free_spare_name(job: PyTorchJob, attempt: int, taken: set[str]) -> str:
-    """The first spare name of ``attempt`` not in ``taken``, which it joins."""
-    index = 0
-    while spares_mapping.spare_name(job, attempt, index) in taken:
-        index += 1
-    name = spares_mapping.spare_name(job, attempt, index)
-    taken.add(name)
-    return name
 
 
 def _owned_by(pod: dict[str, Any], uid: str | None) -> bool:

@@ -1,9 +1,9 @@
 """An ended attempt's output, kept after its Pods are gone: one ConfigMap per attempt, owned by the job.
 
 Before the operator deletes an attempt's Pods (a group restart, a finished job's cleanPodPolicy), it reads
-the last :data:`TAIL_LINES` lines of each Pod's ``pytorch`` container and files them, gzip-compressed, under
+the last ``TAIL_LINES`` lines of each Pod's ``pytorch`` container and files them, gzip-compressed, under
 ``<replica>.log.gz`` in the ConfigMap ``<job>-logs-<attempt>``. The job owns it, so deleting the job deletes
-it. A ConfigMap holds at most 1 MiB: each replica gets an equal share of :data:`BUDGET_BYTES`, and a log that
+it. A ConfigMap holds at most 1 MiB: each replica gets an equal share of ``BUDGET_BYTES``, and a log that
 compresses to more keeps its newest lines. ``torchjob logs --cluster NAME --attempt N`` reads it back;
 ``kubectl logs`` still shows the current attempt.
 """

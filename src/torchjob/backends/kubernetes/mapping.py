@@ -164,7 +164,7 @@ def service_labels(job: PyTorchJob, replica: ReplicaId) -> dict[str, str]:
 
 def pod_manifest(job: PyTorchJob, replica: ReplicaId, attempt: int, report_url: str | None = None) -> dict[str, Any]:
     """The Pod of one replica for one attempt; with ``report_url`` (the operator's report endpoint, see
-    :func:`with_report_channel`), its containers can send torchjob.train's progress there."""
+    ``with_report_channel``), its containers can send torchjob.train's progress there."""
     template = copy.deepcopy(job.spec.pytorch_replica_specs[replica.replica_type].template)
     metadata = template.get("metadata") or {}
     spec = template.get("spec") or {}

@@ -68,3 +68,13 @@ def with_store(pod: dict[str, Any], job: PyTorchJob) -> dict[str, Any]:
     for container in pod["spec"].get("containers") or []:
         container.setdefault("env", []).append({"name": worker_files.ENV_STORE, "value": store_address(job)})
     return pod
+
+
+def free_spare_name(job: PyTorchJob, attempt: int, taken: set[str]) -> str:
+    """The first spare name of ``attempt`` not in ``taken``, which it joins."""
+    index = 0
+    while spare_name(job, attempt, index) in taken:
+        index += 1
+    name = spare_name(job, attempt, index)
+    taken.add(name)
+    return name

@@ -13,8 +13,8 @@ Layout under ``$TORCHJOB_HOME`` (default ``~/.torchjob``)::
 Every write is atomic (temp file, fsync, rename), so a reader in another shell never sees half a file and a
 killed controller never leaves one. ``torchjob list`` reads only the small summaries: listing must not
 pay for parsing every job (or importing the model code at all). A file that is damaged all the same (a full
-disk, a hand edit) raises :class:`DamagedRecord` naming it; a name that is not a DNS-1123 name never reaches
-the file system (:class:`BadName`), so nothing outside the state directory is read or removed through one.
+disk, a hand edit) raises ``DamagedRecord`` naming it; a name that is not a DNS-1123 name never reaches
+the file system (``BadName``), so nothing outside the state directory is read or removed through one.
 """
 
 from __future__ import annotations
@@ -111,7 +111,7 @@ class JobStore:
         self.jobs_dir = self.home / "jobs"
 
     def check_home(self, create: bool = False) -> None:
-        """Raise :class:`UnusableHome` when the state directory cannot serve (``create``: for writing)."""
+        """Raise ``UnusableHome`` when the state directory cannot serve (``create``: for writing)."""
         where = f"state directory {self.home} (TORCHJOB_HOME)"
         if self.home.exists() and not self.home.is_dir():
             raise UnusableHome(f"{where} is not a directory")

@@ -14,7 +14,7 @@ repairs in place only when all of this holds, and otherwise keeps the group rest
 - counted failures stay within backoffLimit, repairs and restarts together (a crash loop still ends).
 
 A repair that does not complete, i.e. some member has not finished a step since it within
-:data:`REPAIR_DEADLINE` (or three of its steps, if they are longer), is given up: the group restarts.
+``REPAIR_DEADLINE`` (or three of its steps, if they are longer), is given up: the group restarts.
 """
 
 from __future__ import annotations

@@ -92,7 +92,7 @@ def vanished_replicas(
 
 
 def remember_disruptions(status: JobStatus, attempt: list[ReplicaObservation]) -> None:
-    """Note in the attempt's record which replicas the platform is disrupting (see :func:`vanished_replicas`)."""
+    """Note in the attempt's record which replicas the platform is disrupting (see ``vanished_replicas``)."""
     record = next((a for a in status.attempts if attempt and a.attempt == attempt[0].attempt), None)
     if record is None:
         return

@@ -1,0 +1,31 @@
+"""What the operator's watches key their events by (a job, or the job a Pod belongs to), and an API or
+connection error in one log line."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from lightkube import ApiError
+
+from torchjob.core import replicas
+
+JobKey = tuple[str, str]  # (namespace, name)
+
+
+def job_key(obj: dict[str, Any]) -> JobKey | None:
+    meta = obj.get("metadata") or {}
+    return (meta["namespace"], meta["name"]) if meta.get("name") else None
+
+
+def pod_owner_key(obj: dict[str, Any]) -> JobKey | None:
+    meta = obj.get("metadata") or {}
+    job = (meta.get("labels") or {}).get(replicas.LABEL_JOB_NAME)
+    return (meta["namespace"], job) if job else None
+
+
+def one_line(err: BaseException) -> str:
+    """An API or connection error in one log line."""
+    if isinstance(err, ApiError):
+        return f"API error {err.status.code}: {err.status.message}"
+    text = str(err).strip().splitlines()
+    return f"{type(err).__name__}: {text[0] if text else ''}"
