@@ -33,6 +33,15 @@ def _link_up(name: str) -> bool:
     return "UP" in found[0]["flags"]
 
 
+def _running(pid: int) -> bool:
+    """The process exists and is not a zombie waiting for its (killed) parent to be replaced by init."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state not in ("Z", "X")
+
+
 def _node_ready(cluster: Cluster, name: str) -> str:
     conditions = cluster.kubectl_json("get", "node", name)["status"]["conditions"]
     return str(next(c["status"] for c in conditions if c["type"] == "Ready"))
@@ -69,7 +78,7 @@ def test_a_second_cluster_serves_exec_and_logs_loses_its_node_and_leaves_nothing
         container = second.container_pids("default", "sleeper", "c")
         kubelet.stop(second.state, node)
         assert not _link_up(node.slot.host_veth)
-        assert not any(Path(f"/proc/{pid}").exists() for pid in container)
+        assert container and not any(_running(pid) for pid in container)
         assert Path(f"/run/netns/{node.slot.name}").exists()
         # ... and comes back: kubelet reports again, the node is Ready.
         kubelet.start(second.state, node)
