@@ -19,7 +19,7 @@ from pathlib import Path
 from playwright.sync_api import sync_playwright
 from tests.support.dashboard import CHROMIUM, Dashboard
 
-from torchjob.sdk.local import LocalClient
+from torchjob.sdk.local_client import LocalClient
 from torchjob.testing import make_job
 
 

@@ -19,7 +19,7 @@ import psutil
 from playwright.sync_api import sync_playwright
 from tests.support.dashboard import CHROMIUM, Dashboard
 
-from torchjob.sdk.local import LocalClient
+from torchjob.sdk.local_client import LocalClient
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"

@@ -40,6 +40,7 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
+from typing import TypedDict
 
 ENV_OUTPUT_DIR = "TORCHJOB_OUTPUT_DIR"
 ENV_REPLICA = "TORCHJOB_REPLICA"
@@ -136,3 +137,33 @@ def operator_endpoint(report_url: str, kind: str) -> str:
     if not found:
         raise ValueError(f"{ENV_REPORT_URL} is not an operator's report URL: {report_url!r}")
     return f"{base}/{kind}/{job}"
+
+
+class Membership(TypedDict):
+    """The membership of a group under in-place repair, as ``membership.json`` and the operator's ``/membership``
+    spell it: the one definition both sides read and write (``api.types.GroupMembership.to_json`` makes one)."""
+
+    attempt: int
+    generation: int
+    members: list[str]  # replica names, in rank order
+    joined: list[str]  # the replicas that joined in this generation
+    spares: dict[str, str]  # every spare promoted into the attempt's group → the replica it became
+
+
+def parse_membership(found: object) -> Membership | None:
+    """A well-formed membership from decoded JSON, or None (nothing published yet, or not one)."""
+    if not isinstance(found, dict):
+        return None
+    attempt, generation, members = found.get("attempt"), found.get("generation"), found.get("members")
+    joined, spares = found.get("joined", []), found.get("spares", {})
+    if not (isinstance(attempt, int) and isinstance(generation, int) and isinstance(members, list)):
+        return None
+    if not (isinstance(joined, list) and isinstance(spares, dict)):
+        return None
+    return Membership(
+        attempt=attempt,
+        generation=generation,
+        members=[str(m) for m in members],
+        joined=[str(j) for j in joined],
+        spares={str(k): str(v) for k, v in spares.items()},
+    )

@@ -7,7 +7,7 @@ import json
 from lightkube import Client, KubeConfig
 
 from kuberig import Cluster
-from torchjob.backends.kubernetes.reports import ApiTokenReviewer, PodIdentity
+from torchjob.backends.kubernetes.report_board import ApiTokenReviewer, PodIdentity
 
 
 def test_a_pod_bound_token_for_the_report_audience_names_its_pod_and_nothing_else_does(

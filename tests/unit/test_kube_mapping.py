@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 import yaml
 
-from torchjob.api.types import ReplicaType
+from torchjob.api.types import PyTorchJob, ReplicaType
 from torchjob.backends.kubernetes.crd import crd_manifest
 from torchjob.backends.kubernetes.mapping import pod_manifest, service_manifest
 from torchjob.backends.kubernetes.observing import node_in_doubt, observe_pod
@@ -181,10 +181,20 @@ def test_the_operator_role_is_least_privilege() -> None:
 
 
 def test_elastic_c10d_jobs_meet_at_torchjobs_store_pod_unless_they_name_a_host() -> None:
+    from datetime import datetime, timezone
+
     from torchjob.backends.kubernetes import mapping as kube
+    from torchjob.core.actions import CreateReplica
+    from torchjob.core.planning import plan
+
+    def at_store(job: PyTorchJob) -> set[bool]:
+        """The planner's decision, as it tells a cluster backend (which reaches a host the job names)."""
+        actions = plan(job, [], datetime(2026, 1, 1, tzinfo=timezone.utc), reaches_rdzv_host=True).actions
+        return {a.rendezvous_at_store for a in actions if isinstance(a, CreateReplica)}
 
     job = make_job("el").workers(2).elastic(minReplicas=1, maxReplicas=3).build()
-    where = kube.addressing(job, attempt=2)
+    assert at_store(job) == {True}
+    where = kube.addressing(job, attempt=2, at_store=True)
     assert (where.rdzv_host, where.rdzv_port, where.rdzv_id) == ("el-rdzv", 29400, "el-2")
     assert where.rdzv_conf_defaults == (("is_host", "false"),)
     pod = kube.store_pod_manifest(job)
@@ -193,7 +203,9 @@ def test_elastic_c10d_jobs_meet_at_torchjobs_store_pod_unless_they_name_a_host()
     assert pod["spec"]["containers"][0]["command"][-1] == "29400"
     assert kube.store_service_manifest(job)["spec"]["selector"] == pod["metadata"]["labels"]
     own = make_job("el").workers(2).elastic(minReplicas=1, rdzvHost="rdzv.example", rdzvPort=3000).build()
-    assert (kube.addressing(own, 0).rdzv_host, kube.addressing(own, 0).rdzv_port) == ("rdzv.example", 3000)
+    assert at_store(own) == {False}
+    named = kube.addressing(own, 0, at_store=False)
+    assert (named.rdzv_host, named.rdzv_port) == ("rdzv.example", 3000)
 
 
 def test_with_a_report_url_every_container_gets_the_endpoint_and_an_audience_bound_token() -> None:

@@ -34,8 +34,22 @@ def lost(name: str, repairable: bool = True) -> ReplicaObservation:
     return replace(failed(name, at=at(4)), repairable=repairable)
 
 
+def served(job: PyTorchJob) -> tuple[int, int] | None:
+    """What the backend serves after publishing the membership the job's status keeps."""
+    kept = job.status.membership
+    return None if kept is None else (kept.attempt, kept.generation)
+
+
 def step(job: PyTorchJob, observed: list[ReplicaObservation], spares: Sequence[SpareObservation] = ()) -> Plan:
-    return plan(job, observed, at(5), store_running=True, spares=list(spares), repairs_in_place=True)
+    return plan(
+        job,
+        observed,
+        at(5),
+        store_running=True,
+        spares=list(spares),
+        repairs_in_place=True,
+        published_membership=served(job),
+    )
 
 
 def test_an_elastic_group_under_in_place_repair_starts_as_a_group_of_its_target_size() -> None:
@@ -51,7 +65,7 @@ def test_a_lost_member_leaves_at_once_and_a_spare_is_started_for_its_place() -> 
     assert result.actions == [
         DeleteReplica(lost("worker-1").replica, 0, "a lost member of the elastic group"),
         told(1, ("worker-0", "worker-2")),
-        CreateSpare(0),
+        CreateSpare(0, rendezvous_at_store=True),
     ]
     assert (result.status.attempt, result.status.restart_count, result.status.membership_changes) == (0, 0, 1)
     assert [e.reason for e in result.events] == ["MemberLost"]
@@ -107,7 +121,7 @@ def test_scaling_changes_the_membership_without_a_restart() -> None:
 
     # Scaled up again: a spare is started for the new place, and joins when ready.
     up = step(job, members("worker-0", "worker-1"))
-    assert up.actions == [CreateSpare(0)]
+    assert up.actions == [CreateSpare(0, rendezvous_at_store=True)]
     joined = step(job, members("worker-0", "worker-1"), [READY])
     assert joined.actions[-1] == told(1, ("worker-0", "worker-1", "worker-2"), {"spare-0": "worker-2"})
 
@@ -131,11 +145,41 @@ def test_a_hung_member_is_stopped_at_once_and_the_others_carry_on_smaller() -> N
     # The next pass starts a spare for the empty place.
     smaller = job.model_copy(update={"status": result.status})
     going = replace(hung[1], stopping=True)
-    after = plan(smaller, [hung[0], going, hung[2]], at(46), store_running=True, repairs_in_place=True)
-    assert after.actions == [CreateSpare(0)]
+    after = plan(
+        smaller,
+        [hung[0], going, hung[2]],
+        at(46),
+        store_running=True,
+        repairs_in_place=True,
+        published_membership=served(smaller),
+    )
+    assert after.actions == [CreateSpare(0, rendezvous_at_store=True)]
 
 
 def test_a_member_that_finished_training_leaves_no_place_to_fill() -> None:
     ending = [*members("worker-1", "worker-2"), succeeded("worker-0")]
     result = step(elastic_job(spares="1"), ending, [READY])
     assert not any(isinstance(a, (RepairReplica, ReformGroup, CreateSpare)) for a in result.actions)
+
+
+def test_a_membership_the_backend_no_longer_serves_is_published_again_from_the_status() -> None:
+    """An operator that restarted (or a new leader) serves no membership: the planner asks for the kept one
+    again, so the group can still read it; a backend that serves it is not asked twice."""
+    job = elastic_job()
+    lost_one = step(job, [*members("worker-0", "worker-2"), lost("worker-1")])
+    smaller = job.model_copy(update={"status": lost_one.status})
+    kept = smaller.status.membership
+    assert kept is not None
+    restarted = plan(smaller, members("worker-0", "worker-2"), at(6), store_running=True, repairs_in_place=True)
+    assert restarted.actions[0] == ReformGroup(kept)
+    stale = plan(
+        smaller,
+        members("worker-0", "worker-2"),
+        at(6),
+        store_running=True,
+        repairs_in_place=True,
+        published_membership=(0, kept.generation - 1),
+    )
+    assert stale.actions[0] == ReformGroup(kept)
+    served_already = step(smaller, members("worker-0", "worker-2"))
+    assert not any(isinstance(a, ReformGroup) for a in served_already.actions)

@@ -12,8 +12,8 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from torchjob.backends.kubernetes.reports import PodIdentity, ReportBoard
-from torchjob.controller.reports import report_server
+from torchjob.backends.kubernetes.report_board import PodIdentity, ReportBoard
+from torchjob.controller.report_server import report_server
 
 POD = PodIdentity("team-a", "mnist-worker-0", "uid-1")
 

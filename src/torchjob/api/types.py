@@ -16,6 +16,8 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, field_validator
 from pydantic.alias_generators import to_camel
 
+from torchjob.worker_files import Membership
+
 API_VERSION = "kubeflow.org/v1"
 KIND = "PyTorchJob"
 DEFAULT_CONTAINER_NAME = "pytorch"
@@ -193,8 +195,14 @@ class GroupMembership(_OpenWire):
     joined: list[str] = Field(default_factory=list)
     spares: dict[str, str] = Field(default_factory=dict)
 
-    def to_json(self) -> dict[str, Any]:
-        return self.model_dump(by_alias=True, mode="json")
+    def to_json(self) -> Membership:
+        return Membership(
+            attempt=self.attempt,
+            generation=self.generation,
+            members=list(self.members),
+            joined=list(self.joined),
+            spares=dict(self.spares),
+        )
 
 
 class TrainerMetric(_OpenWire):

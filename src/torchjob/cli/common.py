@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from torchjob.sdk.client import JobClient
-    from torchjob.sdk.cluster import ClusterClient
-    from torchjob.sdk.local import LocalClient
+    from torchjob.sdk.cluster_client import ClusterClient
+    from torchjob.sdk.local_client import LocalClient
 
 # `export TORCHJOB_TARGET=cluster` makes every verb talk to the cluster, as `--cluster` does.
 TARGET_ENV = "TORCHJOB_TARGET"
@@ -78,7 +78,7 @@ def on_cluster(args: argparse.Namespace) -> bool:
 
 
 def cluster_client(args: argparse.Namespace) -> ClusterClient:
-    from torchjob.sdk.cluster import ClusterClient
+    from torchjob.sdk.cluster_client import ClusterClient
 
     return ClusterClient(args.namespace, args.context, args.kubeconfig)
 
@@ -89,7 +89,7 @@ def client(args: argparse.Namespace) -> JobClient:
 
 
 def local_client(args: argparse.Namespace) -> LocalClient:
-    from torchjob.sdk.local import LocalClient
+    from torchjob.sdk.local_client import LocalClient
 
     home = getattr(args, "home", None)
     return LocalClient(Path(home) if home else None)

@@ -21,7 +21,7 @@ from torchjob.controller.loop import PassResult
 from torchjob.core import conditions
 from torchjob.core.actions import Event
 from torchjob.core.replicas import expected_replicas
-from torchjob.sdk.local import LocalClient
+from torchjob.sdk.local_client import LocalClient
 
 _COLORS = ("cyan", "magenta", "green", "yellow", "blue", "bright_red", "bright_cyan", "bright_magenta")
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -11,7 +12,7 @@ from torchjob.cli.common import add_input_options, local_client, max_processes, 
 
 if TYPE_CHECKING:
     from torchjob.api.types import PyTorchJob
-    from torchjob.sdk.local import LocalClient
+    from torchjob.sdk.local_client import LocalClient
 
 
 def add_parser(verbs: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -71,12 +72,18 @@ def _dry_run(c: LocalClient, job: PyTorchJob, job_file_dir: Path) -> int:
     from torchjob.api.types import DEFAULT_PORT
     from torchjob.backends.local.mapping import local_addressing, process_spec
     from torchjob.backends.local.processes import LOCALHOST
+    from torchjob.core.actions import CreateReplica
     from torchjob.core.envs import DEFAULT_RDZV_PORT
-    from torchjob.core.replicas import expected_replicas
+    from torchjob.core.planning import plan
 
-    # Ports are chosen when the job starts; the dry run shows the defaults in their place.
-    addressing = local_addressing(job, LOCALHOST, DEFAULT_PORT, DEFAULT_RDZV_PORT, f"{job.name}-0")
-    for replica in expected_replicas(job):
+    # The planner's first pass, as the local backend would be told it; ports are chosen when the job starts,
+    # so the dry run shows the defaults in their place.
+    first = plan(job, [], datetime.now(timezone.utc), reaches_rdzv_host=False, repairs_in_place=True)
+    for action in (a for a in first.actions if isinstance(a, CreateReplica)):
+        replica = action.replica
+        addressing = local_addressing(
+            job, LOCALHOST, DEFAULT_PORT, DEFAULT_RDZV_PORT, f"{job.name}-0", action.rendezvous_at_store
+        )
         spec = process_spec(
             job,
             replica,

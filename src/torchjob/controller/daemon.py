@@ -6,11 +6,29 @@ It supervises one job from the state directory in ``$TORCHJOB_HOME`` and writes 
 
 from __future__ import annotations
 
+import os
+import subprocess
 import sys
 
 from torchjob.backends.local.store import JobStore
 from torchjob.controller.supervise import Interrupted, supervise
 from torchjob.core.actions import Event
+
+
+def start_detached(store: JobStore, name: str) -> int:
+    """Start this module for job ``name`` in a session of its own, its output in the job's ``controller.log``;
+    returns its pid."""
+    log = open(store.job_dir(name) / "controller.log", "ab")  # noqa: SIM115 - handed to the child
+    with log:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "torchjob.controller.daemon", name],
+            env={**os.environ, "TORCHJOB_HOME": str(store.home)},
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    return process.pid
 
 
 def main(argv: list[str]) -> int:

@@ -31,14 +31,14 @@ from torchjob.api.loading import job_from_mapping
 from torchjob.api.types import ConditionType, JobStatus
 from torchjob.backends.kubernetes.backend import KubernetesBackend
 from torchjob.backends.kubernetes.cluster import PyTorchJobResource, as_dict
-from torchjob.backends.kubernetes.reports import ApiTokenReviewer, ReportBoard
+from torchjob.backends.kubernetes.report_board import ApiTokenReviewer, ReportBoard
 from torchjob.backends.kubernetes.requests import RequestCounter
 from torchjob.controller.clock import Clock, SystemClock
 from torchjob.controller.health import health_server
 from torchjob.controller.leader import ElectionSettings
 from torchjob.controller.loop import reconcile_once
 from torchjob.controller.metrics import OperatorMetrics
-from torchjob.controller.reports import report_server
+from torchjob.controller.report_server import report_server
 from torchjob.controller.watching import JobKey, job_key, one_line, pod_owner_key
 from torchjob.controller.workqueue import WorkQueue
 from torchjob.core import conditions, replicas

@@ -11,10 +11,17 @@ from torchjob.core.replicas import ReplicaId
 
 @dataclass(frozen=True)
 class CreateReplica:
-    """Start one replica (a process, or a Pod and its headless Service) for an attempt."""
+    """Start one replica (a process, or a Pod and its headless Service) for an attempt.
+
+    Where it meets its group is the planner's decision, carried here so that no backend makes it again:
+    ``rendezvous_at_store``, an elastic group's agents rendezvous at the store torchjob hosts (outside every
+    agent); ``meets_at_store``, the group itself forms there (in-place repair: it outlives every member).
+    """
 
     replica: ReplicaId
     attempt: int
+    rendezvous_at_store: bool = False
+    meets_at_store: bool = False
 
 
 @dataclass(frozen=True)
@@ -45,9 +52,12 @@ class DeleteRendezvousStore:
 
 @dataclass(frozen=True)
 class CreateSpare:
-    """Start a warm spare for an attempt: the group's script, stopped in ``torchjob.train.init`` until needed."""
+    """Start a warm spare for an attempt: the group's script, stopped in ``torchjob.train.init`` until needed.
+    A spare exists only beside a group that meets at torchjob's store, so it always meets there too; where
+    its agents' rendezvous points is the group's (``CreateReplica.rendezvous_at_store``)."""
 
     attempt: int
+    rendezvous_at_store: bool = False
 
 
 @dataclass(frozen=True)

@@ -167,6 +167,9 @@ class Observed:
     # The job's rendezvous store runs and is not being stopped.
     store_running: bool = False
     spares: list[SpareObservation] = field(default_factory=list)
+    # The (attempt, generation) of the in-place membership the group can read from the backend now (None:
+    # none). An operator that restarted serves none until the planner asks it to publish the kept one again.
+    published_membership: tuple[int, int] | None = None
 
 
 def _signal_name(number: int) -> str:

@@ -5,13 +5,15 @@ uses. Pure, like the planner.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
 from torchjob.api.types import ConditionType, JobStatus, PyTorchJob
-from torchjob.core import conditions
+from torchjob.core import conditions, envs
 from torchjob.core.actions import Action, DeleteReplica, Event
 from torchjob.core.observed import ReplicaObservation, SpareObservation
+from torchjob.core.policies import elastic, regroup, repair
 
 
 @dataclass(frozen=True)
@@ -19,12 +21,36 @@ class Helpers:
     """What the group needs beside its replicas, wanted and as observed."""
 
     store_needed: bool  # torchjob hosts this job's rendezvous store
+    rendezvous_at_store: bool  # an elastic group's agents rendezvous at that store
     store_running: bool
     spares: list[SpareObservation]
     spares_wanted: int  # idle ones
     reports_progress: bool  # the platform hears torchjob.train's progress reports
     in_place: bool  # the group is repaired in place (torchjob.train.inplace) on this platform
     regroups: bool  # an elastic group under in-place repair: policies/regroup decides its membership
+
+    @staticmethod
+    def decide(
+        job: PyTorchJob,
+        store_running: bool,
+        spares: Sequence[SpareObservation],
+        reaches_rdzv_host: bool,
+        repairs_in_place: bool,
+        reports_progress: bool,
+    ) -> Helpers:
+        """What the job needs beside its replicas on a platform that can do what the flags say (see ``plan``)."""
+        in_place = repairs_in_place and envs.in_place(job)
+        rendezvous_at_store = elastic.hosts_rendezvous_store(job, honor_rdzv_host=reaches_rdzv_host)
+        return Helpers(
+            store_needed=rendezvous_at_store or in_place,
+            rendezvous_at_store=rendezvous_at_store,
+            store_running=store_running,
+            spares=list(spares),
+            spares_wanted=repair.spares_wanted(job) if in_place else 0,
+            reports_progress=reports_progress,
+            in_place=in_place,
+            regroups=regroup.applies(job, repairs_in_place),
+        )
 
 
 class PassState:
@@ -39,6 +65,7 @@ class PassState:
         self.actions: list[Action] = []
         self.events: list[Event] = []
         self.requeue_at: datetime | None = None
+        self.empty_places = 0  # places of a running elastic group that spares are to fill (in_place.regrouped)
 
     def _current(self) -> list[ReplicaObservation]:
         return [o for o in self.observed if o.attempt == self.status.attempt]

@@ -11,7 +11,7 @@ name, locally the rendezvous must not see stale members). Two exceptions keep th
 elastic group absorbs membership changes (``policies/elastic.py``), and a group that trains under
 torchjob.train's in-place repair has a lost member replaced by a warm spare (``policies/repair.py``), or,
 elastic, shrinks and grows around its running members (``policies/regroup.py``). Those in-place decisions
-are part of the same pass, kept in ``in_place_decisions.py``; the pass's state is ``pass_state.py``.
+are part of the same pass, as functions of it in ``in_place.py``; the pass's state is ``pass_state.py``.
 """
 
 from __future__ import annotations
@@ -20,7 +20,8 @@ from collections.abc import Sequence
 from datetime import datetime
 
 from torchjob.api.types import ConditionType, PyTorchJob
-from torchjob.core import attempts, conditions, envs
+from torchjob.core import attempts, conditions
+from torchjob.core import in_place as repairs
 from torchjob.core.actions import (
     Cause,
     CreateRendezvousStore,
@@ -31,13 +32,12 @@ from torchjob.core.actions import (
     Plan,
 )
 from torchjob.core.counting import replica_counts
-from torchjob.core.in_place_decisions import InPlaceDecisions
 from torchjob.core.observed import ReplicaObservation, SpareObservation
-from torchjob.core.pass_state import Helpers
-from torchjob.core.policies import backoff, cleanup, deadline, elastic, progress, regroup, repair, restart, success
+from torchjob.core.pass_state import Helpers, PassState
+from torchjob.core.policies import backoff, cleanup, deadline, elastic, progress, repair, restart, success
 from torchjob.core.policies import trainer_status as progress_summary
 from torchjob.core.replicas import ReplicaId, expected_replicas
-from torchjob.core.times import parse_timestamp, timestamp
+from torchjob.core.times import timestamp
 
 
 def plan(
@@ -50,6 +50,7 @@ def plan(
     reaches_rdzv_host: bool = True,
     repairs_in_place: bool = False,
     reports_progress: bool = True,
+    published_membership: tuple[int, int] | None = None,
 ) -> Plan:
     """Decide what to do next for ``job`` given its ``observed`` replicas at time ``now``.
 
@@ -57,13 +58,12 @@ def plan(
     ``reaches_rdzv_host``, reach a ``rdzvHost`` the job names (a cluster can resolve it, a laptop cannot, so
     locally torchjob hosts the store); ``repairs_in_place``, replace a lost member with a spare;
     ``reports_progress``, hear torchjob.train's progress reports (without them no hang can be detected).
+    ``published_membership``: the (attempt, generation) of the membership the group can read now; when the
+    status keeps another one (an operator restarted, or a new leader took over), it is published again.
     """
-    in_place = repairs_in_place and envs.in_place(job)
-    wanted = repair.spares_wanted(job) if in_place else 0
-    hosts_store = elastic.hosts_rendezvous_store(job, honor_rdzv_host=reaches_rdzv_host) or in_place
-    regroups = regroup.applies(job, repairs_in_place)
-    helpers = Helpers(hosts_store, store_running, list(spares), wanted, reports_progress, in_place, regroups)
+    helpers = Helpers.decide(job, store_running, spares, reaches_rdzv_host, repairs_in_place, reports_progress)
     planner = _Planner(job, list(observed), now, helpers)
+    repairs.publish_kept(planner, published_membership)
     planner.run()
     status = planner.status
     if status != job.status:
@@ -71,7 +71,7 @@ def plan(
     return Plan(actions=planner.actions, status=status, events=planner.events, requeue_at=planner.requeue_at)
 
 
-class _Planner(InPlaceDecisions):
+class _Planner(PassState):
     """One planning pass. Holds the working copy of the status and the actions decided so far."""
 
     # -- the pass -------------------------------------------------------------------------------------
@@ -116,7 +116,9 @@ class _Planner(InPlaceDecisions):
             self._on_hang(hang)
             return
         self._wake_at(hang.check_at)
-        if self._repair_given_up(current):
+        overdue = repairs.repair_overdue(self, current)
+        if overdue is not None:
+            self._restart_counted(overdue)
             return
         self._create_missing(current)
         self._keep_helpers(current)
@@ -161,12 +163,24 @@ class _Planner(InPlaceDecisions):
             self._fail(cause.text, event="Failed", cause=cause)
             return
         counted = root.reason not in restart.PLATFORM_REASONS
-        if self._repaired(repair.decide(self.job, self.status.attempt, self._current(), self._spares()), counted):
+        decisions = repair.decide(self.job, self.status.attempt, self._current(), repairs.spares_of(self))
+        if repairs.repaired(self, decisions, counted):
             return
         if counted:
             self._restart_counted(cause)
         else:
             self._restart(cause, counted=False)
+
+    def _on_hang(self, hang: progress.HangVerdict) -> None:
+        self.events.append(Event("Warning", "Hung", hang.message))
+        if hang.culprit is not None:
+            if self.helpers.regroups and repairs.regrouped(self, self._current(), hang.culprit) is not None:
+                return
+            spares = repairs.spares_of(self)
+            decisions = repair.decide_hung(self.job, self.status.attempt, self._current(), spares, hang.culprit)
+            if repairs.repaired(self, decisions, counted=True):
+                return
+        self._restart_counted(Cause(hang.message, "Hung", hang.began_at))
 
     def _restart_counted(self, cause: Cause) -> None:
         """A restart that counts against backoffLimit, or the job's end once the limit is reached. In-place
@@ -210,7 +224,7 @@ class _Planner(InPlaceDecisions):
     def _membership_changes(self, current: list[ReplicaObservation]) -> list[ReplicaObservation]:
         """Elastic jobs: let lost and surplus Workers go without ending the attempt. Returns the rest."""
         if self.helpers.regroups:
-            return self._regroup(current)
+            return repairs.regroup_members(self, current)
         change = elastic.membership_change(self.job, current, self.now)
         if not change.leaving:
             return current
@@ -238,7 +252,8 @@ class _Planner(InPlaceDecisions):
         group_running = any(o.phase.live and not o.stopping for o in current)
         if self.helpers.regroups and group_running:
             missing = []  # a running elastic group under in-place repair fills its empty places with spares
-        self.actions += [CreateReplica(r, self.status.attempt) for r in missing]
+        at_store = self.helpers.rendezvous_at_store
+        self.actions += [CreateReplica(r, self.status.attempt, at_store, self.helpers.in_place) for r in missing]
         if missing and group_running:
             # Joining a group that is already running: a scale-up or a lost member's replacement.
             self.status.membership_changes += len(missing)
@@ -260,7 +275,7 @@ class _Planner(InPlaceDecisions):
             self.actions.insert(0, CreateRendezvousStore())  # before the replicas that meet at it
         wanted = self.helpers.spares_wanted + self.empty_places
         actions, self.status.spares_ready = repair.spare_actions(
-            wanted, self.helpers.spares, self.status.attempt, group_up
+            wanted, self.helpers.spares, self.status.attempt, group_up, self.helpers.rendezvous_at_store
         )
         self.actions += actions
 
@@ -269,13 +284,9 @@ class _Planner(InPlaceDecisions):
         self.status.spares_ready = 0
 
     def _replacement_waits(self, replica: ReplicaId) -> bool:
-        """A lost member's replacement waits until its due time (the planner wakes up then)."""
-        recorded = self.status.replacement_due.get(str(replica))
-        due = parse_timestamp(recorded) if recorded is not None else None
-        if due is None or due <= self.now:
-            return False
-        self._wake_at(due)
-        return True
+        due = elastic.replacement_waits_until(self.status.replacement_due, replica, self.now)
+        self._wake_at(due)  # the planner wakes up when it is due
+        return due is not None
 
     def _mark_running(self, current: list[ReplicaObservation]) -> None:
         message = success.running_message(self.job, current)

@@ -12,6 +12,7 @@ LABEL_OPERATOR = LABEL_PREFIX + "operator-name"
 LABEL_JOB_NAME = LABEL_PREFIX + "job-name"
 # The role of the rendezvous store torchjob hosts for an elastic job: its Pod's label, its local log's name.
 ROLE_STORE = "rendezvous-store"
+ROLE_SPARE = "spare"  # a warm spare of an in-place group: no rank until it is given a lost one's place
 # What a job's Pod that is not a replica is for (the rendezvous store, a warm spare).
 LABEL_ROLE = "torchjob.io/role"
 LABEL_REPLICA_TYPE = LABEL_PREFIX + "replica-type"

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from torchjob.sdk.errors import JobExistsError, JobNotFoundError, SdkError
-    from torchjob.sdk.local import LocalClient
+    from torchjob.sdk.local_client import LocalClient
     from torchjob.sdk.summary import JobSummary
 
 __all__ = ["JobExistsError", "JobNotFoundError", "JobSummary", "LocalClient", "SdkError"]
@@ -18,7 +18,7 @@ _HOMES = {
     "JobExistsError": "torchjob.sdk.errors",
     "JobNotFoundError": "torchjob.sdk.errors",
     "SdkError": "torchjob.sdk.errors",
-    "LocalClient": "torchjob.sdk.local",
+    "LocalClient": "torchjob.sdk.local_client",
     "JobSummary": "torchjob.sdk.summary",
 }
 

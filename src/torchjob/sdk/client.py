@@ -1,5 +1,5 @@
 """``JobClient``: the verbs both clients offer, with the same shapes, so the CLI treats local and cluster jobs
-alike. ``torchjob.sdk.local.LocalClient`` and ``torchjob.sdk.cluster.ClusterClient`` implement it.
+alike. ``torchjob.sdk.local_client.LocalClient`` and ``torchjob.sdk.cluster_client.ClusterClient`` implement it.
 """
 
 from __future__ import annotations

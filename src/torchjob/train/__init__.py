@@ -5,7 +5,12 @@
 - ``BatchPlan`` and ``shard`` split data across ranks with a stated batch-size scaling;
 - ``wrap`` puts the model in DDP, and ``SyncCheck`` proves ranks really hold the same parameters;
 - ``Checkpointer`` saves and resumes (atomic, checksummed, keep-last-K, async, S3 via fsspec, SIGTERM);
-- ``MetricsLogger`` writes per-rank JSONL metrics and the heartbeat the controller reads.
+- ``MetricsLogger`` writes per-rank JSONL metrics (and TensorBoard event files, ``tensorboard``) and the
+  heartbeat the controller reads;
+- ``inplace.InPlaceTraining`` keeps the survivors alive when a rank is lost: the group re-forms with a warm
+  spare (or smaller, elastic) and carries on from the survivors' state;
+- ``preemption.PreemptionWatch`` turns a platform's notice (SIGTERM, a Pod's eviction) into a checkpoint
+  before the process goes.
 
 It never imports the controller side; the controller side never imports it (or torch).
 """

@@ -26,7 +26,7 @@ class Channel(Protocol):
 
     def announce(self, key: str, attempt: int) -> None: ...
 
-    def membership(self) -> dict[str, Any] | None: ...
+    def membership(self) -> worker_files.Membership | None: ...
 
 
 class FileChannel:
@@ -43,12 +43,12 @@ class FileChannel:
         tmp.write_text(json.dumps({"attempt": attempt, "time": time.time()}))
         os.replace(tmp, path)
 
-    def membership(self) -> dict[str, Any] | None:
+    def membership(self) -> worker_files.Membership | None:
         try:
             data = json.loads(worker_files.membership_file(self.output_dir).read_text())
         except (OSError, ValueError):
             return None
-        return data if isinstance(data, dict) else None
+        return worker_files.parse_membership(data)
 
 
 class OperatorChannel:
@@ -64,9 +64,8 @@ class OperatorChannel:
         # The operator files it under the Pod the token names; the key is only for its log.
         self._call(self.announcements, {"attempt": attempt, "key": key})
 
-    def membership(self) -> dict[str, Any] | None:
-        found = self._call(self.memberships, None)
-        return found if isinstance(found, dict) and found else None
+    def membership(self) -> worker_files.Membership | None:
+        return worker_files.parse_membership(self._call(self.memberships, None))
 
     def _call(self, url: str, body: dict[str, Any] | None) -> Any:
         try:

@@ -26,6 +26,7 @@ from torchjob import worker_files
 from torchjob.train import channel
 from torchjob.train.channel import Channel
 from torchjob.train.context import DistContext
+from torchjob.worker_files import Membership
 
 # The store key (under a generation's prefix) that counts the members that arrived to form it.
 _ARRIVALS = "torchjob/arrived"
@@ -37,12 +38,12 @@ def store_client(timeout: timedelta) -> Any:
     return dist.TCPStore(host, int(port), is_master=False, timeout=timeout)  # type: ignore[attr-defined]
 
 
-def is_newer(found: dict[str, Any] | None, attempt: int, generation: int) -> bool:
+def is_newer(found: Membership | None, attempt: int, generation: int) -> bool:
     """Whether ``found`` is a membership of ``attempt`` with a generation above ``generation``."""
-    return found is not None and found.get("attempt") == attempt and int(found.get("generation", -1)) > generation
+    return found is not None and found["attempt"] == attempt and found["generation"] > generation
 
 
-def wait_for_membership(channel: Channel, attempt: int, newer_than: int, deadline: float) -> dict[str, Any] | None:
+def wait_for_membership(channel: Channel, attempt: int, newer_than: int, deadline: float) -> Membership | None:
     """The first membership of ``attempt`` with a generation above ``newer_than``; None at the deadline."""
     while time.monotonic() < deadline:
         found = channel.membership()
@@ -74,11 +75,11 @@ def init_generation(backend: str, attempt: int, generation: int, rank: int, worl
     dist.init_process_group(backend, store=store, rank=rank, world_size=world, timeout=timeout)
 
 
-def everyone_arrived(talk: Channel, found: dict[str, Any], timeout: timedelta) -> bool:
+def everyone_arrived(talk: Channel, found: Membership, timeout: timedelta) -> bool:
     """Wait until every member of the generation ``found`` describes has arrived at the store; False as soon
     as the controller publishes a newer one instead (a member died before it arrived: the repair is redone
     around it, and waiting in ``init_process_group`` for the dead member would last its whole timeout)."""
-    attempt, generation, world = int(found["attempt"]), int(found["generation"]), len(found["members"])
+    attempt, generation, world = found["attempt"], found["generation"], len(found["members"])
     store = dist.PrefixStore(worker_files.group_prefix(attempt, generation), store_client(timeout))  # type: ignore[attr-defined]
     store.add(_ARRIVALS, 1)
     deadline = time.monotonic() + timeout.total_seconds()
@@ -97,7 +98,7 @@ def everyone_arrived(talk: Channel, found: dict[str, Any], timeout: timedelta) -
 
 def join_next(
     talk: Channel, backend: str, replica: str, attempt: int, after: int, deadline: float, timeout: timedelta
-) -> tuple[dict[str, Any], float, int, int] | None:
+) -> tuple[Membership, float, int, int] | None:
     """Join, as ``replica``, the newest generation of ``attempt`` above ``after`` that forms (one that a newer
     supersedes before everyone arrived is skipped). Returns its membership, when it was read (wall clock), this
     rank and the world size; None when ``replica`` is no longer a member (an elastic group scaled down).
@@ -110,11 +111,10 @@ def join_next(
         if replica not in found["members"]:
             return None
         if everyone_arrived(talk, found, timeout):
-            members: list[str] = found["members"]
-            rank, world = members.index(replica), len(members)
-            init_generation(backend, attempt, int(found["generation"]), rank, world, timeout)
+            rank, world = found["members"].index(replica), len(found["members"])
+            init_generation(backend, attempt, found["generation"], rank, world, timeout)
             return found, found_at, rank, world
-        after = int(found["generation"])
+        after = found["generation"]
 
 
 def wait_as_spare(ctx_backend: str, device: torch.device, timeout: timedelta) -> DistContext:
@@ -129,20 +129,18 @@ def wait_as_spare(ctx_backend: str, device: torch.device, timeout: timedelta) ->
     talk.announce(spare, attempt)
     while True:
         found = talk.membership()
-        if found is not None and found.get("attempt") == attempt and spare in (found.get("spares") or {}):
+        if found is not None and found["attempt"] == attempt and spare in found["spares"]:
             break
         time.sleep(talk.poll_seconds)
     replica = found["spares"][spare]
     os.environ[worker_files.ENV_REPLICA] = replica  # from now on this process is that replica (files, logs)
-    given = int(found["generation"])
+    given = found["generation"]
     joined = join_next(talk, ctx_backend, replica, attempt, given - 1, math.inf, timeout)
     if joined is None:
         raise RuntimeError(f"spare {spare} was given {replica}'s place, but {replica} is no member of the group")
     found, _, rank, world = joined
     print(f"torchjob: spare {spare} joins as {replica} (rank {rank} of {world})", flush=True)
-    return DistContext(
-        rank, 0, world, device, ctx_backend, "torchjob", generation=int(found["generation"]), joined=True
-    )
+    return DistContext(rank, 0, world, device, ctx_backend, "torchjob", generation=found["generation"], joined=True)
 
 
 class MembershipWatch:
@@ -157,6 +155,6 @@ class MembershipWatch:
     def _run(self) -> None:
         while True:
             found = self._talk.membership()
-            if found is not None and found.get("attempt") == self._attempt:
-                self.newest = max(self.newest, int(found.get("generation", -1)))
+            if found is not None and found["attempt"] == self._attempt:
+                self.newest = max(self.newest, found["generation"])
             time.sleep(self._every)

@@ -163,7 +163,7 @@ class InPlaceTraining:
             print(f"torchjob: {self.replica} has no place in the group any more and leaves it", flush=True)
             os._exit(0)
         found, published_at, rank, world = joined
-        self.ctx = replace(self.ctx, rank=rank, world_size=world, generation=int(found["generation"]))
+        self.ctx = replace(self.ctx, rank=rank, world_size=world, generation=found["generation"])
         source = self._take_state_and_wrap()
         timings = {"membership_at": published_at, "reformed_at": time.time()}
         self._unlogged = {**record, "generation": self.ctx.generation, "world": world, "step": self.step, **timings}

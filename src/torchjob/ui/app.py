@@ -23,7 +23,7 @@ from starlette.staticfiles import StaticFiles
 
 from torchjob.sdk.client import JobClient
 from torchjob.sdk.errors import JobNotFoundError, SdkError
-from torchjob.sdk.local import LocalClient
+from torchjob.sdk.local_client import LocalClient
 from torchjob.ui import views
 
 _HERE = resources.files("torchjob.ui")

@@ -18,6 +18,7 @@ from lightkube import ApiError, Client
 from lightkube.resources.core_v1 import Event as KubeEvent
 from lightkube.resources.core_v1 import Node, Pod, Service
 from lightkube.types import PatchType
+from typing_extensions import assert_never
 
 from torchjob.api import extensions
 from torchjob.api.types import PyTorchJob
@@ -26,9 +27,9 @@ from torchjob.backends.kubernetes import crd, mapping, observing
 from torchjob.backends.kubernetes import spares as spares_mapping
 from torchjob.backends.kubernetes.cluster import PyTorchJobResource, as_dict
 from torchjob.backends.kubernetes.log_keeper import LogKeeper
-from torchjob.backends.kubernetes.reports import ReportBoard
+from torchjob.backends.kubernetes.report_board import ReportBoard
 from torchjob.backends.kubernetes.requests import RequestCounter
-from torchjob.core import envs, replicas
+from torchjob.core import replicas
 from torchjob.core.actions import (
     Action,
     CreateRendezvousStore,
@@ -81,10 +82,8 @@ class KubernetesBackend(Backend):
         # Only Pods this job object owns: a job deleted and created again under the same name starts afresh.
         owned = [p for p in pods if _owned_by(p, job.metadata.uid)]
         self._pods = {p["metadata"]["name"]: p for p in owned}
-        kept = job.status.membership
-        if self.reports is not None and kept is not None and self.reports.membership(job.namespace, job.name) is None:
-            # An operator that restarted, or took over as leader, tells the group what the status keeps.
-            self.reports.publish_membership(job.namespace, job.name, kept.to_json())
+        served = self.reports.membership(job.namespace, job.name) if self.reports is not None else None
+        published = None if served is None else (served["attempt"], served["generation"])
         in_doubt = {observing.node_in_doubt(p) for p in owned} - {None}
         nodes = {name: self._node(name) for name in in_doubt if name}
         observations = [
@@ -93,9 +92,10 @@ class KubernetesBackend(Backend):
         ]
         store = self._pods.get(mapping.store_name(job))
         store_running = store is not None and store["metadata"].get("deletionTimestamp") is None
-        spares = [self._spare(p) for p in owned if observing.role_of(p) == spares_mapping.ROLE_SPARE]
+        spares = [self._spare(p) for p in owned if observing.role_of(p) == replicas.ROLE_SPARE]
         seen = observing.one_per_replica([o for o in observations if o is not None])
-        return Observed(seen, store_running=store_running, spares=[s for s in spares if s is not None])
+        ready = [s for s in spares if s is not None]
+        return Observed(seen, store_running=store_running, spares=ready, published_membership=published)
 
     @property
     def reports_progress(self) -> bool:  # type: ignore[override]
@@ -107,7 +107,7 @@ class KubernetesBackend(Backend):
         return self.reports_progress
 
     def _with_reports(self, seen: ReplicaObservation | None, pod: dict[str, Any]) -> ReplicaObservation | None:
-        """A replica with what its Pod last reported (filed by Pod uid, see reports.py): whether it trains
+        """A replica with what its Pod last reported (filed by Pod uid, see report_board.py): whether it trains
         under the in-place loop of its attempt (a lost one too: the planner repairs around it), and, while
         it runs, its progress."""
         if seen is None or self.reports is None:
@@ -145,32 +145,39 @@ class KubernetesBackend(Backend):
         self._keep_logs(job, [a for a in actions if isinstance(a, DeleteReplica)])
         taken = set(self._pods)  # Pod names in use, with the spares this pass creates
         for action in actions:
-            if isinstance(action, CreateRendezvousStore):
-                self._create(mapping.store_service_manifest(job), Service)
-                self._create(mapping.store_pod_manifest(job), Pod)
-            elif isinstance(action, DeleteRendezvousStore):
-                self._delete(Pod, mapping.store_name(job), job.namespace)
-                self._delete(Service, mapping.store_name(job), job.namespace)
-            elif isinstance(action, CreateReplica):
-                self._create(mapping.service_manifest(job, action.replica), Service)
-                pod = mapping.pod_manifest(job, action.replica, action.attempt, self.report_url)
-                in_place = self.repairs_in_place and envs.in_place(job)
-                self._create(spares_mapping.with_store(pod, job) if in_place else pod, Pod)
-            elif isinstance(action, CreateSpare):
-                name = spares_mapping.free_spare_name(job, action.attempt, taken)
-                self._create(spares_mapping.spare_pod_manifest(job, name, action.attempt, self.report_url), Pod)
-            elif isinstance(action, DeleteSpare):
-                self._delete(Pod, action.name, job.namespace)
-            elif isinstance(action, RepairReplica):
-                self._promote(job, action)
-            elif isinstance(action, ReformGroup):
-                self._reform(job, action)
-            elif isinstance(action, DeleteReplica):
-                self._delete_pod(job, action)
-            elif isinstance(action, DeleteJob):
-                self.counter.add("delete")
-                with contextlib.suppress(ApiError):
-                    self.client.delete(PyTorchJobResource, job.name, namespace=job.namespace)
+            match action:
+                case CreateRendezvousStore():
+                    self._create(mapping.store_service_manifest(job), Service)
+                    self._create(mapping.store_pod_manifest(job), Pod)
+                case DeleteRendezvousStore():
+                    self._delete(Pod, mapping.store_name(job), job.namespace)
+                    self._delete(Service, mapping.store_name(job), job.namespace)
+                case CreateReplica():
+                    self._create(mapping.service_manifest(job, action.replica), Service)
+                    pod = mapping.pod_manifest(
+                        job, action.replica, action.attempt, self.report_url, action.rendezvous_at_store
+                    )
+                    self._create(spares_mapping.with_store(pod, job) if action.meets_at_store else pod, Pod)
+                case CreateSpare():
+                    name = spares_mapping.free_spare_name(job, action.attempt, taken)
+                    spare = spares_mapping.spare_pod_manifest(
+                        job, name, action.attempt, self.report_url, action.rendezvous_at_store
+                    )
+                    self._create(spare, Pod)
+                case DeleteSpare():
+                    self._delete(Pod, action.name, job.namespace)
+                case RepairReplica():
+                    self._promote(job, action)
+                case ReformGroup():
+                    self._reform(job, action)
+                case DeleteReplica():
+                    self._delete_pod(job, action)
+                case DeleteJob():
+                    self.counter.add("delete")
+                    with contextlib.suppress(ApiError):
+                        self.client.delete(PyTorchJobResource, job.name, namespace=job.namespace)
+                case _:
+                    assert_never(action)
 
     def record_status(self, job: PyTorchJob) -> None:
         self.patch_status(job.namespace, job.name, job.to_wire()["status"])

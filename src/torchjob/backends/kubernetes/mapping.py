@@ -25,7 +25,6 @@ from torchjob.api import extensions
 from torchjob.api.types import DEFAULT_CONTAINER_NAME, DEFAULT_PORT, DEFAULT_PORT_NAME, PyTorchJob, ReplicaType
 from torchjob.core import replicas
 from torchjob.core.envs import DEFAULT_RDZV_PORT, Addressing, replica_env
-from torchjob.core.policies.elastic import hosts_rendezvous_store
 from torchjob.core.replicas import ReplicaId
 
 STORE_PORT = DEFAULT_RDZV_PORT
@@ -44,11 +43,12 @@ def declared_port(job: PyTorchJob, replica_type: ReplicaType | None = None) -> i
     return DEFAULT_PORT
 
 
-def addressing(job: PyTorchJob, attempt: int) -> Addressing:
+def addressing(job: PyTorchJob, attempt: int, at_store: bool) -> Addressing:
     """Where the group meets on a cluster: the rendezvous replica's Service name and its declared port.
 
-    An elastic c10d job meets at torchjob's rendezvous store (``<job>-rdzv``), so that any member can be
-    lost; Kubeflow points it at worker-0, whose loss ends the rendezvous for everyone.
+    ``at_store`` (the planner's decision, ``CreateReplica.rendezvous_at_store``): an elastic c10d job meets at
+    torchjob's rendezvous store (``<job>-rdzv``), so that any member can be lost; Kubeflow points it at
+    worker-0, whose loss ends the rendezvous for everyone.
     """
     master = replicas.rendezvous_replica(job).pod_name(job.name)
     port = declared_port(job)
@@ -56,7 +56,7 @@ def addressing(job: PyTorchJob, attempt: int) -> Addressing:
     rdzv_host = (elastic.rdzv_host if elastic else None) or f"{job.name}-worker-0"
     rdzv_port = (elastic.rdzv_port if elastic else None) or port
     conf: tuple[tuple[str, str], ...] = ()
-    if hosts_rendezvous_store(job):
+    if at_store:
         rdzv_host, rdzv_port, conf = store_name(job), store_port(job), (("is_host", "false"),)
     # A fresh rendezvous id per attempt: a restarted group never meets stragglers of the last one.
     rdzv_id = (elastic.rdzv_id if elastic and elastic.rdzv_id else job.name) + f"-{attempt}"
@@ -162,9 +162,12 @@ def service_labels(job: PyTorchJob, replica: ReplicaId) -> dict[str, str]:
     return labels
 
 
-def pod_manifest(job: PyTorchJob, replica: ReplicaId, attempt: int, report_url: str | None = None) -> dict[str, Any]:
+def pod_manifest(
+    job: PyTorchJob, replica: ReplicaId, attempt: int, report_url: str | None = None, at_store: bool = False
+) -> dict[str, Any]:
     """The Pod of one replica for one attempt; with ``report_url`` (the operator's report endpoint, see
-    ``with_report_channel``), its containers can send torchjob.train's progress there."""
+    ``with_report_channel``), its containers can send torchjob.train's progress there. ``at_store``: see
+    ``addressing``."""
     template = copy.deepcopy(job.spec.pytorch_replica_specs[replica.replica_type].template)
     metadata = template.get("metadata") or {}
     spec = template.get("spec") or {}
@@ -172,7 +175,7 @@ def pod_manifest(job: PyTorchJob, replica: ReplicaId, attempt: int, report_url: 
     grace = job.annotation(extensions.TERMINATION_GRACE)
     if grace is not None and "terminationGracePeriodSeconds" not in spec:
         spec["terminationGracePeriodSeconds"] = int(float(grace))
-    env = [{"name": k, "value": v} for k, v in replica_env(job, replica, attempt, addressing(job, attempt))]
+    env = [{"name": k, "value": v} for k, v in replica_env(job, replica, attempt, addressing(job, attempt, at_store))]
     for container in spec.get("containers") or []:
         names = {e.get("name") for e in container.get("env") or []}
         # The contract appends; a variable the template sets itself wins (as with Kubeflow's operator).

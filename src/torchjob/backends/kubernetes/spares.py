@@ -21,9 +21,7 @@ from torchjob.api.types import PyTorchJob
 from torchjob.backends.kubernetes.mapping import LABEL_ROLE, pod_manifest, store_name, store_port
 from torchjob.core import replicas
 from torchjob.core.envs import holds_a_place
-from torchjob.core.replicas import ReplicaId, expected_replicas
-
-ROLE_SPARE = "spare"
+from torchjob.core.replicas import ROLE_SPARE, ReplicaId, expected_replicas
 
 
 def store_address(job: PyTorchJob) -> str:
@@ -35,10 +33,12 @@ def spare_name(job: PyTorchJob, attempt: int, index: int) -> str:
     return f"{job.name}-spare-{attempt}-{index}"
 
 
-def spare_pod_manifest(job: PyTorchJob, name: str, attempt: int, report_url: str | None) -> dict[str, Any]:
+def spare_pod_manifest(
+    job: PyTorchJob, name: str, attempt: int, report_url: str | None, at_store: bool = False
+) -> dict[str, Any]:
     """A warm spare for ``attempt``: the last Worker's Pod, without its place in the group."""
     model = expected_replicas(job)[-1]  # a Worker when there are any
-    pod = pod_manifest(job, model, attempt, report_url)
+    pod = pod_manifest(job, model, attempt, report_url, at_store)
     pod["metadata"]["name"] = name
     pod["metadata"]["labels"] = spare_labels(job, attempt)
     for container in pod["spec"].get("containers") or []:

@@ -9,7 +9,6 @@ through ``processes``, which proves a process is the job's before it is touched.
 
 from __future__ import annotations
 
-import os
 import signal
 import sys
 import time
@@ -18,6 +17,8 @@ from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
 
+from typing_extensions import assert_never
+
 from torchjob import worker_files
 from torchjob.api import extensions
 from torchjob.api.scaling import with_workers, workers_problem
@@ -25,6 +26,7 @@ from torchjob.api.types import PyTorchJob
 from torchjob.backends.base import Backend
 from torchjob.backends.local import mapping, membership, observing, outputs, processes
 from torchjob.backends.local.children import Children
+from torchjob.backends.local.launching import Launcher, error_file
 from torchjob.backends.local.logs import failure_summary
 from torchjob.backends.local.shim import ExitRecord
 from torchjob.backends.local.store import JobStore, LocalState, ProcessRecord
@@ -41,14 +43,10 @@ from torchjob.core.actions import (
     ReformGroup,
     RepairReplica,
 )
-from torchjob.core.envs import Addressing, in_place
 from torchjob.core.observed import Observed, Phase, ReplicaObservation, SpareObservation
-from torchjob.core.policies import elastic
-from torchjob.core.replicas import ROLE_STORE, ReplicaId, expected_replicas, parse_replica_name
+from torchjob.core.replicas import ROLE_SPARE, ROLE_STORE, expected_replicas, parse_replica_name
 
 ROLE_REPLICA = "replica"
-ROLE_SPARE = "spare"
-_STORE_PORTS = "store"  # the key of the store's port in LocalState.ports (the others are attempts)
 # The longest the controller sleeps without a reason. It is woken at once by any replica's exit (pidfd) and
 # by the planner's own deadlines, so this only bounds how stale a missed event can get.
 MAX_IDLE_SECONDS = 5.0
@@ -82,6 +80,7 @@ class LocalBackend(Backend):
         self._running = False  # the last observation saw a replica running
         self.on_event = on_event or (lambda event: None)
         self.children = Children(self.job_uid, self.grace)
+        self.launcher = Launcher(store, self.name, self.state)
         self.deleted = False
         # Readable when the controller got a signal (set up by controller.supervise): `torchjob scale` wakes it.
         self.wake_fd: int | None = None
@@ -112,31 +111,37 @@ class LocalBackend(Backend):
         if changed:
             self._save_state()
         self._running = any(o.phase is Phase.RUNNING for o in observations)
-        return Observed(observations, store_running=self._store() is not None, spares=spares)
+        published = membership.published(self.store.output_dir(self.name))
+        return Observed(
+            observations, store_running=self._store() is not None, spares=spares, published_membership=published
+        )
 
     def execute(self, job: PyTorchJob, actions: list[Action]) -> None:
         for action in actions:
-            if isinstance(action, CreateReplica):
-                self._start(job, action.replica, action.attempt)
-            elif isinstance(action, DeleteReplica):
-                self._stop(str(action.replica), action.attempt, action.at_once)
-            elif isinstance(action, CreateRendezvousStore):
-                self._start_store(job)
-            elif isinstance(action, DeleteRendezvousStore):
-                store = self._store()
-                if store is not None:
-                    self._stop(store.replica, store.attempt)
-            elif isinstance(action, CreateSpare):
-                self._start_spare(job, action.attempt)
-            elif isinstance(action, DeleteSpare):
-                for record in self._live(ROLE_SPARE, action.name):
-                    self._stop(record.replica, record.attempt)
-            elif isinstance(action, RepairReplica):
-                self._repair(action)
-            elif isinstance(action, ReformGroup):
-                membership.publish(self.store.output_dir(self.name), action.membership.to_json())
-            elif isinstance(action, DeleteJob):
-                self.deleted = True
+            match action:
+                case CreateReplica():
+                    self._start(job, action)
+                case DeleteReplica():
+                    self._stop(str(action.replica), action.attempt, action.at_once)
+                case CreateRendezvousStore():
+                    self._start_store(job)
+                case DeleteRendezvousStore():
+                    store = self._store()
+                    if store is not None:
+                        self._stop(store.replica, store.attempt)
+                case CreateSpare():
+                    self._start_spare(job, action)
+                case DeleteSpare():
+                    for record in self._live(ROLE_SPARE, action.name):
+                        self._stop(record.replica, record.attempt)
+                case RepairReplica():
+                    self._repair(action)
+                case ReformGroup():
+                    membership.publish(self.store.output_dir(self.name), action.membership.to_json())
+                case DeleteJob():
+                    self.deleted = True
+                case _:
+                    assert_never(action)
         if actions:
             self._save_state()
 
@@ -171,62 +176,23 @@ class LocalBackend(Backend):
 
     def stop_everything(self, grace: float | None = None) -> None:
         """Stop every live replica of the job and wait until all are gone (Ctrl-C, SIGTERM, delete)."""
-        grace = self.grace if grace is None else grace
         live = [r for r in self.state.processes if not r.removed and self.children.exit_status(r) is None]
         for record in live:
-            processes.signal_group(record.identity, self.job_uid, signal.SIGTERM)
             record.stopping_since = record.stopping_since or time.time()
-        deadline = time.time() + grace
-        while time.time() < deadline and any(self.children.exit_status(r) is None for r in live):
-            time.sleep(0.05)
+        self.children.stop_all(live, self.grace if grace is None else grace)
         for record in live:
-            if self.children.exit_status(record) is None:
-                processes.kill_tree(record.identity, self.job_uid)
-        for record in live:
-            self.children.reap(record, timeout=5.0)
             record.removed = True
         self._save_state()
 
     # -- processes ------------------------------------------------------------------------------------
 
-    def _ports(self, key: str) -> dict[str, int]:
-        ports = self.state.ports.get(key)
-        if ports is None:
-            ports = {"master": processes.free_port(), "rdzv": processes.free_port()}
-            self.state.ports[key] = ports
-        return ports
-
-    def _addressing(self, job: PyTorchJob, attempt: int) -> Addressing:
-        ports = self._ports(str(attempt))
-        # The rendezvous store lives as long as the job, so every attempt meets at its port.
-        rdzv_port = self._ports(_STORE_PORTS)["rdzv"] if self._hosts_store(job) else ports["rdzv"]
-        return mapping.local_addressing(job, processes.LOCALHOST, ports["master"], rdzv_port, f"{self.name}-{attempt}")
-
-    def _start(self, job: PyTorchJob, replica: ReplicaId, attempt: int) -> None:
+    def _start(self, job: PyTorchJob, action: CreateReplica) -> None:
+        replica, attempt = action.replica, action.attempt
         log_path = self.store.log_path(self.name, attempt, str(replica))
         log_path.parent.mkdir(parents=True, exist_ok=True)
-        spec = self._replica_spec(job, replica, attempt, log_path)
+        where = self.launcher.addressing(job, attempt, action.rendezvous_at_store, action.meets_at_store)
+        spec = self.launcher.replica_spec(job, replica, attempt, log_path, where, action.meets_at_store)
         self._spawn(str(replica), attempt, log_path, spec.argv, spec.env, spec.cwd, ROLE_REPLICA)
-
-    def _replica_spec(self, job: PyTorchJob, replica: ReplicaId, attempt: int, log_path: Path) -> mapping.ProcessSpec:
-        spec = mapping.process_spec(
-            job,
-            replica,
-            attempt,
-            self._addressing(job, attempt),
-            job_file_dir=self.state.job_file_dir,
-            output_dir=str(self.store.output_dir(self.name)),
-            python_dir=str(Path(sys.executable).parent),
-            inherited_path=os.environ.get("PATH", ""),
-            error_file=str(_error_file(log_path)),
-        )
-        if in_place(job):
-            # In-place repair: the group meets at the store torchjob hosts, which outlives every member.
-            spec.env[worker_files.ENV_STORE] = f"{processes.LOCALHOST}:{self._ports(_STORE_PORTS)['rdzv']}"
-        return spec
-
-    def _hosts_store(self, job: PyTorchJob) -> bool:
-        return in_place(job) or elastic.hosts_rendezvous_store(job, honor_rdzv_host=self.reaches_rdzv_host)
 
     def _live(self, role: str, name: str | None = None) -> list[ProcessRecord]:
         return [
@@ -240,14 +206,16 @@ class LocalBackend(Backend):
         ready = membership.announced(output, record.replica, record.attempt)
         return SpareObservation(record.replica, record.attempt, ready, stopping=record.stopping_since is not None)
 
-    def _start_spare(self, job: PyTorchJob, attempt: int) -> None:
+    def _start_spare(self, job: PyTorchJob, action: CreateSpare) -> None:
         """A warm spare for the attempt: a Worker's program and environment, with no place in the group yet."""
+        attempt = action.attempt
         name = f"spare-{self.state.spares_started}"
         self.state.spares_started += 1
         model = expected_replicas(job)[-1]  # a Worker when there are any
         log_path = self.store.log_path(self.name, attempt, name)
         log_path.parent.mkdir(parents=True, exist_ok=True)
-        spec = self._replica_spec(job, model, attempt, log_path)
+        where = self.launcher.addressing(job, attempt, action.rendezvous_at_store, meets_at_store=True)
+        spec = self.launcher.replica_spec(job, model, attempt, log_path, where, at_store=True)
         spare = mapping.spare_spec(job, name, spec)
         self._spawn(name, attempt, log_path, spare.argv, spare.env, spare.cwd, ROLE_SPARE)
 
@@ -279,7 +247,7 @@ class LocalBackend(Backend):
         """Start the job's c10d rendezvous store (see torchjob.train.store_server); its log is kept with the
         attempt it started in."""
         attempt = job.status.attempt
-        port = self._ports(_STORE_PORTS)["rdzv"]
+        port = self.launcher.store_port()
         log_path = self.store.log_path(self.name, attempt, ROLE_STORE)
         log_path.parent.mkdir(parents=True, exist_ok=True)
         argv = [sys.executable, "-m", "torchjob.train.store_server", str(port)]
@@ -319,14 +287,9 @@ class LocalBackend(Backend):
             stopping=record.stopping_since is not None,
             notice_at=observing.preemption_onset(notices, record.started_at),
             progress=observing.slowest(reports) if ended is None else None,
-            message=failure_summary(log, error_file=_error_file(log)) if failed else None,
+            message=failure_summary(log, error_file=error_file(log)) if failed else None,
             repairable=membership.announced(output, worker_files.process_key(record.replica, 0, 0), record.attempt),
         )
 
     def _save_state(self) -> None:
         self.store.write_state(self.name, self.state)
-
-
-def _error_file(log_path: Path) -> Path:
-    """Where a replica's torchelastic error file goes: beside its log."""
-    return log_path.with_suffix(".error.json")

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import os
 import selectors
+import signal
 import subprocess
 import sys
 import time
@@ -98,6 +99,19 @@ class Children:
         popen = self._popens.pop((record.replica, record.attempt), None)
         if popen is not None:
             self._popens[(name, record.attempt)] = popen
+
+    def stop_all(self, live: list[ProcessRecord], grace: float) -> None:
+        """SIGTERM every process group in ``live``, SIGKILL what is left after ``grace``, and reap them all."""
+        for record in live:
+            processes.signal_group(record.identity, self.job_uid, signal.SIGTERM)
+        deadline = time.time() + grace
+        while time.time() < deadline and any(self.exit_status(r) is None for r in live):
+            time.sleep(0.05)
+        for record in live:
+            if self.exit_status(record) is None:
+                processes.kill_tree(record.identity, self.job_uid)
+        for record in live:
+            self.reap(record, timeout=5.0)
 
     def reap(self, record: ProcessRecord, timeout: float) -> None:
         popen = self._popens.get((record.replica, record.attempt))

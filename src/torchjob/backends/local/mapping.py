@@ -19,7 +19,6 @@ from typing import Any
 from torchjob import worker_files
 from torchjob.api.types import DEFAULT_CONTAINER_NAME, PyTorchJob, ReplicaType
 from torchjob.core.envs import Addressing, holds_a_place, in_place, processes_per_replica, replica_env
-from torchjob.core.policies.elastic import hosts_rendezvous_store
 from torchjob.core.replicas import ReplicaId, replica_slots
 
 ENV_OUTPUT_DIR = worker_files.ENV_OUTPUT_DIR
@@ -70,19 +69,21 @@ class ProcessSpec:
     cwd: str
 
 
-def local_addressing(job: PyTorchJob, host: str, master_port: int, rdzv_port: int, rdzv_id: str) -> Addressing:
+def local_addressing(
+    job: PyTorchJob, host: str, master_port: int, rdzv_port: int, rdzv_id: str, at_store: bool
+) -> Addressing:
     """Where one attempt's group meets on this machine.
 
-    The c10d rendezvous meets at the store the backend hosts (no agent is its host, so any can be lost); an
-    etcd rendezvous, or a c10d one the job points elsewhere, at the job's ``rdzvHost:rdzvPort`` (by default
-    an etcd on this machine).
+    ``at_store`` (the planner's decision, ``CreateReplica.rendezvous_at_store``): the c10d rendezvous meets
+    at the store the backend hosts, on ``rdzv_port`` (no agent is its host, so any can be lost). Otherwise an
+    elastic job meets at its ``rdzvHost:rdzvPort`` (by default an etcd on this machine).
     """
     elastic = job.spec.elastic_policy
     conf: tuple[tuple[str, str], ...] = ()
     rdzv_host = host
     if elastic is not None:
         conf = LOCAL_RDZV_CONF
-        if hosts_rendezvous_store(job, honor_rdzv_host=False):
+        if at_store:
             conf = (("is_host", "false"), *conf)
         else:
             rdzv_host = elastic.rdzv_host or host

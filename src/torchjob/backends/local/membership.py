@@ -24,9 +24,18 @@ def announced(output_dir: Path, key: str, attempt: int) -> bool:
     return isinstance(data, dict) and data.get("attempt") == attempt
 
 
-def publish(output_dir: Path, membership: dict[str, object]) -> None:
+def publish(output_dir: Path, membership: worker_files.Membership) -> None:
     """Write the group's next membership where its members poll it (atomically: a reader never sees half)."""
     path = worker_files.membership_file(output_dir)
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(membership))
     os.replace(tmp, path)
+
+
+def published(output_dir: Path) -> tuple[int, int] | None:
+    """The (attempt, generation) of the membership the group can read now; None when there is none."""
+    try:
+        found = worker_files.parse_membership(json.loads(worker_files.membership_file(output_dir).read_text()))
+    except (OSError, ValueError):
+        return None
+    return None if found is None else (found["attempt"], found["generation"])

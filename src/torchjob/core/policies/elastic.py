@@ -23,7 +23,8 @@ from torchjob.api.types import PyTorchJob, ReplicaType
 from torchjob.core.actions import DeleteReplica, Event
 from torchjob.core.observed import Phase, ReplicaObservation
 from torchjob.core.policies.restart import is_retryable, restart_policy_of
-from torchjob.core.replicas import replica_count
+from torchjob.core.replicas import ReplicaId, replica_count
+from torchjob.core.times import parse_timestamp
 
 # Seconds before a lost Worker's replacement starts, unless the annotation says otherwise.
 DEFAULT_REPLACEMENT_DELAY = 10.0
@@ -120,3 +121,10 @@ def membership_change(job: PyTorchJob, current: list[ReplicaObservation], now: d
         change.events.append(Event("Normal", "ScaledDown", f"{o.replica} leaves: scaled to {target} Worker(s)"))
         change.actions.append(DeleteReplica(o.replica, o.attempt, f"scaled down to {target} Worker(s)"))
     return change
+
+
+def replacement_waits_until(replacement_due: dict[str, str], replica: ReplicaId, now: datetime) -> datetime | None:
+    """When a lost member's replacement may start, while it must still wait (None: it may start now)."""
+    recorded = replacement_due.get(str(replica))
+    due = parse_timestamp(recorded) if recorded is not None else None
+    return due if due is not None and due > now else None

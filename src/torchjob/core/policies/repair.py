@@ -127,7 +127,7 @@ def overdue(
 
 
 def spare_actions(
-    wanted: int, spares: list[SpareObservation], attempt: int, group_up: bool
+    wanted: int, spares: list[SpareObservation], attempt: int, group_up: bool, rendezvous_at_store: bool = False
 ) -> tuple[list[Action], int]:
     """Keep ``wanted`` spares beside the attempt's group while it is up; spares of other attempts go.
     Returns the actions and how many of the attempt's spares are ready."""
@@ -138,7 +138,7 @@ def spare_actions(
     ]
     mine = [s for s in spares if s.attempt == attempt and not s.stopping and not s.failed]
     if group_up and len(mine) < wanted:
-        actions += [CreateSpare(attempt) for _ in range(wanted - len(mine))]
+        actions += [CreateSpare(attempt, rendezvous_at_store) for _ in range(wanted - len(mine))]
     return actions, sum(s.ready for s in mine)
 
 

@@ -1,7 +1,7 @@
 """The operator's endpoints for Pods: where torchjob.train sends its progress, and in-place repair's channel.
 
 Every call carries the Pod's report token as a bearer token; 401 without a valid token of a Pod in the
-path's namespace. What a Pod says is filed under the Pod the token names (``backends/kubernetes/reports.py``),
+path's namespace. What a Pod says is filed under the Pod the token names (``backends/kubernetes/report_board.py``),
 so a path cannot misfile it; the job in the path only says which job to look at again soon.
 
 - ``POST /reports/<namespace>/<job>``: a progress report (JSON). 204; 400 for a body that is not a report;
@@ -21,7 +21,7 @@ from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from torchjob.backends.kubernetes.reports import PodIdentity, ReportBoard, TokenReviewer
+from torchjob.backends.kubernetes.report_board import PodIdentity, ReportBoard, TokenReviewer
 
 log = logging.getLogger("torchjob.operator")
 
@@ -43,8 +43,7 @@ def report_server(
         def do_GET(self) -> None:
             matched = self._authorized("membership")
             if matched is not None:
-                found = board.membership(matched[0], matched[1]) or {}
-                self._answer(200, json.dumps(found))
+                self._answer(200, json.dumps(board.membership(matched[0], matched[1]) or {}))
 
         def do_POST(self) -> None:
             matched = self._authorized("reports", "announcements")

@@ -25,6 +25,7 @@ from lightkube.resources.authentication_v1 import TokenReview
 
 from torchjob import worker_files
 from torchjob.core.observed import Progress
+from torchjob.worker_files import Membership
 
 _POD_NAME = "authentication.kubernetes.io/pod-name"
 _POD_UID = "authentication.kubernetes.io/pod-uid"
@@ -98,7 +99,7 @@ class ReportBoard:
         self._lock = threading.Lock()
         self._latest: dict[str, tuple[PodIdentity, Progress]] = {}
         self._announced: dict[str, int] = {}
-        self._memberships: dict[tuple[str, str], dict[str, object]] = {}
+        self._memberships: dict[tuple[str, str], Membership] = {}
 
     def announce(self, pod: PodIdentity, attempt: int) -> None:
         with self._lock:
@@ -108,11 +109,11 @@ class ReportBoard:
         with self._lock:
             return self._announced.get(uid or "") == attempt
 
-    def publish_membership(self, namespace: str, job: str, membership: dict[str, object]) -> None:
+    def publish_membership(self, namespace: str, job: str, membership: Membership) -> None:
         with self._lock:
             self._memberships[(namespace, job)] = membership
 
-    def membership(self, namespace: str, job: str) -> dict[str, object] | None:
+    def membership(self, namespace: str, job: str) -> Membership | None:
         with self._lock:
             return self._memberships.get((namespace, job))
 

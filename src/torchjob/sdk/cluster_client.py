@@ -1,6 +1,6 @@
 """``ClusterClient``: PyTorchJobs on a Kubernetes cluster, driven through the API server.
 
-The same verbs as ``torchjob.sdk.local.LocalClient`` (submit, get, list, logs, follow, wait, delete),
+The same verbs as ``torchjob.sdk.local_client.LocalClient`` (submit, get, list, logs, follow, wait, delete),
 so the CLI treats both alike. Errors from the API server and its admission (schema, CEL rules, quota...)
 reach the user with the server's own text, never wrapped into a generic "failed to create".
 """

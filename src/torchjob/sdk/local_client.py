@@ -9,9 +9,6 @@ and it is marked Failed with the reason, so no job shows Running forever. Only p
 from __future__ import annotations
 
 import builtins
-import os
-import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -101,17 +98,9 @@ class LocalClient(JobClient):
 
     def start_detached(self, name: str) -> int:
         """Start a controller for a created job in the background; returns its pid."""
-        log = open(self.store.job_dir(name) / "controller.log", "ab")  # noqa: SIM115 - handed to the child
-        with log:
-            process = subprocess.Popen(
-                [sys.executable, "-m", "torchjob.controller.daemon", name],
-                env={**os.environ, "TORCHJOB_HOME": str(self.store.home)},
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-        return process.pid
+        from torchjob.controller.daemon import start_detached
+
+        return start_detached(self.store, name)
 
     # -- reading --------------------------------------------------------------------------------------
 

@@ -1,0 +1,99 @@
+"""The planner's in-place decisions (``core/planning.py``), as functions of the pass (``pass_state.py``): a
+lost or hung member's place given to a warm spare, an elastic group that shrinks and grows around its running
+members, and a repair given up when it does not complete. Each records what it decided in the pass (actions,
+events, the status); the planner calls them and decides what happens when they decline. The policies
+themselves are ``policies/repair.py`` and ``policies/regroup.py``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from torchjob.core import attempts, conditions
+from torchjob.core.actions import Cause, Event, ReformGroup, RepairReplica
+from torchjob.core.observed import ReplicaObservation, SpareObservation
+from torchjob.core.pass_state import PassState
+from torchjob.core.policies import backoff, regroup, repair
+from torchjob.core.policies.regroup import Regroup
+
+
+def spares_of(state: PassState) -> list[SpareObservation]:
+    """The warm spares a repair may use: none where the platform cannot repair in place."""
+    return state.helpers.spares if state.helpers.in_place else []
+
+
+def repaired(state: PassState, decisions: list[repair.Repair], counted: bool) -> bool:
+    """Replace the lost members with warm spares while the others carry on, where that is possible."""
+    if not decisions:
+        return False
+    retries = state.status.restart_count + state.status.repairs + len(decisions) - 1
+    if counted and not backoff.may_restart(state.job, retries):
+        return False  # a crash loop: the group restart path ends the job at the backoff limit
+    current = state._current()
+    others = len(current) - len(decisions)
+    for decision in decisions:
+        state.actions.append(RepairReplica(decision.lost.replica, state.status.attempt, decision.spare))
+        state.status.repairs += 1
+        message = decision.describe(others, state.status.repairs)
+        state.events.append(Event("Warning", "Repaired", message, decision.cause))
+    # The group keeps its places: its live members, and the lost ones now held by the spares.
+    places = [o.replica for o in current if o.phase.live and not o.stopping]
+    members = repair.members_in_rank_order(state.job, [*places, *(d.lost.replica for d in decisions)])
+    reform(state, members, [(d.spare, str(d.lost.replica)) for d in decisions])
+    attempts.note_repair(state.status, state.now)
+    return True
+
+
+def regroup_members(state: PassState, current: list[ReplicaObservation]) -> list[ReplicaObservation]:
+    """An elastic group under in-place repair shrinks and grows around its running members. Returns the
+    members that stay (all of them when a loss cannot be absorbed: it fails the attempt, later)."""
+    change = regrouped(state, current)
+    return current if change is None else [o for o in current if o not in change.leaving]
+
+
+def regrouped(
+    state: PassState, current: list[ReplicaObservation], hung: ReplicaObservation | None = None
+) -> Regroup | None:
+    """Apply ``policies/regroup``'s decision for the group (around a ``hung`` member, if named); None when
+    it has none."""
+    change = regroup.decide(state.job, state.status.attempt, current, spares_of(state), hung)
+    if change is None:
+        return None
+    state.actions += change.actions
+    state.events += change.events
+    if change.members is not None:
+        reform(state, change.members, change.promoted)
+    state.status.membership_changes += len(change.leaving) + change.joining
+    state.empty_places = change.empty_places
+    if change.leaving or change.joining:
+        attempts.note_repair(state.status, state.now)  # the group re-forms: that is progress, and has a deadline
+    return change
+
+
+def reform(state: PassState, members: Sequence[str], promoted: Sequence[tuple[str, str]]) -> None:
+    """Tell the group its next membership, and keep it in the status (the same for any operator)."""
+    membership = repair.next_membership(state.status.membership, state.status.attempt, members, promoted)
+    state.status.membership = membership
+    state.actions.append(ReformGroup(membership))
+
+
+def repair_overdue(state: PassState, current: list[ReplicaObservation]) -> Cause | None:
+    """Why the group must restart when its last repair in place did not complete in time; None while it may
+    still complete (the pass wakes up when it is due)."""
+    repaired_at = attempts.repaired_at(state.status)
+    gave_up, look_again = repair.overdue(current, repaired_at, state.now)
+    if gave_up is None:
+        state._wake_at(look_again)
+        return None
+    state.events.append(Event("Warning", "RepairTimeout", gave_up))
+    return Cause(gave_up, "RepairTimeout", repaired_at)
+
+
+def publish_kept(state: PassState, published: tuple[int, int] | None) -> None:
+    """Ask for the membership the status keeps to be published again when the backend serves another (an
+    operator that restarted, or a new leader, serves none): the group must always be able to read it."""
+    kept = state.status.membership
+    if not state.helpers.in_place or kept is None or conditions.is_finished(state.status):
+        return
+    if kept.attempt == state.status.attempt and (kept.attempt, kept.generation) != published:
+        state.actions.append(ReformGroup(kept))
