@@ -1,7 +1,10 @@
-"""``torchjob ui [--port 8265] [--host 127.0.0.1] [--cluster] [--allow-actions]``: the web dashboard.
+"""``torchjob ui [--port 8265] [--host 127.0.0.1] [--allow-host NAME] [--cluster] [--allow-actions]``: the web
+dashboard.
 
-It binds to loopback unless told otherwise, and serves no write action unless ``--allow-actions`` is given;
-then deleting a job needs the token it prints (a dashboard reachable by others cannot delete by accident).
+It binds to loopback unless told otherwise, answers only requests that name loopback, its bound address or an
+``--allow-host`` (a page on another site that re-points its name at 127.0.0.1 gets nothing), and serves no
+write action unless ``--allow-actions`` is given; then deleting a job needs the token it prints, and no page of
+another site may send it.
 """
 
 from __future__ import annotations
@@ -20,6 +23,13 @@ def add_parser(verbs: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     p.add_argument("--port", type=int, default=8265, help="port to serve on (default 8265; 0: any free port)")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default: loopback only)")
     p.add_argument(
+        "--allow-host",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="also answer requests that name this host (repeatable; '*': any, which turns the check off)",
+    )
+    p.add_argument(
         "--allow-actions", action="store_true", help="allow deleting jobs from the page, with a token printed here"
     )
     add_target_options(p)
@@ -31,13 +41,19 @@ def handle(args: argparse.Namespace) -> int:
         import uvicorn
 
         from torchjob.ui.app import create_app
+        from torchjob.ui.guard import allowed_hosts, host_problem
     except ImportError as err:
         raise SdkError(f"torchjob ui needs its web packages ({err.name}): pip install 'torchjob[ui]'") from None
     if not 0 <= args.port <= 65535:
         print(f"torchjob: --port: expected 0 to 65535, got {args.port}", file=sys.stderr)
         return 2
     token = secrets.token_urlsafe(18) if args.allow_actions else None
-    app = create_app(client(args), token)
+    problems = [p for p in map(host_problem, args.allow_host) if p]
+    if problems:
+        print(f"torchjob: {problems[0]}", file=sys.stderr)
+        return 2
+    hosts = allowed_hosts(args.host, args.allow_host)
+    app = create_app(client(args), token, hosts)
     # Bound here, so that the address (a free port with --port 0) is printed before the first request.
     try:
         listener = socket.create_server((args.host, args.port))

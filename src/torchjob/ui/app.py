@@ -3,12 +3,14 @@ or a cluster's), the same client the CLI uses.
 
 Read-only unless started with actions allowed; then ``POST /api/jobs/<name>/delete`` and
 ``POST /api/jobs/<name>/scale?workers=N`` (an elastic job) work with the token printed at start-up
-(``Authorization: Bearer <token>``), and nothing else writes.
+(``Authorization: Bearer <token>``), and nothing else writes. Every request must name a host the dashboard
+answers to, and a write must not come from another site's page (``guard.py``).
 """
 
 from __future__ import annotations
 
 import hmac
+from collections.abc import Sequence
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -16,6 +18,8 @@ from typing import Any
 import jinja2
 import plotly
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.requests import Request
 from starlette.responses import FileResponse, HTMLResponse, JSONResponse, Response
 from starlette.routing import Mount, Route
@@ -25,6 +29,7 @@ from torchjob.sdk.client import JobClient
 from torchjob.sdk.errors import JobNotFoundError, SdkError
 from torchjob.sdk.local_client import LocalClient
 from torchjob.ui import views
+from torchjob.ui.guard import LOOPBACK_NAMES, OriginGuard
 
 _HERE = resources.files("torchjob.ui")
 _PLOTLY_JS = Path(plotly.__file__).parent / "package_data" / "plotly.min.js"
@@ -33,8 +38,9 @@ _LOG_CHUNK = 256 * 1024
 _NEEDS_TOKEN = "actions need the token torchjob ui printed (--allow-actions)"
 
 
-def create_app(client: JobClient, token: str | None = None) -> Starlette:
-    """The dashboard over ``client``. ``token``: allow the delete action to whoever presents it."""
+def create_app(client: JobClient, token: str | None = None, hosts: Sequence[str] = LOOPBACK_NAMES) -> Starlette:
+    """The dashboard over ``client``. ``token``: allow the delete action to whoever presents it. ``hosts``: the
+    host names it answers to (``guard.allowed_hosts``)."""
     pages = jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(_HERE / "templates")), autoescape=True, undefined=jinja2.StrictUndefined
     )
@@ -125,4 +131,5 @@ def create_app(client: JobClient, token: str | None = None) -> Starlette:
         Mount("/static", StaticFiles(directory=str(_HERE / "static")), name="static"),
     ]
     handlers = {JobNotFoundError: not_found, SdkError: refused, ValueError: refused}
-    return Starlette(routes=routes, exception_handlers=handlers)
+    guards = [Middleware(TrustedHostMiddleware, allowed_hosts=list(hosts)), Middleware(OriginGuard, hosts=hosts)]
+    return Starlette(routes=routes, exception_handlers=handlers, middleware=guards)
