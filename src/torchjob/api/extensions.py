@@ -30,6 +30,18 @@ REPLACEMENT_DELAY = PREFIX + "replacement-delay-seconds"
 SPARES = PREFIX + "spares"
 MAX_SPARES = 8
 
+# Who may run a job (spec.runPolicy.managedBy): Kubeflow's two values, as its webhook allows, plus torchjob's own
+# controller names (``torchjob.io/...``: the torchjob operator, or one started with ``--managed-by``). Immutable.
+KUBEFLOW_MANAGERS = ("kubeflow.org/training-operator", "kueue.x-k8s.io/multikueue")
+TORCHJOB_MANAGER = PREFIX + "operator"
+
+
+def managed_by_problem(value: str | None) -> str | None:
+    if value is None or value in KUBEFLOW_MANAGERS or (value.startswith(PREFIX) and len(value) > len(PREFIX)):
+        return None
+    return f"must be {' or '.join(KUBEFLOW_MANAGERS)} (or a torchjob.io/ controller name), got {value!r}"
+
+
 # Restarts allowed when spec.runPolicy.backoffLimit is unset. Kubeflow restarts forever then; a crash-looping
 # script would hold its machines indefinitely, so torchjob follows batch/v1 Job's default instead.
 DEFAULT_BACKOFF_LIMIT = 6

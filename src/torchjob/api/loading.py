@@ -75,6 +75,7 @@ def job_from_mapping(data: Any, source: str = "<input>") -> PyTorchJob:
         problems.append(f"apiVersion: must be {API_VERSION}, got {data.get('apiVersion')!r}")
     if data.get("kind") != KIND:
         problems.append(f"kind: must be {KIND}, got {data.get('kind')!r}")
+    problems += _folded_twice(data)
     if problems:
         raise ValidationError(problems)
     try:
@@ -84,6 +85,26 @@ def job_from_mapping(data: Any, source: str = "<input>") -> PyTorchJob:
     job = with_defaults(job)
     validate(job)
     return job
+
+
+def _folded_twice(data: dict[str, Any]) -> list[str]:
+    """Replica types named twice in different cases (``Master`` and ``master``): Kubeflow folds the case, so one
+    of the two would be dropped without a word."""
+    spec = data.get("spec")
+    specs = spec.get("pytorchReplicaSpecs") if isinstance(spec, dict) else None
+    if not isinstance(specs, dict):
+        return []
+    seen: dict[str, str] = {}
+    problems = []
+    for key in specs:
+        folded = str(key).lower()
+        if folded in seen:
+            problems.append(
+                f"spec.pytorchReplicaSpecs: {seen[folded]} and {key} name the same replica type (the case does "
+                "not count); keep one"
+            )
+        seen.setdefault(folded, str(key))
+    return problems
 
 
 def _describe(error: Any) -> str:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 
+from torchjob.api import extensions
 from torchjob.api.errors import ValidationError
 from torchjob.api.extensions import ANNOTATION_RULES, SPARES
 from torchjob.api.names import DNS1035_LABEL, DNS1123_LABEL, DNS1123_SUBDOMAIN
@@ -28,6 +29,9 @@ def validate(job: PyTorchJob) -> None:
     problems += _check_nproc(job)
     problems += _check_elastic(job)
     problems += _check_annotations(job)
+    managed_by = extensions.managed_by_problem(job.spec.run_policy.managed_by)
+    if managed_by:
+        problems.append(f"spec.runPolicy.managedBy: {managed_by}")
     if problems:
         raise ValidationError(problems)
 

@@ -26,6 +26,7 @@ from typing import Any
 from lightkube import ALL_NS, ApiError, Client
 from lightkube.resources.core_v1 import Pod
 
+from torchjob.api import extensions
 from torchjob.api.errors import JobFileError, ValidationError
 from torchjob.api.loading import job_from_mapping
 from torchjob.api.types import ConditionType, JobStatus
@@ -49,7 +50,7 @@ log = logging.getLogger("torchjob.operator")
 
 
 # managedBy values this operator answers to: unset, Kubeflow's own (torchjob stands in for it), and ours.
-DEFAULT_MANAGED_BY = ("kubeflow.org/training-operator", "torchjob.io/operator")
+DEFAULT_MANAGED_BY = (extensions.KUBEFLOW_MANAGERS[0], extensions.TORCHJOB_MANAGER)
 _RETRY_SECONDS = 2.0
 _REPORT_PASS_SECONDS = 2.0
 _WATCH_SECONDS = 300  # the server ends each watch after this long; lightkube resumes it where it was

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from torchjob.api import extensions
+
 GROUP = "kubeflow.org"
 VERSION = "v1"
 KIND = "PyTorchJob"
@@ -30,23 +32,31 @@ def _replica_spec() -> dict[str, Any]:
         "type": "object",
         "required": ["template"],
         "properties": {
-            "replicas": {"type": "integer", "format": "int32", "minimum": 0},
-            "restartPolicy": {"type": "string", "enum": ["Always", "OnFailure", "Never", "ExitCode"]},
+            "replicas": {"type": "integer", "format": "int32", "minimum": 0, "default": 1},
+            "restartPolicy": {
+                "type": "string",
+                "enum": ["Always", "OnFailure", "Never", "ExitCode"],
+                "default": "OnFailure",
+            },
             "template": _OPEN_OBJECT,
         },
     }
 
 
 def _run_policy() -> dict[str, Any]:
+    # Kubeflow's defaults, stored in the object as its webhook stores them: Kubeflow's SDK cannot read a job
+    # without a runPolicy (its model requires one), and `kubectl apply` of Kubeflow's examples gives none.
     return {
         "type": "object",
+        "default": {},
+        "x-kubernetes-validations": _RUN_POLICY_RULES,
         "properties": {
-            "cleanPodPolicy": {"type": "string", "enum": ["None", "Running", "All"]},
+            "cleanPodPolicy": {"type": "string", "enum": ["None", "Running", "All"], "default": "None"},
             "ttlSecondsAfterFinished": {"type": "integer", "format": "int32", "minimum": 0},
             "activeDeadlineSeconds": {"type": "integer", "format": "int64", "minimum": 1},
             "backoffLimit": {"type": "integer", "format": "int32", "minimum": 0},
             "schedulingPolicy": _OPEN_OBJECT,
-            "suspend": {"type": "boolean"},
+            "suspend": {"type": "boolean", "default": False},
             "managedBy": {"type": "string"},
         },
     }
@@ -158,7 +168,21 @@ def _status() -> dict[str, Any]:
     }
 
 
-# Admission-time checks (CEL): the mistakes that should never get as far as a Pod.
+# Admission-time checks (CEL): the mistakes that should never get as far as a Pod, as Kubeflow's webhook refuses them.
+_MANAGERS = ", ".join(f"'{m}'" for m in extensions.KUBEFLOW_MANAGERS)
+_RUN_POLICY_RULES = [
+    {
+        "rule": f"!has(self.managedBy) || self.managedBy in [{_MANAGERS}] || "
+        f"(self.managedBy.startsWith('{extensions.PREFIX}') && size(self.managedBy) > {len(extensions.PREFIX)})",
+        "message": f"runPolicy.managedBy: must be {' or '.join(extensions.KUBEFLOW_MANAGERS)} "
+        "(or a torchjob.io/ controller name)",
+    },
+    {
+        "rule": "has(self.managedBy) == has(oldSelf.managedBy) && "
+        "(!has(self.managedBy) || self.managedBy == oldSelf.managedBy)",
+        "message": "runPolicy.managedBy: is immutable",
+    },
+]
 _SPEC_RULES = [
     {
         "rule": "self.all(k, k in ['Master', 'Worker', 'master', 'worker'])",
@@ -167,6 +191,10 @@ _SPEC_RULES = [
     {
         "rule": "!has(self.Master) || !has(self.Master.replicas) || self.Master.replicas == 1",
         "message": "pytorchReplicaSpecs.Master.replicas: must be exactly 1",
+    },
+    {
+        "rule": "!(has(self.Master) && has(self.master)) && !(has(self.Worker) && has(self.worker))",
+        "message": "pytorchReplicaSpecs: a replica type is named twice (the case does not count); keep one",
     },
 ]
 
