@@ -12,9 +12,10 @@ import urllib.request
 from pathlib import Path
 
 import yaml
+from kubeflow.training import TrainingClient
 
 from kuberig import Cluster, append_log_lines
-from tests.kube.test_operator import get_job, job_manifest, pods, running_pods
+from tests.kube.test_operator import all_pods, get_job, job_manifest, pods, running_pods
 from tests.kube.test_rig import wait_until
 from tests.support.operator import OperatorProcess
 from torchjob.testing import make_job
@@ -113,7 +114,7 @@ def test_submit_rejects_a_bad_file_before_reaching_the_cluster(rig: Cluster, tmp
 
 
 def test_scale_cluster_grows_and_shrinks_an_elastic_job_without_a_restart(
-    rig: Cluster, namespace: str, operator: OperatorProcess
+    rig: Cluster, namespace: str, operator: OperatorProcess, tmp_path: Path
 ) -> None:
     manifest = (
         make_job("stretch")
@@ -131,7 +132,15 @@ def test_scale_cluster_grows_and_shrinks_an_elastic_job_without_a_restart(
     # The agents meet at torchjob's rendezvous store, a Pod of its own, so that any Worker can be lost.
     assert (env["PET_NNODES"], env["PET_RDZV_ENDPOINT"]) == ("1:3", "stretch-rdzv:29400")
     assert (env["PET_RDZV_CONF"], env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"]) == ("is_host=false", "1")
-    store = pods(rig, namespace, "stretch")["stretch-rdzv"]
+    store = all_pods(rig, namespace, "stretch")["stretch-rdzv"]
+    assert "stretch-rdzv" not in pods(rig, namespace, "stretch")  # not one of the job's Pods to Kubeflow's tools
+    # Kubeflow's SDK on the running elastic job: its Pods are the Workers, and their logs come back.
+    sdk = TrainingClient(config_file=str(rig.kubeconfig), namespace=namespace)
+    assert sorted(sdk.get_job_pod_names("stretch", is_master=False)) == ["stretch-worker-0", "stretch-worker-1"]
+    for worker in ("stretch-worker-0", "stretch-worker-1"):
+        rig.serve_logs(namespace, worker, "pytorch", [f"{worker} step 1"], tmp_path / worker)
+    logs, _ = sdk.get_job_logs("stretch", is_master=False)
+    assert logs == {w: f"{w} step 1\n" for w in ("stretch-worker-0", "stretch-worker-1")}
     assert store["spec"]["containers"][0]["command"][:2] == ["python", "-c"]
     assert store["spec"]["containers"][0]["image"] == "example/train:1"
     assert rig.kubectl_json("get", "-n", namespace, "service", "stretch-rdzv")["spec"]["clusterIP"] == "None"
@@ -143,7 +152,8 @@ def test_scale_cluster_grows_and_shrinks_an_elastic_job_without_a_restart(
     wait_until(lambda: len(running_pods(rig, namespace, "stretch")) == 3, what="a third worker")
     assert torchjob(rig, "scale", "stretch", "--workers", "1", "--cluster", "-n", namespace).returncode == 0
     wait_until(
-        lambda: sorted(pods(rig, namespace, "stretch")) == ["stretch-rdzv", "stretch-worker-0"], what="one worker left"
+        lambda: sorted(all_pods(rig, namespace, "stretch")) == ["stretch-rdzv", "stretch-worker-0"],
+        what="one worker left",
     )
 
     # A lost member while at least minReplicas remain: the group carries on, and a replacement joins.
@@ -160,7 +170,7 @@ def test_scale_cluster_grows_and_shrinks_an_elastic_job_without_a_restart(
     assert status["conditions"][-1]["type"] == "Running"
     # When the job ends, its store goes with it, whatever the cleanPodPolicy.
     rig.end_pod(namespace, "stretch-worker-0", 0)
-    wait_until(lambda: "stretch-rdzv" not in pods(rig, namespace, "stretch"), what="the store removed")
+    wait_until(lambda: "stretch-rdzv" not in all_pods(rig, namespace, "stretch"), what="the store removed")
     assert get_job(rig, namespace, "stretch")["status"]["conditions"][-1]["type"] == "Succeeded"
 
 

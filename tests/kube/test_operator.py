@@ -47,9 +47,15 @@ def condition(rig: Cluster, namespace: str, name: str, ctype: str) -> dict[str, 
     return next((c for c in conditions if c["type"] == ctype and c["status"] == "True"), None)
 
 
-def pods(rig: Cluster, namespace: str, job: str) -> dict[str, dict[str, Any]]:
-    items = rig.kubectl_json("get", "-n", namespace, "pods", "-l", f"training.kubeflow.org/job-name={job}")["items"]
+def pods(rig: Cluster, namespace: str, job: str, label: str = "training.kubeflow.org/job-name") -> dict[str, Any]:
+    """The job's replica Pods, as Kubeflow's label selects them (``label``: torchjob's, for its helpers too)."""
+    items = rig.kubectl_json("get", "-n", namespace, "pods", "-l", f"{label}={job}")["items"]
     return {p["metadata"]["name"]: p for p in items if not p["metadata"].get("deletionTimestamp")}
+
+
+def all_pods(rig: Cluster, namespace: str, job: str) -> dict[str, Any]:
+    """Every Pod torchjob made for the job: replicas, the rendezvous store, warm spares."""
+    return pods(rig, namespace, job, label="torchjob.io/job-name")
 
 
 def running_pods(rig: Cluster, namespace: str, job: str, attempt: int = 0) -> dict[str, dict[str, Any]]:

@@ -73,6 +73,7 @@ def test_labels() -> None:
     assert labels(job, W0, 2) == {
         "training.kubeflow.org/operator-name": "pytorchjob-controller",
         "training.kubeflow.org/job-name": "mnist",
+        "torchjob.io/job-name": "mnist",
         "training.kubeflow.org/replica-type": "worker",
         "training.kubeflow.org/replica-index": "0",
         "torchjob.io/attempt": "2",

@@ -28,6 +28,7 @@ def test_a_workers_pod_follows_the_contract_and_never_restarts_in_place() -> Non
     assert pod["metadata"]["labels"] == {
         "training.kubeflow.org/operator-name": "pytorchjob-controller",
         "training.kubeflow.org/job-name": "mnist",
+        "torchjob.io/job-name": "mnist",
         "training.kubeflow.org/replica-type": "worker",
         "training.kubeflow.org/replica-index": "1",
         "torchjob.io/attempt": "2",

@@ -19,7 +19,8 @@ def job_key(obj: dict[str, Any]) -> JobKey | None:
 
 def pod_owner_key(obj: dict[str, Any]) -> JobKey | None:
     meta = obj.get("metadata") or {}
-    job = (meta.get("labels") or {}).get(replicas.LABEL_JOB_NAME)
+    labels = meta.get("labels") or {}
+    job = labels.get(replicas.LABEL_JOB) or labels.get(replicas.LABEL_JOB_NAME)
     return (meta["namespace"], job) if job else None
 
 

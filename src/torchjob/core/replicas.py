@@ -15,6 +15,9 @@ ROLE_STORE = "rendezvous-store"
 ROLE_SPARE = "spare"  # a warm spare of an in-place group: no rank until it is given a lost one's place
 # What a job's Pod that is not a replica is for (the rendezvous store, a warm spare).
 LABEL_ROLE = "torchjob.io/role"
+# Every Pod torchjob makes for a job carries the job's name here: replicas, the rendezvous store, warm spares.
+# Kubeflow's job-name label goes on replicas only, since that is what Kubeflow's SDK lists as the job's Pods.
+LABEL_JOB = "torchjob.io/job-name"
 LABEL_REPLICA_TYPE = LABEL_PREFIX + "replica-type"
 LABEL_REPLICA_INDEX = LABEL_PREFIX + "replica-index"
 LABEL_JOB_ROLE = LABEL_PREFIX + "job-role"
@@ -124,6 +127,7 @@ def labels(job: PyTorchJob, replica: ReplicaId, attempt: int) -> dict[str, str]:
     result = {
         LABEL_OPERATOR: OPERATOR_NAME,
         LABEL_JOB_NAME: job.name,
+        LABEL_JOB: job.name,
         LABEL_REPLICA_TYPE: replica.replica_type.label,
         LABEL_REPLICA_INDEX: str(replica.index),
         LABEL_ATTEMPT: str(attempt),

@@ -77,7 +77,7 @@ class KubernetesBackend(Backend):
 
     def observe(self, job: PyTorchJob) -> Observed:
         self.counter.add("list")
-        selector: dict[str, Any] = {replicas.LABEL_JOB_NAME: job.name, replicas.LABEL_OPERATOR: replicas.OPERATOR_NAME}
+        selector: dict[str, Any] = {replicas.LABEL_JOB: job.name, replicas.LABEL_OPERATOR: replicas.OPERATOR_NAME}
         pods = [as_dict(p) for p in self.client.list(Pod, namespace=job.namespace, labels=selector)]
         # Only Pods this job object owns: a job deleted and created again under the same name starts afresh.
         owned = [p for p in pods if _owned_by(p, job.metadata.uid)]

@@ -74,10 +74,11 @@ def store_port(job: PyTorchJob) -> int:
 
 
 def store_labels(job: PyTorchJob) -> dict[str, str]:
-    """Selected by the job's Pod listing (job-name, operator-name) but with no replica labels: never a replica."""
+    """Selected by the job's Pod listing (torchjob's job label, operator-name) but with no replica labels, nor
+    Kubeflow's job-name label: never a replica, and never one of the job's Pods to Kubeflow's SDK."""
     return {
         replicas.LABEL_OPERATOR: replicas.OPERATOR_NAME,
-        replicas.LABEL_JOB_NAME: job.name,
+        replicas.LABEL_JOB: job.name,
         LABEL_ROLE: replicas.ROLE_STORE,
     }
 

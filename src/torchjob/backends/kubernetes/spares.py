@@ -48,10 +48,11 @@ def spare_pod_manifest(
 
 
 def spare_labels(job: PyTorchJob, attempt: int) -> dict[str, str]:
-    """Selected by the job's Pod listing, but with no replica labels: a spare is never taken for a replica."""
+    """Selected by the job's Pod listing, but with no replica labels: a spare is never taken for a replica (nor
+    listed by Kubeflow's SDK, which selects Kubeflow's job-name label; its promotion adds it)."""
     return {
         replicas.LABEL_OPERATOR: replicas.OPERATOR_NAME,
-        replicas.LABEL_JOB_NAME: job.name,
+        replicas.LABEL_JOB: job.name,
         replicas.LABEL_ATTEMPT: str(attempt),
         LABEL_ROLE: ROLE_SPARE,
     }
