@@ -2,12 +2,23 @@
 
 from __future__ import annotations
 
+import base64
 import json
+import ssl
+import time
+import urllib.error
+from pathlib import Path
 
+import pytest
 from lightkube import Client, KubeConfig
 
 from kuberig import Cluster
+from tests.kube.test_operator import get_job, job_manifest, pods
+from tests.kube.test_rig import wait_until
+from tests.support.operator import OperatorProcess
+from tests.support.servers import free_port
 from torchjob.backends.kubernetes.report_board import ApiTokenReviewer, PodIdentity
+from torchjob.train.reporting import call_operator
 
 
 def test_a_pod_bound_token_for_the_report_audience_names_its_pod_and_nothing_else_does(
@@ -32,3 +43,69 @@ def test_a_pod_bound_token_for_the_report_audience_names_its_pod_and_nothing_els
     assert reviewer.review(token("https://kubernetes.default.svc.cluster.local")) is None  # an API token
     assert reviewer.review(token("torchjob.io/reports", bound=False)) is None  # not bound to a Pod
     assert reviewer.review("not-a-token") is None
+
+
+def test_the_report_endpoint_serves_tls_from_a_ca_it_keeps_and_gives_its_pods(
+    rig: Cluster, namespace: str, operator: OperatorProcess, tmp_path: Path
+) -> None:
+    """A second operator, for this namespace only, with its report endpoint: a CA and certificate in a Secret,
+    the CA in every Pod it creates; a Pod's real token over TLS is heard, a Pod without the CA cannot send its
+    token, a forged token and another namespace's Pod are refused."""
+    port = free_port()
+    reporting = OperatorProcess(
+        operator.kubeconfig,
+        tmp_path / "reporting.log",
+        # Its own managedBy, so the session's operator leaves the job to it.
+        ("--namespace", namespace, "--managed-by=torchjob.io/report-test", f"--report-address=127.0.0.1:{port}"),
+    )
+    reporting.start()
+    try:
+        secret = rig.kubectl_json("get", "secret", "torchjob-report-tls", "-n", "torchjob-system")
+        ca = base64.b64decode(secret["data"]["ca.crt"]).decode()
+        rig.apply(job_manifest("told", workers=1, run_policy={"managedBy": "torchjob.io/report-test"}), namespace)
+        wait_until(lambda: "told-worker-0" in pods(rig, namespace, "told"), what="the worker's Pod")
+        env = {
+            e["name"]: e.get("value")
+            for e in pods(rig, namespace, "told")["told-worker-0"]["spec"]["containers"][0]["env"]
+        }
+        assert env["TORCHJOB_REPORT_CA"] == ca
+        url = env["TORCHJOB_REPORT_URL"]
+        assert url.startswith(f"https://127.0.0.1:{port}/reports/{namespace}/told")
+
+        uid = pods(rig, namespace, "told")["told-worker-0"]["metadata"]["uid"]
+        token = rig.kubectl(
+            "create",
+            "token",
+            "default",
+            "-n",
+            namespace,
+            "--audience=torchjob.io/reports",
+            "--bound-object-kind=Pod",
+            "--bound-object-name=told-worker-0",
+            f"--bound-object-uid={uid}",
+        ).stdout.strip()
+        (tmp_path / "token").write_text(token)
+        report = {"step": 3, "time": time.time(), "total_steps": 10}
+        with pytest.MonkeyPatch.context() as env_of_the_pod:
+            env_of_the_pod.setenv("TORCHJOB_REPORT_CA", ca)
+            assert call_operator(url, tmp_path / "token", report) == b""
+            (tmp_path / "forged").write_text(token[:-4] + "AAAA")
+            with pytest.raises(urllib.error.HTTPError) as forged:
+                call_operator(url, tmp_path / "forged", report)
+            assert forged.value.code == 401
+            elsewhere = url.replace(f"/reports/{namespace}/", "/reports/default/")
+            with pytest.raises(urllib.error.HTTPError) as other_namespace:
+                call_operator(elsewhere, tmp_path / "token", report)
+            assert other_namespace.value.code == 401
+            env_of_the_pod.delenv("TORCHJOB_REPORT_CA")
+            with pytest.raises(urllib.error.URLError) as no_ca:
+                call_operator(url, tmp_path / "token", report)
+            assert isinstance(no_ca.value.reason, ssl.SSLCertVerificationError)
+        wait_until(
+            lambda: (
+                (get_job(rig, namespace, "told")["status"].get("trainerStatus") or {}).get("progressPercentage") == 30
+            ),
+            what="the report heard (30% in trainerStatus)",
+        )
+    finally:
+        reporting.stop()

@@ -179,6 +179,11 @@ def test_the_operator_role_is_least_privilege() -> None:
         assert "*" not in rule["verbs"] and "*" not in rule["resources"] and "*" not in rule["apiGroups"]
     granted = {(r, v) for rule in role["rules"] for r in rule["resources"] for v in rule["verbs"]}
     assert ("secrets", "get") not in granted and ("pods", "update") not in granted
+    # Secrets: in its own namespace, and only the report endpoint's one may be read or changed.
+    tls = next(d for d in documents if d["kind"] == "Role" and d["metadata"]["name"] == "torchjob-operator-report-tls")
+    assert tls["metadata"]["namespace"] == "torchjob-system"
+    readers = [rule for rule in tls["rules"] if {"get", "update"} & set(rule["verbs"])]
+    assert readers and all(rule.get("resourceNames") == ["torchjob-report-tls"] for rule in readers)
 
 
 def test_elastic_c10d_jobs_meet_at_torchjobs_store_pod_unless_they_name_a_host() -> None:

@@ -48,8 +48,15 @@ def add_parser(verbs: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     p.add_argument(
         "--report-url",
         metavar="URL",
-        help="the URL Pods reach --report-address by (default http://HOST:PORT), e.g. "
-        "http://torchjob-operator.torchjob-system.svc:8443",
+        help="the URL Pods reach --report-address by (default https://HOST:PORT), e.g. "
+        "https://torchjob-operator.torchjob-system.svc:8443; an https URL is served with a certificate the "
+        "operator issues from its own CA (kept in --report-secret) and gives to its Pods",
+    )
+    p.add_argument(
+        "--report-secret",
+        metavar="NAMESPACE/NAME",
+        default="torchjob-system/torchjob-report-tls",
+        help="the Secret that keeps the report endpoint's CA and certificate (default %(default)s)",
     )
     p.set_defaults(handler=handle)
 
@@ -74,6 +81,11 @@ def handle(args: argparse.Namespace) -> int:
     if args.report_url and not args.report_url.startswith(("http://", "https://")):
         print(f"torchjob: --report-url: expected an http:// or https:// URL, got {args.report_url!r}", file=sys.stderr)
         return 2
+    namespace, _, name = args.report_secret.partition("/")
+    report_secret = (namespace, name)
+    if not namespace or not name or "/" in name:
+        print(f"torchjob: --report-secret: expected NAMESPACE/NAME, got {args.report_secret!r}", file=sys.stderr)
+        return 2
     if args.report_url and report_address is None:
         print("torchjob: --report-url: needs --report-address (where the operator listens)", file=sys.stderr)
         return 2
@@ -87,6 +99,7 @@ def handle(args: argparse.Namespace) -> int:
         election=ElectionSettings(namespace=args.lease_namespace) if args.leader_elect else None,
         report_address=report_address,
         report_url=args.report_url,
+        report_secret=report_secret,
     )
 
     def stop(signum: int, _frame: FrameType | None) -> None:

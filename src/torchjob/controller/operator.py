@@ -34,6 +34,7 @@ from torchjob.backends.kubernetes.backend import KubernetesBackend
 from torchjob.backends.kubernetes.cluster import PyTorchJobResource, as_dict
 from torchjob.backends.kubernetes.report_board import ApiTokenReviewer, ReportBoard
 from torchjob.backends.kubernetes.requests import RequestCounter
+from torchjob.controller import report_tls
 from torchjob.controller.clock import Clock, SystemClock
 from torchjob.controller.health import health_server
 from torchjob.controller.leader import ElectionSettings
@@ -69,15 +70,17 @@ class OperatorSettings:
     election: ElectionSettings | None = None
     identity: str | None = None
     # Where to serve torchjob.train's progress reports from Pods (host, port), and the URL Pods reach it by
-    # (default http://host:port). None: no reports, so no hang detection and no trainerStatus on a cluster.
+    # (default https://host:port). None: no reports, so no hang detection and no trainerStatus on a cluster.
     report_address: tuple[str, int] | None = None
     report_url: str | None = None
+    # The Secret (namespace, name) that keeps the report endpoint's CA and serving certificate (https URLs).
+    report_secret: tuple[str, str] = report_tls.DEFAULT_SECRET
 
     @property
     def advertised_report_url(self) -> str | None:
         if self.report_address is None:
             return None
-        return self.report_url or f"http://{self.report_address[0]}:{self.report_address[1]}"
+        return self.report_url or f"https://{self.report_address[0]}:{self.report_address[1]}"
 
 
 @dataclass
@@ -144,9 +147,22 @@ class Operator:
         if self.reports is None or self.settings.report_address is None or self._report_server is not None:
             return
         reviewer = ApiTokenReviewer(self.client)
-        self._report_server = report_server(self.reports, reviewer, self.settings.report_address, self._on_report)
+        address, url = self.settings.report_address, self.settings.advertised_report_url or ""
+        self._report_server = report_server(self.reports, reviewer, address, self._on_report)
+        if url.startswith("https://"):
+            hosts, secret = report_tls.hosts_of(url, address), self.settings.report_secret
+            certificates = report_tls.ensure(self.client, secret, hosts)
+            self.backend.report_ca = certificates.ca_cert
+            context = report_tls.secure(self._report_server, certificates)
+            renew = (self.client, secret, hosts, context, self._new_report_ca, self.stopping)
+            self._spawn("report-tls", report_tls.keep_renewed, *renew)
+        else:
+            log.warning("progress reports over plain HTTP (%s): Pods' tokens cross the network readable", url)
         self._spawn("reports", self._report_server.serve_forever)
-        log.info("hearing progress reports at %s", self.settings.advertised_report_url)
+        log.info("hearing progress reports at %s", url)
+
+    def _new_report_ca(self, certificates: report_tls.Certificates) -> None:
+        self.backend.report_ca = certificates.ca_cert
 
     def _on_report(self, namespace: str, name: str) -> None:
         """Look at a reporting job again soon, at most once per interval: its status shows progress without a

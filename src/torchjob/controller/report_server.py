@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+import ssl
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -40,6 +41,13 @@ def report_server(
     """An HTTP server (not yet serving) on ``address``; ``on_report(namespace, job)`` after each report."""
 
     class Handler(BaseHTTPRequestHandler):
+        timeout = 10  # seconds: a caller that stalls (in the TLS handshake too) loses only its own thread
+
+        def setup(self) -> None:
+            super().setup()
+            if isinstance(self.request, ssl.SSLSocket):
+                self.request.do_handshake()  # here, in the request's thread, not in the accepting one
+
         def do_GET(self) -> None:
             matched = self._authorized("membership")
             if matched is not None:
@@ -96,6 +104,12 @@ def report_server(
         def log_message(self, *args: Any) -> None:  # one report per Pod per second: not worth a log line
             return
 
-    server = ThreadingHTTPServer(address, Handler)
+    server = _Server(address, Handler)
     server.daemon_threads = True
     return server
+
+
+class _Server(ThreadingHTTPServer):
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # A caller that fails the TLS handshake (no CA, the wrong CA) or hangs up: its problem, said in one line.
+        log.debug("report endpoint: a call from %s failed", client_address, exc_info=True)

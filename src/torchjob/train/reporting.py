@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import ssl
 import sys
 import time
 import urllib.error
@@ -42,8 +43,20 @@ def call_operator(url: str, token_file: Path, body: dict[str, Any] | None = None
     if data is not None:
         headers["Content-Type"] = "application/json"
     request = urllib.request.Request(url, data=data, headers=headers, method="GET" if data is None else "POST")
-    with urllib.request.urlopen(request, timeout=_TIMEOUT_SECONDS) as answer:
+    with urllib.request.urlopen(request, timeout=_TIMEOUT_SECONDS, context=_tls_context(url)) as answer:
         return bytes(answer.read())
+
+
+def _tls_context(url: str) -> ssl.SSLContext | None:
+    """For an https endpoint: verify it with the operator's CA and nothing else (the token is a credential;
+    it goes only to the endpoint that CA vouches for). Without the CA, the system's trust store decides, and
+    the operator's own CA is in none."""
+    if not url.startswith("https://"):
+        return None
+    ca = os.environ.get(worker_files.ENV_REPORT_CA)
+    if ca:
+        return ssl.create_default_context(cadata=ca)
+    return ssl.create_default_context()
 
 
 class Reporter:

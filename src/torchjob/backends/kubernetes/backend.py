@@ -70,6 +70,8 @@ class KubernetesBackend(Backend):
         self.logs = LogKeeper(client, self.counter.add)
         self.reports = reports
         self.report_url = report_url
+        # The CA Pods verify an https report endpoint with (set by the operator once it serves one).
+        self.report_ca: str | None = None
         # The Pods seen by the last observe(), by name: deletes check they remove the attempt they mean.
         self._pods: dict[str, dict[str, Any]] = {}
 
@@ -155,13 +157,13 @@ class KubernetesBackend(Backend):
                 case CreateReplica():
                     self._create(mapping.service_manifest(job, action.replica), Service)
                     pod = mapping.pod_manifest(
-                        job, action.replica, action.attempt, self.report_url, action.rendezvous_at_store
+                        job, action.replica, action.attempt, self.report_url, action.rendezvous_at_store, self.report_ca
                     )
                     self._create(spares_mapping.with_store(pod, job) if action.meets_at_store else pod, Pod)
                 case CreateSpare():
                     name = spares_mapping.free_spare_name(job, action.attempt, taken)
                     spare = spares_mapping.spare_pod_manifest(
-                        job, name, action.attempt, self.report_url, action.rendezvous_at_store
+                        job, name, action.attempt, self.report_url, action.rendezvous_at_store, self.report_ca
                     )
                     self._create(spare, Pod)
                 case DeleteSpare():

@@ -164,7 +164,12 @@ def service_labels(job: PyTorchJob, replica: ReplicaId) -> dict[str, str]:
 
 
 def pod_manifest(
-    job: PyTorchJob, replica: ReplicaId, attempt: int, report_url: str | None = None, at_store: bool = False
+    job: PyTorchJob,
+    replica: ReplicaId,
+    attempt: int,
+    report_url: str | None = None,
+    at_store: bool = False,
+    report_ca: str | None = None,
 ) -> dict[str, Any]:
     """The Pod of one replica for one attempt; with ``report_url`` (the operator's report endpoint, see
     ``with_report_channel``), its containers can send torchjob.train's progress there. ``at_store``: see
@@ -193,7 +198,7 @@ def pod_manifest(
             "annotations": dict(metadata.get("annotations") or {}),
             "ownerReferences": [owner_reference(job)],
         },
-        "spec": with_report_channel(spec, worker_files.report_url(report_url, job.namespace, job.name))
+        "spec": with_report_channel(spec, worker_files.report_url(report_url, job.namespace, job.name), report_ca)
         if report_url
         else spec,
     }
@@ -203,9 +208,10 @@ REPORT_TOKEN_VOLUME = "torchjob-report-token"
 REPORT_TOKEN_DIR = "/var/run/secrets/torchjob.io/reports"
 
 
-def with_report_channel(spec: dict[str, Any], url: str) -> dict[str, Any]:
-    """A Pod spec whose containers may report progress: the endpoint's URL, and a projected service-account
-    token for the report audience only (it opens nothing on the API server; the kubelet rotates it)."""
+def with_report_channel(spec: dict[str, Any], url: str, ca: str | None = None) -> dict[str, Any]:
+    """A Pod spec whose containers may report progress: the endpoint's URL, a projected service-account token
+    for the report audience only (it opens nothing on the API server; the kubelet rotates it), and the CA that
+    an https endpoint's certificate must chain to (public: a certificate, not a key)."""
     spec.setdefault("volumes", []).append(
         {
             "name": REPORT_TOKEN_VOLUME,
@@ -223,6 +229,8 @@ def with_report_channel(spec: dict[str, Any], url: str) -> dict[str, Any]:
         }
     )
     env = {worker_files.ENV_REPORT_URL: url, worker_files.ENV_REPORT_TOKEN_FILE: f"{REPORT_TOKEN_DIR}/token"}
+    if ca:
+        env[worker_files.ENV_REPORT_CA] = ca
     for container in spec.get("containers") or []:
         container.setdefault("env", []).extend({"name": k, "value": v} for k, v in env.items())
         mount = {"name": REPORT_TOKEN_VOLUME, "mountPath": REPORT_TOKEN_DIR, "readOnly": True}

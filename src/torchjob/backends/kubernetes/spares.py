@@ -34,11 +34,16 @@ def spare_name(job: PyTorchJob, attempt: int, index: int) -> str:
 
 
 def spare_pod_manifest(
-    job: PyTorchJob, name: str, attempt: int, report_url: str | None, at_store: bool = False
+    job: PyTorchJob,
+    name: str,
+    attempt: int,
+    report_url: str | None,
+    at_store: bool = False,
+    report_ca: str | None = None,
 ) -> dict[str, Any]:
     """A warm spare for ``attempt``: the last Worker's Pod, without its place in the group."""
     model = expected_replicas(job)[-1]  # a Worker when there are any
-    pod = pod_manifest(job, model, attempt, report_url, at_store)
+    pod = pod_manifest(job, model, attempt, report_url, at_store, report_ca)
     pod["metadata"]["name"] = name
     pod["metadata"]["labels"] = spare_labels(job, attempt)
     for container in pod["spec"].get("containers") or []:
