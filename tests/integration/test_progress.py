@@ -73,6 +73,24 @@ def test_a_sigstopped_process_is_named_as_hung_and_the_group_restarts(tmp_path: 
     assert status["trainerStatus"]["progressPercentage"] == 100  # the second attempt ran all its steps
 
 
+def test_a_slow_start_is_never_judged_hung_by_a_short_progress_deadline(tmp_path: Path, torchjob_home: Path) -> None:
+    """A start slower than the progress deadline (a dataset download, a checkpoint load): the deadline counts
+    only from the first step, so the job runs through on its first attempt."""
+    script = f"sleep 20; exec {sys.executable} {SCRIPTS / 'hang_train.py'} --steps 8"
+    job = (
+        make_job("slow")
+        .master()
+        .workers(1)
+        .command("sh", "-c", script)
+        .annotate(**{"torchjob.io/progress-deadline-seconds": "8", "torchjob.io/termination-grace-seconds": "2"})
+    )
+    result = run_cli("run", str(job_file(tmp_path, job)), home=torchjob_home)
+    assert result.returncode == 0, result.stderr[-2000:]
+    status = job_object(torchjob_home, "slow")["status"]
+    assert (status["attempt"], status["restartCount"]) == (0, 0), status["attempts"]
+    assert "[worker-0] rank 1: done" in result.stdout
+
+
 def test_progress_moves_in_the_list_while_mnist_trains_and_ends_at_100(tmp_path: Path, torchjob_home: Path) -> None:
     """The README's main job: its status (what `torchjob list` and `get` read) follows the training."""
     seen: list[int] = []

@@ -356,13 +356,25 @@ def test_a_group_without_progress_for_the_deadline_is_hung_and_restarts() -> Non
     assert deletes(result) == ["master-0@0", "worker-0@0", "worker-1@0"]
 
 
-def test_start_up_counts_as_progress_and_no_deadline_means_no_hang_check() -> None:
-    job = make_job("h").workers(1).annotate(**{"torchjob.io/progress-deadline-seconds": "30"}).build()
+def test_a_slow_start_is_bounded_by_the_start_up_allowance_never_by_the_progress_deadline() -> None:
+    deadlines = {"torchjob.io/progress-deadline-seconds": "30", "torchjob.io/startup-deadline-seconds": "120"}
+    job = make_job("h").workers(1).annotate(**deadlines).build()
     job, _ = step(job, [])
-    job, result = step(job, [running("worker-0")], at(29))
-    assert conditions.state(job.status) == "Running" and result.requeue_at == at(30)
-    job, _ = step(job, [running("worker-0")], at(31))
-    assert "no rank reported any progress" in cond(job, ConditionType.RESTARTING)[2]  # type: ignore[index]
+    job, result = step(job, [running("worker-0")], at(100))  # long past the progress deadline: still starting
+    assert conditions.state(job.status) == "Running" and result.requeue_at == at(120)
+    job, _ = step(job, [running("worker-0")], at(121))
+    message = cond(job, ConditionType.RESTARTING)[2]  # type: ignore[index]
+    assert "no step completed within 120s of the attempt's start (start-up allowance" in message
+
+    # Without the annotation the allowance is 30 minutes; from the first step on, the progress deadline counts.
+    slow = make_job("s").workers(1).annotate(**{"torchjob.io/progress-deadline-seconds": "30"}).build()
+    slow, _ = step(slow, [])
+    slow, result = step(slow, [running("worker-0")], at(1799))
+    assert conditions.state(slow.status) == "Running" and result.requeue_at == at(1800)
+    slow, result = step(slow, [progressing("worker-0", 1799, 1)], at(1800))
+    assert conditions.state(slow.status) == "Running" and result.requeue_at == at(1829)
+    slow, _ = step(slow, [progressing("worker-0", 1799, 1)], at(1830))
+    assert "Hung: no progress for 30s" in cond(slow, ConditionType.RESTARTING)[2]  # type: ignore[index]
 
     plain, _ = step(make_job("p").workers(1).build(), [])
     plain, _ = step(plain, [running("worker-0")], at(10_000))

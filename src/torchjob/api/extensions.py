@@ -22,6 +22,11 @@ DEFAULT_TERMINATION_GRACE = 10.0
 # Seconds without progress (torchjob.train heartbeats) after which an attempt counts as hung and restarts.
 PROGRESS_DEADLINE = PREFIX + "progress-deadline-seconds"
 
+# Seconds an attempt may take to complete its first step (imports, a dataset download, a checkpoint load,
+# torch.compile) before it counts as hung; the progress deadline applies only from the first step on.
+STARTUP_DEADLINE = PREFIX + "startup-deadline-seconds"
+DEFAULT_STARTUP_DEADLINE = 1800.0
+
 # Seconds before a lost Worker of an elastic job is replaced (it rejoins the running group then).
 REPLACEMENT_DELAY = PREFIX + "replacement-delay-seconds"
 
@@ -75,6 +80,7 @@ ANNOTATION_RULES: dict[str, Callable[[str], str | None]] = {
     SUCCESS_POLICY: _one_of(SUCCESS_POLICIES),
     TERMINATION_GRACE: _non_negative_number,
     PROGRESS_DEADLINE: _non_negative_number,
+    STARTUP_DEADLINE: _non_negative_number,
     REPLACEMENT_DELAY: _non_negative_number,
     SPARES: _spare_count,
 }

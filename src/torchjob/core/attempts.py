@@ -24,6 +24,12 @@ def training_since(status: JobStatus) -> datetime | None:
     return parse_timestamp(record.repaired_time or record.start_time)
 
 
+def started_at(status: JobStatus) -> datetime | None:
+    """When the current attempt started."""
+    record = _current_record(status)
+    return parse_timestamp(record.start_time) if record is not None else None
+
+
 def repaired_at(status: JobStatus) -> datetime | None:
     """When the current attempt's group was last repaired (re-formed) in place; None if it never was."""
     record = _current_record(status)

@@ -109,9 +109,8 @@ class _Planner(PassState):
         if success.job_succeeded(self.job, current):
             self._succeed()
             return
-        hang = progress.check(
-            self.job, current, attempts.training_since(self.status), self.now, self.helpers.reports_progress
-        )
+        since, started = attempts.training_since(self.status), attempts.started_at(self.status)
+        hang = progress.check(self.job, current, since, self.now, self.helpers.reports_progress, started)
         if hang.hung:
             self._on_hang(hang)
             return

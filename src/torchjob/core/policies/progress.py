@@ -3,10 +3,12 @@
 A stalled collective holds every rank of a DDP group until gloo's or NCCL's 30-minute timeout. With the
 annotation ``torchjob.io/progress-deadline-seconds`` (Kubeflow ignores annotations), the planner treats an
 attempt in which no rank has reported progress (torchjob.train's heartbeat) for that long as failed with
-reason Hung, and the group restarts. The attempt's start (and a repair in place) counts as progress, so
-start-up has the same allowance. The rank that stopped at the lowest step is named, and so is the one rank
-that stopped beating while the others kept beating (they wait for it, blocked in a collective): a group
-that repairs in place replaces that one rank instead of restarting (``policies/repair.py``).
+reason Hung, and the group restarts. Start-up is not judged by it: until a rank of the attempt completes its
+first step (imports, a dataset download, a checkpoint load, torch.compile), only the start-up allowance
+bounds the wait (``torchjob.io/startup-deadline-seconds``, 30 minutes by default), so a slow start is never
+taken for a hang. A repair in place counts as progress. The rank that stopped at the lowest step is named,
+and so is the one rank that stopped beating while the others kept beating (they wait for it, blocked in a
+collective): a group that repairs in place replaces that one rank instead of restarting (``policies/repair.py``).
 
 Where the platform cannot hear the reports (an operator started without a report address), silence proves
 nothing: the deadline is not enforced, and the job is told so once, in an event, rather than killed.
@@ -47,18 +49,28 @@ def progress_deadline(job: PyTorchJob) -> float | None:
     return float(value) if value else None
 
 
+def startup_deadline(job: PyTorchJob) -> float:
+    value = job.annotation(extensions.STARTUP_DEADLINE)
+    return float(value) if value else extensions.DEFAULT_STARTUP_DEADLINE
+
+
 def check(
     job: PyTorchJob,
     current: list[ReplicaObservation],
     since: datetime | None,
     now: datetime,
     reports_heard: bool = True,
+    started: datetime | None = None,
 ) -> HangVerdict:
-    """``since``: when the group last started training (its attempt's start, or its last repair in place)."""
+    """``since``: when the group last started training (its attempt's start, or its last repair in place);
+    ``started``: when the attempt started (before any rank's step after it, the group is starting up)."""
     seconds = progress_deadline(job) if reports_heard else None
     running = [o for o in current if o.phase is Phase.RUNNING and not o.stopping]
     if seconds is None or since is None or not running:
         return HangVerdict(False)
+    first = started or since
+    if not any(o.progress is not None and o.progress.at > first for o in running):
+        return _starting_up(job, first, now)
     last = {o.replica: max(o.progress.at if o.progress else since, since) for o in running}
     newest = max(last.values())
     due = later(newest, seconds)
@@ -82,6 +94,19 @@ def check(
         detail += f"; {culprit.replica} stopped responding, the others wait for it"
     message = f"Hung: no progress for {seconds:g}s (progress deadline); {detail}"
     return HangVerdict(True, message, culprit=culprit, began_at=newest)
+
+
+def _starting_up(job: PyTorchJob, started: datetime, now: datetime) -> HangVerdict:
+    """Before the attempt's first step, only the start-up allowance bounds the wait."""
+    allowance = startup_deadline(job)
+    due = later(started, allowance)
+    if now < due:
+        return HangVerdict(False, check_at=due)
+    message = (
+        f"Hung: no step completed within {allowance:g}s of the attempt's start (start-up allowance, "
+        f"{extensions.STARTUP_DEADLINE}); no rank reported any progress"
+    )
+    return HangVerdict(True, message, began_at=started)
 
 
 def _stopped_beating(
