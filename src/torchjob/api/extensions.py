@@ -27,6 +27,12 @@ PROGRESS_DEADLINE = PREFIX + "progress-deadline-seconds"
 STARTUP_DEADLINE = PREFIX + "startup-deadline-seconds"
 DEFAULT_STARTUP_DEADLINE = 1800.0
 
+# Seconds a running process may go without beating (its reporting thread, which a blocked collective does
+# not stop) while the others of its group beat, before it is named as hung: a SIGSTOPped or frozen process, or
+# one whose node vanished. Needs no tuning to the job's step time; "0" turns it off.
+LIVENESS_DEADLINE = PREFIX + "liveness-deadline-seconds"
+DEFAULT_LIVENESS_DEADLINE = 10.0
+
 # Seconds before a lost Worker of an elastic job is replaced (it rejoins the running group then).
 REPLACEMENT_DELAY = PREFIX + "replacement-delay-seconds"
 
@@ -81,6 +87,7 @@ ANNOTATION_RULES: dict[str, Callable[[str], str | None]] = {
     TERMINATION_GRACE: _non_negative_number,
     PROGRESS_DEADLINE: _non_negative_number,
     STARTUP_DEADLINE: _non_negative_number,
+    LIVENESS_DEADLINE: _non_negative_number,
     REPLACEMENT_DELAY: _non_negative_number,
     SPARES: _spare_count,
 }

@@ -10,6 +10,13 @@ taken for a hang. A repair in place counts as progress. The rank that stopped at
 and so is the one rank that stopped beating while the others kept beating (they wait for it, blocked in a
 collective): a group that repairs in place replaces that one rank instead of restarting (``policies/repair.py``).
 
+Alive is not progressing. With no annotation at all, a process that stops beating (its reporting thread
+beats every second, even while its main thread waits in a collective) while every other process of the group
+beats is named within seconds, by a liveness deadline of its own (``torchjob.io/liveness-deadline-seconds``,
+10 s by default): SIGSTOPped, frozen, or on a node that vanished. Only beats since the group last started
+training count, so a process of an earlier attempt, or the lost member a spare replaced, is never taken for a
+silent one. "Nobody progresses but everyone is alive" (a deadlock) is the progress deadline's job.
+
 Where the platform cannot hear the reports (an operator started without a report address), silence proves
 nothing: the deadline is not enforced, and the job is told so once, in an event, rather than killed.
 """
@@ -66,7 +73,12 @@ def check(
     ``started``: when the attempt started (before any rank's step after it, the group is starting up)."""
     seconds = progress_deadline(job) if reports_heard else None
     running = [o for o in current if o.phase is Phase.RUNNING and not o.stopping]
-    if seconds is None or since is None or not running:
+    if since is None or not running:
+        return HangVerdict(False)
+    silent = _silent_while_others_beat(job, running, since, now) if reports_heard else None
+    if silent is not None:
+        return silent
+    if seconds is None:
         return HangVerdict(False)
     first = started or since
     if not any(o.progress is not None and o.progress.at > first for o in running):
@@ -94,6 +106,34 @@ def check(
         detail += f"; {culprit.replica} stopped responding, the others wait for it"
     message = f"Hung: no progress for {seconds:g}s (progress deadline); {detail}"
     return HangVerdict(True, message, culprit=culprit, began_at=newest)
+
+
+def liveness_deadline(job: PyTorchJob) -> float:
+    value = job.annotation(extensions.LIVENESS_DEADLINE)
+    return float(value) if value else extensions.DEFAULT_LIVENESS_DEADLINE
+
+
+def _silent_while_others_beat(
+    job: PyTorchJob, running: list[ReplicaObservation], since: datetime, now: datetime
+) -> HangVerdict | None:
+    """The one process that stopped beating for the liveness deadline while every other beat within it; only
+    when every running process has beaten since ``since`` (a group of one has nobody to compare with)."""
+    allowed = liveness_deadline(job)
+    beats = [o.progress.alive_at if o.progress is not None else None for o in running]
+    if allowed <= 0 or len(running) < 2 or any(b is None or b <= since for b in beats):
+        return None
+    quiet = [
+        (o, b) for o, b in zip(running, beats, strict=True) if b is not None and (now - b).total_seconds() > allowed
+    ]
+    if len(quiet) != 1:
+        return None
+    culprit, last = quiet[0]
+    silence = (now - last).total_seconds()
+    message = (
+        f"Hung: {culprit.replica} stopped beating while the others beat (silent for {silence:.0f}s, liveness "
+        f"deadline {allowed:g}s); {culprit.replica} stopped responding, the others wait for it"
+    )
+    return HangVerdict(True, message, culprit=culprit, began_at=last)
 
 
 def _starting_up(job: PyTorchJob, started: datetime, now: datetime) -> HangVerdict:
