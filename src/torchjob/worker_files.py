@@ -53,6 +53,8 @@ ENV_REPORT_URL = "TORCHJOB_REPORT_URL"
 ENV_REPORT_TOKEN_FILE = "TORCHJOB_REPORT_TOKEN_FILE"
 # The CA (PEM) an https report URL is verified with, and the only one: the operator's own (controller/report_tls.py).
 ENV_REPORT_CA = "TORCHJOB_REPORT_CA"
+# Set by torchjob where a replica's scripts report through ``torchjob.autoreport`` without importing torchjob.
+ENV_AUTOREPORT = "TORCHJOB_AUTOREPORT"
 REPORT_AUDIENCE = "torchjob.io/reports"
 # The keys of a progress report (a heartbeat file's content, or the body POSTed to the operator).
 REPORT_STEP = "step"

@@ -26,12 +26,12 @@ from torchjob.testing import make_job
 SCRIPTS = Path(__file__).resolve().parent / "scripts"
 
 
-def training_process(home: Path, job: str, replica: str) -> psutil.Process:
+def training_process(home: Path, job: str, replica: str, script: str = "hang_train.py") -> psutil.Process:
     """The python process running the script for ``replica`` (the shim's child)."""
     shim = shim_pid(home, job, replica)
     for child in psutil.Process(shim).children(recursive=True):
         with contextlib.suppress(psutil.Error):  # a short-lived helper may be gone already
-            if "hang_train.py" in " ".join(child.cmdline()):
+            if script in " ".join(child.cmdline()):
                 return child
     raise AssertionError(f"no training process under {replica}'s shim {shim}")
 
@@ -89,6 +89,49 @@ def test_a_slow_start_is_never_judged_hung_by_a_short_progress_deadline(tmp_path
     status = job_object(torchjob_home, "slow")["status"]
     assert (status["attempt"], status["restartCount"]) == (0, 0), status["attempts"]
     assert "[worker-0] rank 1: done" in result.stdout
+
+
+def test_a_plain_script_reports_its_steps_and_a_sigstopped_rank_is_named_within_seconds(
+    tmp_path: Path, torchjob_home: Path
+) -> None:
+    """The MNIST script that never imports torchjob (train_plain.py), with no annotation: torchjob's optimizer
+    hook reports its steps and beats, so the one frozen rank is named by the liveness deadline, not by gloo's
+    30-minute timeout, and the group restarts and finishes."""
+    script = str(ROOT / "examples" / "mnist" / "train_plain.py")
+    job = (
+        make_job("plain")
+        .master()
+        .workers(1)
+        .command("python", script, "--epochs", "3", "--log-interval", "1000")
+        .annotate(**{"torchjob.io/termination-grace-seconds": "2"})
+    )
+    run = start_run(job_file(tmp_path, job), torchjob_home)
+    try:
+        stepping = lambda: run.poll() is not None or heartbeat_step(torchjob_home, "plain", "worker-0-0") >= 10  # noqa: E731
+        wait_for(stepping, timeout=180, what="ten optimizer steps reported by a script that knows nothing of them")
+        assert run.poll() is None, run.communicate()[1][-2000:]
+        training_process(torchjob_home, "plain", "worker-0", "train_plain.py").send_signal(signal.SIGSTOP)
+        _, stderr = run.communicate(timeout=300)
+    finally:
+        run.kill()
+    assert run.returncode == 0, stderr[-2000:]
+    status = job_object(torchjob_home, "plain")["status"]
+    assert (status["attempt"], status["restartCount"]) == (1, 1)
+    outcome = status["attempts"][0]["outcome"]
+    assert outcome.startswith("Hung: worker-0 stopped beating while the others beat (silent for "), outcome
+
+
+def test_a_job_can_keep_torchjobs_reports_out_of_its_processes(tmp_path: Path, torchjob_home: Path) -> None:
+    script = "import os, sys; print(os.environ.get('TORCHJOB_AUTOREPORT'), 'sitecustomize' in sys.modules)"
+    quiet = (
+        make_job("quiet").workers(1).command("python", "-c", script).annotate(**{"torchjob.io/auto-report": "false"})
+    )
+    result = run_cli("run", str(job_file(tmp_path, quiet)), home=torchjob_home)
+    assert result.returncode == 0 and "[worker-0] None" in result.stdout, result.stdout
+    told = make_job("told").workers(1).command("python", "-c", script)
+    (tmp_path / "told").mkdir()
+    result = run_cli("run", str(job_file(tmp_path / "told", told)), home=torchjob_home)
+    assert result.returncode == 0 and "[worker-0] 1 True" in result.stdout, result.stdout
 
 
 def test_progress_moves_in_the_list_while_mnist_trains_and_ends_at_100(tmp_path: Path, torchjob_home: Path) -> None:

@@ -33,6 +33,10 @@ DEFAULT_STARTUP_DEADLINE = 1800.0
 LIVENESS_DEADLINE = PREFIX + "liveness-deadline-seconds"
 DEFAULT_LIVENESS_DEADLINE = 10.0
 
+# "false" keeps torchjob's progress and liveness reports out of a local replica's Python processes (it puts
+# a sitecustomize on their PYTHONPATH that hooks the optimizer's step; see torchjob/autoreport.py).
+AUTO_REPORT = PREFIX + "auto-report"
+
 # Seconds before a lost Worker of an elastic job is replaced (it rejoins the running group then).
 REPLACEMENT_DELAY = PREFIX + "replacement-delay-seconds"
 
@@ -88,6 +92,7 @@ ANNOTATION_RULES: dict[str, Callable[[str], str | None]] = {
     PROGRESS_DEADLINE: _non_negative_number,
     STARTUP_DEADLINE: _non_negative_number,
     LIVENESS_DEADLINE: _non_negative_number,
+    AUTO_REPORT: _one_of(("true", "false")),
     REPLACEMENT_DELAY: _non_negative_number,
     SPARES: _spare_count,
 }

@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from torchjob import worker_files
+from torchjob import autoreport, worker_files
 from torchjob.train.context import DistContext
 from torchjob.train.reporting import Reporter
 from torchjob.train.tensorboard import TensorBoardScalars
@@ -59,6 +59,7 @@ class MetricsLogger:
         self._latest: dict[str, Any] | None = None
         self._seconds_per_step: float | None = None
         self._stop = threading.Event()
+        autoreport.stand_down()  # this logger reports the process's steps itself
         self._writer = threading.Thread(target=self._write_heartbeats, name="torchjob-heartbeat", daemon=True)
         self._writer.start()
 

@@ -59,6 +59,7 @@ class Launcher:
             python_dir=str(Path(sys.executable).parent),
             inherited_path=os.environ.get("PATH", ""),
             error_file=str(error_file(log_path)),
+            inherited_pythonpath=os.environ.get("PYTHONPATH", ""),
         )
         if at_store:
             # In-place repair: the group meets at the store torchjob hosts, which outlives every member.

@@ -16,7 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import torchjob
 from torchjob import worker_files
+from torchjob.api import extensions
 from torchjob.api.types import DEFAULT_CONTAINER_NAME, PyTorchJob, ReplicaType
 from torchjob.core.envs import Addressing, holds_a_place, in_place, processes_per_replica, replica_env
 from torchjob.core.replicas import ReplicaId, replica_slots
@@ -25,6 +27,8 @@ ENV_OUTPUT_DIR = worker_files.ENV_OUTPUT_DIR
 # torchelastic's error-file protocol: a script decorated with @record (or using torchjob.train) writes its
 # exception there, and the controller puts it in the job's condition.
 ENV_ERROR_FILE = "TORCHELASTIC_ERROR_FILE"
+# The folder whose sitecustomize.py starts torchjob.autoreport in a replica's Python processes.
+AUTOREPORT_BOOT = str(Path(torchjob.__file__).parent / "_boot")
 _VAR_REF = re.compile(r"\$\$|\$\(([A-Za-z_][A-Za-z0-9_.-]*)\)")
 _CLUSTER_ONLY_POD_FIELDS = (
     "volumes",
@@ -175,6 +179,7 @@ def process_spec(
     python_dir: str,
     inherited_path: str,
     error_file: str | None = None,
+    inherited_pythonpath: str = "",
 ) -> ProcessSpec:
     container = pytorch_container(job, replica.replica_type)
     env: dict[str, str] = {}
@@ -189,6 +194,11 @@ def process_spec(
     # torchrun does the same: one thread per process unless told otherwise, or ranks fight for cores.
     env.setdefault("OMP_NUM_THREADS", "1")
     env["PATH"] = python_dir + (":" + inherited_path if inherited_path else "")
+    if job.annotation(extensions.AUTO_REPORT) != "false":
+        # Scripts that never import torchjob report their steps and beat too (torchjob/autoreport.py).
+        rest = env.get("PYTHONPATH", inherited_pythonpath)
+        env["PYTHONPATH"] = AUTOREPORT_BOOT + (":" + rest if rest else "")
+        env[worker_files.ENV_AUTOREPORT] = "1"
     argv = [_expand(a, env) for a in [*container.get("command", []), *container.get("args", [])]]
     working_dir = container.get("workingDir")
     cwd = str(Path(job_file_dir, working_dir)) if working_dir else job_file_dir

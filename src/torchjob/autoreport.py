@@ -1,0 +1,102 @@
+"""Progress and liveness reports from the scripts people bring, which never import torchjob.
+
+torchjob puts ``_boot/sitecustomize.py`` on every local replica's ``PYTHONPATH`` (unless the job says
+``torchjob.io/auto-report: "false"``); Python runs it at start-up, and it calls ``start()``. That starts one
+daemon thread, and nothing else happens until the script imports ``torch.optim``: then a global
+optimizer-step hook counts steps (``register_optimizer_step_post_hook``), and from the first step on the thread
+writes the process's heartbeat (``worker_files``) every second: the step, when it completed, and when the
+process last beat. The thread beats while the main thread waits in a collective, so a frozen process is the
+one that stops beating. It never prints, never changes what the script does, and costs a file write a
+second. A script that trains with ``torchjob.train.MetricsLogger`` reports itself: the logger stands this
+down (``stand_down``).
+
+Torch-free on purpose (it runs in every Python process of a replica, torchrun's agent included): it imports
+only the standard library and ``worker_files``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from torchjob import worker_files
+
+BEAT_SECONDS = 1.0
+_reporter: _AutoReporter | None = None
+
+
+class _AutoReporter:
+    def __init__(self, heartbeat: Path) -> None:
+        self.heartbeat = heartbeat
+        self.steps = 0
+        self.step_time = 0.0
+        self.seconds_per_step: float | None = None
+        self.hooked = False
+        self.active = True
+        self._lock = threading.Lock()
+        threading.Thread(target=self._run, name="torchjob-autoreport", daemon=True).start()
+
+    def on_step(self, *_: Any) -> None:
+        """The optimizer-step hook: a step completed."""
+        now = time.time()
+        with self._lock:
+            if self.steps:
+                period = now - self.step_time
+                smoothed = self.seconds_per_step
+                self.seconds_per_step = period if smoothed is None else 0.8 * smoothed + 0.2 * period
+            self.steps += 1
+            self.step_time = now
+
+    def _run(self) -> None:
+        while self.active:
+            if not self.hooked:
+                self._hook()
+            if self.steps:
+                self._beat()
+            time.sleep(BEAT_SECONDS)
+
+    def _hook(self) -> None:
+        # Only once the script imported torch.optim (importing it here would cost every process torch).
+        optimizer = sys.modules.get("torch.optim.optimizer")
+        register = getattr(optimizer, "register_optimizer_step_post_hook", None)
+        if register is not None:
+            register(self.on_step)
+            self.hooked = True
+
+    def _beat(self) -> None:
+        with self._lock:
+            report = {worker_files.REPORT_STEP: self.steps, worker_files.REPORT_TIME: self.step_time}
+            if self.seconds_per_step is not None:
+                report[worker_files.REPORT_SECONDS_PER_STEP] = self.seconds_per_step
+        report[worker_files.REPORT_ALIVE] = time.time()
+        try:
+            self.heartbeat.parent.mkdir(parents=True, exist_ok=True)
+            tmp = self.heartbeat.with_suffix(".auto.tmp")
+            tmp.write_text(json.dumps(report))
+            os.replace(tmp, self.heartbeat)
+        except OSError:
+            pass  # a full disk or a removed folder must not disturb the script: the report is best effort
+
+
+def start() -> None:
+    """Report this process's training, if torchjob asked for it (``TORCHJOB_AUTOREPORT``) in a replica."""
+    global _reporter
+    if _reporter is not None or os.environ.get(worker_files.ENV_AUTOREPORT) != "1":
+        return
+    replica, rank = os.environ.get(worker_files.ENV_REPLICA), os.environ.get("RANK")
+    if replica is None or rank is None or not rank.isdigit():
+        return
+    # A process that never steps (torchrun's agent, a DataLoader worker) never writes: only steps start beats.
+    key = worker_files.process_key(replica, int(os.environ.get("LOCAL_RANK", "0")), int(rank))
+    _reporter = _AutoReporter(worker_files.heartbeat_file(worker_files.output_dir(), key))
+
+
+def stand_down() -> None:
+    """The script reports through ``torchjob.train`` itself: stop writing its heartbeat."""
+    if _reporter is not None:
+        _reporter.active = False
