@@ -1,0 +1,164 @@
+"""Hang detection with no tuning, for a script that never imports torchjob (#31).
+
+- **A frozen rank.** The plain MNIST script (``examples/mnist/train_plain.py``: no torchjob import) as a
+  1 Master + 1 Worker job with no annotation; once it has done 20 optimizer steps, the Worker's training
+  process is SIGSTOPped. Measured: from the stop to the attempt's end as Hung (its ``endTime`` is when the
+  planner decided), and whether the job then Succeeded. The anchors, which cannot run in the same invocation
+  for their length, are stated: gloo's default collective timeout (30 minutes), NVIDIA's resiliency extension's
+  default heartbeat timeouts (45 and 60 minutes), and torchrun/Kubeflow, which never decide.
+- **A slow start under load.** The same script behind a 20 s start (``sleep 20``), a 5 s progress deadline, and
+  two CPU hogs beside it: every run must Succeed on its first attempt (no false alarm). The step time seen is
+  reported beside the deadlines.
+
+    .venv/bin/python -m bench.hangs [TRIALS]
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import psutil
+import yaml
+
+from bench.launch import BIN
+from bench.measure import median
+from torchjob.testing import make_job
+
+ROOT = Path(__file__).resolve().parents[1]
+PLAIN = ROOT / "examples" / "mnist" / "train_plain.py"
+
+
+def _run(work: Path, name: str, command: list[str], annotations: dict[str, str]) -> subprocess.Popen[bytes]:
+    job = make_job(name).master().workers(1).command(*command).annotate(**annotations).wire()
+    (work / "job.yaml").write_text(yaml.safe_dump(job))
+    env = {**os.environ, "TORCHJOB_HOME": str(work / "home")}
+    argv = [str(BIN / "torchjob"), "run", str(work / "job.yaml")]
+    return subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def _status(work: Path, name: str) -> dict[str, Any]:
+    try:
+        return dict(json.loads((work / "home" / "jobs" / name / "job.json").read_text()).get("status") or {})
+    except (OSError, ValueError):
+        return {}
+
+
+def _step(work: Path, name: str, process: str) -> int:
+    try:
+        return int(
+            json.loads((work / "home" / "jobs" / name / "output" / "heartbeat" / f"{process}.json").read_text())["step"]
+        )
+    except (OSError, ValueError, KeyError):
+        return -1
+
+
+def _trainer(work: Path, name: str) -> psutil.Process | None:
+    local = json.loads((work / "home" / "jobs" / name / "local.json").read_text())
+    shim = next(p["pid"] for p in local["processes"] if p["replica"] == "worker-0" and p["attempt"] == 0)
+    found = [c for c in psutil.Process(shim).children(recursive=True) if "train_plain.py" in " ".join(c.cmdline())]
+    return found[0] if found else None
+
+
+def frozen_trial() -> tuple[float | None, bool]:
+    """Seconds from the SIGSTOP to the Hung verdict (None: not found in 120 s), and whether the job Succeeded."""
+    with tempfile.TemporaryDirectory(prefix="bench-hang-") as folder:
+        work = Path(folder)
+        run = _run(
+            work, "frozen", ["python", str(PLAIN), "--epochs", "3"], {"torchjob.io/termination-grace-seconds": "2"}
+        )
+        try:
+            deadline = time.monotonic() + 180
+            while _step(work, "frozen", "worker-0-0") < 20 and run.poll() is None and time.monotonic() < deadline:
+                time.sleep(0.1)
+            trainer = _trainer(work, "frozen")
+            if trainer is None or run.poll() is not None:
+                return None, False
+            trainer.send_signal(signal.SIGSTOP)
+            stopped = time.time()
+            run.wait(timeout=400)
+        finally:
+            run.kill()
+        status = _status(work, "frozen")
+        attempts = status.get("attempts") or []
+        ended = attempts[0].get("endTime") if attempts else None
+        hung = ended and str(attempts[0].get("outcome", "")).startswith("Hung:")
+        seconds = datetime.fromisoformat(ended.replace("Z", "+00:00")).timestamp() - stopped if hung else None
+        succeeded = any(c["type"] == "Succeeded" and c["status"] == "True" for c in status.get("conditions", []))
+        return seconds, succeeded
+
+
+def _hog(stop: Any) -> None:
+    while not stop.is_set():
+        sum(i * i for i in range(10_000))
+
+
+def slow_start_trial() -> tuple[bool, float | None]:
+    """Whether the job Succeeded on its first attempt, and its seconds per step (as last reported)."""
+    stop = multiprocessing.Event()
+    hogs = [multiprocessing.Process(target=_hog, args=(stop,), daemon=True) for _ in range(2)]
+    for hog in hogs:
+        hog.start()
+    try:
+        with tempfile.TemporaryDirectory(prefix="bench-slow-") as folder:
+            work = Path(folder)
+            command = ["sh", "-c", f"sleep 20; exec {sys.executable} {PLAIN} --epochs 1"]
+            run = _run(work, "slow", command, {"torchjob.io/progress-deadline-seconds": "5"})
+            run.wait(timeout=600)
+            status = _status(work, "slow")
+            beat = work / "home" / "jobs" / "slow" / "output" / "heartbeat" / "worker-0-0.json"
+            per_step = json.loads(beat.read_text()).get("seconds_per_step") if beat.exists() else None
+            clean = run.returncode == 0 and status.get("attempt") == 0 and not status.get("restartCount")
+            return clean, per_step
+    finally:
+        stop.set()
+        for hog in hogs:
+            hog.join()
+
+
+def measure(trials: int = 3) -> list[tuple[str, str, str, str, str, str]]:
+    frozen = [frozen_trial() for _ in range(trials)]
+    detected = [s for s, _ in frozen if s is not None]
+    succeeded = sum(ok for _, ok in frozen)
+    slow = [slow_start_trial() for _ in range(trials)]
+    clean = sum(ok for ok, _ in slow)
+    steps = [s for _, s in slow if s is not None]
+    named = (
+        f"{median(detected):.1f} ({len(detected)} of {trials} named; {succeeded} Succeeded)" if detected else "never"
+    )
+    return [
+        (
+            "plain MNIST script, no annotation: SIGSTOP of a rank → named as hung (median s)",
+            named,
+            "gloo's timeout 1800; NVRx defaults 2700/3600; torchrun, Kubeflow: never",
+            "",
+            "≤ 10 s",
+            "yes" if detected and median(detected) <= 10 and succeeded == trials else "**no**",
+        ),
+        (
+            "20 s start, 5 s progress deadline, 2 CPU hogs: runs on their first attempt",
+            f"{clean} of {trials} (step {median(steps) * 1000:.0f} ms; liveness 10 s, start-up 1800 s)"
+            if steps
+            else f"{clean} of {trials}",
+            "",
+            "",
+            "0 false alarms",
+            "yes" if clean == trials else "**no**",
+        ),
+    ]
+
+
+if __name__ == "__main__":
+    rows = measure(int(sys.argv[1]) if len(sys.argv) > 1 else 3)
+    print("| metric | torchjob | anchor | ratio | target | met |\n|---|---|---|---|---|---|")
+    for row in rows:
+        print("| " + " | ".join(row) + " |")
