@@ -73,7 +73,12 @@ class ClusterConfig:
 
 def load(path: Path) -> ClusterConfig:
     """A config from a YAML file; a ValueError names the field that is wrong."""
-    data: Any = yaml.safe_load(path.read_text()) or {}
+    try:
+        data: Any = yaml.safe_load(path.read_text()) or {}
+    except OSError as err:
+        raise ValueError(f"--config: {path}: {err.strerror}") from None
+    except yaml.YAMLError as err:
+        raise ValueError(f"--config: {path}: not YAML ({str(err).splitlines()[0]})") from None
     if not isinstance(data, dict):
         raise ValueError(f"{path}: expected a mapping with name, nodes, profile")
     unknown = set(data) - {"name", "nodes", "profile"}

@@ -36,7 +36,9 @@ ALIASES = {"up": "create", "down": "delete"}
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="kube-rig", description=(__doc__ or "").split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="kube-rig", description="A Kubernetes cluster for tests on one machine, with no Docker (kuberig)."
+    )
     verbs = parser.add_subparsers(dest="verb", required=True)
     for name, module in VERBS.items():
         aliases = [alias for alias, verb in ALIASES.items() if verb == name]
