@@ -316,3 +316,21 @@ def test_the_operator_keeps_working_across_an_api_server_restart(
     rig.end_pod(namespace, "survivor-master-0", 0)
     wait_state(rig, namespace, "survivor", "Succeeded", timeout=90)
     assert operator.process is not None and operator.process.poll() is None
+
+
+def test_a_job_whose_pods_cannot_be_placed_says_the_schedulers_reason(
+    rig: Cluster, namespace: str, operator: OperatorProcess
+) -> None:
+    """A Kubeflow-style job that asks for a GPU on a cluster with none: never a bare Created."""
+    manifest = job_manifest("gpu", workers=1)
+    for spec in manifest["spec"]["pytorchReplicaSpecs"].values():
+        spec["template"]["spec"]["containers"][0]["resources"] = {"limits": {"nvidia.com/gpu": 1}}
+    rig.apply(manifest, namespace)
+
+    def created_message() -> str:
+        found = condition(rig, namespace, "gpu", "Created")
+        return str(found["message"]) if found else ""
+
+    wait_until(lambda: "Insufficient nvidia.com/gpu" in created_message(), what="the scheduler's reason")
+    assert "Waiting on master-0: 0/2 nodes are available" in created_message(), created_message()
+    assert state(rig, namespace, "gpu") == "Created"

@@ -279,3 +279,15 @@ def test_while_a_repaired_replica_has_two_pods_the_one_not_going_counts() -> Non
     spare = running("worker-1")
     assert one_per_replica([lost, spare, running("worker-0")]) == [spare, running("worker-0")]
     assert one_per_replica([spare, lost]) == [spare]
+
+
+def test_an_unschedulable_pod_says_the_schedulers_reason() -> None:
+    job = make_job("gpu").master().workers(1).build()
+    pod = pod_manifest(job, ReplicaId(ReplicaType.MASTER, 0), 0)
+    reason = "0/3 nodes are available: 3 Insufficient nvidia.com/gpu. preemption: 0/3 nodes are available."
+    pod["status"] = {
+        "phase": "Pending",
+        "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": reason}],
+    }
+    seen = observe_pod(pod)
+    assert seen is not None and seen.phase is Phase.PENDING and seen.message == reason

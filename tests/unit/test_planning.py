@@ -452,3 +452,19 @@ def test_replicas_not_yet_seen_at_start_up_are_not_vanished() -> None:
     job, _ = step(three(), [])
     job, result = step(job, [running("master-0"), pending("worker-0")], at(1))
     assert job.status.attempt == 0 and creates(result) == ["worker-1@0"]
+
+
+def test_a_group_that_cannot_start_says_what_it_waits_for_never_a_bare_created() -> None:
+    from dataclasses import replace
+
+    from torchjob.testing import pending
+
+    job, _ = step(make_job("gpu").master().workers(1).build(), [])
+    unplaced = "0/2 nodes are available: 2 Insufficient nvidia.com/gpu."
+    waiting = [replace(pending("master-0"), message=unplaced), pending("worker-0")]
+    job, _ = step(job, waiting, at(5))
+    created = cond(job, ConditionType.CREATED)
+    assert conditions.state(job.status) == "Created" and created is not None
+    assert created[2] == f"PyTorchJob default/gpu is created. Waiting on master-0: {unplaced}"
+    job, _ = step(job, [running("master-0"), running("worker-0")], at(9))
+    assert conditions.state(job.status) == "Running"

@@ -39,6 +39,11 @@ def state(status: JobStatus) -> str:
     return status.conditions[-1].type.value if status.conditions else ""
 
 
+def has_started(status: JobStatus) -> bool:
+    """Whether the job's group ever ran (or restarted): Running or Restarting among its conditions."""
+    return any(find(status, c) is not None for c in (ConditionType.RUNNING, ConditionType.RESTARTING))
+
+
 def set_condition(
     status: JobStatus, ctype: ConditionType, value: str, reason: str, message: str, now: datetime
 ) -> None:

@@ -288,9 +288,9 @@ class _Planner(PassState):
         return due is not None
 
     def _mark_running(self, current: list[ReplicaObservation]) -> None:
-        message = success.running_message(self.job, current)
-        if message is not None:
-            self._condition(ConditionType.RUNNING, conditions.REASON_RUNNING, f"{self._kind_name()} is {message}")
+        marked = success.group_condition(self.job, current, conditions.has_started(self.status), self._kind_name())
+        if marked is not None:
+            self._condition(*marked)
 
     def _count_replicas(self, current: list[ReplicaObservation], finished: bool = False) -> None:
         before = self.status.replica_statuses if finished else {}

@@ -101,7 +101,7 @@ def observe_pod(pod: dict[str, Any], node: dict[str, Any] | None = None) -> Repl
             replica, attempt, phase, exit_code=0, finished_at=_parse_time((terminated or {}).get("finishedAt"))
         )
     if phase is not Phase.FAILED:
-        waiting = _node_problem(node) or _waiting_message(status)
+        waiting = _node_problem(node) or _unschedulable(status) or _waiting_message(status)
         return ReplicaObservation(
             replica,
             attempt,
@@ -142,6 +142,15 @@ def _terminated_state(status: dict[str, Any]) -> dict[str, Any] | None:
         terminated = (container.get("state") or {}).get("terminated")
         if terminated:
             return dict(terminated)
+    return None
+
+
+def _unschedulable(status: dict[str, Any]) -> str | None:
+    """The scheduler's own words for a Pod it cannot place ("0/3 nodes are available: 3 Insufficient
+    nvidia.com/gpu. ..."), which otherwise only ``kubectl describe pod`` shows."""
+    scheduled = _condition(status, "PodScheduled") or {}
+    if scheduled.get("status") == "False" and scheduled.get("reason") == "Unschedulable":
+        return _last_lines(str(scheduled.get("message") or "Unschedulable"))
     return None
 
 

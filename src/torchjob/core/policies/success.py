@@ -8,7 +8,8 @@ succeeded; for an elastic job, when any Worker has (the agents finish together).
 from __future__ import annotations
 
 from torchjob.api import extensions
-from torchjob.api.types import PyTorchJob, ReplicaType
+from torchjob.api.types import ConditionType, PyTorchJob, ReplicaType
+from torchjob.core import conditions
 from torchjob.core.observed import Phase, ReplicaObservation
 from torchjob.core.replicas import expected_replicas, has_master
 
@@ -27,6 +28,13 @@ def job_succeeded(job: PyTorchJob, current: list[ReplicaObservation]) -> bool:
     return bool(workers) and all(r in done for r in workers)
 
 
+def pending_message(current: list[ReplicaObservation]) -> str | None:
+    """Why replicas that have not started yet wait, as the platform says it (a Pod the scheduler cannot place,
+    an image that cannot be pulled); None when none says anything."""
+    waiting = sorted(f"{o.replica}: {o.message}" for o in current if o.phase is Phase.PENDING and o.message)
+    return "Waiting on " + "; ".join(waiting).rstrip(".") + "." if waiting else None
+
+
 def running_message(job: PyTorchJob, current: list[ReplicaObservation]) -> str | None:
     """What the Running condition says once the whole group is up (None before): "running.", and which
     running replica the platform reports trouble with (its node stopped reporting, say)."""
@@ -36,3 +44,17 @@ def running_message(job: PyTorchJob, current: list[ReplicaObservation]) -> str |
         return None
     waiting = [f"{o.replica}: {o.message}" for o in current if o.phase is Phase.RUNNING and o.message]
     return "running." + (" Waiting on " + "; ".join(sorted(waiting)) + "." if waiting else "")
+
+
+def group_condition(
+    job: PyTorchJob, current: list[ReplicaObservation], started: bool, kind_name: str
+) -> tuple[ConditionType, str, str] | None:
+    """The condition that says where the group is: Running once it is up (with what it waits on), else, before
+    it ever ran, never a bare Created: what its replicas wait for (the scheduler's reason, an image pull)."""
+    running = running_message(job, current)
+    if running is not None:
+        return ConditionType.RUNNING, conditions.REASON_RUNNING, f"{kind_name} is {running}"
+    pending = pending_message(current)
+    if pending is not None and not started:
+        return ConditionType.CREATED, conditions.REASON_CREATED, f"{kind_name} is created. {pending}"
+    return None
