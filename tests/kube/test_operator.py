@@ -12,6 +12,7 @@ from typing import Any
 from prometheus_client.parser import text_string_to_metric_families
 
 from kuberig import Cluster
+from kuberig.node.resources import GPU, advertise
 from tests.kube.test_rig import wait_until
 from tests.support.operator import OperatorProcess
 from torchjob.testing import make_job
@@ -334,3 +335,11 @@ def test_a_job_whose_pods_cannot_be_placed_says_the_schedulers_reason(
     wait_until(lambda: "Insufficient nvidia.com/gpu" in created_message(), what="the scheduler's reason")
     assert "Waiting on master-0: 0/2 nodes are available" in created_message(), created_message()
     assert state(rig, namespace, "gpu") == "Created"
+    # The nodes advertise GPUs (kube-rig create --fake-gpus does this): the same job schedules and runs.
+    try:
+        for node in rig.nodes:
+            advertise(rig, node.name, GPU, 1)
+        wait_state(rig, namespace, "gpu", "Running", timeout=120)
+    finally:
+        for node in rig.nodes:
+            advertise(rig, node.name, GPU, 0)

@@ -5,7 +5,7 @@ A config is plain data, from code or from a YAML file (``kube-rig create --confi
     name: demo
     nodes:
     - {kind: kubelet}
-    - {kind: kwok, count: 2}
+    - {kind: kwok, count: 2, gpus: 2}
     profile: fast-node-loss
 """
 
@@ -33,6 +33,7 @@ PROFILES: dict[str, dict[str, tuple[str, ...]]] = {
 class NodeConfig:
     kind: str = "kwok"
     count: int = 1
+    gpus: int = 0  # nvidia.com/gpu each node advertises (node/resources.py): GPU jobs schedule on CPU nodes
 
 
 @dataclass(frozen=True)
@@ -64,6 +65,8 @@ class ClusterConfig:
                 raise ValueError(f"nodes[{i}].kind: {node.kind!r} must be one of {', '.join(NODE_KINDS)}")
             if node.count < 0:
                 raise ValueError(f"nodes[{i}].count: must be 0 or more")
+            if node.gpus < 0:
+                raise ValueError(f"nodes[{i}].gpus: must be 0 or more")
         if self.kubelets > 1:
             raise ValueError("nodes: one kubelet node at most for now (several need Pod routes between them)")
         if self.profile and self.profile not in PROFILES:
@@ -84,5 +87,8 @@ def load(path: Path) -> ClusterConfig:
     unknown = set(data) - {"name", "nodes", "profile"}
     if unknown:
         raise ValueError(f"{path}: unknown field {sorted(unknown)[0]!r} (expected name, nodes, profile)")
-    nodes = tuple(NodeConfig(str(n.get("kind", "kwok")), int(n.get("count", 1))) for n in data.get("nodes", []))
+    nodes = tuple(
+        NodeConfig(str(n.get("kind", "kwok")), int(n.get("count", 1)), int(n.get("gpus", 0)))
+        for n in data.get("nodes", [])
+    )
     return ClusterConfig(str(data.get("name", "kuberig")), nodes, str(data.get("profile", ""))).validate()

@@ -23,6 +23,7 @@ class NodeState:
     kind: str
     ip: str
     slot: int | None = None
+    gpus: int = 0
 
 
 @dataclass

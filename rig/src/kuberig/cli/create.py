@@ -18,6 +18,7 @@ def add(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--kwok-nodes", type=int, help="simulated nodes (default 2 when no real node is asked for)")
     parser.add_argument("--real-nodes", type=int, default=0, help="real kubelet nodes (Pods run their containers)")
     parser.add_argument("--real-node", action="store_true", help="one real node (as --real-nodes 1)")
+    parser.add_argument("--fake-gpus", type=int, default=0, help="nvidia.com/gpu each node advertises")
     parser.add_argument("--profile", choices=tuple(config.PROFILES), default="", help="control-plane timing")
 
 
@@ -26,7 +27,10 @@ def _config(args: argparse.Namespace) -> config.ClusterConfig:
         return config.load(args.config)
     real = max(args.real_nodes, 1 if args.real_node else 0)
     kwok = args.kwok_nodes if args.kwok_nodes is not None else (0 if real else 2)
-    nodes = tuple(n for n in (config.NodeConfig("kubelet", real), config.NodeConfig("kwok", kwok)) if n.count)
+    gpus = args.fake_gpus
+    nodes = tuple(
+        n for n in (config.NodeConfig("kubelet", real, gpus), config.NodeConfig("kwok", kwok, gpus)) if n.count
+    )
     return config.ClusterConfig(args.name, nodes, args.profile).validate()
 
 

@@ -16,7 +16,7 @@ from kuberig.cluster.handle import Cluster
 from kuberig.config import ClusterConfig
 from kuberig.images import registry
 from kuberig.network import namespaces
-from kuberig.node import kubelet, kwok
+from kuberig.node import kubelet, kwok, resources
 from kuberig.node.configs import PAUSE_IMAGE
 from kuberig.state import ClusterState, NodeState
 
@@ -52,7 +52,8 @@ def _claim_slots(ctx: _Context) -> None:
     taken = processes.run("ip", "-4", "-o", "addr")
     for i in range(ctx.config.kubelets):
         slot = naming.claim(ctx.state.name, taken)
-        ctx.state.nodes.append(NodeState(f"kubelet-node-{i}", "kubelet", slot.node_ip, slot.index))
+        gpus = next(n.gpus for n in ctx.config.nodes if n.kind == "kubelet")
+        ctx.state.nodes.append(NodeState(f"kubelet-node-{i}", "kubelet", slot.node_ip, slot.index, gpus))
         ctx.state.save()
         namespaces.create(slot)
     first = next((n.slot for n in ctx.state.nodes if n.slot is not None), None)
@@ -80,10 +81,11 @@ def _kwok_nodes(ctx: _Context) -> None:
     cluster.kubectl("apply", "--server-side", "-f", str(kwok.logs_crd()))
     argv = kwok.controller_argv(ctx.directory, ctx.state.ports["kwok"])
     ctx.state.add(processes.spawn(ctx.state.name, ctx.state.logs, "kwok", argv))
+    gpus = next(n.gpus for n in ctx.config.nodes if n.kind == "kwok")
     for i in range(ctx.config.kwoks):
         name = f"kwok-node-{i}"
         cluster.apply(kwok.node_object(name))
-        ctx.state.nodes.append(NodeState(name, "kwok", "127.0.0.1"))
+        ctx.state.nodes.append(NodeState(name, "kwok", "127.0.0.1", gpus=gpus))
     ctx.state.save()
 
 
@@ -119,6 +121,9 @@ def _ready(ctx: _Context) -> None:
 
     ctx.wait(f"{expected} Ready nodes", nodes_ready)
     ctx.wait("the default service account", default_service_account)
+    for node in ctx.state.nodes:
+        if node.gpus:
+            resources.advertise(cluster, node.name, resources.GPU, node.gpus)
 
 
 STEPS: tuple[Callable[[_Context], None], ...] = (
