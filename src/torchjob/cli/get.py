@@ -51,6 +51,7 @@ def summary(wire: dict[str, Any]) -> str:
     trainer = status.get("trainerStatus")
     if trainer:
         lines.append(f"Progress:  {_progress(trainer)}")
+    lines.append(f"Deadlines: {_deadlines(wire.get('metadata', {}).get('annotations') or {})}")
     spares = (wire.get("metadata", {}).get("annotations") or {}).get(SPARES)
     if status.get("repairs") or spares:
         lines.append(
@@ -86,6 +87,17 @@ def summary(wire: dict[str, Any]) -> str:
             for a in attempts
         ]
     return "\n".join(lines)
+
+
+def _deadlines(annotations: dict[str, str]) -> str:
+    """``liveness 10s (default) · start-up 30m (default) · progress 40s (torchjob.io/progress-deadline-seconds)``."""
+    from torchjob.core.policies.progress import deadlines_in_force
+
+    parts = []
+    for name, seconds, source in deadlines_in_force(annotations):
+        shown = "off" if seconds is None else human_age(seconds)
+        parts.append(f"{name} {shown} ({source})")
+    return " · ".join(parts)
 
 
 def _progress(trainer: dict[str, Any]) -> str:

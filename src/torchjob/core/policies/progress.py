@@ -23,6 +23,7 @@ nothing: the deadline is not enforced, and the job is told so once, in an event,
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -162,3 +163,20 @@ def _stopped_beating(
 
     quiet_ones = [o for o in running if silent(o)]
     return quiet_ones[0] if len(quiet_ones) == 1 and len(running) > 1 else None
+
+
+def deadlines_in_force(annotations: Mapping[str, str]) -> list[tuple[str, float | None, str]]:
+    """The hang deadlines a job with these annotations runs under: (name, seconds or None when off, where the
+    value came from). What ``torchjob get`` shows, from the same defaults the checks above use."""
+    found: list[tuple[str, float | None, str]] = []
+    for name, key, default in (
+        ("liveness", extensions.LIVENESS_DEADLINE, extensions.DEFAULT_LIVENESS_DEADLINE),
+        ("start-up", extensions.STARTUP_DEADLINE, extensions.DEFAULT_STARTUP_DEADLINE),
+        ("progress", extensions.PROGRESS_DEADLINE, None),
+    ):
+        value = annotations.get(key)
+        seconds = float(value) if value else default
+        if name == "liveness" and seconds == 0:
+            seconds = None
+        found.append((name, seconds, key if value else "default"))
+    return found
