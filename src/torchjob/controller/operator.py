@@ -154,7 +154,7 @@ class Operator:
             certificates = report_tls.ensure(self.client, secret, hosts)
             self.backend.report_ca = certificates.ca_cert
             context = report_tls.secure(self._report_server, certificates)
-            renew = (self.client, secret, hosts, context, self._new_report_ca, self.stopping)
+            renew = (self.client, secret, hosts, certificates, context, self._new_report_ca, self.stopping)
             self._spawn("report-tls", report_tls.keep_renewed, *renew)
         else:
             log.warning("progress reports over plain HTTP (%s): Pods' tokens cross the network readable", url)

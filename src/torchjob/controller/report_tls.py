@@ -206,14 +206,15 @@ def keep_renewed(
     client: Client,
     secret: tuple[str, str],
     hosts: list[str],
+    served: Certificates,
     context: ssl.SSLContext,
     on_new: Callable[[Certificates], None],
     stopping: threading.Event,
     every: float = 3600.0,
 ) -> None:
-    """Check the Secret every ``every`` seconds; load a renewed certificate into the running server's context
-    (new handshakes use it) and tell ``on_new`` (new Pods get its CA)."""
-    served = ensure(client, secret, hosts)
+    """Check the Secret every ``every`` seconds (``served``: what the server serves now); load a renewed
+    certificate into the running server's context (new handshakes use it) and tell ``on_new`` (new Pods get
+    its CA)."""
     while not stopping.wait(every):
         try:
             current = ensure(client, secret, hosts)
