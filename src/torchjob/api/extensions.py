@@ -37,6 +37,12 @@ DEFAULT_LIVENESS_DEADLINE = 10.0
 # a sitecustomize on their PYTHONPATH that hooks the optimizer's step; see torchjob/autoreport.py).
 AUTO_REPORT = PREFIX + "auto-report"
 
+# Local runs start replicas that are Python scripts from the job's warm interpreter (torch imported once, not
+# per rank and restart); "false" starts every replica cold. WARM_PRELOAD adds modules (comma-separated) that
+# the warm interpreter imports besides torch's own (backends/local/warm.py).
+WARM_START = PREFIX + "warm-start"
+WARM_PRELOAD = PREFIX + "warm-preload"
+
 # Seconds before a lost Worker of an elastic job is replaced (it rejoins the running group then).
 REPLACEMENT_DELAY = PREFIX + "replacement-delay-seconds"
 
@@ -81,6 +87,12 @@ def _non_negative_number(value: str) -> str | None:
     return None if ok else f"must be a number of seconds from 0 to {MAX_ANNOTATION_SECONDS:.0e}, got {value!r}"
 
 
+def _module_names(value: str) -> str | None:
+    names = [name.strip() for name in value.split(",")]
+    bad = [name for name in names if not all(part.isidentifier() for part in name.split("."))]
+    return None if not bad else f"must be Python module names separated by commas, got {bad[0]!r}"
+
+
 def _spare_count(value: str) -> str | None:
     ok = value.isdigit() and int(value) <= MAX_SPARES
     return None if ok else f"must be a whole number from 0 to {MAX_SPARES}, got {value!r}"
@@ -93,6 +105,8 @@ ANNOTATION_RULES: dict[str, Callable[[str], str | None]] = {
     STARTUP_DEADLINE: _non_negative_number,
     LIVENESS_DEADLINE: _non_negative_number,
     AUTO_REPORT: _one_of(("true", "false")),
+    WARM_START: _one_of(("true", "false")),
+    WARM_PRELOAD: _module_names,
     REPLACEMENT_DELAY: _non_negative_number,
     SPARES: _spare_count,
 }

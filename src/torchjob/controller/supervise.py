@@ -55,6 +55,7 @@ def supervise(
     lock = ControllerLock(store.controller_lock_path(name))
     if not lock.acquire():
         raise AlreadySupervised(name)
+    backend: LocalBackend | None = None
     try:
         job = store.read_job(name)
         backend = LocalBackend(store, job, on_event=on_event)
@@ -73,6 +74,8 @@ def supervise(
                 store.write_job(job)
             raise
     finally:
+        if backend is not None:
+            backend.close()
         lock.release()
     if backend.deleted:
         # The TTL can pass while a replica of the finished job (or its store, or a spare) is still exiting,

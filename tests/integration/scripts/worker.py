@@ -31,8 +31,11 @@ def main() -> None:
     if args.spawn_child:
         child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
         record["child_pid"] = str(child.pid)
-    with open(os.path.join(out, f"{replica}-{attempt}.json"), "w") as f:
+    # Written whole or not at all: the tests read it while the replica runs.
+    partial = os.path.join(out, f".{replica}-{attempt}.partial")
+    with open(partial, "w") as f:
         json.dump(record, f)
+    os.replace(partial, os.path.join(out, f"{replica}-{attempt}.json"))
     print(f"{replica} attempt {attempt} started, pid {os.getpid()}", flush=True)
 
     if args.ddp:

@@ -10,7 +10,6 @@ through ``processes``, which proves a process is the job's before it is touched.
 from __future__ import annotations
 
 import signal
-import sys
 import time
 import uuid
 from collections.abc import Callable
@@ -24,7 +23,7 @@ from torchjob.api import extensions
 from torchjob.api.scaling import with_workers, workers_problem
 from torchjob.api.types import PyTorchJob
 from torchjob.backends.base import Backend
-from torchjob.backends.local import mapping, membership, observing, outputs, processes
+from torchjob.backends.local import mapping, membership, observing, outputs, processes, warm
 from torchjob.backends.local.children import Children
 from torchjob.backends.local.launching import Launcher, error_file
 from torchjob.backends.local.logs import failure_summary
@@ -79,7 +78,9 @@ class LocalBackend(Backend):
         self.grace = float(job.annotation(extensions.TERMINATION_GRACE) or extensions.DEFAULT_TERMINATION_GRACE)
         self._running = False  # the last observation saw a replica running
         self.on_event = on_event or (lambda event: None)
-        self.children = Children(self.job_uid, self.grace)
+        # Replicas that are Python scripts start from the job's warm interpreter (warm.py), unless it opts out.
+        warm_log = store.job_dir(job.name) / "logs" / "warm.log"
+        self.children = Children(self.job_uid, self.grace, warm.for_job(job, self.job_uid, warm_log))
         self.launcher = Launcher(store, self.name, self.state)
         self.deleted = False
         # Readable when the controller got a signal (set up by controller.supervise): `torchjob scale` wakes it.
@@ -184,6 +185,9 @@ class LocalBackend(Backend):
             record.removed = True
         self._save_state()
 
+    def close(self) -> None:
+        self.children.close()  # the warm interpreter: kept for the job's life, after its replicas are stopped
+
     # -- processes ------------------------------------------------------------------------------------
 
     def _start(self, job: PyTorchJob, action: CreateReplica) -> None:
@@ -244,20 +248,20 @@ class LocalBackend(Backend):
         )
 
     def _start_store(self, job: PyTorchJob) -> None:
-        """Start the job's c10d rendezvous store (see torchjob.train.store_server); its log is kept with the
-        attempt it started in."""
-        attempt = job.status.attempt
-        port = self.launcher.store_port()
-        log_path = self.store.log_path(self.name, attempt, ROLE_STORE)
+        """Start the job's c10d rendezvous store (torchjob.train.store_server); its log is kept with the attempt
+        it started in."""
+        log_path = self.store.log_path(self.name, job.status.attempt, ROLE_STORE)
         log_path.parent.mkdir(parents=True, exist_ok=True)
-        argv = [sys.executable, "-m", "torchjob.train.store_server", str(port)]
-        env = {"OMP_NUM_THREADS": "1"}
-        self._spawn(ROLE_STORE, attempt, log_path, argv, env, self.state.job_file_dir, ROLE_STORE)
+        argv, env = self.launcher.store_command()
+        self._spawn(ROLE_STORE, job.status.attempt, log_path, argv, env, self.state.job_file_dir, ROLE_STORE)
 
     def _spawn(
         self, name: str, attempt: int, log_path: Path, command: list[str], env: dict[str, str], cwd: str, role: str
     ) -> None:
-        self.state.processes.append(self.children.spawn(name, attempt, log_path, command, env, cwd, role))
+        # The store is torchjob's own, small and started once: it starts cold.
+        self.state.processes.append(
+            self.children.spawn(name, attempt, log_path, command, env, cwd, role, role != ROLE_STORE)
+        )
 
     def _stop(self, replica: str, attempt: int, at_once: bool = False) -> None:
         for record in self.state.processes:

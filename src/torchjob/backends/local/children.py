@@ -18,33 +18,48 @@ import time
 from pathlib import Path
 
 from torchjob.backends.local import processes, shim
+from torchjob.backends.local.processes import Identity
 from torchjob.backends.local.shim import ExitRecord
 from torchjob.backends.local.store import ProcessRecord
+from torchjob.backends.local.warm import WarmInterpreter
+from torchjob.backends.local.warm_command import ColdStart, WarmEntry, warm_entry
 
 
 class Children:
-    def __init__(self, job_uid: str, grace: float) -> None:
+    def __init__(self, job_uid: str, grace: float, warm: WarmInterpreter | None = None) -> None:
         self.job_uid = job_uid
         self.grace = grace
+        self.warm = warm
         self._popens: dict[tuple[str, int], subprocess.Popen[bytes]] = {}
+        # Started from the warm interpreter: not our children, watched through their identity.
+        self._forked: dict[tuple[str, int], Identity] = {}
         self._pidfds: dict[int, int] = {}
 
     def spawn(
-        self, name: str, attempt: int, log_path: Path, command: list[str], env: dict[str, str], cwd: str, role: str
+        self,
+        name: str,
+        attempt: int,
+        log_path: Path,
+        command: list[str],
+        env: dict[str, str],
+        cwd: str,
+        role: str,
+        may_start_warm: bool = True,
     ) -> ProcessRecord:
-        """Start ``command`` under the shim, its output in ``log_path``; the record to keep of it. A command
-        that cannot start is recorded as having exited with 127, so the planner reports it like any failure."""
+        """Start ``command`` under the shim, its output in ``log_path``; the record to keep of it. It starts from
+        the job's warm interpreter when it can (warm_command.py). A command that cannot start is recorded as
+        having exited with 127, so the planner reports it like any failure."""
         status_path = str(log_path.with_suffix(".exit.json"))
-        argv = [sys.executable, shim.__file__, status_path, str(self.grace), str(os.getpid()), "--", *command]
+        start: WarmEntry | ColdStart | None = None
+        if self.warm is not None and may_start_warm:
+            start = warm_entry(command, env, cwd, sys.executable, dict(os.environ))
         identity = None
-        with open(log_path, "ab") as log:
-            try:
-                popen, identity = processes.spawn(argv, env, cwd, log, self.job_uid)
-            except OSError as err:
-                log.write(f"torchjob: cannot start {command[0]!r} in {cwd}: {err.strerror}\n".encode())
-                ExitRecord(time.time(), exit_code=127).write(status_path)
-            else:
-                self._popens[(name, attempt)] = popen
+        if isinstance(start, WarmEntry) and self.warm is not None:
+            identity = self.warm.spawn(start, command, env, cwd, log_path, self.grace)
+            if identity is not None:
+                self._forked[(name, attempt)] = identity
+        if identity is None:
+            identity = self._spawn_cold(name, attempt, log_path, command, env, cwd, start)
         return ProcessRecord(
             replica=name,
             attempt=attempt,
@@ -56,9 +71,34 @@ class Children:
             role=role,
         )
 
+    def _spawn_cold(
+        self,
+        name: str,
+        attempt: int,
+        log_path: Path,
+        command: list[str],
+        env: dict[str, str],
+        cwd: str,
+        start: WarmEntry | ColdStart | None,
+    ) -> Identity | None:
+        status_path = str(log_path.with_suffix(".exit.json"))
+        argv = [sys.executable, shim.__file__, status_path, str(self.grace), str(os.getpid()), "--", *command]
+        with open(log_path, "ab") as log:
+            if isinstance(start, ColdStart) and self.warm is not None and attempt == 0:
+                log.write(f"torchjob: starting cold: {start.reason}\n".encode())
+            try:
+                popen, identity = processes.spawn(argv, env, cwd, log, self.job_uid)
+            except OSError as err:
+                log.write(f"torchjob: cannot start {command[0]!r} in {cwd}: {err.strerror}\n".encode())
+                ExitRecord(time.time(), exit_code=127).write(status_path)
+                return None
+        self._popens[(name, attempt)] = popen
+        return identity
+
     def exit_status(self, record: ProcessRecord) -> ExitRecord | None:
         """How the process ended, or None while it runs (also for one an earlier controller started)."""
         popen = self._popens.get((record.replica, record.attempt))
+        forked = (record.replica, record.attempt) in self._forked
         if popen is not None and popen.poll() is None:
             return None
         if popen is None and processes.replica(record.identity, self.job_uid) is not None:
@@ -67,7 +107,10 @@ class Children:
         ended = ExitRecord.read(record.status_path)
         if ended is not None:
             return ended
-        # The shim itself was killed before it could write: its own fate is the replica's.
+        # The shim itself was killed before it could write: its own fate is the replica's. A warm-started
+        # shim handles SIGTERM, so only SIGKILL ends it without a record.
+        if forked:
+            return ExitRecord(time.time(), signal=signal.SIGKILL)
         code = popen.returncode if popen is not None else None
         if code is not None and code < 0:
             return ExitRecord(time.time(), signal=-code)
@@ -79,11 +122,11 @@ class Children:
         try:
             if wake_fd is not None:
                 selector.register(wake_fd, selectors.EVENT_READ)
-            for popen in self._popens.values():
-                if popen.returncode is None:
-                    fd = self._pidfd(popen.pid)
-                    if fd is not None:
-                        selector.register(fd, selectors.EVENT_READ)
+            pids = [p.pid for p in self._popens.values() if p.returncode is None]
+            for pid in [*pids, *(identity.pid for identity in self._forked.values())]:
+                fd = self._pidfd(pid)
+                if fd is not None:
+                    selector.register(fd, selectors.EVENT_READ)
             if selector.get_map():
                 selector.select(timeout)
             else:
@@ -99,6 +142,9 @@ class Children:
         popen = self._popens.pop((record.replica, record.attempt), None)
         if popen is not None:
             self._popens[(name, record.attempt)] = popen
+        forked = self._forked.pop((record.replica, record.attempt), None)
+        if forked is not None:
+            self._forked[(name, record.attempt)] = forked
 
     def stop_all(self, live: list[ProcessRecord], grace: float) -> None:
         """SIGTERM every process group in ``live``, SIGKILL what is left after ``grace``, and reap them all."""
@@ -118,6 +164,16 @@ class Children:
         if popen is not None:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 popen.wait(timeout)
+        elif (record.replica, record.attempt) in self._forked:
+            # Not ours to wait for (the warm interpreter reaps it): watch it go.
+            deadline = time.monotonic() + timeout
+            while processes.find(record.identity) is not None and time.monotonic() < deadline:
+                time.sleep(0.02)
+
+    def close(self) -> None:
+        """End the warm interpreter, if the job has one."""
+        if self.warm is not None:
+            self.warm.close()
 
     def _pidfd(self, pid: int) -> int | None:
         if pid not in self._pidfds:
@@ -129,6 +185,7 @@ class Children:
 
     def _forget(self, record: ProcessRecord) -> None:
         self._popens.pop((record.replica, record.attempt), None)
+        self._forked.pop((record.replica, record.attempt), None)
         fd = self._pidfds.pop(record.pid, None)
         if fd is not None:
             os.close(fd)

@@ -39,6 +39,10 @@ class Launcher:
     def store_port(self) -> int:
         return self.ports(STORE_PORTS)["rdzv"]
 
+    def store_command(self) -> tuple[list[str], dict[str, str]]:
+        """The argv and environment of the job's rendezvous store process."""
+        return [sys.executable, "-m", "torchjob.train.store_server", str(self.store_port())], {"OMP_NUM_THREADS": "1"}
+
     def addressing(self, job: PyTorchJob, attempt: int, at_store: bool, meets_at_store: bool) -> Addressing:
         ports = self.ports(str(attempt))
         # The rendezvous store lives as long as the job, so every attempt meets at its port.

@@ -23,6 +23,7 @@ import os
 import signal
 import sys
 import time
+from collections.abc import Callable
 
 PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
@@ -66,6 +67,21 @@ class ExitRecord:
 def main() -> int:
     status_file, grace, parent = sys.argv[1], float(sys.argv[2]), int(sys.argv[3])
     command = sys.argv[sys.argv.index("--") + 1 :]
+
+    def run_command() -> None:
+        try:
+            os.execvp(command[0], command)
+        except OSError as err:
+            print(f"torchjob: cannot run {command[0]!r}: {err.strerror}", file=sys.stderr, flush=True)
+            os._exit(127)
+
+    return supervise(status_file, grace, parent, run_command)
+
+
+def supervise(status_file: str, grace: float, parent: int, run_child: Callable[[], None]) -> int:
+    """Run ``run_child`` in a child process (it must not return: it execs, or exits), wait for it, record how
+    it ended, and leave nothing below. ``parent`` is the process whose death ends the replica: the controller
+    (cold start), or the job's warm interpreter, itself bound to the controller (warm start, zygote.py)."""
     # Not on Linux there is no prctl: the controller's own cleanup still applies.
     with contextlib.suppress(OSError, AttributeError):
         libc = ctypes.CDLL(None, use_errno=True)
@@ -91,16 +107,19 @@ def main() -> int:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
 
+    # Until the child has its own handlers, a stop signal must wait: run by the shim's handler inherited in the
+    # child, it would make the child act as a shim whose parent died, and kill the real shim.
+    stops = {signal.SIGTERM, signal.SIGINT, signal.SIGHUP}
+    signal.pthread_sigmask(signal.SIG_BLOCK, stops)
     pid = os.fork()
     if pid == 0:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
         signal.signal(signal.SIGHUP, signal.SIG_DFL)
-        try:
-            os.execvp(command[0], command)
-        except OSError as err:
-            print(f"torchjob: cannot run {command[0]!r}: {err.strerror}", file=sys.stderr, flush=True)
-            os._exit(127)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, stops)
+        run_child()
+        os._exit(0)  # run_child must exec or exit; never fall back into the shim's loop
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, stops)
 
     _write_json(status_file + ".pid", {"pid": pid})
     while True:

@@ -1,0 +1,169 @@
+"""The controller's side of a job's warm interpreter (zygote.py): start it, ask it for replicas, end it.
+
+Started on the job's first warm start and kept for the job's life, so every restart forks from an interpreter
+that has torch imported already. Anything wrong with it (it died, it answers nonsense, it does not answer)
+makes it *broken*: it is ended and every later replica of the job starts cold, as if warm starts were off;
+a job never fails because of its warm interpreter.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import select
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from torchjob import worker_files
+from torchjob.api import extensions
+from torchjob.api.types import PyTorchJob
+from torchjob.backends.local import processes, proctitle
+from torchjob.backends.local.processes import Identity
+from torchjob.backends.local.warm_command import WarmEntry
+
+# What every warm interpreter imports: torch, its distributed package, and what DDP's constructor pulls in.
+DEFAULT_PRELOAD = (
+    "torch",
+    "torch.distributed",
+    "torch.nn.parallel",
+    "torch._dynamo",
+    "torch.utils.data",
+    "torch.optim",
+    "torchjob.autoreport",
+)
+# Importing torch on a busy 2-core machine takes seconds; this only bounds a warm interpreter that hangs.
+READY_SECONDS = 300.0
+ANSWER_SECONDS = 30.0
+
+
+def preload(job: PyTorchJob) -> list[str]:
+    """The modules the job's warm interpreter imports: torch's, then those the job adds."""
+    extra = job.annotation(extensions.WARM_PRELOAD) or ""
+    added = [name.strip() for name in extra.split(",") if name.strip()]
+    return [*DEFAULT_PRELOAD, *(name for name in added if name not in DEFAULT_PRELOAD)]
+
+
+def for_job(job: PyTorchJob, job_uid: str, log_path: Path) -> WarmInterpreter | None:
+    """The job's warm interpreter (started on first use), or None when the job opts out of warm starts."""
+    if job.annotation(extensions.WARM_START) == "false":
+        return None
+    return WarmInterpreter(job_uid, preload(job), log_path)
+
+
+class WarmInterpreter:
+    """One job's warm interpreter, as seen from its controller."""
+
+    def __init__(self, job_uid: str, modules: list[str], log_path: Path) -> None:
+        self.job_uid, self.modules, self.log_path = job_uid, modules, log_path
+        self._popen: subprocess.Popen[bytes] | None = None
+        self._channel: socket.socket | None = None
+        self._pending = b""
+        self.broken = False
+        self.failed_imports: list[str] = []
+
+    def spawn(
+        self, entry: WarmEntry, command: list[str], env: dict[str, str], cwd: str, log_path: Path, grace: float
+    ) -> Identity | None:
+        """Start a replica from the warm interpreter; its shim's identity, or None when the interpreter is
+        broken (the caller starts the replica cold)."""
+        if self.broken:
+            return None
+        try:
+            if self._channel is None:
+                self._start()
+            request: dict[str, Any] = {
+                "entry": {"module": entry.module, "target": entry.target, "argv": entry.argv},
+                "command": command,
+                "env": {**os.environ, **env, processes.MARKER_ENV: self.job_uid},
+                "cwd": cwd,
+                "log_path": str(log_path),
+                "status_path": str(log_path.with_suffix(".exit.json")),
+                "grace": grace,
+            }
+            request["entry"]["unbuffered"] = entry.unbuffered
+            assert self._channel is not None
+            self._channel.sendall(json.dumps(request).encode() + b"\n")
+            answer = self._read(ANSWER_SECONDS)
+            pid = int(answer["pid"])
+        except (OSError, ValueError, KeyError, TypeError, TimeoutError) as err:
+            self._break(f"torchjob: the warm interpreter failed ({err}); replicas start cold from now on\n")
+            return None
+        return processes.identify(pid) or Identity(pid, 0.0)
+
+    def pid(self) -> int | None:
+        return self._popen.pid if self._popen is not None and self._popen.poll() is None else None
+
+    def close(self) -> None:
+        """End the warm interpreter (a replica it started and that still runs is ended by its own shim)."""
+        if self._channel is not None:
+            self._channel.close()
+            self._channel = None
+        if self._popen is not None:
+            with contextlib.suppress(OSError):
+                self._popen.kill()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self._popen.wait(5.0)
+            self._popen = None
+
+    def _start(self) -> None:
+        ours, theirs = socket.socketpair()
+        env = {**os.environ, processes.MARKER_ENV: self.job_uid, "OMP_NUM_THREADS": "1"}
+        # Only the replicas report (torchjob/autoreport.py): the warm interpreter must start no thread.
+        env.pop(worker_files.ENV_AUTOREPORT, None)
+        # torch.cuda.is_available() without initialising CUDA, which a fork could not use afterwards.
+        env["PYTORCH_NVML_BASED_CUDA_CHECK"] = "1"
+        argv = [
+            sys.executable,
+            "-m",
+            "torchjob.backends.local.zygote",
+            str(theirs.fileno()),
+            str(os.getpid()),
+            json.dumps(self.modules),
+            proctitle.reservation(),
+        ]
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.log_path, "ab") as log:
+            self._popen = subprocess.Popen(
+                argv,
+                env=env,
+                cwd="/",  # nothing from a working directory can shadow what it preloads
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                pass_fds=[theirs.fileno()],
+                start_new_session=True,
+            )
+        theirs.close()
+        self._channel = ours
+        ready = self._read(READY_SECONDS)
+        self.failed_imports = list(ready.get("failed") or [])
+
+    def _read(self, timeout: float) -> dict[str, Any]:
+        assert self._channel is not None
+        deadline = time.monotonic() + timeout
+        while b"\n" not in self._pending:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError(f"no answer in {timeout:.0f}s")
+            readable, _, _ = select.select([self._channel], [], [], left)
+            if readable:
+                chunk = self._channel.recv(1 << 16)
+                if not chunk:
+                    raise OSError("it exited")
+                self._pending += chunk
+        line, self._pending = self._pending.split(b"\n", 1)
+        answer: dict[str, Any] = json.loads(line)
+        if "error" in answer:
+            raise OSError(str(answer["error"]))
+        return answer
+
+    def _break(self, why: str) -> None:
+        self.broken = True
+        with contextlib.suppress(OSError), open(self.log_path, "a") as log:
+            log.write(why)
+        self.close()

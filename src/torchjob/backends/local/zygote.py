@@ -1,0 +1,160 @@
+"""The job's warm interpreter: imports torch once, then forks every replica process of the job from itself.
+
+A cold replica spends seconds importing torch and what DDP's constructor pulls in (``torch._dynamo``), on every
+rank and on every restart. The local controller starts one of these per job (warm.py) and asks it, over a
+socket pair only the two of them hold, to start each replica. For each request it forks a process that does
+what ``shim.py`` does for a cold start (a session and process group of its own, the log as stdout and stderr,
+bound to its parent's life, the exit record, nothing left below it), whose child then runs the script as
+``__main__`` with the replica's argv, environment and working directory (warm_start.py): the same process tree,
+signals and files as a cold start, without the imports.
+
+Fork safety: the interpreter only imports (no CUDA, no OpenMP pool, no threads of its own: torch leaves one
+idle native thread, and torch itself is forked after import by every DataLoader). It dies with the controller
+(PR_SET_PDEATHSIG) and when the socket closes; its forked shims then stop their replicas (shim.py).
+
+Usage: ``python -m torchjob.backends.local.zygote FD CONTROLLER_PID PRELOAD_JSON RESERVED`` (warm.py builds it).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import importlib
+import json
+import os
+import select
+import signal
+import sys
+import time
+import traceback
+from typing import Any
+
+from torchjob.backends.local import proctitle, shim
+from torchjob.backends.local.shim import ExitRecord
+
+PR_SET_PDEATHSIG = 1
+# How often finished shims are reaped while no request comes.
+REAP_SECONDS = 0.2
+
+
+class BecomeReplica(BaseException):
+    """Raised in a forked replica process to unwind to ``main``, which runs the script at the top of the stack
+    (clean tracebacks, normal interpreter shutdown). A BaseException, so nothing on the way catches it."""
+
+    def __init__(self, request: dict[str, Any]) -> None:
+        super().__init__()
+        self.request = request
+
+
+def main() -> None:
+    fd, controller, preload = int(sys.argv[1]), int(sys.argv[2]), json.loads(sys.argv[3])
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != controller:
+        sys.exit(1)  # the controller died before we could watch it
+    proctitle.set_command_line([sys.executable, "-m", __spec__.name if __spec__ else "zygote", "(warm interpreter)"])
+    base_path = list(sys.path[1:])  # without this process's own sys.path[0] (its working directory)
+    failed = _preload(preload)
+    _send(fd, {"ready": True, "failed": failed})
+    try:
+        _serve(fd)
+    except BecomeReplica as replica:
+        from torchjob.backends.local import warm_start  # only the replica process needs it
+
+        warm_start.run(replica.request, base_path)  # raises SystemExit, as a script's end does
+
+
+def _preload(modules: list[str]) -> list[str]:
+    """Import what the replicas will import; the names that failed (a replica will say why itself)."""
+    failed = []
+    for name in modules:
+        try:
+            importlib.import_module(name)
+        except Exception:  # noqa: BLE001 - a module that cannot be preloaded is imported cold by the script
+            failed.append(name)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    return failed
+
+
+def _serve(channel: int) -> None:
+    # A bare file descriptor, owned by no Python object: a forked replica closes it, and nothing in it can
+    # close the number again later (when the number may name one of the script's files).
+    pending = b""
+    while True:
+        _reap()
+        ready, _, _ = select.select([channel], [], [], REAP_SECONDS)
+        if not ready:
+            continue
+        chunk = os.read(channel, 1 << 16)
+        if not chunk:
+            return  # the controller is gone
+        pending += chunk
+        while b"\n" in pending:
+            line, pending = pending.split(b"\n", 1)
+            _send(channel, _fork_replica(json.loads(line), channel))
+
+
+def _fork_replica(request: dict[str, Any], channel: int) -> dict[str, Any]:
+    sys.stdout.flush()
+    sys.stderr.flush()
+    try:
+        pid = os.fork()
+    except OSError as err:
+        return {"error": f"fork: {err.strerror}"}
+    if pid:
+        return {"pid": pid}
+    try:
+        os.close(channel)
+        _become_shim(request)
+    except Exception:  # noqa: BLE001 - a broken request ends this process, never the warm interpreter
+        traceback.print_exc()
+    os._exit(70)
+
+
+def _become_shim(request: dict[str, Any]) -> None:
+    """In the forked process: become the replica's shim (as ``python shim.py`` would be), in its session,
+    writing to its log; its child becomes the replica."""
+    os.setsid()
+    log = os.open(request["log_path"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.dup2(log, 1)
+    os.dup2(log, 2)
+    os.close(log)
+    os.close(null)
+    status_path, grace, command = request["status_path"], request["grace"], request["command"]
+    zygote = os.getppid()
+    try:
+        os.chdir(request["cwd"])
+    except OSError as err:
+        print(f"torchjob: cannot start {command[0]!r} in {request['cwd']}: {err.strerror}", file=sys.stderr)
+        ExitRecord(time.time(), exit_code=127).write(status_path)
+        os._exit(127)
+    proctitle.set_command_line([sys.executable, shim.__file__, status_path, str(grace), str(zygote), "--", *command])
+
+    def become_replica() -> None:
+        raise BecomeReplica(request)
+
+    os._exit(shim.supervise(status_path, float(grace), zygote, become_replica))
+
+
+def _reap() -> None:
+    """Collect finished shims (the controller reads how each ended from its exit record)."""
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+
+
+def _send(channel: int, message: dict[str, Any]) -> None:
+    data = json.dumps(message).encode() + b"\n"
+    while data:
+        data = data[os.write(channel, data) :]
+
+
+if __name__ == "__main__":
+    main()
