@@ -12,7 +12,7 @@ import os
 import platform
 from pathlib import Path
 
-from bench import checkpoint, cli, elastic, inplace, launch, operator, recovery, refusals, steady_state
+from bench import checkpoint, cli, elastic, inplace, launch, operator, recovery, refusals, steady_state, warm_restart
 
 RESULTS = Path(__file__).resolve().parent / "RESULTS.md"
 
@@ -39,6 +39,8 @@ def main() -> None:
     print("recovery ...", flush=True)
     recovered = recovery.measure(3)
     floor = recovery.cold_ddp_start_seconds()
+    print("warm restarts of the README's job ...", flush=True)
+    warm = warm_restart.measure(2 if args.quick else 3)
     print("in-place repair ...", flush=True)
     mended = inplace.measure(2 if args.quick else 3)
     print("elastic member loss ...", flush=True)
@@ -127,6 +129,7 @@ def main() -> None:
             added <= 2.0,
         ),
     ]
+    rows += warm_restart.rows(warm)
     ej, ej_failed = reformed["torchjob"]
     er, er_failed = reformed["torchrun"]
     rows.append(

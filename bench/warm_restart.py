@@ -138,5 +138,27 @@ def measure(trials: int = 3) -> dict[str, dict[str, float]]:
     return summary
 
 
+def rows(summary: dict[str, dict[str, float]]) -> list[str]:
+    """The benchmark table's rows (bench/__main__.py's format)."""
+    warm, cold = summary["warm"], summary["cold"]
+    added = warm["added"] / cold["added"] if cold["added"] > 0 else float("nan")
+    return [
+        f"| README job, rank 1 SIGKILLed in epoch 3: time the kill adds (median s; accuracy killed) | "
+        f"{warm['added']:.2f} warm ({warm['accuracy_killed']:.3f}) | {cold['added']:.2f} cold start "
+        f"({cold['accuracy_killed']:.3f}) | {added:.2f} | ≤ 3.0 s | {_met(warm['added'] <= 3.0)} |",
+        f"| the same: kill → next attempt started / → its first logged step (median s) | "
+        f"{warm['to_restart']:.2f} / {warm['to_first_step']:.2f} | {cold['to_restart']:.2f} / "
+        f"{cold['to_first_step']:.2f} | | — | yes |",
+        f"| README job end to end, no kill (median s); warm interpreter RSS | {warm['job']:.1f}; "
+        f"{warm['rss_mb']:.0f} MB | {cold['job']:.1f} cold | {warm['job'] / cold['job']:.2f} | — | yes |",
+    ]
+
+
+def _met(ok: bool) -> str:
+    return "yes" if ok else "**no**"
+
+
 if __name__ == "__main__":
-    print(json.dumps(measure(int(sys.argv[1]) if len(sys.argv) > 1 else 3), indent=2))
+    result = measure(int(sys.argv[1]) if len(sys.argv) > 1 else 3)
+    print(json.dumps(result, indent=2))
+    print("\n".join(rows(result)))
