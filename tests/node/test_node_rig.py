@@ -1,6 +1,7 @@
-"""The test cluster itself (kuberig) with a real node: a second cluster starts beside the session's, serves
-`kubectl exec` and `logs` from the host, loses its node abruptly and gets it back, and `delete` (by the
-cluster's name alone, its state file gone) leaves no process, network namespace, link, cgroup or file behind."""
+"""The test cluster itself (kuberig) with real nodes: a second cluster of three nodes starts beside the session's;
+Pods on different nodes find each other by DNS and train together over gloo; it serves `kubectl exec` and
+`logs` from the host, loses a node abruptly and gets it back, and `delete` (by the cluster's name alone, its
+state file gone) leaves no process, network namespace, link, cgroup or file behind."""
 
 from __future__ import annotations
 
@@ -47,25 +48,73 @@ def _node_ready(cluster: Cluster, name: str) -> str:
     return str(next(c["status"] for c in conditions if c["type"] == "Ready"))
 
 
-def test_a_second_cluster_serves_exec_and_logs_loses_its_node_and_leaves_nothing_behind(
+# Rank RANK of a 2-rank gloo group that meets at the headless Service "rank0" (the rank-0 Pod), by its DNS name.
+_ALL_REDUCE = (
+    "import os, torch, torch.distributed as dist; "
+    "dist.init_process_group('gloo', init_method='tcp://rank0.default.svc.cluster.local:29500', "
+    "rank=int(os.environ['RANK']), world_size=2, timeout=__import__('datetime').timedelta(seconds=90)); "
+    "t = torch.ones(1); dist.all_reduce(t); print('all_reduce', t.item(), 'on', os.environ['NODE'])"
+)
+
+
+def _rank_pod(rank: int, node: str) -> dict[str, object]:
+    env = [{"name": "RANK", "value": str(rank)}, {"name": "NODE", "value": node}]
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": f"rank{rank}-pod", "namespace": "default", "labels": {"app": f"rank{rank}"}},
+        "spec": {
+            "nodeName": node,  # one rank per node: the group's traffic crosses between nodes
+            "restartPolicy": "Never",
+            "containers": [
+                {"name": "c", "image": KUBEFLOW_MNIST, "command": ["python3", "-c", _ALL_REDUCE], "env": env}
+            ],
+        },
+    }
+
+
+def _pods_on_two_nodes_train_together(second: Cluster) -> None:
+    first, other = second.kubelet_nodes()[1:3]
+    second.apply(
+        {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": {"name": "rank0", "namespace": "default"},
+            "spec": {"clusterIP": "None", "selector": {"app": "rank0"}, "ports": [{"port": 29500}]},
+        }
+    )
+    second.apply(_rank_pod(0, first.name))
+    second.apply(_rank_pod(1, other.name))
+    for rank in (0, 1):
+        wait_for_pod_phase(second, "default", f"rank{rank}-pod", "Succeeded", timeout=180)
+    logs = {rank: second.kubectl("logs", f"rank{rank}-pod").stdout for rank in (0, 1)}
+    assert f"all_reduce 2.0 on {first.name}" in logs[0], logs
+    assert f"all_reduce 2.0 on {other.name}" in logs[1], logs
+
+
+def test_a_second_cluster_of_three_nodes_connects_their_pods_serves_exec_and_logs_loses_a_node_and_leaves_nothing(
     cluster: Cluster, tmp_path: Path
 ) -> None:
     directory = tmp_path / "second"
     name = f"second-{secrets.token_hex(3)}"
-    second = create(ClusterConfig(name, (NodeConfig("kubelet"),)), directory)
+    second = create(ClusterConfig(name, (NodeConfig("kubelet", 3),)), directory)
     node = second.kubelet_nodes()[0]
+    slots = [n.slot for n in second.kubelet_nodes()]
     try:
-        assert node.slot != cluster.kubelet_nodes()[0].slot  # its own namespace, subnets and cgroup root
+        assert len(set(slots)) == 3 and cluster.kubelet_nodes()[0].slot not in slots  # their own namespaces
+        assert sorted(_node_ready(second, n.name) for n in second.kubelet_nodes()) == ["True"] * 3
         second.push_image(KUBEFLOW_MNIST, {**RUNTIME_PATH})
+        _pods_on_two_nodes_train_together(second)
         second.apply(
             {
                 "apiVersion": "v1",
                 "kind": "Pod",
                 "metadata": {"name": "sleeper", "namespace": "default"},
                 "spec": {
+                    "nodeName": node.name,
                     "containers": [
                         {"name": "c", "image": KUBEFLOW_MNIST, "command": ["sh", "-c", "echo up; sleep 600"]}
-                    ]
+                    ],
                 },
             }
         )
@@ -90,10 +139,12 @@ def test_a_second_cluster_serves_exec_and_logs_loses_its_node_and_leaves_nothing
     finally:
         (directory / "state.json").unlink(missing_ok=True)  # delete must find everything by the name alone
         delete(name, directory)
-    assert not Path(f"/run/netns/{node.slot.name}").exists() and not node.slot.short_dir.exists()
     links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True, check=True).stdout
-    assert node.slot.host_veth not in links
-    assert not list(Path("/sys/fs/cgroup").glob(f"*/{node.slot.name}"))
+    routes = subprocess.run(["ip", "-o", "route"], capture_output=True, text=True, check=True).stdout
+    for slot in slots:
+        assert not Path(f"/run/netns/{slot.name}").exists() and not slot.short_dir.exists()
+        assert slot.host_veth not in links and slot.pod_subnet not in routes
+        assert not list(Path("/sys/fs/cgroup").glob(f"*/{slot.name}"))
     assert not _processes_mentioning(str(directory))
     assert not directory.exists()
     assert Path(f"/run/netns/{cluster.kubelet_nodes()[0].slot.name}").exists()  # the other cluster was left alone

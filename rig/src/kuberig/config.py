@@ -67,8 +67,6 @@ class ClusterConfig:
                 raise ValueError(f"nodes[{i}].count: must be 0 or more")
             if node.gpus < 0:
                 raise ValueError(f"nodes[{i}].gpus: must be 0 or more")
-        if self.kubelets > 1:
-            raise ValueError("nodes: one kubelet node at most for now (several need Pod routes between them)")
         if self.profile and self.profile not in PROFILES:
             raise ValueError(f"profile: {self.profile!r} must be one of {', '.join(PROFILES)}")
         return self

@@ -13,6 +13,7 @@ from pathlib import Path
 
 SLOTS = Path("/var/lib/kuberig")
 POD_NETWORK = "10.244.0.0/16"
+NODE_LINKS = "10.99.0.0/16"  # every slot's link to the host
 
 
 @dataclass(frozen=True)

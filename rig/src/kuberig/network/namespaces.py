@@ -1,8 +1,12 @@
 """A real node's network: a network namespace of its own, linked to the host by a veth pair.
 
 The host side holds ``10.99.<K>.1`` (the control plane and the registry listen there), the node ``10.99.<K>.2``.
-Nothing is routed anywhere else: the namespace has no default route, so test traffic stays on this machine.
-Cutting the host's end of the link (``cut``) is how a vanished node goes silent: no reset crosses it.
+Pods of different nodes reach each other through the host, as through a router: each node routes the other
+nodes' links (``10.99.0.0/16``) and Pod subnets (``10.244.0.0/16``) to its host end, and the host routes each
+node's Pod subnet to that node and forwards packets that arrive on a node's link (only those: the per-link
+``forwarding`` switch, not the machine's). Nothing is routed anywhere else: a node has no default route, so test
+traffic stays on this machine. Cutting the host's end of the link (``cut``) is how a vanished node goes silent:
+no reset crosses it.
 """
 
 from __future__ import annotations
@@ -12,7 +16,7 @@ import os
 import subprocess
 from pathlib import Path
 
-from kuberig.naming import Slot
+from kuberig.naming import NODE_LINKS, POD_NETWORK, Slot
 from kuberig.processes import run
 
 
@@ -21,6 +25,9 @@ def create(slot: Slot) -> None:
     run("ip", "link", "add", slot.host_veth, "type", "veth", "peer", "name", slot.node_veth, "netns", slot.name)
     run("ip", "addr", "add", f"{slot.host_ip}/24", "dev", slot.host_veth)
     run("ip", "link", "set", slot.host_veth, "up")
+    Path(f"/proc/sys/net/ipv4/conf/{slot.host_veth}/forwarding").write_text("1\n")
+    # The node's end comes up later, in its namespace: until then the route waits on a link with no carrier.
+    run("ip", "route", "replace", slot.pod_subnet, "via", slot.node_ip, "dev", slot.host_veth, "onlink")
 
 
 def delete(slot: Slot) -> None:
@@ -38,13 +45,15 @@ def mend(slot: Slot) -> None:
     run("ip", "link", "set", slot.host_veth, "up")
 
 
-def setup_script(veth: str, node_ip: str) -> list[str]:
-    """Shell lines, run inside the new namespace, that give the node its address."""
+def setup_script(slot: Slot) -> list[str]:
+    """Shell lines, run inside the new namespace, that give the node its address and its routes to the others."""
     return [
         "ip link set lo up",
-        f"ip link set {veth} name eth0",
-        f"ip addr add {node_ip}/24 dev eth0",
+        f"ip link set {slot.node_veth} name eth0",
+        f"ip addr add {slot.node_ip}/24 dev eth0",
         "ip link set eth0 up",
+        f"ip route add {NODE_LINKS} via {slot.host_ip}",  # the other nodes, through the host
+        f"ip route add {POD_NETWORK} via {slot.host_ip}",  # their Pods (this node's own subnet is on cni0)
         "echo 1 > /proc/sys/net/ipv4/ip_forward",  # this namespace's own: pods reach the node and each other
     ]
 

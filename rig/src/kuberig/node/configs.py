@@ -77,12 +77,13 @@ state = "{d}/containerd/state"
 
 
 def cni_conflist(slot: Slot, ipam_dir: Path) -> dict[str, Any]:
-    """Pods on the node's bridge ``cni0``, addressed from the slot's Pod subnet."""
+    """Pods on the node's bridge ``cni0``, addressed from the slot's Pod subnet. No masquerading: a Pod on another
+    node sees this Pod's own address (the nodes route Pod subnets to each other, network/namespaces.py)."""
     bridge = {
         "type": "bridge",
         "bridge": "cni0",
         "isGateway": True,
-        "ipMasq": True,
+        "ipMasq": False,
         "hairpinMode": True,
         "ipam": {
             "type": "host-local",

@@ -82,7 +82,7 @@ def provision(state: ClusterState, node: KubeletNode, server: str, timeout: floa
     _write_configs(node, cluster_dir, state.registry)
     pki.issue_certificate(cluster_dir, node.name, f"system:node:{node.name}", ("system:nodes",))
     pki.write_kubeconfig(cluster_dir, node.name, server)
-    network = namespaces.setup_script(node.slot.node_veth, node.ip)
+    network = namespaces.setup_script(node.slot)
     script = configs.namespace_script(node.directory / "fakes", network)
     holder = ["nsenter", f"--net=/run/netns/{node.slot.name}", "unshare", "--mount", "--propagation", "private"]
     state.add(processes.spawn(state.name, state.logs, node.process_name("namespace"), [*holder, "sh", "-c", script]))
