@@ -10,6 +10,7 @@ import tomllib
 from kuberig.config import ClusterConfig, NodeConfig, load
 from kuberig.images.registry import MIRRORED_REGISTRIES
 from kuberig.naming import Slot
+from kuberig.network import namespaces
 from kuberig.node import configs
 
 
@@ -37,8 +38,23 @@ def test_kubelet_and_cni_take_the_slots_addresses(tmp_path: Path) -> None:
     assert kubelet["cgroupRoot"] == "/kuberig-node3" and kubelet["failCgroupV1"] is False
     assert kubelet["address"] == "10.99.3.2" and kubelet["clusterDNS"] == ["10.244.3.1"]
     assert kubelet["authentication"]["anonymous"]["enabled"] is False
-    ranges = configs.cni_conflist(slot, tmp_path)["plugins"][0]["ipam"]["ranges"]
-    assert ranges == [[{"subnet": "10.244.3.0/24", "gateway": "10.244.3.1"}]]
+    bridge = configs.cni_conflist(slot, tmp_path)["plugins"][0]
+    assert bridge["ipam"]["ranges"] == [[{"subnet": "10.244.3.0/24", "gateway": "10.244.3.1"}]]
+    assert bridge["ipMasq"] is False  # a Pod on another node sees this Pod's own address
+
+
+def test_a_node_routes_the_other_nodes_and_their_pods_through_the_host() -> None:
+    lines = namespaces.setup_script(Slot(2))
+    assert "ip route add 10.99.0.0/16 via 10.99.2.1" in lines
+    assert "ip route add 10.244.0.0/16 via 10.99.2.1" in lines
+    assert not any("default" in line for line in lines)  # nothing leaves this machine
+
+
+def test_kube_proxy_touches_no_global_sysctl_and_masquerades_service_traffic(tmp_path: Path) -> None:
+    proxy = configs.kube_proxy_config("kubelet-node-1", Slot(2), tmp_path / "proxy.kubeconfig")
+    assert proxy["mode"] == "iptables" and proxy["clusterCIDR"] == "10.244.0.0/16"
+    assert proxy["conntrack"]["maxPerCore"] == 0 and proxy["iptables"]["localhostNodePorts"] is False
+    assert proxy["iptables"]["masqueradeAll"] is True and proxy["bindAddress"] == "10.99.2.2"
 
 
 def test_the_base_spec_lends_the_nodes_python_read_only() -> None:

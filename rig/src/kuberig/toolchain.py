@@ -69,5 +69,5 @@ def missing_control_plane() -> list[str]:
 
 
 def missing_node() -> list[str]:
-    missing = [b for b in ("kubelet", "coredns", "pause", "registry") if not (node_bin() / b).exists()]
+    missing = [b for b in ("kubelet", "kube-proxy", "coredns", "pause", "registry") if not (node_bin() / b).exists()]
     return missing + ([] if (rootfs() / ".complete").exists() else ["rootfs"])

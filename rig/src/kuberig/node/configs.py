@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from kuberig.images.registry import MIRRORED_REGISTRIES
-from kuberig.naming import Slot
+from kuberig.naming import POD_NETWORK, Slot
 
 PAUSE_IMAGE = "registry.k8s.io/pause:3.10"
 # The node lends its Python environment to every container, as a GPU node lends its driver: containerd mounts
@@ -129,6 +129,24 @@ def kubelet_config(slot: Slot, directory: Path, client_ca: Path) -> dict[str, An
         "maxPods": 32,
         "nodeStatusReportFrequency": "10s",
         "nodeLeaseDurationSeconds": 8,
+    }
+
+
+def kube_proxy_config(node: str, slot: Slot, kubeconfig: Path) -> dict[str, Any]:
+    """kube-proxy in iptables mode, inside the node's namespace: ClusterIP Services (``kubernetes.default``
+    included) answer from the node's Pods. It touches no global sysctl (conntrack sizes, route_localnet), and it
+    masquerades all Service traffic, so a reply from a Pod on the same bridge returns through the node's NAT
+    (the bridge does not call iptables: no br_netfilter needed)."""
+    return {
+        "apiVersion": "kubeproxy.config.k8s.io/v1alpha1",
+        "kind": "KubeProxyConfiguration",
+        "mode": "iptables",
+        "hostnameOverride": node,
+        "bindAddress": slot.node_ip,
+        "clusterCIDR": POD_NETWORK,
+        "clientConnection": {"kubeconfig": str(kubeconfig)},
+        "iptables": {"masqueradeAll": True, "localhostNodePorts": False},
+        "conntrack": {"maxPerCore": 0, "min": 0, "tcpEstablishedTimeout": "0s", "tcpCloseWaitTimeout": "0s"},
     }
 
 

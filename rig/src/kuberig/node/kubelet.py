@@ -1,5 +1,5 @@
-"""A real node: kubelet, Debian's containerd + runc + CNI plugins and a minimal CoreDNS, in a network and mount
-namespace of its own (``network/namespaces.py``), under a cgroup root of its own (``network/cgroups.py``).
+"""A real node: kubelet, kube-proxy, Debian's containerd + runc + CNI plugins and a minimal CoreDNS, in a network
+and mount namespace of its own (``network/namespaces.py``), under a cgroup root of its own (``network/cgroups.py``).
 
 ``stop`` is how a spot VM vanishes: the link is cut first (so no reset reaches a peer), then kubelet,
 containerd, CoreDNS and every container process are killed at once; nothing is drained. ``start`` brings the
@@ -22,7 +22,7 @@ from kuberig.network import cgroups, namespaces
 from kuberig.node import configs
 from kuberig.state import ClusterState, NodeState
 
-DAEMONS = ("containerd", "kubelet", "coredns")
+DAEMONS = ("containerd", "kubelet", "kube-proxy", "coredns")
 
 
 @dataclass(frozen=True)
@@ -74,6 +74,8 @@ def _write_configs(node: KubeletNode, cluster_dir: Path, registry: str) -> None:
     (d / "resolv.conf").write_text(f"nameserver {node.slot.host_ip}\n")  # nothing answers there: no way out
     configs.write_json(d / "kubelet.yaml", configs.kubelet_config(node.slot, d, cluster_dir / "ca.crt"))
     (d / "Corefile").write_text(configs.corefile(cluster_dir / "admin.kubeconfig", pki.CONTEXT))
+    proxy = cluster_dir / f"{node.name}-proxy.kubeconfig"
+    configs.write_json(d / "kube-proxy.yaml", configs.kube_proxy_config(node.name, node.slot, proxy))
 
 
 def provision(state: ClusterState, node: KubeletNode, server: str, timeout: float) -> None:
@@ -82,6 +84,9 @@ def provision(state: ClusterState, node: KubeletNode, server: str, timeout: floa
     _write_configs(node, cluster_dir, state.registry)
     pki.issue_certificate(cluster_dir, node.name, f"system:node:{node.name}", ("system:nodes",))
     pki.write_kubeconfig(cluster_dir, node.name, server)
+    # kube-proxy's user: the bootstrap policy binds system:kube-proxy to the node-proxier role.
+    pki.issue_certificate(cluster_dir, f"{node.name}-proxy", "system:kube-proxy")
+    pki.write_kubeconfig(cluster_dir, f"{node.name}-proxy", server)
     network = namespaces.setup_script(node.slot)
     script = configs.namespace_script(node.directory / "fakes", network)
     holder = ["nsenter", f"--net=/run/netns/{node.slot.name}", "unshare", "--mount", "--propagation", "private"]
@@ -111,6 +116,7 @@ def _daemon_argv(node: KubeletNode, cluster_dir: Path) -> dict[str, list[str]]:
             f"--cert-dir={d}/kubelet-pki",
             "--v=1",
         ],
+        "kube-proxy": [str(binaries / "kube-proxy"), f"--config={d}/kube-proxy.yaml", "--v=1"],
         "coredns": [str(binaries / "coredns"), "-conf", str(d / "Corefile")],
     }
 

@@ -36,6 +36,12 @@ if [ ! -x "$BIN/kubelet" ]; then
       -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=${minor%%.*}" \
     k8s.io/kubernetes/cmd/kubelet)
 fi
+if [ ! -x "$BIN/kube-proxy" ]; then
+  bash "$HERE/build-kube.sh" >/dev/null
+  echo "real-node: go build kube-proxy $K8S_VERSION" >&2
+  (cd "$CACHE/kube/src-$K8S_VERSION" && go build -trimpath -o "$BIN/kube-proxy" -ldflags "-s -w" \
+    k8s.io/kubernetes/cmd/kube-proxy)
+fi
 
 # build_main NAME SOURCE [MODULE@VERSION]: a one-file main package in a wrapper module of its own.
 build_main() {
