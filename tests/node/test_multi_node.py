@@ -1,0 +1,118 @@
+"""A cluster, not a node (#26): three real nodes with kube-proxy, and the torchjob operator deployed inside it as a
+user deploys it (its image from this checkout, ``deploy/`` through kustomize, two replicas with leader election).
+
+A job spread over the nodes trains with its ranks on different nodes, and its Pods' progress reports reach the
+operator through its Service; the operator reaches the API server through ``kubernetes.default``; when the node
+that runs the operator's leader vanishes, the standby takes over and the next job still runs.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from kuberig import Cluster, ClusterConfig, NodeConfig, create, delete
+from kuberig.node import kubelet
+from tests.node.conftest import wait_for_condition
+from tests.support.images import TEST_SCRIPTS, push_test_images
+from tests.support.incluster import deploy
+
+
+@pytest.fixture(scope="module")
+def three_nodes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    directory = tmp_path_factory.mktemp("three-nodes") / "cluster"
+    name = f"three-{secrets.token_hex(3)}"
+    cluster = create(ClusterConfig(name, (NodeConfig("kubelet", 3),)), directory)
+    try:
+        push_test_images(cluster)
+        deploy(cluster, directory.parent)
+        yield cluster
+    finally:
+        delete(name, directory)
+
+
+def _spread_job(name: str, namespace: str, steps: int) -> dict[str, Any]:
+    """Master + 2 Workers of the hang-test script, one Pod per node (required anti-affinity on the hostname)."""
+    labels = {"training.kubeflow.org/job-name": name}
+    anti = {"labelSelector": {"matchLabels": labels}, "topologyKey": "kubernetes.io/hostname"}
+    container = {
+        "name": "pytorch",
+        "image": TEST_SCRIPTS,
+        "command": ["python3", "hang_train.py", "--steps", str(steps)],
+    }
+    template = {
+        "spec": {
+            "containers": [container],
+            "terminationGracePeriodSeconds": 2,
+            "affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [anti]}},
+        }
+    }
+    return {
+        "apiVersion": "kubeflow.org/v1",
+        "kind": "PyTorchJob",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "pytorchReplicaSpecs": {
+                "Master": {"replicas": 1, "restartPolicy": "OnFailure", "template": template},
+                "Worker": {"replicas": 2, "restartPolicy": "OnFailure", "template": template},
+            },
+        },
+    }
+
+
+def _leader(cluster: Cluster) -> str:
+    """The Pod that holds the operator's lease (its identity is the Pod's name, then a suffix of its own)."""
+    lease = cluster.kubectl_json("get", "lease", "torchjob-operator", "-n", "torchjob-system")
+    return str(lease["spec"].get("holderIdentity") or "").rsplit("_", 1)[0]
+
+
+def _operator_pods(cluster: Cluster) -> dict[str, str]:
+    """The operator's Pods: name → node."""
+    found = cluster.kubectl_json(
+        "get", "pods", "-n", "torchjob-system", "-l", "app.kubernetes.io/name=torchjob-operator"
+    )
+    return {p["metadata"]["name"]: p["spec"].get("nodeName", "") for p in found["items"]}
+
+
+def test_a_job_spread_over_three_nodes_trains_and_reports_to_the_operator_in_the_cluster(three_nodes: Cluster) -> None:
+    cluster = three_nodes
+    namespace = cluster.namespace("spread")
+    cluster.apply(_spread_job("spread", namespace, steps=30))
+    job = wait_for_condition(cluster, namespace, "spread", {"Succeeded", "Failed"}, timeout=300)
+    conditions = {c["type"]: c for c in job["status"]["conditions"]}
+    assert "Failed" not in conditions, conditions["Failed"]["message"]
+    pods = cluster.kubectl_json("get", "pods", "-n", namespace)["items"]
+    assert len({p["spec"]["nodeName"] for p in pods}) == 3  # one rank per node: the group crossed nodes
+    # The Pods' reports reached the operator through its Service (ClusterIP, kube-proxy): progress is known.
+    assert job["status"]["trainerStatus"]["progressPercentage"] == 100
+    assert len(_operator_pods(cluster)) == 2 and _leader(cluster) in _operator_pods(cluster)
+
+
+def test_when_the_leaders_node_vanishes_the_standby_takes_over(three_nodes: Cluster) -> None:
+    cluster = three_nodes
+    leader = _leader(cluster)
+    node = cluster.node(_operator_pods(cluster)[leader])
+    assert isinstance(node, kubelet.KubeletNode)
+    kubelet.stop(cluster.state, node)  # the link goes first: nothing of the old leader gets out
+    try:
+        deadline = time.monotonic() + 120
+        while _leader(cluster) == leader:  # the lease runs out (15 s), the standby takes it
+            assert time.monotonic() < deadline, "the standby never took the lease"
+            time.sleep(1)
+        namespace = cluster.namespace("after")
+        job = _spread_job("after", namespace, steps=10)
+        for spec in job["spec"]["pytorchReplicaSpecs"].values():  # two nodes left: no anti-affinity
+            spec["template"]["spec"].pop("affinity", None)  # one template, shared
+        job["spec"]["pytorchReplicaSpecs"]["Worker"]["replicas"] = 1
+        cluster.apply(job)
+        done = wait_for_condition(cluster, namespace, "after", {"Succeeded", "Failed"}, timeout=300)
+        conditions = {c["type"]: c for c in done["status"]["conditions"]}
+        assert "Failed" not in conditions, conditions["Failed"]["message"]
+        pods = cluster.kubectl_json("get", "pods", "-n", namespace)["items"]
+        assert node.name not in {p["spec"]["nodeName"] for p in pods}
+    finally:
+        kubelet.start(cluster.state, node)
