@@ -81,7 +81,7 @@ def trial(warm: bool, kill: bool) -> dict[str, Any]:
         killed_at: float | None = None
         first_step: float | None = None
         while process.poll() is None and time.monotonic() - started < TIMEOUT:
-            warm_rss = max(warm_rss, _warm_interpreter_rss(env))
+            warm_rss = max(warm_rss, _warm_interpreter_rss())
             if kill and killed_at is None and log.exists() and "epoch: 3/" in log.read_text():
                 victim = _rank1_trainer(home)
                 if victim is not None:
@@ -106,7 +106,7 @@ def trial(warm: bool, kill: bool) -> dict[str, Any]:
         shutil.rmtree(work, ignore_errors=True)
 
 
-def _warm_interpreter_rss(env: dict[str, str]) -> float:
+def _warm_interpreter_rss() -> float:
     for candidate in psutil.process_iter():
         try:
             if "(warm interpreter)" in " ".join(candidate.cmdline()):

@@ -22,7 +22,7 @@ from torchjob.backends.local.processes import Identity
 from torchjob.backends.local.shim import ExitRecord
 from torchjob.backends.local.store import ProcessRecord
 from torchjob.backends.local.warm import WarmInterpreter
-from torchjob.backends.local.warm_command import ColdStart, WarmEntry, warm_entry
+from torchjob.backends.local.warm_command import WarmEntry, warm_entry
 
 
 class Children:
@@ -50,16 +50,18 @@ class Children:
         the job's warm interpreter when it can (warm_command.py). A command that cannot start is recorded as
         having exited with 127, so the planner reports it like any failure."""
         status_path = str(log_path.with_suffix(".exit.json"))
-        start: WarmEntry | ColdStart | None = None
+        identity = None
+        note = None  # why a job with warm starts starts this one cold, said once in its log
         if self.warm is not None and may_start_warm:
             start = warm_entry(command, env, cwd, sys.executable, dict(os.environ))
-        identity = None
-        if isinstance(start, WarmEntry) and self.warm is not None:
-            identity = self.warm.spawn(start, command, env, cwd, log_path, self.grace)
-            if identity is not None:
-                self._forked[(name, attempt)] = identity
+            if isinstance(start, WarmEntry):
+                identity = self.warm.spawn(start, command, env, cwd, log_path, status_path, self.grace)
+                if identity is not None:
+                    self._forked[(name, attempt)] = identity
+            elif attempt == 0:
+                note = f"torchjob: starting cold: {start.reason}\n"
         if identity is None:
-            identity = self._spawn_cold(name, attempt, log_path, command, env, cwd, start)
+            identity = self._spawn_cold((name, attempt), log_path, status_path, command, env, cwd, note)
         return ProcessRecord(
             replica=name,
             attempt=attempt,
@@ -73,26 +75,25 @@ class Children:
 
     def _spawn_cold(
         self,
-        name: str,
-        attempt: int,
+        key: tuple[str, int],
         log_path: Path,
+        status_path: str,
         command: list[str],
         env: dict[str, str],
         cwd: str,
-        start: WarmEntry | ColdStart | None,
+        note: str | None,
     ) -> Identity | None:
-        status_path = str(log_path.with_suffix(".exit.json"))
         argv = [sys.executable, shim.__file__, status_path, str(self.grace), str(os.getpid()), "--", *command]
         with open(log_path, "ab") as log:
-            if isinstance(start, ColdStart) and self.warm is not None and attempt == 0:
-                log.write(f"torchjob: starting cold: {start.reason}\n".encode())
+            if note:
+                log.write(note.encode())
             try:
                 popen, identity = processes.spawn(argv, env, cwd, log, self.job_uid)
             except OSError as err:
                 log.write(f"torchjob: cannot start {command[0]!r} in {cwd}: {err.strerror}\n".encode())
                 ExitRecord(time.time(), exit_code=127).write(status_path)
                 return None
-        self._popens[(name, attempt)] = popen
+        self._popens[key] = popen
         return identity
 
     def exit_status(self, record: ProcessRecord) -> ExitRecord | None:

@@ -9,6 +9,7 @@ a job never fails because of its warm interpreter.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import select
@@ -64,10 +65,16 @@ class WarmInterpreter:
         self._channel: socket.socket | None = None
         self._pending = b""
         self.broken = False
-        self.failed_imports: list[str] = []
 
     def spawn(
-        self, entry: WarmEntry, command: list[str], env: dict[str, str], cwd: str, log_path: Path, grace: float
+        self,
+        entry: WarmEntry,
+        command: list[str],
+        env: dict[str, str],
+        cwd: str,
+        log_path: Path,
+        status_path: str,
+        grace: float,
     ) -> Identity | None:
         """Start a replica from the warm interpreter; its shim's identity, or None when the interpreter is
         broken (the caller starts the replica cold)."""
@@ -77,15 +84,14 @@ class WarmInterpreter:
             if self._channel is None:
                 self._start()
             request: dict[str, Any] = {
-                "entry": {"module": entry.module, "target": entry.target, "argv": entry.argv},
+                "entry": dataclasses.asdict(entry),
                 "command": command,
                 "env": {**os.environ, **env, processes.MARKER_ENV: self.job_uid},
                 "cwd": cwd,
                 "log_path": str(log_path),
-                "status_path": str(log_path.with_suffix(".exit.json")),
+                "status_path": status_path,
                 "grace": grace,
             }
-            request["entry"]["unbuffered"] = entry.unbuffered
             assert self._channel is not None
             self._channel.sendall(json.dumps(request).encode() + b"\n")
             answer = self._read(ANSWER_SECONDS)
@@ -94,9 +100,6 @@ class WarmInterpreter:
             self._break(f"torchjob: the warm interpreter failed ({err}); replicas start cold from now on\n")
             return None
         return processes.identify(pid) or Identity(pid, 0.0)
-
-    def pid(self) -> int | None:
-        return self._popen.pid if self._popen is not None and self._popen.poll() is None else None
 
     def close(self) -> None:
         """End the warm interpreter (a replica it started and that still runs is ended by its own shim)."""
@@ -140,8 +143,7 @@ class WarmInterpreter:
             )
         theirs.close()
         self._channel = ours
-        ready = self._read(READY_SECONDS)
-        self.failed_imports = list(ready.get("failed") or [])
+        self._read(READY_SECONDS)  # the preload is done (a module that failed is imported by the script itself)
 
     def _read(self, timeout: float) -> dict[str, Any]:
         assert self._channel is not None
