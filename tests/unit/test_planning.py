@@ -231,6 +231,19 @@ def test_root_cause_is_the_first_failure_not_the_peers_that_followed() -> None:
     assert "worker-1 was killed by SIGKILL" in cond(job, ConditionType.RESTARTING)[2]  # type: ignore[index]
 
 
+def test_a_peer_that_lost_its_connection_in_the_same_second_is_not_the_root_cause() -> None:
+    # A Pod's finish time has a resolution of one second: the killed rank and its peer often tie.
+    job, _ = step(make_job("j").master().workers(2).restart_policy("ExitCode").build(), [])
+    observed = [
+        failed("master-0", exit_code=1, message="[rank0]: RuntimeError: Connection reset by peer", at=at(10)),
+        running("worker-0"),
+        failed("worker-1", exit_code=137, at=at(10)),
+    ]
+    job, _ = step(job, observed, at(12))
+    assert conditions.state(job.status) == "Restarting"
+    assert "worker-1 exited with code 137" in cond(job, ConditionType.RESTARTING)[2]  # type: ignore[index]
+
+
 def test_backoff_limit_counts_every_group_restart() -> None:
     job = make_job("j").master().workers(1).restart_policy("ExitCode").run_policy(backoffLimit=1).build()
     job, _ = step(job, [])

@@ -12,6 +12,7 @@ part from the moment of its notice, so a peer crashing while it saves does not b
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from torchjob.api.types import ConditionType, JobStatus, PyTorchJob, RestartPolicy
@@ -58,14 +59,24 @@ def judge_failures(job: PyTorchJob, attempt: list[ReplicaObservation]) -> Failur
         return None
     candidates = [o for o in attempt if o.phase is Phase.FAILED or (o.phase.live and o.disrupted_at)]
 
-    def order(o: ReplicaObservation) -> tuple[float, bool, str]:
-        # Earliest onset first (unknown times last); among ties a permanent failure wins, then by name.
+    def order(o: ReplicaObservation) -> tuple[float, bool, bool, str]:
+        # Earliest onset first (unknown times last). A Pod's finish time has a resolution of one second, so
+        # the killed rank and the peer that lost its connection to it often tie: among ties, a failure that
+        # reads as a lost peer yields to one that does not, then a permanent failure wins, then by name.
         onset = o.failure_onset
         when = onset.timestamp() if onset else float("inf")
-        return (when, is_retryable(restart_policy_of(job, o), o), str(o.replica))
+        return (when, _lost_a_peer(o), is_retryable(restart_policy_of(job, o), o), str(o.replica))
 
     root = min(candidates, key=order)
     return FailureVerdict(root_cause=root, retryable=is_retryable(restart_policy_of(job, root), root))
+
+
+# What gloo, NCCL and the TCPStore say when the other end of a connection died: the mark of a peer's failure.
+_PEER_LOST = re.compile(r"connection (reset|closed) by peer|broken pipe|econnreset|connection refused", re.IGNORECASE)
+
+
+def _lost_a_peer(observation: ReplicaObservation) -> bool:
+    return observation.exit_code != 0 and bool(_PEER_LOST.search(observation.message or ""))
 
 
 def vanished_replicas(
