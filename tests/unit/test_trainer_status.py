@@ -82,3 +82,15 @@ def test_the_planner_writes_progress_and_100_percent_on_success() -> None:
     assert {m.name: m.value for m in done.metrics}["step"] == "10"  # every step was done, reported or not
     wire = job.to_wire()["status"]["trainerStatus"]
     assert set(wire) == {"progressPercentage", "estimatedRemainingSeconds", "metrics", "lastUpdatedTime"}
+
+
+def test_a_job_that_ends_between_two_passes_still_shows_its_last_report() -> None:
+    # The pass before saw no report yet; the next one sees the replica already succeeded, with its last report.
+    job = make_job("p").workers(1).build()
+    job = job.model_copy(update={"status": plan(job, [], T0).status})
+    job = job.model_copy(update={"status": plan(job, [running("worker-0")], at(1)).status})
+    assert job.status.trainer_status is None
+    last = Progress(at(2), 20, 20, loss=0.125)
+    done = plan(job, [replace(succeeded("worker-0"), progress=last)], at(3)).status.trainer_status
+    assert done is not None and done.progress_percentage == 100
+    assert {m.name: m.value for m in done.metrics} == {"step": "20", "totalSteps": "20", "loss": "0.125"}

@@ -107,7 +107,7 @@ class _Planner(PassState):
             self._on_failure(verdict)
             return
         if success.job_succeeded(self.job, current):
-            self._succeed()
+            self._succeed(current)
             return
         since, started = attempts.training_since(self.status), attempts.started_at(self.status)
         hang = progress.check(self.job, current, since, self.now, self.helpers.reports_progress, started)
@@ -211,12 +211,13 @@ class _Planner(PassState):
         attempts.close_current(self.status, text, self.now)
         self._finished()
 
-    def _succeed(self) -> None:
+    def _succeed(self, current: list[ReplicaObservation]) -> None:
         message = f"{self._kind_name()} successfully completed."
         self._condition(ConditionType.SUCCEEDED, conditions.REASON_SUCCEEDED, message)
         self.events.append(Event("Normal", "Succeeded", message))
         self.status.completion_time = timestamp(self.now)
-        self.status.trainer_status = progress_summary.completed(self.status.trainer_status)
+        reported = progress_summary.summarize(self.status.trainer_status, current)
+        self.status.trainer_status = progress_summary.completed(reported)
         attempts.close_current(self.status, "succeeded", self.now)
         self._finished()
 

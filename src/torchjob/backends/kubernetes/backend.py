@@ -111,11 +111,11 @@ class KubernetesBackend(Backend):
     def _with_reports(self, seen: ReplicaObservation | None, pod: dict[str, Any]) -> ReplicaObservation | None:
         """A replica with what its Pod last reported (filed by Pod uid, see report_board.py): whether it trains
         under the in-place loop of its attempt (a lost one too: the planner repairs around it), and, while
-        it runs, its progress."""
+        it runs or once it succeeded, its progress."""
         if seen is None or self.reports is None:
             return seen
         uid = pod["metadata"].get("uid")
-        progress = self.reports.latest(uid) if seen.phase is Phase.RUNNING else None
+        progress = self.reports.latest(uid) if seen.phase in (Phase.RUNNING, Phase.SUCCEEDED) else None
         repairable = self.reports.announced(uid, seen.attempt)
         return dataclasses.replace(seen, progress=progress, repairable=repairable)
 

@@ -290,7 +290,8 @@ class LocalBackend(Backend):
             ended,
             stopping=record.stopping_since is not None,
             notice_at=observing.preemption_onset(notices, record.started_at),
-            progress=observing.slowest(reports) if ended is None else None,
+            # A replica that succeeded keeps its last report: a short job may end between two passes.
+            progress=observing.slowest(reports) if ended is None or not failed else None,
             message=failure_summary(log, error_file=error_file(log)) if failed else None,
             repairable=membership.announced(output, worker_files.process_key(record.replica, 0, 0), record.attempt),
         )

@@ -18,9 +18,11 @@ from torchjob.core.times import timestamp
 def summarize(previous: TrainerStatus | None, current: list[ReplicaObservation]) -> TrainerStatus | None:
     """The progress of the running group: as far as its slowest replica (DDP moves in lockstep, so the
     others wait for it), the time that replica still needs, the group's throughput. Until a replica of this
-    attempt reports, the last known progress stands (a restarted group resumes from its checkpoint)."""
+    attempt reports, the last known progress stands (a restarted group resumes from its checkpoint). A
+    replica that succeeded counts with its last report: a short job may end between two passes."""
+    reporting = (Phase.RUNNING, Phase.SUCCEEDED)
     reports = sorted(
-        ((str(o.replica), o.progress) for o in current if o.phase is Phase.RUNNING and o.progress is not None),
+        ((str(o.replica), o.progress) for o in current if o.phase in reporting and o.progress is not None),
         key=lambda pair: pair[0],
     )
     if not reports:
