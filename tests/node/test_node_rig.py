@@ -80,14 +80,23 @@ def _pods_on_two_nodes_train_together(second: Cluster) -> None:
             "apiVersion": "v1",
             "kind": "Service",
             "metadata": {"name": "rank0", "namespace": "default"},
-            "spec": {"clusterIP": "None", "selector": {"app": "rank0"}, "ports": [{"port": 29500}]},
+            # As torchjob's own headless Services: the name resolves as soon as the Pod has an address.
+            "spec": {
+                "clusterIP": "None",
+                "selector": {"app": "rank0"},
+                "ports": [{"port": 29500}],
+                "publishNotReadyAddresses": True,
+            },
         }
     )
     second.apply(_rank_pod(0, first.name))
     second.apply(_rank_pod(1, other.name))
-    for rank in (0, 1):
-        wait_for_pod_phase(second, "default", f"rank{rank}-pod", "Succeeded", timeout=180)
-    logs = {rank: second.kubectl("logs", f"rank{rank}-pod").stdout for rank in (0, 1)}
+    try:
+        for rank in (0, 1):
+            wait_for_pod_phase(second, "default", f"rank{rank}-pod", "Succeeded", timeout=240)
+    finally:  # on a failure, what each rank said is the first thing to read
+        logs = {rank: second.kubectl("logs", f"rank{rank}-pod", check=False).stdout for rank in (0, 1)}
+        print("rank logs:", logs)
     assert f"all_reduce 2.0 on {first.name}" in logs[0], logs
     assert f"all_reduce 2.0 on {other.name}" in logs[1], logs
 
