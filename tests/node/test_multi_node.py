@@ -4,7 +4,9 @@ user deploys it (its image from this checkout, ``deploy/`` through kustomize, tw
 A job spread over the nodes trains with its ranks on different nodes, and its Pods' progress reports reach the
 operator through its Service; the operator reaches the API server through ``kubernetes.default``; when the node
 that runs the operator's leader vanishes, the standby takes over and, once Kubernetes has marked that node
-unreachable, the next job runs on the remaining nodes.
+unreachable, the next job runs on the remaining nodes. When the node of a training replica vanishes mid-training
+(seed 004), the operator does not wait for the platform's eviction (which never completes without a kubelet): the
+group restarts on the surviving nodes, resumed from the checkpoint on storage every node reaches.
 """
 
 from __future__ import annotations
@@ -12,15 +14,18 @@ from __future__ import annotations
 import secrets
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from kuberig import Cluster, ClusterConfig, NodeConfig, create, delete
 from kuberig.node import kubelet
 from tests.node.conftest import wait_for_condition
 from tests.support.images import TEST_SCRIPTS, push_test_images
 from tests.support.incluster import deploy
+from tests.support.paths import ROOT
 
 
 @pytest.fixture(scope="module")
@@ -125,5 +130,83 @@ def test_when_the_leaders_node_vanishes_the_standby_takes_over(three_nodes: Clus
         assert "Failed" not in conditions, conditions["Failed"]["message"]
         pods = cluster.kubectl_json("get", "pods", "-n", namespace)["items"]
         assert node.name not in {p["spec"]["nodeName"] for p in pods}
+    finally:
+        kubelet.start(cluster.state, node)
+
+
+def _all_nodes_ready(cluster: Cluster, timeout: float) -> None:
+    """Every node Ready and untainted (a node stopped by an earlier test has come back)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        nodes = cluster.kubectl_json("get", "nodes")["items"]
+        ready = [
+            n
+            for n in nodes
+            if any(c["type"] == "Ready" and c["status"] == "True" for c in n["status"]["conditions"])
+            and not _tainted_unreachable(cluster, n["metadata"]["name"])
+        ]
+        if len(ready) == len(nodes):
+            return
+        assert time.monotonic() < deadline, "not every node came back Ready"
+        time.sleep(1)
+
+
+def _checkpointing_mnist(namespace: str) -> dict[str, Any]:
+    """examples/mnist/job.yaml as shipped, checkpointing every 10 steps to a claim every node mounts (the rig's
+    nodes share the host's disk, as nodes share a network file system), its replicas spread over the nodes."""
+    job: dict[str, Any] = yaml.safe_load((ROOT / "examples" / "mnist" / "job.yaml").read_text())
+    job["metadata"]["namespace"] = namespace
+    labels = {"training.kubeflow.org/job-name": job["metadata"]["name"]}
+    spread = {"labelSelector": {"matchLabels": labels}, "topologyKey": "kubernetes.io/hostname"}
+    for spec in job["spec"]["pytorchReplicaSpecs"].values():
+        pod = spec["template"]["spec"]
+        container = pod["containers"][0]
+        container["args"] = [*container["args"], "--checkpoint-every", "10"]
+        container["env"] = [{"name": "TORCHJOB_OUTPUT_DIR", "value": "/data"}]
+        container["volumeMounts"] = [{"name": "data", "mountPath": "/data"}]
+        pod["volumes"] = [{"name": "data", "persistentVolumeClaim": {"claimName": "data"}}]
+        preferred = [{"weight": 100, "podAffinityTerm": spread}]  # preferred: the restart fits on two nodes
+        pod["affinity"] = {"podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": preferred}}
+    return job
+
+
+def _wait_for_a_checkpoint(data: Path, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while not list((data / "checkpoints").glob("*")):
+        assert time.monotonic() < deadline, "no checkpoint was written to the claim"
+        time.sleep(0.5)
+
+
+def test_a_node_lost_mid_training_restarts_the_group_on_the_survivors_from_the_checkpoint(
+    three_nodes: Cluster,
+) -> None:
+    cluster = three_nodes
+    _all_nodes_ready(cluster, timeout=180)
+    namespace = cluster.namespace("node-lost")
+    data = cluster.claim(namespace, "data")
+    cluster.apply(_checkpointing_mnist(namespace))
+    _wait_for_a_checkpoint(data, timeout=300)
+    first = {p["metadata"]["name"]: p for p in cluster.kubectl_json("get", "pods", "-n", namespace)["items"]}
+    node = cluster.node(first["mnist-worker-1"]["spec"]["nodeName"])
+    assert isinstance(node, kubelet.KubeletNode)
+    kubelet.stop(cluster.state, node)  # the node of worker-1 vanishes: its link first, then all of it at once
+    stopped = time.monotonic()
+    try:
+        job = wait_for_condition(cluster, namespace, "mnist", {"Succeeded", "Failed"}, timeout=500)
+        conditions = {c["type"]: c for c in job["status"]["conditions"]}
+        assert "Failed" not in conditions, conditions["Failed"]["message"]
+        print(f"node of worker-1 lost; the job succeeded {time.monotonic() - stopped:.1f}s later")
+        print("attempts:", job["status"]["attempts"])
+        # A group restart that the platform caused: not counted against the backoff limit.
+        assert (job["status"]["restartCount"], len(job["status"]["attempts"])) == (0, 2)
+        outcome = job["status"]["attempts"][0]["outcome"]
+        assert outcome.startswith(f"worker-1 was lost with its node: node {node.name} stopped reporting"), outcome
+        pods = cluster.kubectl_json("get", "pods", "-n", namespace)["items"]
+        assert {p["metadata"]["name"] for p in pods} == set(first)  # no Pod twice
+        assert node.name not in {p["spec"]["nodeName"] for p in pods}  # the new group runs on the survivors
+        assert all(p["metadata"]["uid"] != first[p["metadata"]["name"]]["metadata"]["uid"] for p in pods)
+        log = cluster.kubectl("logs", "-n", namespace, "mnist-master-0").stdout
+        assert "resumed from the checkpoint of step" in log, log[-2000:]
+        assert float(log.split("test accuracy=")[1].split()[0]) >= 0.90
     finally:
         kubelet.start(cluster.state, node)

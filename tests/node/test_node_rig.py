@@ -43,6 +43,10 @@ def _running(pid: int) -> bool:
     return state not in ("Z", "X")
 
 
+def _routes() -> str:
+    return subprocess.run(["ip", "-o", "route"], capture_output=True, text=True, check=True).stdout
+
+
 def _node_ready(cluster: Cluster, name: str) -> str:
     conditions = cluster.kubectl_json("get", "node", name)["status"]["conditions"]
     return str(next(c["status"] for c in conditions if c["type"] == "Ready"))
@@ -136,11 +140,16 @@ def test_a_second_cluster_of_three_nodes_connects_their_pods_serves_exec_and_log
         container = second.container_pids("default", "sleeper", "c")
         kubelet.stop(second.state, node)
         assert not _link_up(node.slot.host_veth)
+        # Its addresses go nowhere, in silence: never to the host's default route, out of this machine.
+        for subnet in (node.slot.link_subnet, node.slot.pod_subnet):
+            assert f"blackhole {subnet}" in _routes(), _routes()
         assert container and not any(_running(pid) for pid in container)
         assert Path(f"/run/netns/{node.slot.name}").exists()
         # ... and comes back: kubelet reports again, the node is Ready.
         kubelet.start(second.state, node)
         assert _link_up(node.slot.host_veth)
+        assert f"{node.slot.pod_subnet} via {node.slot.node_ip}" in _routes()  # its Pods are reachable again
+        assert f"blackhole {node.slot.pod_subnet}" not in _routes()
         deadline = time.monotonic() + 120
         while _node_ready(second, node.name) != "True":
             assert time.monotonic() < deadline, "the node never came back Ready"
@@ -149,7 +158,7 @@ def test_a_second_cluster_of_three_nodes_connects_their_pods_serves_exec_and_log
         (directory / "state.json").unlink(missing_ok=True)  # delete must find everything by the name alone
         delete(name, directory)
     links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True, check=True).stdout
-    routes = subprocess.run(["ip", "-o", "route"], capture_output=True, text=True, check=True).stdout
+    routes = _routes()
     for slot in slots:
         assert not Path(f"/run/netns/{slot.name}").exists() and not slot.short_dir.exists()
         assert slot.host_veth not in links and slot.pod_subnet not in routes

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -11,8 +12,8 @@ import yaml
 from torchjob.api.types import PyTorchJob, ReplicaType
 from torchjob.backends.kubernetes.crd import crd_manifest
 from torchjob.backends.kubernetes.mapping import pod_manifest, service_manifest
-from torchjob.backends.kubernetes.observing import node_in_doubt, observe_pod
-from torchjob.core.observed import Phase
+from torchjob.backends.kubernetes.observing import node_in_doubt, node_lost, observe_pod
+from torchjob.core.observed import Phase, SilentNode
 from torchjob.core.replicas import ReplicaId
 from torchjob.testing import make_job
 
@@ -149,19 +150,46 @@ def test_a_preemption_notice_is_the_failures_onset() -> None:
     assert seen is not None and seen.disrupted_at is not None and seen.failure_onset == seen.disrupted_at
 
 
-def test_a_running_pod_on_a_node_that_stopped_reporting_says_so() -> None:
+def test_a_running_pod_on_a_node_that_reports_itself_not_ready_waits_for_it() -> None:
     not_ready = [{"type": "Ready", "status": "False"}]
     pod = pod_status("Running", conditions=not_ready)
     pod["spec"] = {"nodeName": "n1"}
     assert node_in_doubt(pod) == "n1"
     assert node_in_doubt(pod_status("Running", conditions=[{"type": "Ready", "status": "True"}])) is None
     assert node_in_doubt(pod_status("Pending", conditions=not_ready)) is None
-    lost = {"type": "Ready", "status": "Unknown", "reason": "NodeStatusUnknown", "lastTransitionTime": "T0"}
-    seen = observe_pod(pod, {"metadata": {"name": "n1"}, "status": {"conditions": [lost]}})
+    # Its kubelet still reports (its runtime is down, say): it will act on the Pod, so the group waits.
+    down = {"type": "Ready", "status": "False", "reason": "KubeletNotReady", "lastTransitionTime": "T0"}
+    seen = observe_pod(pod, {"metadata": {"name": "n1"}, "status": {"conditions": [down]}})
     assert seen is not None and seen.phase is Phase.RUNNING
-    assert seen.message == "node n1 is not ready (NodeStatusUnknown since T0): waiting for it to return"
+    assert seen.message == "node n1 is not ready (KubeletNotReady since T0): waiting for it to return"
     healthy = {"metadata": {"name": "n1"}, "status": {"conditions": [{"type": "Ready", "status": "True"}]}}
     assert observe_pod(pod, healthy).message is None  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("phase", ["Running", "Unknown"])
+@pytest.mark.parametrize("deleted", [False, True])
+def test_a_pod_on_a_node_that_stopped_reporting_carries_the_node_and_when_it_was_last_heard(
+    phase: str, deleted: bool
+) -> None:
+    pod = pod_status(phase, conditions=[{"type": "Ready", "status": "False"}])
+    pod["spec"] = {"nodeName": "n1"}
+    if deleted:  # deleted before the node was declared lost: it stays Terminating
+        pod["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:30Z"
+    assert node_in_doubt(pod) == "n1"
+    lost = {
+        "type": "Ready",
+        "status": "Unknown",
+        "reason": "NodeStatusUnknown",
+        "lastHeartbeatTime": "2026-01-01T00:00:10Z",
+        "lastTransitionTime": "2026-01-01T00:00:26Z",
+    }
+    node = {"metadata": {"name": "n1"}, "status": {"conditions": [lost]}}
+    assert node_lost(node) and not node_lost({"status": {"conditions": [{"type": "Ready", "status": "False"}]}})
+    seen = observe_pod(pod, node)
+    assert seen is not None
+    # Still running as far as anyone knows: whether it is lost is the planner's call (policies/node_loss.py).
+    assert (seen.phase, seen.reason, seen.stopping) == (Phase.RUNNING, None, deleted)
+    assert seen.silent_node == SilentNode("n1", datetime(2026, 1, 1, 0, 0, 10, tzinfo=timezone.utc))
 
 
 def test_a_pod_without_replica_labels_is_not_a_replica() -> None:

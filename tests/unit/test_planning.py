@@ -461,6 +461,26 @@ def test_the_running_message_names_a_replica_whose_node_stopped_reporting() -> N
     assert found[2].endswith("is running. Waiting on worker-0: node n1 is not ready (NodeStatusUnknown since T0).")
 
 
+def test_a_replica_lost_with_its_node_restarts_the_group_at_once_uncounted_and_its_pod_goes_by_force() -> None:
+    job, _ = step(three(), [])
+    job, _ = step(job, ALL_RUNNING, at(1))
+    lost = failed("worker-1", exit_code=None, reason="NodeLost", message="node n2 stopped reporting", at=at(5))
+    job, result = step(job, [running("master-0"), running("worker-0"), lost], at(20))
+    assert conditions.state(job.status) == "Restarting"
+    assert (job.status.restart_count, job.status.attempt) == (0, 1)  # the platform's doing: not counted
+    assert job.status.attempts[0].outcome == "worker-1 was lost with its node: node n2 stopped reporting"
+    stops = [a for a in result.actions if isinstance(a, DeleteReplica)]
+    # The survivors wait in a collective on a peer that will never answer: no grace period to wait out.
+    assert sorted(str(a.replica) for a in stops) == ["master-0", "worker-0", "worker-1"]
+    assert all(a.at_once for a in stops)
+    # The lost Pod stays Terminating (no kubelet confirms it): it is asked again, and the next attempt waits.
+    still = replace(lost, stopping=True)
+    job, result = step(job, [replace(running("master-0"), stopping=True), still], at(21))
+    assert deletes(result) == ["worker-1@0"] and creates(result) == []
+    job, result = step(job, [], at(22))
+    assert creates(result) == ["master-0@1", "worker-0@1", "worker-1@1"]
+
+
 def test_replicas_not_yet_seen_at_start_up_are_not_vanished() -> None:
     job, _ = step(three(), [])
     job, result = step(job, [running("master-0"), pending("worker-0")], at(1))

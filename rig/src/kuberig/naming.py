@@ -37,6 +37,10 @@ class Slot:
         return f"10.99.{self.index}.2"
 
     @property
+    def link_subnet(self) -> str:
+        return f"10.99.{self.index}.0/24"
+
+    @property
     def host_veth(self) -> str:
         return f"krh{self.index}"
 

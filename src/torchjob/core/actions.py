@@ -30,6 +30,7 @@ class DeleteReplica:
 
     ``final`` when the job is over: what the replica kept across attempts (its Service) goes with it.
     ``at_once``: no grace period (a hung replica, whose peers wait for it in a collective, acts on no SIGTERM).
+    ``force``: lost with its node: removed without waiting for a kubelet to confirm the stop (there is none).
     """
 
     replica: ReplicaId
@@ -37,6 +38,7 @@ class DeleteReplica:
     reason: str
     final: bool = False
     at_once: bool = False
+    force: bool = False
 
 
 @dataclass(frozen=True)
@@ -76,6 +78,8 @@ class RepairReplica:
     replica: ReplicaId
     attempt: int
     spare: str
+    # The lost replica went with its node: its remains are removed by force (see DeleteReplica).
+    force: bool = False
 
 
 @dataclass(frozen=True)

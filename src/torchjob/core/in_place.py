@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 from torchjob.core import attempts, conditions
 from torchjob.core.actions import Cause, Event, ReformGroup, RepairReplica
-from torchjob.core.observed import ReplicaObservation, SpareObservation
+from torchjob.core.observed import ReplicaObservation, SpareObservation, lost_with_node
 from torchjob.core.pass_state import PassState
 from torchjob.core.policies import backoff, regroup, repair
 from torchjob.core.policies.regroup import Regroup
@@ -32,7 +32,8 @@ def repaired(state: PassState, decisions: list[repair.Repair], counted: bool) ->
     current = state._current()
     others = len(current) - len(decisions)
     for decision in decisions:
-        state.actions.append(RepairReplica(decision.lost.replica, state.status.attempt, decision.spare))
+        lost = decision.lost
+        state.actions.append(RepairReplica(lost.replica, state.status.attempt, decision.spare, lost_with_node(lost)))
         state.status.repairs += 1
         message = decision.describe(others, state.status.repairs)
         state.events.append(Event("Warning", "Repaired", message, decision.cause))

@@ -36,6 +36,9 @@ class PlatformReason(str, Enum):
     # collection). A lone replacement could never rejoin a static DDP group (kubeflow/trainer #1478), so it
     # ends the attempt like any failure, but it is not the program's fault either.
     VANISHED = "Vanished"
+    # Its node stopped reporting (the node lifecycle controller marked it Ready=Unknown): a spot VM that vanished,
+    # a node cut off. Its Pod can only be removed by force, since no kubelet will ever confirm the stop.
+    NODE_LOST = "NodeLost"
 
 
 @dataclass(frozen=True)
@@ -83,6 +86,14 @@ def _finite(value: object) -> float | None:
 
 
 @dataclass(frozen=True)
+class SilentNode:
+    """A node whose kubelet stopped reporting, and when it was last heard."""
+
+    name: str
+    since: datetime
+
+
+@dataclass(frozen=True)
 class ReplicaObservation:
     """One replica (process or Pod) of one attempt, as it is now."""
 
@@ -107,6 +118,9 @@ class ReplicaObservation:
     # Every process of the replica trains under torchjob.train's in-place repair: its group can replace a
     # lost member around it without stopping it.
     repairable: bool = False
+    # Its node stopped reporting (Ready=Unknown). The planner decides whether the replica is lost with it
+    # (policies/node_loss.py): its containers may still run.
+    silent_node: SilentNode | None = None
 
     def __post_init__(self) -> None:
         # A reason given by its value ("Evicted", as the API server spells it) is the same reason.
@@ -131,6 +145,8 @@ class ReplicaObservation:
             what = f"{self.replica} was preempted (SIGTERM from outside torchjob)"
         elif self.reason is PlatformReason.VANISHED:
             what = f"{self.replica} vanished while the group was running (its Pod was deleted)"
+        elif self.reason is PlatformReason.NODE_LOST:
+            what = f"{self.replica} was lost with its node"
         elif self.reason in (PlatformReason.OOM_KILLED, PlatformReason.EVICTED):
             what = f"{self.replica} was {self.reason.value}"
             if self.effective_exit_code is not None:
@@ -170,6 +186,11 @@ class Observed:
     # The (attempt, generation) of the in-place membership the group can read from the backend now (None:
     # none). An operator that restarted serves none until the planner asks it to publish the kept one again.
     published_membership: tuple[int, int] | None = None
+
+
+def lost_with_node(observation: ReplicaObservation) -> bool:
+    """Declared lost with its node (policies/node_loss.py): its Pod can only be removed by force."""
+    return observation.reason is PlatformReason.NODE_LOST
 
 
 def _signal_name(number: int) -> str:

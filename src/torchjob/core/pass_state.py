@@ -12,7 +12,7 @@ from datetime import datetime
 from torchjob.api.types import ConditionType, JobStatus, PyTorchJob
 from torchjob.core import conditions, envs
 from torchjob.core.actions import Action, DeleteReplica, Event
-from torchjob.core.observed import ReplicaObservation, SpareObservation
+from torchjob.core.observed import ReplicaObservation, SpareObservation, lost_with_node
 from torchjob.core.policies import elastic, regroup, repair
 
 
@@ -70,8 +70,14 @@ class PassState:
     def _current(self) -> list[ReplicaObservation]:
         return [o for o in self.observed if o.attempt == self.status.attempt]
 
-    def _stop_all(self, replicas: list[ReplicaObservation], reason: str) -> None:
-        self.actions += [DeleteReplica(o.replica, o.attempt, reason) for o in replicas if not o.stopping]
+    def _stop_all(self, replicas: list[ReplicaObservation], reason: str, at_once: bool = False) -> None:
+        """Stop each replica not stopping yet; one lost with its node is asked again on every pass (its Pod is
+        removed by force, and until it is gone the next attempt cannot take its name)."""
+        self.actions += [
+            DeleteReplica(o.replica, o.attempt, reason, at_once=at_once, force=lost_with_node(o))
+            for o in replicas
+            if not o.stopping or lost_with_node(o)
+        ]
 
     # -- helpers --------------------------------------------------------------------------------------
 

@@ -32,9 +32,9 @@ from torchjob.core.actions import (
     Plan,
 )
 from torchjob.core.counting import replica_counts
-from torchjob.core.observed import ReplicaObservation, SpareObservation
+from torchjob.core.observed import PlatformReason, ReplicaObservation, SpareObservation
 from torchjob.core.pass_state import Helpers, PassState
-from torchjob.core.policies import backoff, cleanup, deadline, elastic, progress, repair, restart, success
+from torchjob.core.policies import backoff, cleanup, deadline, elastic, node_loss, progress, repair, restart, success
 from torchjob.core.policies import trainer_status as progress_summary
 from torchjob.core.replicas import ReplicaId, expected_replicas
 from torchjob.core.times import timestamp
@@ -62,7 +62,9 @@ def plan(
     status keeps another one (an operator restarted, or a new leader took over), it is published again.
     """
     helpers = Helpers.decide(job, store_running, spares, reaches_rdzv_host, repairs_in_place, reports_progress)
-    planner = _Planner(job, list(observed), now, helpers)
+    # A replica lost with its node is a failure before any policy looks (the group's restart, its repair).
+    declared = node_loss.declare_lost(job, list(observed), now, helpers.reports_progress)
+    planner = _Planner(job, declared, now, helpers)
     repairs.publish_kept(planner, published_membership)
     planner.run()
     status = planner.status
@@ -97,6 +99,7 @@ class _Planner(PassState):
             self._fail(f"it was active longer than the specified deadline ({seconds}s)", event="DeadlineExceeded")
             return
         self._wake_at(deadline.deadline(self.job, self.status))
+        self._wake_at(node_loss.look_again_at(self.job, self.observed))
 
         self._remove_stale_attempts()
         current = self._membership_changes(self._current())
@@ -199,7 +202,10 @@ class _Planner(PassState):
         message = f"{self._kind_name()} is restarting (attempt {attempt + 1} ended) because {cause.text}"
         self._condition(ConditionType.RESTARTING, conditions.REASON_RESTARTING, message)
         self.events.append(Event("Warning", "Restarting", message, cause))
-        self._stop_all(self._current(), f"group restart after attempt {attempt + 1}")
+        # After a lost node the survivors wait in a collective on a peer that will never answer, and a script
+        # that checkpoints on SIGTERM would wait out its whole grace period: they are stopped at once.
+        lost = cause.kind == PlatformReason.NODE_LOST.value
+        self._stop_all(self._current(), f"group restart after attempt {attempt + 1}", at_once=lost)
         attempts.end_current(self.status, cause.text, self.now)
         if counted:
             self.status.restart_count += 1

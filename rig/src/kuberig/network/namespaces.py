@@ -20,6 +20,10 @@ from kuberig.naming import NODE_LINKS, POD_NETWORK, Slot
 from kuberig.processes import run
 
 
+def _route_pods(slot: Slot) -> None:
+    run("ip", "route", "replace", slot.pod_subnet, "via", slot.node_ip, "dev", slot.host_veth, "onlink")
+
+
 def create(slot: Slot) -> None:
     run("ip", "netns", "add", slot.name)
     run("ip", "link", "add", slot.host_veth, "type", "veth", "peer", "name", slot.node_veth, "netns", slot.name)
@@ -27,22 +31,36 @@ def create(slot: Slot) -> None:
     run("ip", "link", "set", slot.host_veth, "up")
     Path(f"/proc/sys/net/ipv4/conf/{slot.host_veth}/forwarding").write_text("1\n")
     # The node's end comes up later, in its namespace: until then the route waits on a link with no carrier.
-    run("ip", "route", "replace", slot.pod_subnet, "via", slot.node_ip, "dev", slot.host_veth, "onlink")
+    _route_pods(slot)
 
 
 def delete(slot: Slot) -> None:
     """Remove the namespace and the link; quiet about what is already gone."""
     subprocess.run(["ip", "netns", "del", slot.name], capture_output=True)
     subprocess.run(["ip", "link", "del", slot.host_veth], capture_output=True)  # gone with its peer, unless half made
+    _unblackhole(slot)
 
 
 def cut(slot: Slot) -> None:
-    """Take the host's end of the link down: the node's packets go nowhere, and nobody is told."""
+    """The node's link goes: its packets go nowhere, and nobody is told. The kernel drops every route through
+    a link taken down, so the node's addresses would fall to the host's default route and leave this machine
+    (and a gateway's ICMP reply would tell the peers what a vanished node never tells): blackhole routes take
+    their place first, which drop them in silence."""
+    for subnet in (slot.link_subnet, slot.pod_subnet):
+        run("ip", "route", "replace", "blackhole", subnet)
     run("ip", "link", "set", slot.host_veth, "down")
 
 
 def mend(slot: Slot) -> None:
+    """The link back, with the routes the kernel dropped with it (the link's own comes back with its address)."""
+    _unblackhole(slot)
     run("ip", "link", "set", slot.host_veth, "up")
+    _route_pods(slot)
+
+
+def _unblackhole(slot: Slot) -> None:
+    for subnet in (slot.link_subnet, slot.pod_subnet):
+        subprocess.run(["ip", "route", "del", "blackhole", subnet], capture_output=True)  # quiet when none
 
 
 def setup_script(slot: Slot) -> list[str]:

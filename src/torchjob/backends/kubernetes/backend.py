@@ -252,7 +252,7 @@ class KubernetesBackend(Backend):
             self.logs.keep(job, [(action.attempt, f"{action.replica}.lost-{uid}", lost_pod)])
             # A hung Pod is still running: no grace, so that its peers, blocked in a collective with it, see it
             # fail at once (a stopped process never acts on SIGTERM anyway).
-            self._delete(Pod, lost_pod["metadata"]["name"], job.namespace, grace_period=1)
+            self._delete(Pod, lost_pod["metadata"]["name"], job.namespace, grace_period=0 if action.force else 1)
             self._pods.pop(lost_pod["metadata"]["name"], None)
 
     def _reform(self, job: PyTorchJob, action: ReformGroup) -> None:
@@ -276,7 +276,10 @@ class KubernetesBackend(Backend):
             return  # already gone, or the name now belongs to another attempt
         grace = job.annotation(extensions.TERMINATION_GRACE)
         seconds = 1 if action.at_once else int(float(grace)) if grace is not None else None
-        self._delete(Pod, pod["metadata"]["name"], job.namespace, seconds)
+        # Lost with its node: force (grace 0, as `kubectl delete --force`). A graceful delete waits for the
+        # kubelet to confirm the stop; that kubelet is gone, so the Pod would stay Terminating and hold its name
+        # (and the next attempt) forever. Kubernetes' own answer, the out-of-service taint, waits for a person.
+        self._delete(Pod, pod["metadata"]["name"], job.namespace, 0 if action.force else seconds)
         if action.final:
             # The job is over: its Services go with its Pods (under cleanPodPolicy, as Kubeflow does).
             self._delete(Service, action.replica.pod_name(job.name), job.namespace)

@@ -13,7 +13,7 @@ from typing import Any
 
 from torchjob.api.types import DEFAULT_CONTAINER_NAME, ReplicaType
 from torchjob.core import replicas
-from torchjob.core.observed import Phase, PlatformReason, ReplicaObservation
+from torchjob.core.observed import Phase, PlatformReason, ReplicaObservation, SilentNode
 from torchjob.core.replicas import ReplicaId
 
 # Pod conditions the API server or the kubelet add when the platform takes a Pod away (Kubernetes ≥ 1.26).
@@ -50,13 +50,32 @@ def one_per_replica(observed: list[ReplicaObservation]) -> list[ReplicaObservati
 
 
 def node_in_doubt(pod: dict[str, Any]) -> str | None:
-    """The node of a Pod that is Running but not Ready: the node lifecycle controller marks a lost node's Pods
-    so (its containers may well still run). Only then is the Node worth reading; None otherwise."""
+    """The node of a Pod that is Running (or Unknown) but not Ready: the node lifecycle controller marks a lost
+    node's Pods so (its containers may well still run). Only then is the Node worth reading; None otherwise."""
     status = pod.get("status") or {}
     ready = _condition(status, "Ready")
-    if status.get("phase") != "Running" or ready is None or ready.get("status") == "True":
+    if status.get("phase") not in ("Running", "Unknown") or ready is None or ready.get("status") == "True":
         return None
     return str((pod.get("spec") or {}).get("nodeName") or "") or None
+
+
+def node_lost(node: dict[str, Any] | None) -> bool:
+    """The node stopped reporting: its kubelet has not been heard for the node monitor's grace period, and the
+    node lifecycle controller set its Ready condition to Unknown (a vanished VM, a cut link, or only a stopped
+    kubelet: the planner tells them apart). A node that reports itself not ready (Ready False: its runtime is
+    down, say) still has a kubelet that will act on its Pods: it is not lost."""
+    ready = _condition((node or {}).get("status") or {}, "Ready")
+    return ready is not None and ready.get("status") == "Unknown"
+
+
+def _silent(node: dict[str, Any] | None) -> SilentNode | None:
+    """A lost node, with when its kubelet was last heard (its last heartbeat, else when it was marked)."""
+    if node is None or not node_lost(node):
+        return None
+    ready = _condition(node.get("status") or {}, "Ready") or {}
+    since = _parse_time(ready.get("lastHeartbeatTime")) or _parse_time(ready.get("lastTransitionTime"))
+    name = (node.get("metadata") or {}).get("name")
+    return SilentNode(str(name), since) if name and since else None
 
 
 def _node_problem(node: dict[str, Any] | None) -> str | None:
@@ -94,7 +113,7 @@ def observe_pod(pod: dict[str, Any], node: dict[str, Any] | None = None) -> Repl
         status.get("phase") or "Pending", Phase.FAILED
     )
     if status.get("phase") == "Unknown":
-        phase = Phase.RUNNING  # the node is unreachable: not a failure until the Pod is evicted
+        phase = Phase.RUNNING  # the node's kubelet lost touch with the API server without being declared lost
     terminated = _terminated_state(status)
     if phase is Phase.SUCCEEDED:
         return ReplicaObservation(
@@ -110,6 +129,7 @@ def observe_pod(pod: dict[str, Any], node: dict[str, Any] | None = None) -> Repl
             message=waiting,
             stopping=stopping,
             disrupted_at=disrupted_at,
+            silent_node=_silent(node),
         )
     terminated = terminated or {}
     reason = platform_reason

@@ -12,7 +12,7 @@ from datetime import datetime
 from torchjob.api.types import CleanPodPolicy, ConditionType, JobStatus, PyTorchJob
 from torchjob.core import conditions
 from torchjob.core.actions import DeleteJob, DeleteReplica
-from torchjob.core.observed import ReplicaObservation
+from torchjob.core.observed import ReplicaObservation, lost_with_node
 from torchjob.core.times import later, parse_timestamp
 
 
@@ -21,6 +21,9 @@ def replicas_to_remove(job: PyTorchJob, status: JobStatus, observed: list[Replic
     failed = conditions.is_true(status, ConditionType.FAILED)
     actions = []
     for o in observed:
+        if lost_with_node(o):  # whatever the policy: only its remains are left, Terminating forever otherwise
+            actions.append(DeleteReplica(o.replica, o.attempt, "it was lost with its node", final=True, force=True))
+            continue
         if o.stopping:
             continue
         if policy is CleanPodPolicy.ALL:

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from torchjob.api.types import PyTorchJob, ReplicaType
 from torchjob.core.actions import Action, DeleteReplica, Event, RepairReplica
 from torchjob.core.envs import in_place
-from torchjob.core.observed import Phase, ReplicaObservation, SpareObservation
+from torchjob.core.observed import Phase, ReplicaObservation, SpareObservation, lost_with_node
 from torchjob.core.policies import repair
 from torchjob.core.policies.elastic import target_workers
 from torchjob.core.policies.restart import is_retryable, restart_policy_of
@@ -103,7 +103,7 @@ def decide(
         message = f"{what}; the group carries on in place with {workers_left} Worker(s)"
         change.events.append(Event("Warning", "MemberLost", f"{message} (minReplicas {minimum})"))
         reason = "a hung member of the elastic group" if o is hung else "a lost member of the elastic group"
-        change.actions.append(DeleteReplica(o.replica, o.attempt, reason, at_once=o is hung))
+        change.actions.append(DeleteReplica(o.replica, o.attempt, reason, at_once=o is hung, force=lost_with_node(o)))
     for o in surplus:
         change.events.append(Event("Normal", "ScaledDown", f"{o.replica} leaves: scaled to {target} Worker(s)"))
         change.actions.append(DeleteReplica(o.replica, o.attempt, f"scaled down to {target} Worker(s)"))

@@ -2,7 +2,8 @@
 
 ``Never``: every failure is permanent. ``OnFailure``/``Always``: every failure is retryable. ``ExitCode``:
 exit codes 1–127 are permanent (the program said so), 128–255 retryable (killed by a signal: OOM, SIGTERM).
-Evicted and preempted replicas are always retryable: the platform took them, the program did nothing wrong.
+Evicted and preempted replicas, and those lost with their node, are always retryable: the platform took them,
+the program did nothing wrong.
 
 The decision is taken on the attempt's *first* failure, its root cause. When one rank dies the others
 usually fail next with a connection error (exit code 1); judging by those would turn a retryable SIGKILL
@@ -21,7 +22,12 @@ from torchjob.core.observed import Phase, PlatformReason, ReplicaObservation
 from torchjob.core.replicas import expected_replicas
 
 # The platform's doing, not the program's: retried whatever the restart policy, and never counted.
-PLATFORM_REASONS = (PlatformReason.EVICTED, PlatformReason.PREEMPTED, PlatformReason.VANISHED)
+PLATFORM_REASONS = (
+    PlatformReason.EVICTED,
+    PlatformReason.PREEMPTED,
+    PlatformReason.VANISHED,
+    PlatformReason.NODE_LOST,
+)
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,69 @@
+"""Replicas lost with their node: when to stop waiting for a node that stopped reporting.
+
+A node whose kubelet falls silent is marked Ready=Unknown by the node lifecycle controller (after its grace
+period, 40-50 s by default). Kubernetes then evicts its Pods only after their unreachable toleration (5 minutes
+by default), and that eviction never completes without a kubelet to confirm it: the Pods stay Terminating, and
+a group that waits for them waits forever. Kubeflow's operator does.
+
+But a silent kubelet is not always a lost replica: a kubelet restarted for an upgrade, or cut from the API
+server alone, leaves its containers training. So a replica on a silent node is declared lost only with a
+second witness of its own:
+
+- its process, which beat on the report channel, has been silent for the liveness deadline too (a vanished VM
+  silences both at once; a stopped kubelet silences neither the process nor its reports), or
+- the platform has already decided to evict it (its DisruptionTarget condition, after the toleration): the
+  only witness for a script that reports nothing.
+
+A replica declared lost fails with reason NodeLost, the platform's doing (retried, never counted), and its
+Pod is removed by force: no kubelet will confirm a graceful delete, and its name would stay taken.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from datetime import datetime
+
+from torchjob.api.types import PyTorchJob
+from torchjob.core.observed import Phase, PlatformReason, ReplicaObservation
+from torchjob.core.policies.progress import liveness_deadline
+from torchjob.core.times import later, timestamp
+
+
+def declare_lost(
+    job: PyTorchJob, observed: list[ReplicaObservation], now: datetime, reports_heard: bool
+) -> list[ReplicaObservation]:
+    """``observed`` with every replica that is lost with its node as a failure (see the module's docstring)."""
+    return [_lost(job, o, now, reports_heard) or o for o in observed]
+
+
+def look_again_at(job: PyTorchJob, observed: list[ReplicaObservation]) -> datetime | None:
+    """When a replica on a silent node, not (yet) lost, would have been silent for the liveness deadline."""
+    beats = [
+        o.progress.alive_at
+        for o in observed
+        if o.silent_node is not None and o.phase.live and o.progress is not None and o.progress.alive_at
+    ]
+    return later(min(beats), liveness_deadline(job)) if beats else None
+
+
+def _lost(job: PyTorchJob, seen: ReplicaObservation, now: datetime, reports_heard: bool) -> ReplicaObservation | None:
+    node = seen.silent_node
+    if node is None or not seen.phase.live:
+        return None
+    beat = seen.progress.alive_at if seen.progress is not None else None
+    silent = reports_heard and beat is not None and (now - beat).total_seconds() > liveness_deadline(job)
+    if silent and beat is not None:
+        witness = f"and {seen.replica} has not beaten since {timestamp(beat)}"
+        onset = min(node.since, beat)
+    elif seen.disrupted_at is not None:
+        witness = "and the platform is evicting its Pod"
+        onset = node.since
+    else:
+        return None
+    return dataclasses.replace(
+        seen,
+        phase=Phase.FAILED,
+        reason=PlatformReason.NODE_LOST,
+        message=f"node {node.name} stopped reporting at {timestamp(node.since)}, {witness}",
+        finished_at=onset,
+    )

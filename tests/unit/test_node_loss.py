@@ -1,0 +1,77 @@
+"""A replica on a node that stopped reporting is lost only with a second witness of its own."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import datetime, timedelta, timezone
+
+from torchjob.core.actions import CreateReplica, DeleteReplica
+from torchjob.core.observed import Phase, PlatformReason, Progress, ReplicaObservation, SilentNode
+from torchjob.core.planning import plan
+from torchjob.core.policies.node_loss import declare_lost, look_again_at
+from torchjob.testing import make_job, running
+
+T0 = datetime(2026, 11, 25, 12, 0, 0, tzinfo=timezone.utc)
+JOB = make_job("j").master().workers(2).build()  # the liveness deadline is 10 s by default
+
+
+def at(seconds: float) -> datetime:
+    return T0 + timedelta(seconds=seconds)
+
+
+def on_silent_node(name: str, beat: float | None, disrupted: bool = False) -> ReplicaObservation:
+    """A running replica whose node was last heard at T0+5, which last beat at T0+``beat`` (None: never)."""
+    progress = None if beat is None else Progress(at(beat - 1), 12, alive_at=at(beat))
+    return replace(
+        running(name),
+        progress=progress,
+        silent_node=SilentNode("node-b", at(5)),
+        disrupted_at=at(40) if disrupted else None,
+    )
+
+
+def test_a_replica_that_still_beats_on_a_silent_node_is_not_lost() -> None:
+    # Only the kubelet stopped (an upgrade, a kubelet cut from the API server): the training goes on.
+    seen = on_silent_node("worker-1", beat=29)
+    assert declare_lost(JOB, [seen], at(30), reports_heard=True) == [seen]
+    assert look_again_at(JOB, [seen]) == at(39)  # when its silence would pass the liveness deadline
+
+
+def test_a_replica_silent_with_its_node_is_lost_from_the_earlier_of_the_two() -> None:
+    [lost] = declare_lost(JOB, [on_silent_node("worker-1", beat=6)], at(20), reports_heard=True)
+    assert (lost.phase, lost.reason, lost.finished_at) == (Phase.FAILED, PlatformReason.NODE_LOST, at(5))
+    assert lost.describe() == (
+        "worker-1 was lost with its node: node node-b stopped reporting at 2026-11-25T12:00:05Z, "
+        "and worker-1 has not beaten since 2026-11-25T12:00:06Z"
+    )
+
+
+def test_a_script_that_reports_nothing_is_lost_once_the_platform_evicts_it() -> None:
+    quiet = on_silent_node("worker-1", beat=None)
+    assert declare_lost(JOB, [quiet], at(60), reports_heard=True) == [quiet]  # no witness of its own
+    [lost] = declare_lost(JOB, [on_silent_node("worker-1", beat=None, disrupted=True)], at(60), reports_heard=True)
+    assert lost.reason is PlatformReason.NODE_LOST
+    assert lost.message is not None and lost.message.endswith("and the platform is evicting its Pod")
+
+
+def test_silence_proves_nothing_where_reports_cannot_be_heard() -> None:
+    seen = on_silent_node("worker-1", beat=6)
+    assert declare_lost(JOB, [seen], at(60), reports_heard=False) == [seen]
+
+
+def test_a_node_that_never_stopped_reporting_loses_nobody() -> None:
+    seen = replace(running("worker-1"), progress=Progress(at(1), 3, alive_at=at(1)))
+    assert declare_lost(JOB, [seen], at(60), reports_heard=True) == [seen]
+    assert look_again_at(JOB, [seen]) is None
+
+
+def test_the_planner_restarts_the_group_and_removes_the_lost_pod_by_force() -> None:
+    job = JOB.model_copy(update={"status": plan(JOB, [], T0).status})
+    beating = [replace(running(n), progress=Progress(at(19), 12, alive_at=at(19))) for n in ("master-0", "worker-0")]
+    job = job.model_copy(update={"status": plan(job, [*beating, running("worker-1")], at(1)).status})
+    result = plan(job, [*beating, on_silent_node("worker-1", beat=6)], at(20), reports_progress=True)
+    assert result.status.attempts[0].outcome.startswith("worker-1 was lost with its node: node node-b")
+    assert (result.status.attempt, result.status.restart_count) == (1, 0)
+    stops = {str(a.replica): (a.at_once, a.force) for a in result.actions if isinstance(a, DeleteReplica)}
+    assert stops == {"master-0": (True, False), "worker-0": (True, False), "worker-1": (True, True)}
+    assert not any(isinstance(a, CreateReplica) for a in result.actions)
