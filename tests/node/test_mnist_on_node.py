@@ -20,23 +20,10 @@ import yaml
 
 from kuberig import Cluster
 from tests.node.conftest import wait_for_condition
+from tests.support.mnist_jobs import mnist_on_a_claim
 from tests.support.operator import OperatorProcess
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def _mnist_job(namespace: str, *extra_args: str) -> dict[str, Any]:
-    """examples/mnist/job.yaml as shipped, with its output (model, checkpoints, metrics) on the claim ``data``."""
-    job: dict[str, Any] = yaml.safe_load((ROOT / "examples" / "mnist" / "job.yaml").read_text())
-    job["metadata"]["namespace"] = namespace
-    for spec in job["spec"]["pytorchReplicaSpecs"].values():
-        pod = spec["template"]["spec"]
-        container = pod["containers"][0]
-        container["args"] = [*container["args"], *extra_args]
-        container["env"] = [{"name": "TORCHJOB_OUTPUT_DIR", "value": "/data"}]
-        container["volumeMounts"] = [{"name": "data", "mountPath": "/data"}]
-        pod["volumes"] = [{"name": "data", "persistentVolumeClaim": {"claimName": "data"}}]
-    return job
 
 
 def _submit(cluster: Cluster, job: dict[str, Any], directory: Path, follow: bool) -> subprocess.Popen[str]:
@@ -92,7 +79,7 @@ def test_mnist_example_trains_to_090_and_saves_its_model_on_a_claim(
 ) -> None:
     namespace = cluster.namespace("mnist")
     data = cluster.claim(namespace, "data")
-    submitted, seen = _submit_on_a_terminal(cluster, _mnist_job(namespace), tmp_path)
+    submitted, seen = _submit_on_a_terminal(cluster, mnist_on_a_claim(namespace), tmp_path)
     progress = _watch_progress(cluster, namespace, submitted)
     assert submitted.wait(timeout=400) == 0, b"".join(seen)[-3000:]
     time.sleep(0.5)  # the reader drains the terminal
@@ -143,7 +130,7 @@ def test_sigkill_of_a_training_process_restarts_the_group_from_the_claims_checkp
 ) -> None:
     namespace = cluster.namespace("mnist-kill")
     data = cluster.claim(namespace, "data")
-    submitted = _submit(cluster, _mnist_job(namespace, "--checkpoint-every", "10"), tmp_path, follow=False)
+    submitted = _submit(cluster, mnist_on_a_claim(namespace, "--checkpoint-every", "10"), tmp_path, follow=False)
     assert submitted.wait(timeout=60) == 0, submitted.stdout.read() if submitted.stdout else ""
     deadline = time.monotonic() + 300
     while not list((data / "checkpoints").glob("*")):

@@ -18,14 +18,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from kuberig import Cluster, ClusterConfig, NodeConfig, create, delete
 from kuberig.node import kubelet
 from tests.node.conftest import wait_for_condition
 from tests.support.images import TEST_SCRIPTS, push_test_images
 from tests.support.incluster import deploy
-from tests.support.paths import ROOT
+from tests.support.mnist_jobs import mnist_on_a_claim
 
 
 @pytest.fixture(scope="module")
@@ -151,25 +150,6 @@ def _all_nodes_ready(cluster: Cluster, timeout: float) -> None:
         time.sleep(1)
 
 
-def _checkpointing_mnist(namespace: str) -> dict[str, Any]:
-    """examples/mnist/job.yaml as shipped, checkpointing every 10 steps to a claim every node mounts (the rig's
-    nodes share the host's disk, as nodes share a network file system), its replicas spread over the nodes."""
-    job: dict[str, Any] = yaml.safe_load((ROOT / "examples" / "mnist" / "job.yaml").read_text())
-    job["metadata"]["namespace"] = namespace
-    labels = {"training.kubeflow.org/job-name": job["metadata"]["name"]}
-    spread = {"labelSelector": {"matchLabels": labels}, "topologyKey": "kubernetes.io/hostname"}
-    for spec in job["spec"]["pytorchReplicaSpecs"].values():
-        pod = spec["template"]["spec"]
-        container = pod["containers"][0]
-        container["args"] = [*container["args"], "--checkpoint-every", "10"]
-        container["env"] = [{"name": "TORCHJOB_OUTPUT_DIR", "value": "/data"}]
-        container["volumeMounts"] = [{"name": "data", "mountPath": "/data"}]
-        pod["volumes"] = [{"name": "data", "persistentVolumeClaim": {"claimName": "data"}}]
-        preferred = [{"weight": 100, "podAffinityTerm": spread}]  # preferred: the restart fits on two nodes
-        pod["affinity"] = {"podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": preferred}}
-    return job
-
-
 def _wait_for_a_checkpoint(data: Path, timeout: float) -> None:
     deadline = time.monotonic() + timeout
     while not list((data / "checkpoints").glob("*")):
@@ -184,7 +164,7 @@ def test_a_node_lost_mid_training_restarts_the_group_on_the_survivors_from_the_c
     _all_nodes_ready(cluster, timeout=180)
     namespace = cluster.namespace("node-lost")
     data = cluster.claim(namespace, "data")
-    cluster.apply(_checkpointing_mnist(namespace))
+    cluster.apply(mnist_on_a_claim(namespace, "--checkpoint-every", "10", spread=True))
     _wait_for_a_checkpoint(data, timeout=300)
     first = {p["metadata"]["name"]: p for p in cluster.kubectl_json("get", "pods", "-n", namespace)["items"]}
     node = cluster.node(first["mnist-worker-1"]["spec"]["nodeName"])

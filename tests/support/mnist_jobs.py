@@ -1,0 +1,29 @@
+"""The README's MNIST job (examples/mnist/job.yaml, as shipped) with its output on a PersistentVolumeClaim, as the
+real-node tests and benches run it: model, checkpoints and metrics land on the claim ``data``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import yaml
+
+from tests.support.paths import MNIST
+
+
+def mnist_on_a_claim(namespace: str, *extra_args: str, spread: bool = False) -> dict[str, Any]:
+    """``spread``: its replicas prefer different nodes (preferred, so that a restart still fits on fewer)."""
+    job: dict[str, Any] = yaml.safe_load((MNIST / "job.yaml").read_text())
+    job["metadata"]["namespace"] = namespace
+    labels = {"training.kubeflow.org/job-name": job["metadata"]["name"]}
+    apart = {"labelSelector": {"matchLabels": labels}, "topologyKey": "kubernetes.io/hostname"}
+    for spec in job["spec"]["pytorchReplicaSpecs"].values():
+        pod = spec["template"]["spec"]
+        container = pod["containers"][0]
+        container["args"] = [*container["args"], *extra_args]
+        container["env"] = [{"name": "TORCHJOB_OUTPUT_DIR", "value": "/data"}]
+        container["volumeMounts"] = [{"name": "data", "mountPath": "/data"}]
+        pod["volumes"] = [{"name": "data", "persistentVolumeClaim": {"claimName": "data"}}]
+        if spread:
+            preferred = [{"weight": 100, "podAffinityTerm": apart}]
+            pod["affinity"] = {"podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": preferred}}
+    return job
