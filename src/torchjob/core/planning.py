@@ -182,7 +182,7 @@ class _Planner(PassState):
             decisions = repair.decide_hung(self.job, self.status.attempt, self._current(), spares, hang.culprit)
             if repairs.repaired(self, decisions, counted=True):
                 return
-        self._restart_counted(Cause(hang.message, "Hung", hang.began_at))
+        self._restart_counted(Cause(hang.message, progress.HUNG, hang.began_at))
 
     def _restart_counted(self, cause: Cause) -> None:
         """A restart that counts against backoffLimit, or the job's end once the limit is reached. In-place
@@ -202,10 +202,10 @@ class _Planner(PassState):
         message = f"{self._kind_name()} is restarting (attempt {attempt + 1} ended) because {cause.text}"
         self._condition(ConditionType.RESTARTING, conditions.REASON_RESTARTING, message)
         self.events.append(Event("Warning", "Restarting", message, cause))
-        # After a lost node the survivors wait in a collective on a peer that will never answer, and a script
-        # that checkpoints on SIGTERM would wait out its whole grace period: they are stopped at once.
-        lost = cause.kind == PlatformReason.NODE_LOST.value
-        self._stop_all(self._current(), f"group restart after attempt {attempt + 1}", at_once=lost)
+        # After a hang or a lost node the survivors wait in a collective that will not end, and a script that
+        # checkpoints on SIGTERM would wait out its whole grace period there: they are stopped at once.
+        blocked = cause.kind in (PlatformReason.NODE_LOST.value, progress.HUNG)
+        self._stop_all(self._current(), f"group restart after attempt {attempt + 1}", at_once=blocked)
         attempts.end_current(self.status, cause.text, self.now)
         if counted:
             self.status.restart_count += 1

@@ -46,6 +46,8 @@ class HangVerdict:
     began_at: datetime | None = None
 
 
+HUNG = "Hung"  # the kind of a hang's cause, for counting
+
 UNREPORTED = (
     "the progress deadline is not enforced: this operator receives no progress reports from Pods "
     "(start it with --report-address so that hangs can be detected)"

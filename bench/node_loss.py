@@ -1,0 +1,151 @@
+"""A node vanishes mid-training (seed 004): the torchjob operator beside Kubeflow's training-operator v1.8.1, on
+three real nodes, in the same run.
+
+The README's MNIST job (``examples/mnist/job.yaml`` as shipped, checkpointing every 10 steps to a claim every
+node mounts, its replicas spread over the nodes). Once it has checkpointed, the node of worker-1 is stopped as a
+spot VM vanishes (``kuberig`` ``node stop``: its link goes silent first, then everything on it dies). Measured:
+node stopped → the first step of a new group (the master's "resumed from the checkpoint" line, in a new Pod),
+and what each operator was waiting for when the window closed. The operators take turns, alternating trials.
+
+    .venv/bin/python -m bench.node_loss [TRIALS] [WINDOW_SECONDS]
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from statistics import median
+from typing import Any
+
+from tests.support.images import push_test_images
+from tests.support.mnist_jobs import mnist_on_a_claim
+
+from bench.real_node import OPERATORS, _start_operator, _wait
+from kuberig import Cluster, ClusterConfig, NodeConfig, create, delete
+from kuberig.addons import kubeflow_operator
+from kuberig.node import kubelet
+
+RESUMED = "resumed from the checkpoint of step"
+
+
+@dataclass
+class NodeLossRun:
+    recovery: list[float | None] = field(default_factory=list)  # node stopped → new group's first step; None: never
+    succeeded: list[bool] = field(default_factory=list)
+    waiting_on: list[str] = field(default_factory=list)  # what the job waited for when the window closed
+
+
+def _pods(cluster: Cluster, namespace: str) -> dict[str, dict[str, Any]]:
+    found = cluster.kubectl_json("get", "pods", "-n", namespace)["items"]
+    return {p["metadata"]["name"]: p for p in found}
+
+
+def _resumed(cluster: Cluster, namespace: str, before: set[str]) -> bool:
+    master = _pods(cluster, namespace).get("mnist-master-0")
+    if master is None or master["metadata"]["uid"] in before:
+        return False
+    return RESUMED in cluster.kubectl("logs", "-n", namespace, "mnist-master-0", check=False).stdout
+
+
+def _state(cluster: Cluster, namespace: str) -> str:
+    job = cluster.kubectl_json("get", "pytorchjob", "mnist", "-n", namespace)
+    true = [c for c in job.get("status", {}).get("conditions") or [] if c.get("status") == "True"]
+    return str(true[-1]["type"]) if true else ""
+
+
+def _what_waits(cluster: Cluster, namespace: str, lost_node: str) -> str:
+    """The Pods still on the lost node, as the API server shows them."""
+    stuck = [
+        f"{name} {'Terminating' if p['metadata'].get('deletionTimestamp') else p['status'].get('phase')}"
+        for name, p in _pods(cluster, namespace).items()
+        if p["spec"].get("nodeName") == lost_node
+    ]
+    return ", ".join(stuck) or "nothing on the lost node"
+
+
+def _nodes_ready(cluster: Cluster) -> bool:
+    for node in cluster.kubectl_json("get", "nodes")["items"]:
+        ready = any(c["type"] == "Ready" and c["status"] == "True" for c in node["status"]["conditions"])
+        taints = [t["key"] for t in node["spec"].get("taints") or []]
+        if not ready or any(k.startswith("node.kubernetes.io/") for k in taints):
+            return False
+    return True
+
+
+def trial(cluster: Cluster, namespace: str, run: NodeLossRun, window: float) -> None:
+    data = cluster.claim(namespace, "data")
+    cluster.apply(mnist_on_a_claim(namespace, "--checkpoint-every", "10", spread=True))
+    if _wait(lambda: any((data / "checkpoints").glob("*")), 300, poll=0.5) is None:
+        raise RuntimeError(f"{namespace}: no checkpoint in 300 s")
+    first = _pods(cluster, namespace)
+    node = cluster.node(first["mnist-worker-1"]["spec"]["nodeName"])
+    assert isinstance(node, kubelet.KubeletNode)
+    stopped = time.monotonic()
+    kubelet.stop(cluster.state, node)
+    try:
+        took = _wait(lambda: _resumed(cluster, namespace, {p["metadata"]["uid"] for p in first.values()}), window)
+        run.recovery.append(None if took is None else time.monotonic() - stopped)
+        run.waiting_on.append(_what_waits(cluster, namespace, node.name))
+        if took is not None:
+            _wait(lambda: _state(cluster, namespace) in ("Succeeded", "Failed"), 300)
+        run.succeeded.append(_state(cluster, namespace) == "Succeeded")
+    finally:
+        kubelet.start(cluster.state, node)
+        _wait(lambda: _nodes_ready(cluster), 180, poll=1)
+        cluster.kubectl("delete", "pytorchjob", "mnist", "-n", namespace, "--wait=false", check=False)
+        cluster.kubectl("delete", "pods", "--all", "-n", namespace, "--force", "--grace-period=0", check=False)
+
+
+def measure(trials: int = 1, window: float = 180) -> dict[str, NodeLossRun]:
+    directory = Path(tempfile.mkdtemp(prefix="bench-node-loss-"))
+    name = f"loss-{os.getpid()}"
+    cluster = create(ClusterConfig(name, (NodeConfig("kubelet", 3),)), directory / "rig")
+    results = {name: NodeLossRun() for name in OPERATORS}
+    try:
+        push_test_images(cluster)
+        kubeflow_operator.push_init_image(cluster)
+        for number in range(trials):
+            for operator_name in OPERATORS:
+                print(f"  {operator_name} operator, trial {number + 1} ...", flush=True)
+                operator = _start_operator(cluster, operator_name, directory / f"{operator_name}-{number}")
+                try:
+                    namespace = cluster.namespace(f"loss-{operator_name}-{number}")
+                    trial(cluster, namespace, results[operator_name], window)
+                finally:
+                    operator.stop()
+    finally:
+        delete(name, directory / "rig")
+    return results
+
+
+def report(results: dict[str, NodeLossRun], window: float) -> str:
+    def shown(run: NodeLossRun) -> str:
+        done = [r for r in run.recovery if r is not None]
+        text = f"{len(done)} of {len(run.recovery)} recovered in {window:.0f} s"
+        if done:
+            text += f", median {median(done):.1f} s"
+        text += f"; Succeeded {sum(run.succeeded)} of {len(run.succeeded)}"
+        waits = sorted(set(run.waiting_on) - {"nothing on the lost node"})
+        return text + (f"; left on the lost node: {'; '.join(waits)}" if waits else "")
+
+    t, k = results["torchjob"], results["kubeflow"]
+    return "\n".join(
+        [
+            "| three real nodes, the README's MNIST job | torchjob operator | Kubeflow training-operator v1.8.1 |",
+            "|---|---|---|",
+            f"| node of worker-1 stopped → first step of the new group | {shown(t)} | {shown(k)} |",
+        ]
+    )
+
+
+if __name__ == "__main__":
+    count = int(sys.argv[1]) if len(sys.argv) > 1 else 1
+    seconds = float(sys.argv[2]) if len(sys.argv) > 2 else 180
+    measured = measure(count, seconds)
+    print(report(measured, seconds))
+    print(json.dumps({name: run.__dict__ for name, run in measured.items()}))
