@@ -1,7 +1,9 @@
 """Progress and liveness reports from the scripts people bring, which never import torchjob.
 
 torchjob puts ``_boot/sitecustomize.py`` on every local replica's ``PYTHONPATH`` (unless the job says
-``torchjob.io/auto-report: "false"``); Python runs it at start-up, and it calls ``start()``. That starts one
+``torchjob.io/auto-report: "false"``); Python runs it at start-up, and it calls ``start()``. In a Pod, the
+operator mounts a user site folder whose ``.pth`` file does the same (``backends/kubernetes/autoreport_boot.py``),
+and the beats go to the operator's report endpoint instead of a file (``torchjob.reporting``). That starts one
 daemon thread, and nothing else happens until the script imports ``torch.optim``: then a global
 optimizer-step hook counts steps (``register_optimizer_step_post_hook``), and from the first step on the thread
 writes the process's heartbeat (``worker_files``) every second: the step, when it completed, and when the
@@ -11,7 +13,7 @@ second. A script that trains with ``torchjob.train.MetricsLogger`` reports itsel
 down (``stand_down``).
 
 Torch-free on purpose (it runs in every Python process of a replica, torchrun's agent included): it imports
-only the standard library and ``worker_files``.
+only the standard library, ``worker_files`` and ``reporting``.
 """
 
 from __future__ import annotations
@@ -24,15 +26,17 @@ import time
 from pathlib import Path
 from typing import Any
 
-from torchjob import worker_files
+from torchjob import reporting, worker_files
 
 BEAT_SECONDS = 1.0
 _reporter: _AutoReporter | None = None
 
 
 class _AutoReporter:
-    def __init__(self, heartbeat: Path) -> None:
+    def __init__(self, heartbeat: Path, operator: reporting.Reporter | None = None) -> None:
+        """Beats go to ``operator`` where one listens (in a Pod), else to the ``heartbeat`` file."""
         self.heartbeat = heartbeat
+        self.operator = operator
         self.steps = 0
         self.step_time = 0.0
         self.seconds_per_step: float | None = None
@@ -74,6 +78,9 @@ class _AutoReporter:
             if self.seconds_per_step is not None:
                 report[worker_files.REPORT_SECONDS_PER_STEP] = self.seconds_per_step
         report[worker_files.REPORT_ALIVE] = time.time()
+        if self.operator is not None:
+            self.operator.send(report)  # quiet, and never raises: the next beat tries again
+            return
         try:
             self.heartbeat.parent.mkdir(parents=True, exist_ok=True)
             tmp = self.heartbeat.with_suffix(".auto.tmp")
@@ -93,7 +100,8 @@ def start() -> None:
         return
     # A process that never steps (torchrun's agent, a DataLoader worker) never writes: only steps start beats.
     key = worker_files.process_key(replica, int(os.environ.get("LOCAL_RANK", "0")), int(rank))
-    _reporter = _AutoReporter(worker_files.heartbeat_file(worker_files.output_dir(), key))
+    heartbeat = worker_files.heartbeat_file(worker_files.output_dir(), key)
+    _reporter = _AutoReporter(heartbeat, reporting.Reporter.from_env(quiet=True))
 
 
 def stand_down() -> None:

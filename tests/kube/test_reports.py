@@ -18,7 +18,7 @@ from tests.kube.test_rig import wait_until
 from tests.support.operator import OperatorProcess
 from tests.support.servers import free_port
 from torchjob.backends.kubernetes.report_board import ApiTokenReviewer, PodIdentity
-from torchjob.train.reporting import call_operator
+from torchjob.reporting import call_operator
 
 
 def test_a_pod_bound_token_for_the_report_audience_names_its_pod_and_nothing_else_does(

@@ -29,6 +29,12 @@ def _job(name: str, namespace: str, epochs: int, **run_policy: object) -> dict: 
     }
 
 
+def _reported_step(cluster: Cluster, namespace: str, name: str) -> int | None:
+    found = cluster.kubectl_json("get", "pytorchjob", name, "-n", namespace)
+    metrics = (found["status"].get("trainerStatus") or {}).get("metrics") or []
+    return next((int(m["value"]) for m in metrics if m["name"] == "step"), None)
+
+
 def _wait_for_log_line(cluster: Cluster, namespace: str, pod: str, text: str, timeout: float) -> None:
     deadline = time.monotonic() + timeout
     while text not in cluster.kubectl("logs", "-n", namespace, pod, check=False).stdout:
@@ -65,10 +71,16 @@ def test_a_lost_node_is_named_in_the_status_and_the_job_finishes_when_it_returns
     cluster: Cluster, node_operator: OperatorProcess
 ) -> None:
     """kubelet stops: the Node goes NotReady and its Pods not Ready. With one node there is nowhere to go, and
-    Kubernetes evicts nothing when every node of a zone is down, so the status must say what the job waits on."""
+    Kubernetes evicts nothing when every node of a zone is down, so the status must say what the job waits on.
+    The script never imports torchjob, yet it reports its steps (the operator's user-site injection,
+    autoreport_boot.py): it keeps beating while only the kubelet is gone, so nothing is declared lost."""
     namespace = cluster.namespace("lost-node")
     cluster.apply(_job("stranded", namespace, epochs=3))
     _wait_for_log_line(cluster, namespace, "stranded-worker-0", "Rank 1: epoch: 1/3, batch: 5/", timeout=240)
+    deadline = time.monotonic() + 60
+    while not _reported_step(cluster, namespace, "stranded"):
+        assert time.monotonic() < deadline, "the plain script's steps never reached the operator"
+        time.sleep(1)
     kubelet = cluster.kubelet_nodes()[0].process_name("kubelet")
     argv = cluster.stop_process(kubelet)
     try:
@@ -88,3 +100,4 @@ def test_a_lost_node_is_named_in_the_status_and_the_job_finishes_when_it_returns
     conditions = {c["type"]: c for c in job["status"]["conditions"]}
     assert "Failed" not in conditions, conditions["Failed"]["message"]
     assert job["status"].get("restartCount", 0) == 0
+    assert len(job["status"]["attempts"]) == 1

@@ -245,7 +245,7 @@ def test_elastic_c10d_jobs_meet_at_torchjobs_store_pod_unless_they_name_a_host()
 def test_with_a_report_url_every_container_gets_the_endpoint_and_an_audience_bound_token() -> None:
     from torchjob.backends.kubernetes import mapping as kube
 
-    job = make_job("rep").workers(1).build()
+    job = make_job("rep").workers(1).annotate(**{"torchjob.io/auto-report": "false"}).build()
     assert "volumes" not in kube.pod_manifest(job, ReplicaId(ReplicaType.WORKER, 0), 0)["spec"]
     pod = kube.pod_manifest(job, ReplicaId(ReplicaType.WORKER, 0), 0, report_url="http://op.example:8443/")
     (volume,) = pod["spec"]["volumes"]
@@ -319,3 +319,43 @@ def test_an_unschedulable_pod_says_the_schedulers_reason() -> None:
     }
     seen = observe_pod(pod)
     assert seen is not None and seen.phase is Phase.PENDING and seen.message == reason
+
+
+def test_scripts_that_never_import_torchjob_report_through_a_user_site_the_pod_mounts(tmp_path: Path) -> None:
+    """The boot files, laid out as the kubelet mounts the ConfigMap, start torchjob.autoreport in a Python run
+    with PYTHONUSERBASE pointing there; PYTHONPATH stays the image's own."""
+    import subprocess
+    import sys
+
+    from torchjob.backends.kubernetes import autoreport_boot
+    from torchjob.backends.kubernetes import mapping as kube
+
+    job = make_job("plain").workers(1).build()
+    job.metadata.uid = "u-2"
+    template = job.spec.pytorch_replica_specs[ReplicaType.WORKER].template
+    template["spec"]["containers"].append(
+        {"name": "sidecar", "image": "x", "env": [{"name": "PYTHONUSERBASE", "value": "/u"}]}
+    )
+    pod = kube.pod_manifest(job, ReplicaId(ReplicaType.WORKER, 0), 0, report_url="http://op.example:8443/")
+    volume = next(v for v in pod["spec"]["volumes"] if v["name"] == autoreport_boot.VOLUME)
+    assert volume["configMap"]["name"] == "plain-autoreport"
+    trainer, sidecar = pod["spec"]["containers"]
+    env = {e["name"]: e["value"] for e in trainer["env"]}
+    assert env["PYTHONUSERBASE"] == autoreport_boot.MOUNT and env["TORCHJOB_AUTOREPORT"] == "1"
+    assert "PYTHONPATH" not in env
+    assert {e["name"]: e["value"] for e in sidecar["env"]}["PYTHONUSERBASE"] == "/u"  # its own: left alone
+    # Lay the ConfigMap out as the kubelet would, and start Python as the container would.
+    data = autoreport_boot.config_map(job, kube.owner_reference(job))["data"]
+    for item in volume["configMap"]["items"]:
+        target = tmp_path / item["path"]
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(data[item["key"]])
+    probe = "import sys, torchjob.autoreport as a; print(a._reporter is not None, a.__file__)"
+    run_env = {"PATH": "/usr/bin:/bin", "PYTHONUSERBASE": str(tmp_path), "TORCHJOB_AUTOREPORT": "1"}
+    run_env |= {"TORCHJOB_REPLICA": "worker-0", "RANK": "1", "TORCHJOB_OUTPUT_DIR": str(tmp_path / "out")}
+    clean = [sys.executable, "-I", "-c", "import sys; print(sys.base_prefix)"]
+    base = subprocess.run(clean, capture_output=True, text=True, check=True).stdout.strip()
+    python = f"{base}/bin/python3"  # outside any virtual environment, which would close the user site
+    ran = subprocess.run([python, "-c", probe], env=run_env, capture_output=True, text=True, check=True)
+    started, where = ran.stdout.split()
+    assert started == "True" and where.startswith(str(tmp_path / "lib" / "torchjob"))

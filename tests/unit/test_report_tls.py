@@ -1,5 +1,5 @@
 """The report endpoint's TLS: certificates the operator issues from its own CA (when to renew, what they
-cover), and the endpoint served over TLS on loopback, called the way a Pod calls it (train/reporting.py)."""
+cover), and the endpoint served over TLS on loopback, called the way a Pod calls it (reporting.py)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from tests.unit.test_report_server import REPORT, Reviewer
 from torchjob.backends.kubernetes.report_board import ReportBoard
 from torchjob.controller import report_tls
 from torchjob.controller.report_server import report_server
-from torchjob.train.reporting import call_operator
+from torchjob.reporting import call_operator
 
 NOW = datetime.datetime(2026, 11, 25, tzinfo=datetime.timezone.utc)
 HOSTS = ["127.0.0.1", "torchjob-operator.torchjob-system.svc"]

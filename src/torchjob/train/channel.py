@@ -3,7 +3,7 @@ around (a spare: that it is warm), and reading the group's membership.
 
 Locally it is files in the job's output folder (``worker_files``): a file is what a process polls at no cost.
 In a Pod it is the operator's endpoints, found from ``TORCHJOB_REPORT_URL`` and authenticated with the same
-projected token as the progress reports (``torchjob.train.reporting``): the Pod has no API credentials.
+projected token as the progress reports (``torchjob.reporting``): the Pod has no API credentials.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from torchjob import worker_files
-from torchjob.train.reporting import call_operator, operator_from_env
+from torchjob.reporting import call_operator, operator_from_env
 
 
 class Channel(Protocol):

@@ -13,7 +13,7 @@ Files, in the job's output folder (``TORCHJOB_OUTPUT_DIR``; names from ``torchjo
                                 as long as the process runs: of a hung group (every "time" stuck), a rank that
                                 stopped beating (SIGSTOP, a frozen node) is the one the others wait for
 
-On a cluster the same thread also sends each new report to the operator (``torchjob.train.reporting``).
+On a cluster the same thread also sends each new report to the operator (``torchjob.reporting``).
 ``torchjob metrics NAME`` summarises the JSONL files and can plot them; hang detection reads heartbeats, and
 ``status.trainerStatus`` (progress %, time left) comes from the reports: pass ``total_steps`` for a percentage.
 """
@@ -28,8 +28,8 @@ from pathlib import Path
 from typing import Any
 
 from torchjob import autoreport, worker_files
+from torchjob.reporting import Reporter
 from torchjob.train.context import DistContext
-from torchjob.train.reporting import Reporter
 from torchjob.train.tensorboard import TensorBoardScalars
 
 

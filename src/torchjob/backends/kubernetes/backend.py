@@ -15,15 +15,15 @@ from datetime import datetime, timezone
 from typing import Any
 
 from lightkube import ApiError, Client
+from lightkube.resources.core_v1 import ConfigMap, Node, Pod, Service
 from lightkube.resources.core_v1 import Event as KubeEvent
-from lightkube.resources.core_v1 import Node, Pod, Service
 from lightkube.types import PatchType
 from typing_extensions import assert_never
 
 from torchjob.api import extensions
 from torchjob.api.types import PyTorchJob
 from torchjob.backends.base import Backend
-from torchjob.backends.kubernetes import crd, mapping, observing
+from torchjob.backends.kubernetes import autoreport_boot, crd, mapping, observing
 from torchjob.backends.kubernetes import spares as spares_mapping
 from torchjob.backends.kubernetes.cluster import PyTorchJobResource, as_dict
 from torchjob.backends.kubernetes.log_keeper import LogKeeper
@@ -74,6 +74,8 @@ class KubernetesBackend(Backend):
         self.report_ca: str | None = None
         # The Pods seen by the last observe(), by name: deletes check they remove the attempt they mean.
         self._pods: dict[str, dict[str, Any]] = {}
+        # The jobs (by uid) whose autoreport ConfigMap this operator made or found.
+        self._booted: set[str] = set()
 
     # -- Backend --------------------------------------------------------------------------------------
 
@@ -155,12 +157,14 @@ class KubernetesBackend(Backend):
                     self._delete(Pod, mapping.store_name(job), job.namespace)
                     self._delete(Service, mapping.store_name(job), job.namespace)
                 case CreateReplica():
+                    self._autoreport(job)
                     self._create(mapping.service_manifest(job, action.replica), Service)
                     pod = mapping.pod_manifest(
                         job, action.replica, action.attempt, self.report_url, action.rendezvous_at_store, self.report_ca
                     )
                     self._create(spares_mapping.with_store(pod, job) if action.meets_at_store else pod, Pod)
                 case CreateSpare():
+                    self._autoreport(job)
                     name = spares_mapping.free_spare_name(job, action.attempt, taken)
                     spare = spares_mapping.spare_pod_manifest(
                         job, name, action.attempt, self.report_url, action.rendezvous_at_store, self.report_ca
@@ -232,6 +236,13 @@ class KubernetesBackend(Backend):
         except ApiError as err:
             if err.status.code != 409:  # AlreadyExists: an earlier pass (or operator) made it
                 raise
+
+    def _autoreport(self, job: PyTorchJob) -> None:
+        """The ConfigMap the Pods mount for autoreport_boot.py, once per job (the job owns it)."""
+        if self.report_url is None or not autoreport_boot.wanted(job) or job.metadata.uid in self._booted:
+            return
+        self._create(autoreport_boot.config_map(job, mapping.owner_reference(job)), ConfigMap)
+        self._booted.add(str(job.metadata.uid))
 
     def _delete(self, kind: type[Any], name: str, namespace: str, grace_period: int | None = None) -> None:
         self.counter.add("delete")

@@ -23,6 +23,7 @@ from typing import Any
 from torchjob import worker_files
 from torchjob.api import extensions
 from torchjob.api.types import DEFAULT_CONTAINER_NAME, DEFAULT_PORT, DEFAULT_PORT_NAME, PyTorchJob, ReplicaType
+from torchjob.backends.kubernetes import autoreport_boot
 from torchjob.core import replicas
 from torchjob.core.envs import DEFAULT_RDZV_PORT, Addressing, replica_env
 from torchjob.core.replicas import ReplicaId
@@ -188,6 +189,10 @@ def pod_manifest(
         container["env"] = [*(container.get("env") or []), *(e for e in env if e["name"] not in names)]
         if container.get("name") == DEFAULT_CONTAINER_NAME:
             container.setdefault("terminationMessagePolicy", "FallbackToLogsOnError")
+    if report_url:
+        spec = with_report_channel(spec, worker_files.report_url(report_url, job.namespace, job.name), report_ca)
+        if autoreport_boot.wanted(job):  # scripts that never import torchjob report through the same channel
+            spec = autoreport_boot.with_autoreport(spec, job)
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -198,9 +203,7 @@ def pod_manifest(
             "annotations": dict(metadata.get("annotations") or {}),
             "ownerReferences": [owner_reference(job)],
         },
-        "spec": with_report_channel(spec, worker_files.report_url(report_url, job.namespace, job.name), report_ca)
-        if report_url
-        else spec,
+        "spec": spec,
     }
 
 

@@ -6,7 +6,8 @@ torchjob's reports (``worker_files.REPORT_AUDIENCE``): the token grants nothing 
 operator learns from it (TokenReview) which Pod is reporting. The report is the heartbeat file's JSON.
 
 Best effort by design: a report that cannot be delivered never stops training. The first failure is said
-once on stderr, then at most once a minute.
+once on stderr, then at most once a minute (never, for ``torchjob.autoreport``, which must not print).
+Standard library only, and no torch: ``torchjob.autoreport`` uses it in every Python process of a Pod.
 """
 
 from __future__ import annotations
@@ -60,16 +61,17 @@ def _tls_context(url: str) -> ssl.SSLContext | None:
 
 
 class Reporter:
-    def __init__(self, url: str, token_file: Path) -> None:
+    def __init__(self, url: str, token_file: Path, quiet: bool = False) -> None:
         self.url = url
         self.token_file = token_file
+        self.quiet = quiet
         self._complained_at: float | None = None
 
     @classmethod
-    def from_env(cls) -> Reporter | None:
+    def from_env(cls, quiet: bool = False) -> Reporter | None:
         """The reporter the operator asked for, or None where nobody listens (locally, or no operator)."""
         found = operator_from_env()
-        return cls(*found) if found else None
+        return cls(*found, quiet=quiet) if found else None
 
     def send(self, report: dict[str, Any]) -> bool:
         """POST one report; True when the operator took it (urllib raises for any answer but 2xx)."""
@@ -81,6 +83,8 @@ class Reporter:
         return True
 
     def _complain(self, err: Exception) -> None:
+        if self.quiet:
+            return
         now = time.monotonic()
         if self._complained_at is None or now - self._complained_at >= _COMPLAIN_EVERY_SECONDS:
             self._complained_at = now
