@@ -12,7 +12,7 @@ import yaml
 from torchjob.api.types import PyTorchJob, ReplicaType
 from torchjob.backends.kubernetes.crd import crd_manifest
 from torchjob.backends.kubernetes.mapping import pod_manifest, service_manifest
-from torchjob.backends.kubernetes.observing import node_in_doubt, node_lost, observe_pod
+from torchjob.backends.kubernetes.observing import node_in_doubt, node_lost, observe_pod, silent_node
 from torchjob.core.observed import Phase, SilentNode
 from torchjob.core.replicas import ReplicaId
 from torchjob.testing import make_job
@@ -166,16 +166,8 @@ def test_a_running_pod_on_a_node_that_reports_itself_not_ready_waits_for_it() ->
     assert observe_pod(pod, healthy).message is None  # type: ignore[union-attr]
 
 
-@pytest.mark.parametrize("phase", ["Running", "Unknown"])
-@pytest.mark.parametrize("deleted", [False, True])
-def test_a_pod_on_a_node_that_stopped_reporting_carries_the_node_and_when_it_was_last_heard(
-    phase: str, deleted: bool
-) -> None:
-    pod = pod_status(phase, conditions=[{"type": "Ready", "status": "False"}])
-    pod["spec"] = {"nodeName": "n1"}
-    if deleted:  # deleted before the node was declared lost: it stays Terminating
-        pod["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:30Z"
-    assert node_in_doubt(pod) == "n1"
+def test_a_node_stopped_reporting_when_declared_unknown_or_when_its_kubelet_missed_a_lease_renewal() -> None:
+    now = datetime(2026, 1, 1, 0, 1, 0, tzinfo=timezone.utc)
     lost = {
         "type": "Ready",
         "status": "Unknown",
@@ -183,13 +175,34 @@ def test_a_pod_on_a_node_that_stopped_reporting_carries_the_node_and_when_it_was
         "lastHeartbeatTime": "2026-01-01T00:00:10Z",
         "lastTransitionTime": "2026-01-01T00:00:26Z",
     }
-    node = {"metadata": {"name": "n1"}, "status": {"conditions": [lost]}}
-    assert node_lost(node) and not node_lost({"status": {"conditions": [{"type": "Ready", "status": "False"}]}})
-    seen = observe_pod(pod, node)
+    declared = {"metadata": {"name": "n1"}, "status": {"conditions": [lost]}}
+    assert node_lost(declared) and not node_lost({"status": {"conditions": [{"type": "Ready", "status": "False"}]}})
+    at = datetime(2026, 1, 1, 0, 0, 10, tzinfo=timezone.utc)
+    assert silent_node("n1", declared, None, now) == SilentNode("n1", at)  # since it was last heard
+
+    def lease(renewed: str) -> dict[str, Any]:
+        return {"spec": {"renewTime": renewed, "leaseDurationSeconds": 40}}  # renewed every 10 s
+
+    assert silent_node("n1", None, lease("2026-01-01T00:00:52.000000Z"), now) is None  # 8 s: on time
+    assert silent_node("n1", None, lease("2026-01-01T00:00:48.000000Z"), now) is None  # 12 s: late, not missed
+    late = silent_node("n1", None, lease("2026-01-01T00:00:46.000000Z"), now)  # 14 s > 1.25 renewals: missed
+    assert late == SilentNode("n1", datetime(2026, 1, 1, 0, 0, 46, tzinfo=timezone.utc))
+    assert silent_node("n1", None, {"spec": {}}, now) is None and silent_node("n1", None, None, now) is None
+
+
+@pytest.mark.parametrize("phase", ["Running", "Unknown"])
+@pytest.mark.parametrize("deleted", [False, True])
+def test_a_pod_on_a_silent_node_still_runs_as_far_as_anyone_knows(phase: str, deleted: bool) -> None:
+    pod = pod_status(phase, conditions=[{"type": "Ready", "status": "False"}])
+    pod["spec"] = {"nodeName": "n1"}
+    if deleted:  # deleted before the node was declared lost: it stays Terminating
+        pod["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:30Z"
+    assert node_in_doubt(pod) == "n1"
+    silent = SilentNode("n1", datetime(2026, 1, 1, 0, 0, 10, tzinfo=timezone.utc))
+    seen = observe_pod(pod, None, silent)
     assert seen is not None
-    # Still running as far as anyone knows: whether it is lost is the planner's call (policies/node_loss.py).
-    assert (seen.phase, seen.reason, seen.stopping) == (Phase.RUNNING, None, deleted)
-    assert seen.silent_node == SilentNode("n1", datetime(2026, 1, 1, 0, 0, 10, tzinfo=timezone.utc))
+    # Whether it is lost is the planner's call (policies/node_loss.py), with a witness of its own.
+    assert (seen.phase, seen.reason, seen.stopping, seen.silent_node) == (Phase.RUNNING, None, deleted, silent)
 
 
 def test_a_pod_without_replica_labels_is_not_a_replica() -> None:

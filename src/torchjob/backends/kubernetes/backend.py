@@ -15,7 +15,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from lightkube import ApiError, Client
-from lightkube.resources.core_v1 import ConfigMap, Node, Pod, Service
+from lightkube.resources.core_v1 import ConfigMap, Pod, Service
 from lightkube.resources.core_v1 import Event as KubeEvent
 from lightkube.types import PatchType
 from typing_extensions import assert_never
@@ -27,6 +27,7 @@ from torchjob.backends.kubernetes import autoreport_boot, crd, mapping, observin
 from torchjob.backends.kubernetes import spares as spares_mapping
 from torchjob.backends.kubernetes.cluster import PyTorchJobResource, as_dict
 from torchjob.backends.kubernetes.log_keeper import LogKeeper
+from torchjob.backends.kubernetes.nodes import NodeReader
 from torchjob.backends.kubernetes.report_board import ReportBoard
 from torchjob.backends.kubernetes.requests import RequestCounter
 from torchjob.core import replicas
@@ -43,7 +44,7 @@ from torchjob.core.actions import (
     ReformGroup,
     RepairReplica,
 )
-from torchjob.core.observed import Observed, Phase, ReplicaObservation, SpareObservation
+from torchjob.core.observed import Observed, Phase, Progress, ReplicaObservation, SpareObservation
 from torchjob.core.replicas import ReplicaId
 from torchjob.core.times import timestamp
 
@@ -68,6 +69,7 @@ class KubernetesBackend(Backend):
         self.client = client
         self.counter = counter or RequestCounter()
         self.logs = LogKeeper(client, self.counter.add)
+        self.nodes = NodeReader(client, self.counter.add)
         self.reports = reports
         self.report_url = report_url
         # The CA Pods verify an https report endpoint with (set by the operator once it serves one).
@@ -88,12 +90,11 @@ class KubernetesBackend(Backend):
         self._pods = {p["metadata"]["name"]: p for p in owned}
         served = self.reports.membership(job.namespace, job.name) if self.reports is not None else None
         published = None if served is None else (served["attempt"], served["generation"])
-        in_doubt = {observing.node_in_doubt(p) for p in owned} - {None}
-        nodes = {name: self._node(name) for name in in_doubt if name}
-        observations = [
-            self._with_reports(observing.observe_pod(p, nodes.get(p.get("spec", {}).get("nodeName", ""))), p)
-            for p in owned
-        ]
+        nodes, silent = self.nodes.for_pods([p for p in owned if observing.replica_of(p)], self._progress_of)
+        observations = []
+        for pod in owned:
+            name = (pod.get("spec") or {}).get("nodeName", "")
+            observations.append(self._with_reports(observing.observe_pod(pod, nodes.get(name), silent.get(name)), pod))
         store = self._pods.get(mapping.store_name(job))
         store_running = store is not None and store["metadata"].get("deletionTimestamp") is None
         spares = [self._spare(p) for p in owned if observing.role_of(p) == replicas.ROLE_SPARE]
@@ -116,8 +117,8 @@ class KubernetesBackend(Backend):
         it runs or once it succeeded, its progress."""
         if seen is None or self.reports is None:
             return seen
+        progress = self._progress_of(pod) if seen.phase in (Phase.RUNNING, Phase.SUCCEEDED) else None
         uid = pod["metadata"].get("uid")
-        progress = self.reports.latest(uid) if seen.phase in (Phase.RUNNING, Phase.SUCCEEDED) else None
         repairable = self.reports.announced(uid, seen.attempt)
         return dataclasses.replace(seen, progress=progress, repairable=repairable)
 
@@ -137,13 +138,8 @@ class KubernetesBackend(Backend):
             failed=phase in ("Failed", "Succeeded"),
         )
 
-    def _node(self, name: str) -> dict[str, Any] | None:
-        """The Node a running Pod that is not Ready sits on (its kubelet may have stopped reporting)."""
-        self.counter.add("get")
-        try:
-            return as_dict(self.client.get(Node, name))
-        except ApiError:
-            return None  # deleted, or not readable: the Pod says what it says
+    def _progress_of(self, pod: dict[str, Any]) -> Progress | None:
+        return self.reports.latest(pod["metadata"].get("uid")) if self.reports is not None else None
 
     def execute(self, job: PyTorchJob, actions: list[Action]) -> None:
         self._keep_logs(job, [a for a in actions if isinstance(a, DeleteReplica)])

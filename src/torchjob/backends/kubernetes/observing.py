@@ -68,14 +68,30 @@ def node_lost(node: dict[str, Any] | None) -> bool:
     return ready is not None and ready.get("status") == "Unknown"
 
 
-def _silent(node: dict[str, Any] | None) -> SilentNode | None:
-    """A lost node, with when its kubelet was last heard (its last heartbeat, else when it was marked)."""
-    if node is None or not node_lost(node):
+# The kubelet renews its node Lease every quarter of the lease's duration (a fixed fraction; 10 s by default).
+_RENEWALS_PER_LEASE = 4
+# A lease older than this many renewal intervals: the kubelet missed a renewal (not merely a late one).
+_MISSED_RENEWAL = 1.25
+
+
+def silent_node(
+    name: str, node: dict[str, Any] | None, lease: dict[str, Any] | None, now: datetime
+) -> SilentNode | None:
+    """Whether node ``name`` stopped reporting, and since when: the node lifecycle controller declared it
+    (``node``'s Ready=Unknown; 40-50 s after the fact by default), or its kubelet missed a renewal of its Lease
+    in ``kube-node-lease`` (``lease``: seconds after the fact). None while it reports, or when unknown."""
+    if node is not None and node_lost(node):
+        ready = _condition(node.get("status") or {}, "Ready") or {}
+        since = _parse_time(ready.get("lastHeartbeatTime")) or _parse_time(ready.get("lastTransitionTime"))
+        if since is not None:
+            return SilentNode(name, since)
+    spec = (lease or {}).get("spec") or {}
+    renewed = _parse_time(spec.get("renewTime"))
+    duration = spec.get("leaseDurationSeconds")
+    if renewed is None or not isinstance(duration, int) or duration <= 0:
         return None
-    ready = _condition(node.get("status") or {}, "Ready") or {}
-    since = _parse_time(ready.get("lastHeartbeatTime")) or _parse_time(ready.get("lastTransitionTime"))
-    name = (node.get("metadata") or {}).get("name")
-    return SilentNode(str(name), since) if name and since else None
+    overdue = (now - renewed).total_seconds() > _MISSED_RENEWAL * duration / _RENEWALS_PER_LEASE
+    return SilentNode(name, renewed) if overdue else None
 
 
 def _node_problem(node: dict[str, Any] | None) -> str | None:
@@ -90,9 +106,12 @@ def _node_problem(node: dict[str, Any] | None) -> str | None:
     return f"node {name} is not ready ({ready.get('reason') or 'NotReady'} since {since}): waiting for it to return"
 
 
-def observe_pod(pod: dict[str, Any], node: dict[str, Any] | None = None) -> ReplicaObservation | None:
+def observe_pod(
+    pod: dict[str, Any], node: dict[str, Any] | None = None, silent: SilentNode | None = None
+) -> ReplicaObservation | None:
     """A Pod as the planner sees it: phase, exit code or signal, the platform's reason, the crash's last lines;
-    for a live Pod, why it is waiting (a container's waiting reason, or ``node``, its Node, not being Ready)."""
+    for a live Pod, why it is waiting (a container's waiting reason, or ``node``, its Node, not being Ready),
+    and ``silent``, its node having stopped reporting (``silent_node``)."""
     identity = replica_of(pod)
     if identity is None:
         return None
@@ -129,7 +148,7 @@ def observe_pod(pod: dict[str, Any], node: dict[str, Any] | None = None) -> Repl
             message=waiting,
             stopping=stopping,
             disrupted_at=disrupted_at,
-            silent_node=_silent(node),
+            silent_node=silent,
         )
     terminated = terminated or {}
     reason = platform_reason

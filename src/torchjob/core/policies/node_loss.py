@@ -3,7 +3,8 @@
 A node whose kubelet falls silent is marked Ready=Unknown by the node lifecycle controller (after its grace
 period, 40-50 s by default). Kubernetes then evicts its Pods only after their unreachable toleration (5 minutes
 by default), and that eviction never completes without a kubelet to confirm it: the Pods stay Terminating, and
-a group that waits for them waits forever. Kubeflow's operator does.
+a group that waits for them waits forever. Kubeflow's operator does. The backend knows sooner: a kubelet that
+missed a renewal of its node Lease (renewed every 10 s by default) is silent too (``SilentNode``).
 
 But a silent kubelet is not always a lost replica: a kubelet restarted for an upgrade, or cut from the API
 server alone, leaves its containers training. So a replica on a silent node is declared lost only with a

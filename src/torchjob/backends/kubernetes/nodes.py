@@ -1,0 +1,67 @@
+"""The nodes under a job's Pods, read only when a Pod gives a reason: a pass that finds every Pod well reads none.
+
+- A Pod Running but not Ready: its Node. The node lifecycle controller marks a lost node's Pods so, and the Node
+  says why (its Ready condition), for the job's status and for ``observing.silent_node``.
+- A Pod whose process beat on the report channel and then went quiet for ``QUIET_SECONDS``: its node's Lease in
+  ``kube-node-lease``, which the kubelet renews every quarter of its duration (10 s by default). A kubelet that
+  missed a renewal is known seconds after a node vanished, where the node lifecycle controller waits for its
+  grace period (40-50 s by default). Silence of both, the process and its kubelet, is what
+  ``core/policies/node_loss.py`` needs to declare the replica lost.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime, timezone
+from typing import Any
+
+from lightkube import ApiError, Client
+from lightkube.resources.coordination_v1 import Lease
+from lightkube.resources.core_v1 import Node
+
+from torchjob.backends.kubernetes import observing
+from torchjob.backends.kubernetes.cluster import as_dict
+from torchjob.core.observed import Progress, SilentNode
+
+NODE_LEASES = "kube-node-lease"
+# Five missed beats (a process beats every second): quiet enough to look at its node, never a verdict alone.
+QUIET_SECONDS = 5.0
+
+
+class NodeReader:
+    def __init__(self, client: Client, count: Callable[[str], None]) -> None:
+        self.client = client
+        self.count = count
+
+    def for_pods(
+        self, pods: list[dict[str, Any]], progress_of: Callable[[dict[str, Any]], Progress | None]
+    ) -> tuple[dict[str, dict[str, Any] | None], dict[str, SilentNode]]:
+        """The Nodes of Pods in doubt (by name), and the nodes among all the Pods' that stopped reporting."""
+        now = datetime.now(timezone.utc)
+        in_doubt = {observing.node_in_doubt(p) for p in pods} - {None}
+        nodes = {name: self._get(Node, name) for name in in_doubt if name}
+        running = [p for p in pods if (p.get("status") or {}).get("phase") in ("Running", "Unknown")]
+        quiet = {_node_of(p) for p in running if _quiet(progress_of(p), now)} - {""}
+        leases = {name: self._get(Lease, name, NODE_LEASES) for name in quiet}
+        silent = {}
+        for name in set(nodes) | set(leases):
+            found = observing.silent_node(name, nodes.get(name), leases.get(name), now)
+            if found is not None:
+                silent[name] = found
+        return nodes, silent
+
+    def _get(self, kind: type[Any], name: str, namespace: str | None = None) -> dict[str, Any] | None:
+        self.count("get")
+        try:
+            return as_dict(self.client.get(kind, name, namespace=namespace))
+        except ApiError:
+            return None  # deleted, or not readable: the Pod says what it says
+
+
+def _node_of(pod: dict[str, Any]) -> str:
+    return str((pod.get("spec") or {}).get("nodeName") or "")
+
+
+def _quiet(progress: Progress | None, now: datetime) -> bool:
+    beat = progress.alive_at if progress is not None else None
+    return beat is not None and (now - beat).total_seconds() > QUIET_SECONDS
