@@ -29,6 +29,9 @@ from typing import Any
 from torchjob import reporting, worker_files
 
 BEAT_SECONDS = 1.0
+# The module a Pod's user site starts this from (backends/kubernetes/autoreport_boot.py): a copy of this module,
+# then no longer importable as torchjob.autoreport, which stand_down must reach too.
+INJECTED_BOOT = "_torchjob_autoreport_boot"
 _reporter: _AutoReporter | None = None
 
 
@@ -108,3 +111,6 @@ def stand_down() -> None:
     """The script reports through ``torchjob.train`` itself: stop writing its heartbeat."""
     if _reporter is not None:
         _reporter.active = False
+    injected = getattr(sys.modules.get(INJECTED_BOOT), "stand_down", None)
+    if callable(injected):
+        injected()

@@ -363,12 +363,26 @@ def test_scripts_that_never_import_torchjob_report_through_a_user_site_the_pod_m
         target = tmp_path / item["path"]
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(data[item["key"]])
-    probe = "import sys, torchjob.autoreport as a; print(a._reporter is not None, a.__file__)"
     run_env = {"PATH": "/usr/bin:/bin", "PYTHONUSERBASE": str(tmp_path), "TORCHJOB_AUTOREPORT": "1"}
     run_env |= {"TORCHJOB_REPLICA": "worker-0", "RANK": "1", "TORCHJOB_OUTPUT_DIR": str(tmp_path / "out")}
     clean = [sys.executable, "-I", "-c", "import sys; print(sys.base_prefix)"]
     base = subprocess.run(clean, capture_output=True, text=True, check=True).stdout.strip()
     python = f"{base}/bin/python3"  # outside any virtual environment, which would close the user site
-    ran = subprocess.run([python, "-c", probe], env=run_env, capture_output=True, text=True, check=True)
-    started, where = ran.stdout.split()
-    assert started == "True" and where.startswith(str(tmp_path / "lib" / "torchjob"))
+
+    def probe(code: str, **env: str) -> list[str]:
+        ran = subprocess.run([python, "-c", code], env={**run_env, **env}, capture_output=True, text=True, check=True)
+        return ran.stdout.split()
+
+    boot = "import sys; boot = sys.modules['_torchjob_autoreport_boot']; "
+    # An image without torchjob: the reporter runs, and `import torchjob` fails as it would without the operator.
+    without = boot + "print(boot._reporter is not None, 'torchjob' in sys.modules, sys.path); import torchjob"
+    ran = subprocess.run([python, "-c", without], env=run_env, capture_output=True, text=True)
+    started, imported, path = ran.stdout.split(maxsplit=2)
+    assert (started, imported) == ("True", "False") and f"'{tmp_path / 'lib'}'" not in path
+    assert "No module named 'torchjob'" in ran.stderr
+    # An image with its own torchjob (here: this checkout's): the script gets that one, and when it reports
+    # through torchjob.train, the stand-down reaches the injected reporter.
+    own = str(ROOT / "src")
+    with_own = boot + "import torchjob.autoreport as a; a.stand_down(); print(a.__file__, boot._reporter.active)"
+    where, active = probe(with_own, PYTHONPATH=own)
+    assert where.startswith(own) and active == "False"

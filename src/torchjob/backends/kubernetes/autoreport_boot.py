@@ -6,9 +6,10 @@ image's own ``PYTHONPATH`` (the ``ENV`` of many images, which a Pod's env overri
 operator opens another door Python has at start-up: the *user site* folder. It mounts a ConfigMap of the job
 (``<job>-autoreport``, owned by the job, a few kB) at ``/opt/torchjob/autoreport`` and sets ``PYTHONUSERBASE``
 to it. Python's ``site`` adds ``lib/python3.N/site-packages`` below it to ``sys.path`` and runs the ``.pth``
-file there, which appends the folder's copy of torchjob's torch-free reporting modules to the *end* of
-``sys.path`` (a torchjob the image has itself comes first) and starts ``torchjob.autoreport``: from the first
-optimizer step, the process beats to the operator's report endpoint every second.
+file there, which imports the folder's copy of torchjob's torch-free reporting modules, starts
+``torchjob.autoreport`` and takes the copy out of ``sys.modules`` and ``sys.path`` again (the script's own
+``import torchjob`` finds the image's torchjob, or none): from the first optimizer step, the process beats to
+the operator's report endpoint every second.
 
 Where Python does not open that door nothing changes, and the job runs as it would without torchjob: a virtual
 environment without system site packages, ``python -s``, a non-root user whose effective uid differs. A
@@ -24,6 +25,7 @@ from typing import Any
 from torchjob import worker_files
 from torchjob.api import extensions
 from torchjob.api.types import PyTorchJob
+from torchjob.autoreport import INJECTED_BOOT
 
 MOUNT = "/opt/torchjob/autoreport"
 VOLUME = "torchjob-autoreport"
@@ -31,19 +33,43 @@ VOLUME = "torchjob-autoreport"
 _MINOR_VERSIONS = range(8, 15)
 # torchjob.autoreport and what it imports: the standard library and these, nothing else (no torch).
 _MODULES = ("__init__.py", "autoreport.py", "reporting.py", "worker_files.py")
-_BOOT_MODULE = "_torchjob_autoreport_boot"
-_BOOT = '''"""Mounted by the torchjob operator: starts torchjob.autoreport. Never fails a script."""
+_BOOT = '''"""Mounted by the torchjob operator: starts torchjob.autoreport. Never fails a script.
+
+It runs while Python's site module is still at work, before the image's own site-packages are on sys.path: the
+copy of torchjob next to it is imported, started, and then taken out of sys.modules and sys.path again, so that
+the script's own `import torchjob` finds the image's torchjob (or none), exactly as without the operator.
+"""
 import os
 import sys
 
+
+def _ours(name):
+    return name == "torchjob" or name.startswith("torchjob.")
+
+
+_reporter = None
 # This file is <mount>/lib/python3.N/site-packages/; torchjob's modules are in <mount>/lib/torchjob/.
-sys.path.append(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+_lib = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+_before = {name: module for name, module in sys.modules.items() if _ours(name)}
+sys.path.insert(0, _lib)
 try:
     from torchjob import autoreport
 
     autoreport.start()
+    _reporter = autoreport._reporter
 except Exception:
     pass
+finally:
+    sys.path.remove(_lib)
+    for _name in [name for name in sys.modules if _ours(name)]:
+        del sys.modules[_name]
+    sys.modules.update(_before)
+
+
+def stand_down():
+    """The script reports through torchjob.train: its MetricsLogger calls this (through autoreport.stand_down)."""
+    if _reporter is not None:
+        _reporter.active = False
 '''
 # Left to the container where it sets them: they decide whether and where Python looks for a user site.
 _ITS_OWN = ("PYTHONUSERBASE", "PYTHONNOUSERSITE")
@@ -61,8 +87,8 @@ def config_map(job: PyTorchJob, owner: dict[str, Any]) -> dict[str, Any]:
     """The ConfigMap the replicas' Pods mount: the boot module, its ``.pth`` line, and torchjob's modules."""
     package = resources.files("torchjob")
     data = {f"torchjob.{name}": package.joinpath(name).read_text() for name in _MODULES}
-    data[f"{_BOOT_MODULE}.py"] = _BOOT
-    data["autoreport.pth"] = f"import {_BOOT_MODULE}\n"
+    data[f"{INJECTED_BOOT}.py"] = _BOOT
+    data["autoreport.pth"] = f"import {INJECTED_BOOT}\n"
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
@@ -82,7 +108,7 @@ def _items() -> list[dict[str, str]]:
     for minor in _MINOR_VERSIONS:
         site = f"lib/python3.{minor}/site-packages"
         items.append({"key": "autoreport.pth", "path": f"{site}/torchjob-autoreport.pth"})
-        items.append({"key": f"{_BOOT_MODULE}.py", "path": f"{site}/{_BOOT_MODULE}.py"})
+        items.append({"key": f"{INJECTED_BOOT}.py", "path": f"{site}/{INJECTED_BOOT}.py"})
     return items
 
 
