@@ -38,6 +38,7 @@ class NodeLossRun:
     recovery: list[float | None] = field(default_factory=list)  # node stopped → new group's first step; None: never
     succeeded: list[bool] = field(default_factory=list)
     waiting_on: list[str] = field(default_factory=list)  # what the job waited for when the window closed
+    outcomes: list[str] = field(default_factory=list)  # the first attempt's outcome, where the operator records one
 
 
 def _pods(cluster: Cluster, namespace: str) -> dict[str, dict[str, Any]]:
@@ -94,6 +95,9 @@ def trial(cluster: Cluster, namespace: str, run: NodeLossRun, window: float) -> 
         if took is not None:
             _wait(lambda: _state(cluster, namespace) in ("Succeeded", "Failed"), 300)
         run.succeeded.append(_state(cluster, namespace) == "Succeeded")
+        job = cluster.kubectl_json("get", "pytorchjob", "mnist", "-n", namespace)
+        attempts = job.get("status", {}).get("attempts") or [{}]
+        run.outcomes.append(f"{attempts[0].get('outcome', '')} (restartCount {job['status'].get('restartCount', 0)})")
     finally:
         kubelet.start(cluster.state, node)
         _wait(lambda: _nodes_ready(cluster), 180, poll=1)

@@ -75,6 +75,13 @@ def _leader(cluster: Cluster) -> str:
     return str(lease["spec"].get("holderIdentity") or "").rsplit("_", 1)[0]
 
 
+def _report_endpoints(cluster: Cluster) -> list[str]:
+    """The Pods the operator's report Service routes to."""
+    found = cluster.kubectl_json("get", "endpoints", "torchjob-operator", "-n", "torchjob-system")
+    addresses = [a for subset in found.get("subsets") or [] for a in subset.get("addresses") or []]
+    return sorted(a["targetRef"]["name"] for a in addresses)
+
+
 def _tainted_unreachable(cluster: Cluster, node: str) -> bool:
     taints = cluster.kubectl_json("get", "node", node)["spec"].get("taints") or []
     return any(t["key"] in ("node.kubernetes.io/unreachable", "node.kubernetes.io/not-ready") for t in taints)
@@ -100,6 +107,7 @@ def test_a_job_spread_over_three_nodes_trains_and_reports_to_the_operator_in_the
     # The Pods' reports reached the operator through its Service (ClusterIP, kube-proxy): progress is known.
     assert job["status"]["trainerStatus"]["progressPercentage"] == 100
     assert len(_operator_pods(cluster)) == 2 and _leader(cluster) in _operator_pods(cluster)
+    assert _report_endpoints(cluster) == [_leader(cluster)]  # reports reach the leader, never a standby
 
 
 def test_when_the_leaders_node_vanishes_the_standby_takes_over(three_nodes: Cluster) -> None:
@@ -112,6 +120,10 @@ def test_when_the_leaders_node_vanishes_the_standby_takes_over(three_nodes: Clus
         deadline = time.monotonic() + 120
         while _leader(cluster) == leader:  # the lease runs out (15 s), the standby takes it
             assert time.monotonic() < deadline, "the standby never took the lease"
+            time.sleep(1)
+        # The report Service follows: it routes to the new leader alone (leader_label.py).
+        while _report_endpoints(cluster) != [_leader(cluster)]:
+            assert time.monotonic() < deadline, f"the report Service routes to {_report_endpoints(cluster)}"
             time.sleep(1)
         # The scheduler keeps placing Pods on the lost node until Kubernetes marks it unreachable (the fast
         # profile's 16 s grace): a Pod placed there before would wait for an eviction that never completes.

@@ -34,7 +34,7 @@ from torchjob.backends.kubernetes.backend import KubernetesBackend
 from torchjob.backends.kubernetes.cluster import PyTorchJobResource, as_dict
 from torchjob.backends.kubernetes.report_board import ApiTokenReviewer, ReportBoard
 from torchjob.backends.kubernetes.requests import RequestCounter
-from torchjob.controller import report_tls
+from torchjob.controller import leader_label, report_tls
 from torchjob.controller.clock import Clock, SystemClock
 from torchjob.controller.health import health_server
 from torchjob.controller.leader import ElectionSettings
@@ -121,6 +121,7 @@ class Operator:
     def start(self) -> None:
         self.leading = True
         self.serve_health()
+        leader_label.claim(self.client, leader_label.own_pod())  # the report Service now points here
         self._spawn("watch-jobs", self._watch, PyTorchJobResource, None, job_key)
         labels: dict[str, Any] = {replicas.LABEL_OPERATOR: replicas.OPERATOR_NAME}
         self._spawn("watch-pods", self._watch, Pod, labels, pod_owner_key)
@@ -132,6 +133,8 @@ class Operator:
 
     def stop(self) -> None:
         self.stopping.set()
+        if self.leading:
+            leader_label.release(self.client, leader_label.own_pod())
         self.queue.close()
         for server in (self._server, self._report_server):
             if server is not None:
@@ -141,9 +144,8 @@ class Operator:
                 thread.join(timeout=30)
 
     def _serve_reports(self) -> None:
-        """Hear Pods' progress reports. A standby hears them too: behind one Service every replica gets a
-        share of each Pod's reports (one a second), so the leader hears each Pod often and a new leader
-        starts with recent ones."""
+        """Hear Pods' progress reports: a standby serves too, though deploy/'s Service sends them to the
+        leader alone (leader_label.py); an operator run without that label is reached directly."""
         if self.reports is None or self.settings.report_address is None or self._report_server is not None:
             return
         reviewer = ApiTokenReviewer(self.client)
