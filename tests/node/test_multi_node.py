@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from kuberig import Cluster, ClusterConfig, NodeConfig, create, delete
 from kuberig.node import kubelet
@@ -25,6 +26,7 @@ from tests.node.conftest import wait_for_condition
 from tests.support.images import TEST_SCRIPTS, push_test_images
 from tests.support.incluster import deploy
 from tests.support.mnist_jobs import mnist_on_a_claim
+from tests.support.paths import ROOT
 
 
 @pytest.fixture(scope="module")
@@ -203,5 +205,70 @@ def test_a_node_lost_mid_training_restarts_the_group_on_the_survivors_from_the_c
         log = cluster.kubectl("logs", "-n", namespace, "mnist-master-0").stdout
         assert "resumed from the checkpoint of step" in log, log[-2000:]
         assert float(log.split("test accuracy=")[1].split()[0]) >= 0.90
+    finally:
+        kubelet.start(cluster.state, node)
+
+
+def test_in_place_a_spare_on_another_node_takes_the_place_of_a_replica_whose_node_vanished(
+    three_nodes: Cluster,
+) -> None:
+    """The in-place MNIST job with one Pod per node (master, worker, warm spare). The worker's node vanishes: no
+    reset reaches the survivor, which waits in a collective. The operator declares the worker lost (its beats
+    and its kubelet fell silent), promotes the spare on the third node and publishes the next membership; the
+    survivor, seeing it, cuts its old group's connections (train/peers.py) and re-forms with the spare."""
+    cluster = three_nodes
+    _all_nodes_ready(cluster, timeout=180)
+    namespace = cluster.namespace("inplace-node-lost")
+    job: dict[str, Any] = yaml.safe_load((ROOT / "examples" / "mnist" / "job-inplace.yaml").read_text())
+    name = job["metadata"]["name"]
+    job["metadata"]["namespace"] = namespace
+    # Replicas and spares apart (the rendezvous store Pod may share a node: it is not one of them).
+    not_the_store = {"key": "torchjob.io/role", "operator": "NotIn", "values": ["rendezvous-store"]}
+    mine = {"matchLabels": {"torchjob.io/job-name": name}, "matchExpressions": [not_the_store]}
+    apart = {"labelSelector": mine, "topologyKey": "kubernetes.io/hostname"}
+    job["spec"]["pytorchReplicaSpecs"]["Worker"]["replicas"] = 1
+    for spec in job["spec"]["pytorchReplicaSpecs"].values():
+        pod = spec["template"]["spec"]
+        pod["containers"][0]["args"] = ["--epochs", "3"]
+        pod["affinity"] = {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [apart]}}
+    cluster.apply(job)
+    deadline = time.monotonic() + 300
+    while True:
+        found = cluster.kubectl_json("get", "pytorchjob", name, "-n", namespace)
+        log = cluster.kubectl("logs", "-n", namespace, f"{name}-worker-0", check=False).stdout
+        if "epoch: 2/" in log and (found.get("status") or {}).get("sparesReady") == 1:
+            break
+        assert time.monotonic() < deadline, "worker-0 never reached epoch 2 beside a warm spare"
+        time.sleep(0.5)
+    before = {p["metadata"]["name"]: p for p in cluster.kubectl_json("get", "pods", "-n", namespace)["items"]}
+    where = {pod: p["spec"]["nodeName"] for pod, p in before.items()}
+    assert len({where[f"{name}-{r}"] for r in ("master-0", "worker-0", "spare-0-0")}) == 3  # a node each
+    # The worker's node, unless the rendezvous store shares it (losing the store is another scenario).
+    lost, survivor = "worker-0", "master-0"
+    if where[f"{name}-worker-0"] == where.get(f"{name}-rdzv"):
+        lost, survivor = survivor, lost
+    node = cluster.node(where[f"{name}-{lost}"])
+    assert isinstance(node, kubelet.KubeletNode)
+    kubelet.stop(cluster.state, node)
+    stopped = time.monotonic()
+    try:
+        done = wait_for_condition(cluster, namespace, name, {"Succeeded", "Failed"}, timeout=400)
+        conditions = {c["type"]: c for c in done["status"]["conditions"]}
+        assert "Failed" not in conditions, conditions["Failed"]["message"]
+        print(f"{lost}'s node lost; the job succeeded {time.monotonic() - stopped:.1f}s later")
+        status = done["status"]
+        assert (status["attempt"], status["restartCount"], status["repairs"]) == (0, 0, 1), status.get("attempts")
+        kept = f"{name}-{survivor}"
+        assert (
+            cluster.kubectl_json("get", "pod", kept, "-n", namespace)["metadata"]["uid"]
+            == (before[kept]["metadata"]["uid"])
+        )  # the survivor's Pod carried on: never deleted, never recreated
+        logs = "".join(cluster.kubectl("logs", "-n", namespace, pod).stdout for pod in (kept, f"{name}-spare-0-0"))
+        print(logs[-2500:])
+        assert "group repaired in place (generation 1, 2 ranks" in logs, logs[-3000:]
+        assert "left the step" in logs  # the survivor left the collective no reset would end
+        assert float(logs.split("test accuracy=")[1].split()[0]) >= 0.90
+        pods = cluster.kubectl_json("get", "pods", "-n", namespace)["items"]
+        assert node.name not in {p["spec"]["nodeName"] for p in pods if p["metadata"]["name"] != f"{name}-rdzv"}
     finally:
         kubelet.start(cluster.state, node)

@@ -386,3 +386,22 @@ def test_scripts_that_never_import_torchjob_report_through_a_user_site_the_pod_m
     with_own = boot + "import torchjob.autoreport as a; a.stand_down(); print(a.__file__, boot._reporter.active)"
     where, active = probe(with_own, PYTHONPATH=own)
     assert where.startswith(own) and active == "False"
+
+
+def test_a_deletion_that_no_kubelet_will_confirm_is_finished_by_force_once_its_grace_is_over() -> None:
+    from torchjob.backends.kubernetes.nodes import never_finishing
+
+    def pod(name: str, node: str, deleting: str | None) -> dict[str, Any]:
+        metadata: dict[str, Any] = {"name": name}
+        if deleting:
+            metadata["deletionTimestamp"] = deleting
+        return {"metadata": metadata, "spec": {"nodeName": node}}
+
+    silent = {"gone": SilentNode("gone", datetime(2026, 1, 1, tzinfo=timezone.utc))}
+    pods = [
+        pod("lost", "gone", "2026-01-01T00:00:05Z"),  # deleted, grace over, its node silent: force
+        pod("soon", "gone", "2099-01-01T00:00:00Z"),  # its grace is not over yet
+        pod("alive", "gone", None),  # nobody decided it should go
+        pod("elsewhere", "fine", "2026-01-01T00:00:05Z"),  # its kubelet will confirm
+    ]
+    assert [p["metadata"]["name"] for p in never_finishing(pods, silent)] == ["lost"]

@@ -14,6 +14,7 @@ import math
 import os
 import threading
 import time
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
@@ -147,9 +148,11 @@ class MembershipWatch:
     """The newest generation of the attempt the controller published, read in the background so that a step
     costs no file read or request (an elastic group looks for a new membership at every step)."""
 
-    def __init__(self, talk: Channel, attempt: int, every: float) -> None:
+    def __init__(self, talk: Channel, attempt: int, every: float, on_poll: Callable[[int], None] | None = None) -> None:
+        """``on_poll(newest)`` runs in the watching thread after every read (``InPlaceTraining`` uses it to
+        leave a step that waits on a peer the controller has replaced)."""
         self.newest = -1
-        self._talk, self._attempt, self._every = talk, attempt, every
+        self._talk, self._attempt, self._every, self._on_poll = talk, attempt, every, on_poll
         threading.Thread(target=self._run, name="torchjob-membership", daemon=True).start()
 
     def _run(self) -> None:
@@ -157,4 +160,6 @@ class MembershipWatch:
             found = self._talk.membership()
             if found is not None and found["attempt"] == self._attempt:
                 self.newest = max(self.newest, found["generation"])
+            if self._on_poll is not None:
+                self._on_poll(self.newest)
             time.sleep(self._every)

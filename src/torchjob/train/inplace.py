@@ -30,6 +30,7 @@ from __future__ import annotations
 import gc
 import json
 import os
+import threading
 import time
 import weakref
 from collections.abc import Callable
@@ -43,10 +44,15 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
 from torchjob import worker_files
-from torchjob.train import channel, generations
+from torchjob.train import channel, generations, peers
 from torchjob.train.context import DistContext
 
 StepFunction = Callable[[DistributedDataParallel, int, DistContext], Any]
+
+# How long a step may run past a newly published membership before its peer is taken for silent: at least this
+# many seconds, and this many times the usual step time.
+_MIN_STEP_ALLOWANCE = 2.0
+_STEP_ALLOWANCE_FACTOR = 5.0
 
 
 class InPlaceTraining:
@@ -85,9 +91,17 @@ class InPlaceTraining:
         self.has_state = not ctx.joined
         self._unlogged: dict[str, Any] | None = None  # the last re-form's timings, until its first step is done
         self._reporter = False  # whether this rank says and records the last re-form (the lowest survivor)
+        self.elastic = self.repairable and os.environ.get(worker_files.ENV_ELASTIC) == "1"
+        # The step in progress: its generation and when it began (None between steps), under _step_lock, and
+        # how long a step takes (smoothed): a step far past that, while the controller has published the next
+        # membership, waits on a silent peer (peers.py).
+        self._step_lock = threading.Lock()
+        self._stepping: tuple[int, float] | None = None
+        self._step_seconds: float | None = None
         self.watch: generations.MembershipWatch | None = None
-        if self.repairable and os.environ.get(worker_files.ENV_ELASTIC) == "1":
-            self.watch = generations.MembershipWatch(self.channel, self.attempt, self.channel.watch_seconds)
+        if self.repairable:
+            every = self.channel.watch_seconds
+            self.watch = generations.MembershipWatch(self.channel, self.attempt, every, self._leave_if_replaced)
         if ctx.joined:
             self._take_state_and_wrap()
         else:
@@ -102,6 +116,9 @@ class InPlaceTraining:
             assert self.ddp is not None
             failed_at: float | None = None
             changed = False
+            began = time.monotonic()
+            with self._step_lock:
+                self._stepping = (self.ctx.generation, began)
             try:
                 changed = self._membership_changed()
                 if not changed:
@@ -110,6 +127,12 @@ class InPlaceTraining:
                 if not self.repairable:
                     raise
                 failed_at = time.time()  # repaired outside the except block: its traceback holds the broken group
+            finally:
+                with self._step_lock:  # from here on the old group's connections are this thread's to drop
+                    self._stepping = None
+            if failed_at is None and not changed:
+                took = time.monotonic() - began
+                self._step_seconds = took if self._step_seconds is None else 0.9 * self._step_seconds + 0.1 * took
             if failed_at is not None:
                 self._repair(failed_at)
             elif changed:
@@ -119,9 +142,27 @@ class InPlaceTraining:
                 if self._unlogged is not None:
                     self._log_repair({**self._unlogged, "first_step_at": time.time()})
 
+    def _leave_if_replaced(self, newest: int) -> None:
+        """In the watching thread: the controller published a generation after the one this step runs in, and
+        the step has outlasted its allowance, so it waits on a peer that will never answer (a vanished node
+        sends no reset). Cut the old group's connections: the step fails at once and the group is repaired."""
+        with self._step_lock:
+            if self._stepping is None or newest <= self._stepping[0]:
+                return
+            allowance = max(_MIN_STEP_ALLOWANCE, _STEP_ALLOWANCE_FACTOR * (self._step_seconds or 0.0))
+            if time.monotonic() - self._stepping[1] < allowance:
+                return  # an elastic regroup agreed at the next step, or a peer whose reset is on its way
+            cut = peers.cut_group_connections(peers.kept_ports())
+            self._stepping = None  # once per step
+        print(
+            f"torchjob: rank {self.ctx.rank}: the group was repaired around a silent peer; left the step "
+            f"({cut} connections cut)",
+            flush=True,
+        )
+
     def _membership_changed(self) -> bool:
         """Elastic groups: whether any member saw a newer membership (all of them get the same answer)."""
-        if self.watch is None:
+        if self.watch is None or not self.elastic:
             return False
         newest = torch.tensor([self.watch.newest], dtype=torch.int64, device=self.ctx.device)
         dist.all_reduce(newest, op=dist.ReduceOp.MAX)

@@ -27,7 +27,7 @@ from torchjob.backends.kubernetes import autoreport_boot, crd, mapping, observin
 from torchjob.backends.kubernetes import spares as spares_mapping
 from torchjob.backends.kubernetes.cluster import PyTorchJobResource, as_dict
 from torchjob.backends.kubernetes.log_keeper import LogKeeper
-from torchjob.backends.kubernetes.nodes import NodeReader
+from torchjob.backends.kubernetes.nodes import NodeReader, never_finishing
 from torchjob.backends.kubernetes.report_board import ReportBoard
 from torchjob.backends.kubernetes.requests import RequestCounter
 from torchjob.core import replicas
@@ -91,6 +91,8 @@ class KubernetesBackend(Backend):
         served = self.reports.membership(job.namespace, job.name) if self.reports is not None else None
         published = None if served is None else (served["attempt"], served["generation"])
         nodes, silent = self.nodes.for_pods([p for p in owned if observing.replica_of(p)], self._progress_of)
+        for stuck in never_finishing(owned, silent):
+            self._delete(Pod, stuck["metadata"]["name"], job.namespace, grace_period=0)
         observations = []
         for pod in owned:
             name = (pod.get("spec") or {}).get("nodeName", "")

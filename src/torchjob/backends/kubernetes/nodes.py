@@ -58,6 +58,20 @@ class NodeReader:
             return None  # deleted, or not readable: the Pod says what it says
 
 
+def never_finishing(pods: list[dict[str, Any]], silent: dict[str, SilentNode]) -> list[dict[str, Any]]:
+    """Pods whose deletion was decided (by the planner or the platform) and whose grace period is over, on a node
+    that stopped reporting: no kubelet will ever confirm they stopped, so they would stay Terminating, hiding
+    behind the spare that took their place or holding a name. The backend deletes them by force."""
+    now = datetime.now(timezone.utc)
+    found = []
+    for pod in pods:
+        deleting = (pod.get("metadata") or {}).get("deletionTimestamp")
+        due = observing.parse_time(deleting) if deleting else None
+        if due is not None and due <= now and _node_of(pod) in silent:
+            found.append(pod)
+    return found
+
+
 def _node_of(pod: dict[str, Any]) -> str:
     return str((pod.get("spec") or {}).get("nodeName") or "")
 

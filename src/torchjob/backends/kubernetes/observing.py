@@ -82,11 +82,11 @@ def silent_node(
     in ``kube-node-lease`` (``lease``: seconds after the fact). None while it reports, or when unknown."""
     if node is not None and node_lost(node):
         ready = _condition(node.get("status") or {}, "Ready") or {}
-        since = _parse_time(ready.get("lastHeartbeatTime")) or _parse_time(ready.get("lastTransitionTime"))
+        since = parse_time(ready.get("lastHeartbeatTime")) or parse_time(ready.get("lastTransitionTime"))
         if since is not None:
             return SilentNode(name, since)
     spec = (lease or {}).get("spec") or {}
-    renewed = _parse_time(spec.get("renewTime"))
+    renewed = parse_time(spec.get("renewTime"))
     duration = spec.get("leaseDurationSeconds")
     if renewed is None or not isinstance(duration, int) or duration <= 0:
         return None
@@ -125,7 +125,7 @@ def observe_pod(
     if disruption is not None and disruption.get("status") == "True":
         preempted = disruption.get("reason") in _PREEMPTION_REASONS
         platform_reason = PlatformReason.PREEMPTED if preempted else PlatformReason.EVICTED
-        disrupted_at = _parse_time(disruption.get("lastTransitionTime"))
+        disrupted_at = parse_time(disruption.get("lastTransitionTime"))
     if status.get("reason") == PlatformReason.EVICTED.value:
         platform_reason = PlatformReason.EVICTED
     phase = {"Pending": Phase.PENDING, "Running": Phase.RUNNING, "Succeeded": Phase.SUCCEEDED}.get(
@@ -136,7 +136,7 @@ def observe_pod(
     terminated = _terminated_state(status)
     if phase is Phase.SUCCEEDED:
         return ReplicaObservation(
-            replica, attempt, phase, exit_code=0, finished_at=_parse_time((terminated or {}).get("finishedAt"))
+            replica, attempt, phase, exit_code=0, finished_at=parse_time((terminated or {}).get("finishedAt"))
         )
     if phase is not Phase.FAILED:
         waiting = _node_problem(node) or _unschedulable(status) or _waiting_message(status)
@@ -163,7 +163,7 @@ def observe_pod(
         exit_code=int(exit_code) if exit_code is not None else None,
         reason=reason,
         message=_last_lines(message) or None,
-        finished_at=_parse_time(terminated.get("finishedAt")) or _parse_time(status.get("startTime")),
+        finished_at=parse_time(terminated.get("finishedAt")) or parse_time(status.get("startTime")),
         stopping=stopping,
         disrupted_at=disrupted_at,
     )
@@ -208,7 +208,8 @@ def _last_lines(message: str) -> str:
     return text if len(text) <= _MAX_MESSAGE else "…" + text[-_MAX_MESSAGE:]
 
 
-def _parse_time(value: Any) -> datetime | None:
+def parse_time(value: Any) -> datetime | None:
+    """An API server timestamp; None when absent or not one."""
     if not value:
         return None
     try:
