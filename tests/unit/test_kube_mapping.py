@@ -405,3 +405,24 @@ def test_a_deletion_that_no_kubelet_will_confirm_is_finished_by_force_once_its_g
         pod("elsewhere", "fine", "2026-01-01T00:00:05Z"),  # its kubelet will confirm
     ]
     assert [p["metadata"]["name"] for p in never_finishing(pods, silent)] == ["lost"]
+
+
+def test_pods_made_while_a_node_is_silent_are_kept_off_it() -> None:
+    from torchjob.backends.kubernetes.nodes import avoiding
+
+    away = {"key": "metadata.name", "operator": "NotIn", "values": ["n1", "n2"]}
+    assert avoiding({}, ["n2", "n1"])["affinity"]["nodeAffinity"] == {
+        "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [{"matchFields": [away]}]}
+    }
+    # The job's own terms are ORed: each one gets the constraint, and keeps what it asked for.
+    gpu = {"matchExpressions": [{"key": "gpu", "operator": "In", "values": ["a100"]}]}
+    cpu = {"matchExpressions": [{"key": "gpu", "operator": "DoesNotExist"}]}
+    spec = {
+        "affinity": {
+            "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [gpu, cpu]}}
+        }
+    }
+    terms = avoiding(spec, ["n1", "n2"])["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    assert [t["matchFields"] for t in terms["nodeSelectorTerms"]] == [[away], [away]]
+    assert terms["nodeSelectorTerms"][0]["matchExpressions"] == gpu["matchExpressions"]
+    assert avoiding({"containers": []}, []) == {"containers": []}  # nothing silent: the spec is untouched

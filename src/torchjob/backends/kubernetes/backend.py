@@ -27,7 +27,7 @@ from torchjob.backends.kubernetes import autoreport_boot, crd, mapping, observin
 from torchjob.backends.kubernetes import spares as spares_mapping
 from torchjob.backends.kubernetes.cluster import PyTorchJobResource, as_dict
 from torchjob.backends.kubernetes.log_keeper import LogKeeper
-from torchjob.backends.kubernetes.nodes import NodeReader, never_finishing
+from torchjob.backends.kubernetes.nodes import NodeReader, avoiding, never_finishing
 from torchjob.backends.kubernetes.report_board import ReportBoard
 from torchjob.backends.kubernetes.requests import RequestCounter
 from torchjob.core import replicas
@@ -150,7 +150,8 @@ class KubernetesBackend(Backend):
             match action:
                 case CreateRendezvousStore():
                     self._create(mapping.store_service_manifest(job), Service)
-                    self._create(mapping.store_pod_manifest(job), Pod)
+                    store = mapping.store_pod_manifest(job)
+                    self._create({**store, "spec": avoiding(store["spec"], list(self.nodes.avoided))}, Pod)
                 case DeleteRendezvousStore():
                     self._delete(Pod, mapping.store_name(job), job.namespace)
                     self._delete(Service, mapping.store_name(job), job.namespace)
@@ -160,6 +161,7 @@ class KubernetesBackend(Backend):
                     pod = mapping.pod_manifest(
                         job, action.replica, action.attempt, self.report_url, action.rendezvous_at_store, self.report_ca
                     )
+                    avoiding(pod["spec"], list(self.nodes.avoided))
                     self._create(spares_mapping.with_store(pod, job) if action.meets_at_store else pod, Pod)
                 case CreateSpare():
                     self._autoreport(job)
@@ -167,7 +169,7 @@ class KubernetesBackend(Backend):
                     spare = spares_mapping.spare_pod_manifest(
                         job, name, action.attempt, self.report_url, action.rendezvous_at_store, self.report_ca
                     )
-                    self._create(spare, Pod)
+                    self._create({**spare, "spec": avoiding(spare["spec"], list(self.nodes.avoided))}, Pod)
                 case DeleteSpare():
                     self._delete(Pod, action.name, job.namespace)
                 case RepairReplica():

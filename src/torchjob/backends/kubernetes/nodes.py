@@ -32,6 +32,9 @@ class NodeReader:
     def __init__(self, client: Client, count: Callable[[str], None]) -> None:
         self.client = client
         self.count = count
+        # Every node found silent, until its kubelet reports again: Pods created meanwhile are kept off it
+        # (the scheduler places Pods on a vanished node until Kubernetes taints it, tens of seconds later).
+        self.avoided: dict[str, SilentNode] = {}
 
     def for_pods(
         self, pods: list[dict[str, Any]], progress_of: Callable[[dict[str, Any]], Progress | None]
@@ -42,12 +45,15 @@ class NodeReader:
         nodes = {name: self._get(Node, name) for name in in_doubt if name}
         running = [p for p in pods if (p.get("status") or {}).get("phase") in ("Running", "Unknown")]
         quiet = {_node_of(p) for p in running if _quiet(progress_of(p), now)} - {""}
-        leases = {name: self._get(Lease, name, NODE_LEASES) for name in quiet}
+        leases = {name: self._get(Lease, name, NODE_LEASES) for name in quiet | set(self.avoided)}
         silent = {}
         for name in set(nodes) | set(leases):
             found = observing.silent_node(name, nodes.get(name), leases.get(name), now)
             if found is not None:
                 silent[name] = found
+            elif name in leases and leases[name] is not None:
+                self.avoided.pop(name, None)  # its kubelet renews its lease again
+        self.avoided.update(silent)
         return nodes, silent
 
     def _get(self, kind: type[Any], name: str, namespace: str | None = None) -> dict[str, Any] | None:
@@ -56,6 +62,22 @@ class NodeReader:
             return as_dict(self.client.get(kind, name, namespace=namespace))
         except ApiError:
             return None  # deleted, or not readable: the Pod says what it says
+
+
+def avoiding(spec: dict[str, Any], nodes: list[str]) -> dict[str, Any]:
+    """A Pod spec that the scheduler keeps off ``nodes``: ``metadata.name NotIn nodes`` added to every required
+    node selector term of its own (terms are ORed, so each must carry it), or as the only term."""
+    if not nodes:
+        return spec
+    away = {"key": "metadata.name", "operator": "NotIn", "values": sorted(nodes)}
+    required = spec.setdefault("affinity", {}).setdefault("nodeAffinity", {})
+    required = required.setdefault("requiredDuringSchedulingIgnoredDuringExecution", {})
+    terms = required.setdefault("nodeSelectorTerms", [])
+    if not terms:
+        terms.append({})
+    for term in terms:
+        term.setdefault("matchFields", []).append(away)
+    return spec
 
 
 def never_finishing(pods: list[dict[str, Any]], silent: dict[str, SilentNode]) -> list[dict[str, Any]]:
