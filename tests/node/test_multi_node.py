@@ -238,7 +238,10 @@ def test_in_place_a_spare_on_another_node_takes_the_place_of_a_replica_whose_nod
         log = cluster.kubectl("logs", "-n", namespace, f"{name}-worker-0", check=False).stdout
         if "epoch: 2/" in log and (found.get("status") or {}).get("sparesReady") == 1:
             break
-        assert time.monotonic() < deadline, "worker-0 never reached epoch 2 beside a warm spare"
+        if time.monotonic() > deadline:
+            pods = cluster.kubectl("get", "pods", "-n", namespace, "-o", "wide", check=False).stdout
+            events = cluster.kubectl("get", "events", "-n", namespace, check=False).stdout
+            pytest.fail(f"worker-0 never reached epoch 2 beside a warm spare:\n{pods}\n{events[-3000:]}\n{log[-1500:]}")
         time.sleep(0.5)
     before = {p["metadata"]["name"]: p for p in cluster.kubectl_json("get", "pods", "-n", namespace)["items"]}
     where = {pod: p["spec"]["nodeName"] for pod, p in before.items()}

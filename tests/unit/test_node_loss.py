@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 
+from torchjob.api.types import TrainerMetric, TrainerStatus
 from torchjob.core.actions import CreateReplica, DeleteReplica
 from torchjob.core.observed import Phase, PlatformReason, Progress, ReplicaObservation, SilentNode
 from torchjob.core.planning import plan
@@ -75,3 +76,15 @@ def test_the_planner_restarts_the_group_and_removes_the_lost_pod_by_force() -> N
     stops = {str(a.replica): (a.at_once, a.force) for a in result.actions if isinstance(a, DeleteReplica)}
     assert stops == {"master-0": (True, False), "worker-0": (True, False), "worker-1": (True, True)}
     assert not any(isinstance(a, CreateReplica) for a in result.actions)
+
+
+def test_a_new_leader_counts_silence_from_when_it_began_to_listen_where_the_job_reports() -> None:
+    # The lost node took the old leader with it: the new one never heard worker-1, only its peers.
+    unheard = replace(on_silent_node("worker-1", beat=None), unheard_since=at(8))
+    reporting = make_job("j").master().workers(2).build()
+    reporting.status.trainer_status = TrainerStatus(metrics=[TrainerMetric(name="step", value="12")])
+    assert declare_lost(reporting, [unheard], at(15), reports_heard=True) == [unheard]  # 7 s: not yet
+    [lost] = declare_lost(reporting, [unheard], at(19), reports_heard=True)
+    assert lost.reason is PlatformReason.NODE_LOST
+    # A job whose scripts never reported: not hearing them proves nothing.
+    assert declare_lost(JOB, [unheard], at(60), reports_heard=True) == [unheard]

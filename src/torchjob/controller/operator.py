@@ -122,6 +122,8 @@ class Operator:
         self.leading = True
         self.serve_health()
         leader_label.claim(self.client, leader_label.own_pod())  # the report Service now points here
+        if self.reports is not None:
+            self.reports.listening_since = self.clock.now()
         self._spawn("watch-jobs", self._watch, PyTorchJobResource, None, job_key)
         labels: dict[str, Any] = {replicas.LABEL_OPERATOR: replicas.OPERATOR_NAME}
         self._spawn("watch-pods", self._watch, Pod, labels, pod_owner_key)

@@ -121,6 +121,9 @@ class ReplicaObservation:
     # Its node stopped reporting (Ready=Unknown). The planner decides whether the replica is lost with it
     # (policies/node_loss.py): its containers may still run.
     silent_node: SilentNode | None = None
+    # Running, yet nothing it reported has reached this operator since it began to listen at this time (a new
+    # leader hears only what Pods send after it took over): None when it was heard, or nobody listens.
+    unheard_since: datetime | None = None
 
     def __post_init__(self) -> None:
         # A reason given by its value ("Evicted", as the API server spells it) is the same reason.

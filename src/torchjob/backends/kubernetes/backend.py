@@ -122,7 +122,8 @@ class KubernetesBackend(Backend):
         progress = self._progress_of(pod) if seen.phase in (Phase.RUNNING, Phase.SUCCEEDED) else None
         uid = pod["metadata"].get("uid")
         repairable = self.reports.announced(uid, seen.attempt)
-        return dataclasses.replace(seen, progress=progress, repairable=repairable)
+        unheard = self.reports.listening_since if progress is None and seen.phase is Phase.RUNNING else None
+        return dataclasses.replace(seen, progress=progress, repairable=repairable, unheard_since=unheard)
 
     def _spare(self, pod: dict[str, Any]) -> SpareObservation | None:
         labels = pod["metadata"].get("labels") or {}

@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from datetime import datetime, timezone
 from typing import Any
@@ -22,6 +23,8 @@ from lightkube.resources.core_v1 import Node
 from torchjob.backends.kubernetes import observing
 from torchjob.backends.kubernetes.cluster import as_dict
 from torchjob.core.observed import Progress, SilentNode
+
+log = logging.getLogger("torchjob.operator")
 
 NODE_LEASES = "kube-node-lease"
 # Five missed beats (a process beats every second): quiet enough to look at its node, never a verdict alone.
@@ -53,6 +56,11 @@ class NodeReader:
                 silent[name] = found
             elif name in leases and leases[name] is not None:
                 self.avoided.pop(name, None)  # its kubelet renews its lease again
+        for name in sorted(set(silent) - set(self.avoided)):
+            beats = {p["metadata"]["name"]: _last_beat(progress_of(p)) for p in pods if _node_of(p) == name}
+            log.info(
+                "node %s stopped reporting (last heard %s); its Pods last beat: %s", name, silent[name].since, beats
+            )
         self.avoided.update(silent)
         return nodes, silent
 
@@ -96,6 +104,11 @@ def never_finishing(pods: list[dict[str, Any]], silent: dict[str, SilentNode]) -
 
 def _node_of(pod: dict[str, Any]) -> str:
     return str((pod.get("spec") or {}).get("nodeName") or "")
+
+
+def _last_beat(progress: Progress | None) -> str:
+    beat = progress.alive_at if progress is not None else None
+    return beat.isoformat(timespec="seconds") if beat is not None else "never"
 
 
 def _quiet(progress: Progress | None, now: datetime) -> bool:

@@ -96,6 +96,8 @@ class ReportBoard:
     in-place membership. Written by the report server and the backend, read by both."""
 
     def __init__(self) -> None:
+        # When this operator began to hear reports: set when it starts to lead (reports reach only the leader).
+        self.listening_since: datetime | None = None
         self._lock = threading.Lock()
         self._latest: dict[str, tuple[PodIdentity, Progress]] = {}
         self._announced: dict[str, int] = {}

@@ -11,7 +11,8 @@ server alone, leaves its containers training. So a replica on a silent node is d
 second witness of its own:
 
 - its process, which beat on the report channel, has been silent for the liveness deadline too (a vanished VM
-  silences both at once; a stopped kubelet silences neither the process nor its reports), or
+  silences both at once; a stopped kubelet silences neither the process nor its reports); for an operator that
+  began to listen after it went silent (a new leader), silent since then, where the job's scripts report, or
 - the platform has already decided to evict it (its DisruptionTarget condition, after the toleration): the
   only witness for a script that reports nothing.
 
@@ -40,9 +41,11 @@ def declare_lost(
 def look_again_at(job: PyTorchJob, observed: list[ReplicaObservation]) -> datetime | None:
     """When a replica on a silent node, not (yet) lost, would have been silent for the liveness deadline."""
     beats = [
-        o.progress.alive_at
+        beat
         for o in observed
-        if o.silent_node is not None and o.phase.live and o.progress is not None and o.progress.alive_at
+        if o.silent_node is not None and o.phase.live
+        for beat in [o.progress.alive_at if o.progress is not None else o.unheard_since]
+        if beat is not None
     ]
     return later(min(beats), liveness_deadline(job)) if beats else None
 
@@ -52,6 +55,10 @@ def _lost(job: PyTorchJob, seen: ReplicaObservation, now: datetime, reports_hear
     if node is None or not seen.phase.live:
         return None
     beat = seen.progress.alive_at if seen.progress is not None else None
+    if beat is None and job.status.trainer_status is not None:
+        # The job's scripts report (some replica did), yet this one was not heard since this operator began
+        # to listen: a leader that took over when the lost node took the old leader with it.
+        beat = seen.unheard_since
     silent = reports_heard and beat is not None and (now - beat).total_seconds() > liveness_deadline(job)
     if silent and beat is not None:
         witness = f"and {seen.replica} has not beaten since {timestamp(beat)}"
