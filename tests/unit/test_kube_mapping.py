@@ -426,3 +426,20 @@ def test_pods_made_while_a_node_is_silent_are_kept_off_it() -> None:
     assert [t["matchFields"] for t in terms["nodeSelectorTerms"]] == [[away], [away]]
     assert terms["nodeSelectorTerms"][0]["matchExpressions"] == gpu["matchExpressions"]
     assert avoiding({"containers": []}, []) == {"containers": []}  # nothing silent: the spec is untouched
+
+
+def test_the_store_runs_where_the_workers_may_but_does_not_take_part_in_their_spreading() -> None:
+    from torchjob.backends.kubernetes import mapping as kube
+
+    job = make_job("el").workers(3).elastic(minReplicas=2, maxReplicas=3).build()
+    spread = {"labelSelector": {"matchLabels": {"torchjob.io/job-name": "el"}}, "topologyKey": "kubernetes.io/hostname"}
+    where = {"nodeSelectorTerms": [{"matchExpressions": [{"key": "pool", "operator": "In", "values": ["cpu"]}]}]}
+    template = job.spec.pytorch_replica_specs[ReplicaType.WORKER].template
+    template["spec"]["affinity"] = {
+        "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": where},
+        "podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [spread]},
+    }
+    template["spec"]["tolerations"] = [{"key": "spot", "operator": "Exists"}]
+    store = kube.store_pod_manifest(job)["spec"]
+    assert store["affinity"] == {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": where}}
+    assert store["tolerations"] == [{"key": "spot", "operator": "Exists"}]

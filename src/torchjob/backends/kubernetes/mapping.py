@@ -31,7 +31,7 @@ from torchjob.core.replicas import ReplicaId
 STORE_PORT = DEFAULT_RDZV_PORT
 LABEL_ROLE = replicas.LABEL_ROLE
 # What the store Pod takes from the Workers' pod template: where it may run and how to pull the image.
-_STORE_POD_FIELDS = ("imagePullSecrets", "nodeSelector", "tolerations", "affinity", "priorityClassName")
+_STORE_POD_FIELDS = ("imagePullSecrets", "nodeSelector", "tolerations", "priorityClassName")
 
 
 def declared_port(job: PyTorchJob, replica_type: ReplicaType | None = None) -> int:
@@ -95,6 +95,11 @@ def store_pod_manifest(job: PyTorchJob) -> dict[str, Any]:
     container = pytorch_container(worker) or {}
     port = store_port(job)
     spec: dict[str, Any] = {k: copy.deepcopy(pod[k]) for k in _STORE_POD_FIELDS if k in pod}
+    # Where the Workers may run, not how they spread: a pod anti-affinity among the ranks, copied to the store,
+    # would keep every rank off the store's node (the scheduler honours existing Pods' anti-affinity too).
+    node_affinity = (pod.get("affinity") or {}).get("nodeAffinity")
+    if node_affinity:
+        spec["affinity"] = {"nodeAffinity": copy.deepcopy(node_affinity)}
     spec["restartPolicy"] = "Always"
     spec["containers"] = [
         {
