@@ -263,7 +263,7 @@ def test_in_place_a_spare_on_another_node_takes_the_place_of_a_replica_whose_nod
         if (status["attempt"], status["restartCount"], status["repairs"]) != (0, 0, 1):
             events = cluster.kubectl("get", "events", "-n", namespace, check=False).stdout
             operator = cluster.kubectl(
-                "logs", "-n", "torchjob-system", "-l", "app.kubernetes.io/name=torchjob-operator"
+                "logs", "-n", "torchjob-system", "-l", "app.kubernetes.io/name=torchjob-operator", check=False
             )
             pytest.fail(f"not repaired in place: {status.get('attempts')}\n{events[-4000:]}\n{operator.stdout[-3000:]}")
         kept = f"{name}-{survivor}"

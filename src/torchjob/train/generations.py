@@ -29,6 +29,11 @@ from torchjob.train.channel import Channel
 from torchjob.train.context import DistContext
 from torchjob.worker_files import Membership
 
+# How often a spare, and a member of a group under in-place repair, says so again: an announcement lost on the
+# way, or heard by a leader whose node then vanished, must not leave a new leader thinking the group cannot be
+# repaired in place (it hears only what is sent after it took over).
+REANNOUNCE_SECONDS = 5.0
+
 # The store key (under a generation's prefix) that counts the members that arrived to form it.
 _ARRIVALS = "torchjob/arrived"
 
@@ -127,8 +132,11 @@ def wait_as_spare(ctx_backend: str, device: torch.device, timeout: timedelta) ->
     spare = os.environ[worker_files.ENV_SPARE]
     attempt = int(os.environ.get(worker_files.ENV_ATTEMPT, "0"))
     talk = channel.from_env()
-    talk.announce(spare, attempt)
+    announced = -math.inf
     while True:
+        if time.monotonic() - announced >= REANNOUNCE_SECONDS:  # again and again: see REANNOUNCE_SECONDS
+            talk.announce(spare, attempt)
+            announced = time.monotonic()
         found = talk.membership()
         if found is not None and found["attempt"] == attempt and spare in found["spares"]:
             break

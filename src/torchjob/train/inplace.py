@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import gc
 import json
+import math
 import os
 import threading
 import time
@@ -99,15 +100,16 @@ class InPlaceTraining:
         self._stepping: tuple[int, float] | None = None
         self._step_seconds: float | None = None
         self.watch: generations.MembershipWatch | None = None
+        self._announced_at = -math.inf
         if self.repairable:
             every = self.channel.watch_seconds
-            self.watch = generations.MembershipWatch(self.channel, self.attempt, every, self._leave_if_replaced)
+            self.watch = generations.MembershipWatch(self.channel, self.attempt, every, self._on_poll)
         if ctx.joined:
             self._take_state_and_wrap()
         else:
             self.ddp = self._wrap()
         if self.repairable:
-            self.channel.announce(worker_files.process_key(self.replica, 0, ctx.rank), self.attempt)
+            self._announce()
 
     def run(self, step_fn: StepFunction, total_steps: int, start_step: int = 0) -> None:
         if not self.ctx.joined:
@@ -141,6 +143,16 @@ class InPlaceTraining:
                 self.step += 1
                 if self._unlogged is not None:
                     self._log_repair({**self._unlogged, "first_step_at": time.time()})
+
+    def _announce(self) -> None:
+        self._announced_at = time.monotonic()
+        self.channel.announce(worker_files.process_key(self.replica, 0, self.ctx.rank), self.attempt)
+
+    def _on_poll(self, newest: int) -> None:
+        """In the watching thread, after each read of the membership."""
+        if time.monotonic() - self._announced_at >= generations.REANNOUNCE_SECONDS:
+            self._announce()  # again: a new leader hears only what is sent after it took over
+        self._leave_if_replaced(newest)
 
     def _leave_if_replaced(self, newest: int) -> None:
         """In the watching thread: the controller published a generation after the one this step runs in, and
