@@ -7,8 +7,9 @@ from datetime import datetime, timedelta, timezone
 
 from torchjob.api.types import TrainerMetric, TrainerStatus
 from torchjob.core.actions import CreateReplica, DeleteReplica
-from torchjob.core.observed import Phase, PlatformReason, Progress, ReplicaObservation, SilentNode
+from torchjob.core.observed import Phase, PlatformReason, Progress, ReplicaObservation, SilentNode, SpareObservation
 from torchjob.core.planning import plan
+from torchjob.core.policies import repair
 from torchjob.core.policies.node_loss import declare_lost, look_again_at
 from torchjob.testing import make_job, running
 
@@ -88,3 +89,19 @@ def test_a_new_leader_counts_silence_from_when_it_began_to_listen_where_the_job_
     assert lost.reason is PlatformReason.NODE_LOST
     # A job whose scripts never reported: not hearing them proves nothing.
     assert declare_lost(JOB, [unheard], at(60), reports_heard=True) == [unheard]
+
+
+def test_a_new_leader_repairs_in_place_around_a_replica_it_never_heard() -> None:
+    job = make_job("j").master().workers(1).annotate(**{"torchjob.io/spares": "1"}).build()
+    lost = replace(
+        on_silent_node("worker-0", beat=None),
+        phase=Phase.FAILED,
+        reason=PlatformReason.NODE_LOST,
+        unheard_since=at(8),
+    )
+    survivor = replace(running("master-0"), repairable=True)
+    spare = SpareObservation("j-spare-0-0", 0, ready=True)
+    [made] = repair.decide(job, 0, [survivor, lost], [spare])
+    assert (str(made.lost.replica), made.spare) == ("worker-0", "j-spare-0-0")
+    # Heard, and never announced: it does not run the in-place loop, so the group restarts.
+    assert repair.decide(job, 0, [survivor, replace(lost, unheard_since=None)], [spare]) == []
