@@ -18,6 +18,7 @@ only the standard library, ``worker_files`` and ``reporting``.
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import sys
@@ -75,9 +76,17 @@ class _AutoReporter:
             register(self.on_step)
             self.hooked = True
 
-    def _beat(self) -> None:
+    def last_words(self) -> None:
+        """At exit: one last report that says so (a process that exits on its own is not lost when it falls
+        silent), where a step was ever reported."""
+        if self.active and self.steps:
+            self._beat(exiting=True)
+
+    def _beat(self, exiting: bool = False) -> None:
         with self._lock:
-            report = {worker_files.REPORT_STEP: self.steps, worker_files.REPORT_TIME: self.step_time}
+            report: dict[str, Any] = {worker_files.REPORT_STEP: self.steps, worker_files.REPORT_TIME: self.step_time}
+            if exiting:
+                report[worker_files.REPORT_EXITING] = True
             if self.seconds_per_step is not None:
                 report[worker_files.REPORT_SECONDS_PER_STEP] = self.seconds_per_step
         report[worker_files.REPORT_ALIVE] = time.time()
@@ -105,6 +114,7 @@ def start() -> None:
     key = worker_files.process_key(replica, int(os.environ.get("LOCAL_RANK", "0")), int(rank))
     heartbeat = worker_files.heartbeat_file(worker_files.output_dir(), key)
     _reporter = _AutoReporter(heartbeat, reporting.Reporter.from_env(quiet=True))
+    atexit.register(_reporter.last_words)
 
 
 def stand_down() -> None:

@@ -66,6 +66,8 @@ REPORT_SECONDS_PER_STEP = "seconds_per_step"
 # When the process last proved it is alive (its reporting thread ran), whether or not the step moved: of a
 # hung group, the one rank that stopped beating is the one the others wait for.
 REPORT_ALIVE = "alive"
+# True in a process's last report, sent as it exits on its own: its silence from then on is explained.
+REPORT_EXITING = "exiting"
 HEARTBEAT_DIR = "heartbeat"
 INPLACE_DIR = "inplace"
 MEMBERSHIP_FILE = "membership.json"

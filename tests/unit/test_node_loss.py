@@ -105,3 +105,12 @@ def test_a_new_leader_repairs_in_place_around_a_replica_it_never_heard() -> None
     assert (str(made.lost.replica), made.spare) == ("worker-0", "j-spare-0-0")
     # Heard, and never announced: it does not run the in-place loop, so the group restarts.
     assert repair.decide(job, 0, [survivor, replace(lost, unheard_since=None)], [spare]) == []
+
+
+def test_a_replica_that_said_it_was_exiting_is_not_lost_when_it_falls_silent() -> None:
+    # Only the kubelet stopped, and the script finished meanwhile: its last report said so.
+    seen = on_silent_node("worker-1", beat=6)
+    assert seen.progress is not None
+    finished = replace(seen, progress=replace(seen.progress, exiting=True))
+    assert declare_lost(JOB, [finished], at(60), reports_heard=True) == [finished]
+    assert Progress.from_report({"step": 3, "exiting": True}, T0) == Progress(T0, 3, exiting=True)

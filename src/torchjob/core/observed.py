@@ -58,6 +58,8 @@ class Progress:
     samples_per_second: float | None = None
     seconds_per_step: float | None = None
     alive_at: datetime | None = None
+    # The process said it is exiting on its own (its last report): silence after it proves nothing.
+    exiting: bool = False
 
     @classmethod
     def from_report(
@@ -76,6 +78,7 @@ class Progress:
             loss=_finite(report.get(worker_files.REPORT_LOSS)),
             samples_per_second=_finite(report.get(worker_files.REPORT_SAMPLES_PER_SECOND)),
             seconds_per_step=_finite(report.get(worker_files.REPORT_SECONDS_PER_STEP)),
+            exiting=report.get(worker_files.REPORT_EXITING) is True,
         )
 
 

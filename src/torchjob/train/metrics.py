@@ -119,14 +119,16 @@ class MetricsLogger:
     def _write_heartbeats(self) -> None:
         while not self._stop.wait(self.heartbeat_seconds):
             self._flush_heartbeat()
-        self._flush_heartbeat()
+        self._flush_heartbeat(exiting=True)  # closed: the process's silence from now on is its own doing
 
-    def _flush_heartbeat(self) -> None:
+    def _flush_heartbeat(self, exiting: bool = False) -> None:
         latest = self._latest
         if latest is None:
             return
         report = {key: value for key, value in latest.items() if value is not None}
         report[worker_files.REPORT_ALIVE] = time.time()
+        if exiting:
+            report[worker_files.REPORT_EXITING] = True
         tmp = self.heartbeat_path.with_suffix(".tmp")
         tmp.write_text(json.dumps(report))
         os.replace(tmp, self.heartbeat_path)

@@ -54,6 +54,8 @@ def _lost(job: PyTorchJob, seen: ReplicaObservation, now: datetime, reports_hear
     node = seen.silent_node
     if node is None or not seen.phase.live:
         return None
+    if seen.progress is not None and seen.progress.exiting:
+        return None  # it finished and said so while its kubelet was away: silent, not lost
     beat = seen.progress.alive_at if seen.progress is not None else None
     if beat is None and job.status.trainer_status is not None:
         # The job's scripts report (some replica did), yet this one was not heard since this operator began
