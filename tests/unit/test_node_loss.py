@@ -32,6 +32,11 @@ def on_silent_node(name: str, beat: float | None, disrupted: bool = False) -> Re
     )
 
 
+def peer(now: float) -> ReplicaObservation:
+    """master-0, on a node that reports, beating a second before ``now``."""
+    return replace(running("master-0"), progress=Progress(at(now - 1), 12, alive_at=at(now - 1)))
+
+
 def test_a_replica_that_still_beats_on_a_silent_node_is_not_lost() -> None:
     # Only the kubelet stopped (an upgrade, a kubelet cut from the API server): the training goes on.
     seen = on_silent_node("worker-1", beat=29)
@@ -40,7 +45,7 @@ def test_a_replica_that_still_beats_on_a_silent_node_is_not_lost() -> None:
 
 
 def test_a_replica_silent_with_its_node_is_lost_from_the_earlier_of_the_two() -> None:
-    [lost] = declare_lost(JOB, [on_silent_node("worker-1", beat=6)], at(20), reports_heard=True)
+    _, lost = declare_lost(JOB, [peer(20), on_silent_node("worker-1", beat=6)], at(20), reports_heard=True)
     assert (lost.phase, lost.reason, lost.finished_at) == (Phase.FAILED, PlatformReason.NODE_LOST, at(5))
     assert lost.describe() == (
         "worker-1 was lost with its node: node node-b stopped reporting at 2026-11-25T12:00:05Z, "
@@ -84,8 +89,8 @@ def test_a_new_leader_counts_silence_from_when_it_began_to_listen_where_the_job_
     unheard = replace(on_silent_node("worker-1", beat=None), unheard_since=at(8))
     reporting = make_job("j").master().workers(2).build()
     reporting.status.trainer_status = TrainerStatus(metrics=[TrainerMetric(name="step", value="12")])
-    assert declare_lost(reporting, [unheard], at(15), reports_heard=True) == [unheard]  # 7 s: not yet
-    [lost] = declare_lost(reporting, [unheard], at(19), reports_heard=True)
+    assert declare_lost(reporting, [peer(15), unheard], at(15), reports_heard=True)[1] == unheard  # 7 s: not yet
+    _, lost = declare_lost(reporting, [peer(19), unheard], at(19), reports_heard=True)
     assert lost.reason is PlatformReason.NODE_LOST
     # A job whose scripts never reported: not hearing them proves nothing.
     assert declare_lost(JOB, [unheard], at(60), reports_heard=True) == [unheard]
@@ -114,3 +119,10 @@ def test_a_replica_that_said_it_was_exiting_is_not_lost_when_it_falls_silent() -
     finished = replace(seen, progress=replace(seen.progress, exiting=True))
     assert declare_lost(JOB, [finished], at(60), reports_heard=True) == [finished]
     assert Progress.from_report({"step": 3, "exiting": True}, T0) == Progress(T0, 3, exiting=True)
+
+
+def test_when_every_process_fell_silent_at_once_silence_proves_nothing() -> None:
+    # Only the kubelet stopped, and the job finished meanwhile: every process went quiet together.
+    quiet_peer = replace(running("master-0"), progress=Progress(at(5), 12, alive_at=at(6)))
+    seen = on_silent_node("worker-1", beat=6)
+    assert declare_lost(JOB, [quiet_peer, seen], at(30), reports_heard=True) == [quiet_peer, seen]

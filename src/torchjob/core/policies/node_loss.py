@@ -34,8 +34,19 @@ from torchjob.core.times import later, timestamp
 def declare_lost(
     job: PyTorchJob, observed: list[ReplicaObservation], now: datetime, reports_heard: bool
 ) -> list[ReplicaObservation]:
-    """``observed`` with every replica that is lost with its node as a failure (see the module's docstring)."""
-    return [_lost(job, o, now, reports_heard) or o for o in observed]
+    """``observed`` with every replica that is lost with its node as a failure (see the module's docstring).
+    Silence counts only while a peer on a node that still reports beats: when every process fell silent at
+    once (the job finished while only its kubelet was away), silence proves nothing."""
+    allowed = liveness_deadline(job)
+    peers_beat = any(
+        o.silent_node is None
+        and o.phase.live
+        and o.progress is not None
+        and o.progress.alive_at is not None
+        and (now - o.progress.alive_at).total_seconds() <= allowed
+        for o in observed
+    )
+    return [_lost(job, o, now, reports_heard and peers_beat) or o for o in observed]
 
 
 def look_again_at(job: PyTorchJob, observed: list[ReplicaObservation]) -> datetime | None:
