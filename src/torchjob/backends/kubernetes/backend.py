@@ -27,7 +27,7 @@ from torchjob.backends.kubernetes import autoreport_boot, crd, mapping, observin
 from torchjob.backends.kubernetes import spares as spares_mapping
 from torchjob.backends.kubernetes.cluster import PyTorchJobResource, as_dict
 from torchjob.backends.kubernetes.log_keeper import LogKeeper
-from torchjob.backends.kubernetes.nodes import NodeReader, avoiding, never_finishing
+from torchjob.backends.kubernetes.nodes import NodeReader, never_finishing
 from torchjob.backends.kubernetes.report_board import ReportBoard
 from torchjob.backends.kubernetes.requests import RequestCounter
 from torchjob.core import replicas
@@ -152,7 +152,8 @@ class KubernetesBackend(Backend):
                 case CreateRendezvousStore():
                     self._create(mapping.store_service_manifest(job), Service)
                     store = mapping.store_pod_manifest(job)
-                    self._create({**store, "spec": avoiding(store["spec"], list(self.nodes.avoided))}, Pod)
+                    self.nodes.keep_off_silent(store["spec"])
+                    self._create(store, Pod)
                 case DeleteRendezvousStore():
                     self._delete(Pod, mapping.store_name(job), job.namespace)
                     self._delete(Service, mapping.store_name(job), job.namespace)
@@ -162,7 +163,7 @@ class KubernetesBackend(Backend):
                     pod = mapping.pod_manifest(
                         job, action.replica, action.attempt, self.report_url, action.rendezvous_at_store, self.report_ca
                     )
-                    avoiding(pod["spec"], list(self.nodes.avoided))
+                    self.nodes.keep_off_silent(pod["spec"])
                     self._create(spares_mapping.with_store(pod, job) if action.meets_at_store else pod, Pod)
                 case CreateSpare():
                     self._autoreport(job)
@@ -170,7 +171,8 @@ class KubernetesBackend(Backend):
                     spare = spares_mapping.spare_pod_manifest(
                         job, name, action.attempt, self.report_url, action.rendezvous_at_store, self.report_ca
                     )
-                    self._create({**spare, "spec": avoiding(spare["spec"], list(self.nodes.avoided))}, Pod)
+                    self.nodes.keep_off_silent(spare["spec"])
+                    self._create(spare, Pod)
                 case DeleteSpare():
                     self._delete(Pod, action.name, job.namespace)
                 case RepairReplica():

@@ -64,6 +64,10 @@ class NodeReader:
         self.avoided.update(silent)
         return nodes, silent
 
+    def keep_off_silent(self, spec: dict[str, Any]) -> None:
+        """Keep a Pod about to be created off every node known silent (``avoiding``)."""
+        avoiding(spec, list(self.avoided))
+
     def _get(self, kind: type[Any], name: str, namespace: str | None = None) -> dict[str, Any] | None:
         self.count("get")
         try:
