@@ -134,6 +134,11 @@ class ReplicaObservation:
             object.__setattr__(self, "reason", PlatformReason(self.reason))
 
     @property
+    def last_beat(self) -> datetime | None:
+        """When the replica's process last proved it runs (its reports' beat); None when it never reported."""
+        return self.progress.alive_at if self.progress is not None else None
+
+    @property
     def failure_onset(self) -> datetime | None:
         """When this replica's failure began: its disruption notice if it had one, else its exit."""
         return self.disrupted_at or self.finished_at

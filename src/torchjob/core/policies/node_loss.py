@@ -41,9 +41,8 @@ def declare_lost(
     peers_beat = any(
         o.silent_node is None
         and o.phase.live
-        and o.progress is not None
-        and o.progress.alive_at is not None
-        and (now - o.progress.alive_at).total_seconds() <= allowed
+        and o.last_beat is not None
+        and (now - o.last_beat).total_seconds() <= allowed
         for o in observed
     )
     return [_lost(job, o, now, reports_heard and peers_beat) or o for o in observed]
@@ -55,7 +54,7 @@ def look_again_at(job: PyTorchJob, observed: list[ReplicaObservation]) -> dateti
         beat
         for o in observed
         if o.silent_node is not None and o.phase.live
-        for beat in [o.progress.alive_at if o.progress is not None else o.unheard_since]
+        for beat in [o.last_beat if o.progress is not None else o.unheard_since]
         if beat is not None
     ]
     return later(min(beats), liveness_deadline(job)) if beats else None
@@ -67,7 +66,7 @@ def _lost(job: PyTorchJob, seen: ReplicaObservation, now: datetime, reports_hear
         return None
     if seen.progress is not None and seen.progress.exiting:
         return None  # it finished and said so while its kubelet was away: silent, not lost
-    beat = seen.progress.alive_at if seen.progress is not None else None
+    beat = seen.last_beat
     if beat is None and job.status.trainer_status is not None:
         # The job's scripts report (some replica did), yet this one was not heard since this operator began
         # to listen: a leader that took over when the lost node took the old leader with it.

@@ -122,7 +122,7 @@ def _silent_while_others_beat(
     """The one process that stopped beating for the liveness deadline while every other beat within it; only
     when every running process has beaten since ``since`` (a group of one has nobody to compare with)."""
     allowed = liveness_deadline(job)
-    beats = [o.progress.alive_at if o.progress is not None else None for o in running]
+    beats = [o.last_beat for o in running]
     if allowed <= 0 or len(running) < 2 or any(b is None or b <= since for b in beats):
         return None
     quiet = [

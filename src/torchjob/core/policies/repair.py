@@ -82,7 +82,7 @@ def decide_hung(
     the group must restart."""
     if culprit.phase is not Phase.RUNNING or culprit.stopping or not culprit.repairable:
         return []
-    silent_since = culprit.progress.alive_at if culprit.progress is not None else None
+    silent_since = culprit.last_beat
     cause = Cause(f"{culprit.replica} stopped responding (hung)", "Hung", silent_since)
     return _replace(job, attempt, current, spares, [(culprit, cause)])
 
