@@ -13,7 +13,7 @@ second. A script that trains with ``torchjob.train.MetricsLogger`` reports itsel
 down (``stand_down``).
 
 Torch-free on purpose (it runs in every Python process of a replica, torchrun's agent included): it imports
-only the standard library, ``worker_files`` and ``reporting``.
+only the standard library, ``worker_files``, ``reporting`` and ``sections``.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from torchjob import reporting, worker_files
+from torchjob import reporting, sections, worker_files
 
 BEAT_SECONDS = 1.0
 # The module a Pod's user site starts this from (backends/kubernetes/autoreport_boot.py): a copy of this module,
@@ -44,6 +44,7 @@ class _AutoReporter:
         self.steps = 0
         self.step_time = 0.0
         self.seconds_per_step: float | None = None
+        self.gaps = sections.StepGaps()
         self.hooked = False
         self.active = True
         self._lock = threading.Lock()
@@ -59,6 +60,7 @@ class _AutoReporter:
                 self.seconds_per_step = period if smoothed is None else 0.8 * smoothed + 0.2 * period
             self.steps += 1
             self.step_time = now
+            self.gaps.on_step()
 
     def _run(self) -> None:
         while self.active:
@@ -89,6 +91,8 @@ class _AutoReporter:
                 report[worker_files.REPORT_EXITING] = True
             if self.seconds_per_step is not None:
                 report[worker_files.REPORT_SECONDS_PER_STEP] = self.seconds_per_step
+            report.update(self.gaps.report_fields())
+        report.update(sections.report_fields())
         report[worker_files.REPORT_ALIVE] = time.time()
         if self.operator is not None:
             self.operator.send(report)  # quiet, and never raises: the next beat tries again

@@ -68,6 +68,13 @@ REPORT_SECONDS_PER_STEP = "seconds_per_step"
 REPORT_ALIVE = "alive"
 # True in a process's last report, sent as it exits on its own: its silence from then on is explained.
 REPORT_EXITING = "exiting"
+# What hang detection learns its deadlines from (core/policies/learned.py): the longest wall time between two
+# consecutive optimizer steps this process has seen (time in named phases left out), and how many such gaps
+# it has seen; the phase it is in now ({"name", "elapsed"}), and the longest of each phase ({name: seconds}).
+REPORT_LONGEST_GAP = "longest_step_gap"
+REPORT_GAPS_SEEN = "step_gaps_seen"
+REPORT_SECTION = "section"
+REPORT_SECTIONS_LONGEST = "sections_longest"
 HEARTBEAT_DIR = "heartbeat"
 INPLACE_DIR = "inplace"
 MEMBERSHIP_FILE = "membership.json"

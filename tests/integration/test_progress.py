@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import multiprocessing
 import os
 import pty
 import re
@@ -16,6 +17,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import psutil
 
@@ -73,10 +75,14 @@ def test_a_sigstopped_process_is_named_as_hung_and_the_group_restarts(tmp_path: 
     assert status["trainerStatus"]["progressPercentage"] == 100  # the second attempt ran all its steps
 
 
-def test_a_slow_start_is_never_judged_hung_by_a_short_progress_deadline(tmp_path: Path, torchjob_home: Path) -> None:
+def test_a_slow_start_and_a_long_evaluation_are_never_judged_hung_by_a_short_progress_deadline(
+    tmp_path: Path, torchjob_home: Path
+) -> None:
     """A start slower than the progress deadline (a dataset download, a checkpoint load): the deadline counts
-    only from the first step, so the job runs through on its first attempt."""
-    script = f"sleep 20; exec {sys.executable} {SCRIPTS / 'hang_train.py'} --steps 8"
+    only from the first step; an evaluation longer than it, marked as a phase (``torchjob.train.section``): it
+    has its own allowance. The job runs through on its first attempt."""
+    evaluation = "--evaluate-at 4 --evaluate-seconds 12"
+    script = f"sleep 20; exec {sys.executable} {SCRIPTS / 'hang_train.py'} --steps 8 {evaluation}"
     job = (
         make_job("slow")
         .master()
@@ -89,6 +95,7 @@ def test_a_slow_start_is_never_judged_hung_by_a_short_progress_deadline(tmp_path
     status = job_object(torchjob_home, "slow")["status"]
     assert (status["attempt"], status["restartCount"]) == (0, 0), status["attempts"]
     assert "[worker-0] rank 1: done" in result.stdout
+    assert status["learnedDeadlines"]["sectionSeconds"] == {"evaluation": 300}  # the floor: 5 x 12 s is less
 
 
 def test_a_plain_script_reports_its_steps_and_a_sigstopped_rank_is_named_within_seconds(
@@ -184,3 +191,42 @@ def test_on_a_terminal_run_shows_a_progress_bar_and_elsewhere_nothing_extra(
     plain = run_cli("run", str(path), "--replace", home=torchjob_home)  # a pipe, not a terminal
     assert plain.returncode == 0, plain.stderr[-2000:]
     assert "· step" not in plain.stdout + plain.stderr and "━" not in plain.stdout + plain.stderr
+
+
+def _hog(stop: Any) -> None:
+    while not stop.is_set():
+        sum(i * i for i in range(10_000))
+
+
+def test_a_deadlock_in_a_plain_script_is_found_by_a_learned_deadline_with_no_annotation(
+    tmp_path: Path, torchjob_home: Path
+) -> None:
+    """Nobody progresses, everyone is alive (one rank stopped between collectives, the other waits in the
+    next all-reduce), no annotation, a script that never imports torchjob, and a CPU hog beside it: the progress
+    deadline learned from the job's own steps ends the attempt as Hung, the learned value is kept in the status
+    and shown by ``torchjob get``, and the next attempt, under the same learned deadline and the same load, is
+    not falsely judged."""
+    marker = tmp_path / "first-run-over"
+    script = str(SCRIPTS / "plain_deadlock.py")
+    job = make_job("deadlock").master().workers(1).command("python", script, "--marker", str(marker))
+    stop = multiprocessing.Event()
+    hog = multiprocessing.Process(target=_hog, args=(stop,), daemon=True)
+    hog.start()
+    try:
+        result = run_cli("run", str(job_file(tmp_path, job)), home=torchjob_home, timeout=300)
+    finally:
+        stop.set()
+        hog.join()
+    assert result.returncode == 0, result.stderr[-2000:]
+    status = job_object(torchjob_home, "deadlock")["status"]
+    assert (status["attempt"], status["restartCount"]) == (1, 1)
+    learned = status["learnedDeadlines"]
+    assert learned["progressSeconds"] >= 20 and learned["longestStepGapSeconds"] > 0, learned
+    outcome = status["attempts"][0]["outcome"]
+    expected = f"Hung: no progress for {learned['progressSeconds']}s (progress deadline: learned, 5x the longest"
+    assert outcome.startswith(expected), outcome
+    assert "stopped at step 30" in outcome, outcome
+    shown = run_cli("get", "deadlock", home=torchjob_home)
+    assert f"progress {learned['progressSeconds']}s (learned, 5x the longest step gap seen" in shown.stdout, (
+        shown.stdout
+    )

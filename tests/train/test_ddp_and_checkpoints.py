@@ -14,6 +14,7 @@ import torch
 
 from tests.support.servers import free_port
 from tests.train.conftest import SCRIPTS, spawn_ranks
+from torchjob import sections, worker_files
 from torchjob.train import Checkpointer, DistContext
 
 SINGLE = DistContext(0, 0, 1, torch.device("cpu"), "gloo", "single")
@@ -152,3 +153,13 @@ def test_sigterm_saves_a_final_checkpoint_on_the_same_step_and_exits_143(tmp_pat
     state = Checkpointer(tmp_path, SINGLE).load()
     assert state is not None and state["step"] >= 5
     assert f"preempted (SIGTERM to rank 1); checkpoint of step {state['step']} saved" in outputs[0]
+
+
+def test_saves_and_loads_are_named_phases_in_the_progress_report(tmp_path: Path) -> None:
+    """Hang detection gives a checkpoint's save and load an allowance of their own (torchjob.sections)."""
+    ckpt = Checkpointer(tmp_path, SINGLE)
+    ckpt.save({"weights": torch.ones(1000)}, step=1)
+    assert ckpt.load() is not None
+    longest = sections.report_fields()[worker_files.REPORT_SECTIONS_LONGEST]
+    assert longest["checkpoint-save"] > 0 and longest["checkpoint-load"] > 0
+    assert worker_files.REPORT_SECTION not in sections.report_fields()  # neither is running now

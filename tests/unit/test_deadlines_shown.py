@@ -9,7 +9,8 @@ from torchjob.testing import make_job
 def test_get_shows_the_deadlines_in_force_and_their_source() -> None:
     plain = make_job("plain").workers(1).wire()
     plain["status"] = {}
-    assert "Deadlines: liveness 10s (default) · start-up 30m (default) · progress off (default)" in summary(plain)
+    shown = summary(plain)
+    assert "Deadlines: liveness 10s (default) · start-up 30m (default) · progress not yet (learning from" in shown
     tuned = make_job("tuned").workers(1)
     tuned.annotate(**{"torchjob.io/progress-deadline-seconds": "40", "torchjob.io/liveness-deadline-seconds": "0"})
     wire = tuned.wire()

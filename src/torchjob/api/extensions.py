@@ -19,13 +19,18 @@ SUCCESS_POLICIES = ("Default", "AllReplicas")
 TERMINATION_GRACE = PREFIX + "termination-grace-seconds"
 DEFAULT_TERMINATION_GRACE = 10.0
 
-# Seconds without progress (torchjob.train heartbeats) after which an attempt counts as hung and restarts.
+# Seconds without progress (torchjob.train heartbeats) after which an attempt counts as hung and restarts;
+# when not set, learned from the job's own step gaps (core/policies/learned.py).
 PROGRESS_DEADLINE = PREFIX + "progress-deadline-seconds"
 
 # Seconds an attempt may take to complete its first step (imports, a dataset download, a checkpoint load,
 # torch.compile) before it counts as hung; the progress deadline applies only from the first step on.
 STARTUP_DEADLINE = PREFIX + "startup-deadline-seconds"
 DEFAULT_STARTUP_DEADLINE = 1800.0
+
+# Seconds a process may stay in a named phase that is not a step (a checkpoint save or load, an evaluation:
+# torchjob.sections) before it counts as hung; learned from the phase's own runs when not set.
+SECTION_DEADLINE = PREFIX + "section-deadline-seconds"
 
 # Seconds a running process may go without beating (its reporting thread, which a blocked collective does
 # not stop) while the others of its group beat, before it is named as hung: a SIGSTOPped or frozen process, or
@@ -103,6 +108,7 @@ ANNOTATION_RULES: dict[str, Callable[[str], str | None]] = {
     TERMINATION_GRACE: _non_negative_number,
     PROGRESS_DEADLINE: _non_negative_number,
     STARTUP_DEADLINE: _non_negative_number,
+    SECTION_DEADLINE: _non_negative_number,
     LIVENESS_DEADLINE: _non_negative_number,
     AUTO_REPORT: _one_of(("true", "false")),
     WARM_START: _one_of(("true", "false")),

@@ -222,6 +222,17 @@ class TrainerStatus(_OpenWire):
     last_updated_time: str | None = None
 
 
+class LearnedDeadlines(_OpenWire):
+    """Hang deadlines learned from the job's own step gaps and phases (``core/policies/learned.py``), kept
+    so that a restarted attempt, or a new operator, starts with them: seconds, whole, never shrinking."""
+
+    progress_seconds: int | None = None
+    # The longest gap between steps seen, that the progress deadline was learned from.
+    longest_step_gap_seconds: float | None = None
+    # Per named phase (checkpoint-save, checkpoint-load, evaluation, a user's own): its allowance.
+    section_seconds: dict[str, int] = Field(default_factory=dict)
+
+
 class JobStatus(_OpenWire):
     conditions: list[JobCondition] = Field(default_factory=list)
     replica_statuses: dict[ReplicaType, ReplicaStatus] = Field(default_factory=dict)
@@ -245,6 +256,8 @@ class JobStatus(_OpenWire):
     membership: GroupMembership | None = None
     # Training progress, from torchjob.train's reports (absent for scripts that report none).
     trainer_status: TrainerStatus | None = None
+    # Hang deadlines learned from this job's own steps (absent until a rank has warmed up).
+    learned_deadlines: LearnedDeadlines | None = None
 
 
 class PyTorchJob(_Wire):

@@ -51,7 +51,8 @@ def summary(wire: dict[str, Any]) -> str:
     trainer = status.get("trainerStatus")
     if trainer:
         lines.append(f"Progress:  {_progress(trainer)}")
-    lines.append(f"Deadlines: {_deadlines(wire.get('metadata', {}).get('annotations') or {})}")
+    annotations = wire.get("metadata", {}).get("annotations") or {}
+    lines.append(f"Deadlines: {_deadlines(annotations, status.get('learnedDeadlines'))}")
     spares = (wire.get("metadata", {}).get("annotations") or {}).get(SPARES)
     if status.get("repairs") or spares:
         lines.append(
@@ -89,13 +90,16 @@ def summary(wire: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _deadlines(annotations: dict[str, str]) -> str:
-    """``liveness 10s (default) · start-up 30m (default) · progress 40s (torchjob.io/progress-deadline-seconds)``."""
+def _deadlines(annotations: dict[str, str], learned: dict[str, Any] | None) -> str:
+    """``liveness 10s (default) · start-up 30m (default) · progress 40s (torchjob.io/progress-deadline-seconds)
+    · other phases 5m (default)``."""
+    from torchjob.api.types import LearnedDeadlines
     from torchjob.core.policies.progress import deadlines_in_force
 
     parts = []
-    for name, seconds, source in deadlines_in_force(annotations):
-        shown = "off" if seconds is None else human_age(seconds)
+    known = LearnedDeadlines.model_validate(learned) if learned else None
+    for name, seconds, source in deadlines_in_force(annotations, known):
+        shown = human_age(seconds) if seconds is not None else "off" if name == "liveness" else "not yet"
         parts.append(f"{name} {shown} ({source})")
     return " · ".join(parts)
 

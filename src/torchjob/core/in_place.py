@@ -1,8 +1,9 @@
 """The planner's in-place decisions (``core/planning.py``), as functions of the pass (``pass_state.py``): a
 lost or hung member's place given to a warm spare, an elastic group that shrinks and grows around its running
-members, and a repair given up when it does not complete. Each records what it decided in the pass (actions,
-events, the status); the planner calls them and decides what happens when they decline. The policies
-themselves are ``policies/repair.py`` and ``policies/regroup.py``.
+members (or, outside in-place repair, lets a lost Worker go), and a repair given up when it does not complete.
+Each records what it decided in the pass (actions, events, the status); the planner calls them and decides what
+happens when they decline. The policies themselves are ``policies/repair.py``, ``policies/regroup.py`` and
+``policies/elastic.py``.
 """
 
 from __future__ import annotations
@@ -13,8 +14,9 @@ from torchjob.core import attempts, conditions
 from torchjob.core.actions import Cause, Event, ReformGroup, RepairReplica
 from torchjob.core.observed import ReplicaObservation, SpareObservation, lost_with_node
 from torchjob.core.pass_state import PassState
-from torchjob.core.policies import backoff, regroup, repair
+from torchjob.core.policies import backoff, elastic, regroup, repair
 from torchjob.core.policies.regroup import Regroup
+from torchjob.core.times import timestamp
 
 
 def spares_of(state: PassState) -> list[SpareObservation]:
@@ -43,6 +45,23 @@ def repaired(state: PassState, decisions: list[repair.Repair], counted: bool) ->
     reform(state, members, [(d.spare, str(d.lost.replica)) for d in decisions])
     attempts.note_repair(state.status, state.now)
     return True
+
+
+def membership_changes(state: PassState, current: list[ReplicaObservation]) -> list[ReplicaObservation]:
+    """Elastic jobs: let lost and surplus Workers go without ending the attempt (around running members, in
+    place, where the group repairs in place; else with a replacement started later). Returns the rest."""
+    if state.helpers.regroups:
+        return regroup_members(state, current)
+    change = elastic.membership_change(state.job, current, state.now)
+    if not change.leaving:
+        return current
+    state.actions += change.actions
+    state.events += change.events
+    for replica, due in change.replacements.items():
+        state.status.replacement_due[replica] = timestamp(due)
+        state._wake_at(due)
+    state.status.membership_changes += len(change.leaving)
+    return [o for o in current if o not in change.leaving]
 
 
 def regroup_members(state: PassState, current: list[ReplicaObservation]) -> list[ReplicaObservation]:

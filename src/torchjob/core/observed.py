@@ -6,8 +6,9 @@ import math
 import signal
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from enum import Enum
+from typing import Any
 
 from torchjob import worker_files
 from torchjob.core.replicas import ReplicaId
@@ -60,6 +61,14 @@ class Progress:
     alive_at: datetime | None = None
     # The process said it is exiting on its own (its last report): silence after it proves nothing.
     exiting: bool = False
+    # What hang detection learns from (policies/learned.py): the longest gap between two of its steps (time
+    # in named phases left out) and how many gaps it has seen; the phase it is in and since when; the longest
+    # it has seen of each phase.
+    longest_gap: float | None = None
+    gaps_seen: int = 0
+    section: str | None = None
+    section_since: datetime | None = None
+    sections_longest: Mapping[str, float] = field(default_factory=dict)
 
     @classmethod
     def from_report(
@@ -79,7 +88,33 @@ class Progress:
             samples_per_second=_finite(report.get(worker_files.REPORT_SAMPLES_PER_SECOND)),
             seconds_per_step=_finite(report.get(worker_files.REPORT_SECONDS_PER_STEP)),
             exiting=report.get(worker_files.REPORT_EXITING) is True,
+            longest_gap=_finite(report.get(worker_files.REPORT_LONGEST_GAP)),
+            gaps_seen=_count(report.get(worker_files.REPORT_GAPS_SEEN)),
+            sections_longest=_durations(report.get(worker_files.REPORT_SECTIONS_LONGEST)),
+            **_section(report.get(worker_files.REPORT_SECTION), alive_at or at),
         )
+
+
+def _count(value: object) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
+
+
+def _durations(value: object) -> dict[str, float]:
+    if not isinstance(value, Mapping):
+        return {}
+    found = {str(name): _finite(seconds) for name, seconds in value.items()}
+    return {name: seconds for name, seconds in found.items() if seconds is not None and seconds >= 0}
+
+
+def _section(value: object, reported_at: datetime) -> dict[str, Any]:
+    """The phase a report says the process is in, dated by the report's own time less the time spent in it
+    (a duration: a Pod's skewed clock cannot move it)."""
+    if not isinstance(value, Mapping) or not isinstance(value.get("name"), str):
+        return {}
+    elapsed = _finite(value.get("elapsed"))
+    if elapsed is None or elapsed < 0:
+        return {}
+    return {"section": value["name"], "section_since": reported_at - timedelta(seconds=elapsed)}
 
 
 def _finite(value: object) -> float | None:

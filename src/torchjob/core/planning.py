@@ -35,6 +35,7 @@ from torchjob.core.counting import replica_counts
 from torchjob.core.observed import PlatformReason, ReplicaObservation, SpareObservation
 from torchjob.core.pass_state import Helpers, PassState
 from torchjob.core.policies import backoff, cleanup, deadline, elastic, node_loss, progress, repair, restart, success
+from torchjob.core.policies import learned as learned_deadlines
 from torchjob.core.policies import trainer_status as progress_summary
 from torchjob.core.replicas import ReplicaId, expected_replicas
 from torchjob.core.times import timestamp
@@ -102,7 +103,7 @@ class _Planner(PassState):
         self._wake_at(node_loss.look_again_at(self.job, self.observed))
 
         self._remove_stale_attempts()
-        current = self._membership_changes(self._current())
+        current = repairs.membership_changes(self, self._current())
         restart.remember_disruptions(self.status, current)
         current += restart.vanished_replicas(self.job, self.status, current)
         verdict = restart.judge_failures(self.job, current)
@@ -113,7 +114,8 @@ class _Planner(PassState):
             self._succeed(current)
             return
         since, started = attempts.training_since(self.status), attempts.started_at(self.status)
-        hang = progress.check(self.job, current, since, self.now, self.helpers.reports_progress, started)
+        learned = self.status.learned_deadlines = learned_deadlines.learn(self.status.learned_deadlines, current)
+        hang = progress.check(self.job, current, since, self.now, self.helpers.reports_progress, started, learned)
         if hang.hung:
             self._on_hang(hang)
             return
@@ -226,21 +228,6 @@ class _Planner(PassState):
         self.status.trainer_status = progress_summary.completed(reported)
         attempts.close_current(self.status, "succeeded", self.now)
         self._finished()
-
-    def _membership_changes(self, current: list[ReplicaObservation]) -> list[ReplicaObservation]:
-        """Elastic jobs: let lost and surplus Workers go without ending the attempt. Returns the rest."""
-        if self.helpers.regroups:
-            return repairs.regroup_members(self, current)
-        change = elastic.membership_change(self.job, current, self.now)
-        if not change.leaving:
-            return current
-        self.actions += change.actions
-        self.events += change.events
-        for replica, due in change.replacements.items():
-            self.status.replacement_due[replica] = timestamp(due)
-            self._wake_at(due)
-        self.status.membership_changes += len(change.leaving)
-        return [o for o in current if o not in change.leaving]
 
     # -- replicas -------------------------------------------------------------------------------------
 

@@ -5,6 +5,8 @@
 - ``BatchPlan`` and ``shard`` split data across ranks with a stated batch-size scaling;
 - ``wrap`` puts the model in DDP, and ``SyncCheck`` proves ranks really hold the same parameters;
 - ``Checkpointer`` saves and resumes (atomic, checksummed, keep-last-K, async, S3 via fsspec, SIGTERM);
+- ``section("evaluation")`` marks a phase that is not a step (checkpoints mark theirs): hang detection gives it
+  its own allowance;
 - ``MetricsLogger`` writes per-rank JSONL metrics (and TensorBoard event files, ``tensorboard``) and the
   heartbeat the controller reads;
 - ``inplace.InPlaceTraining`` keeps the survivors alive when a rank is lost: the group re-forms with a warm
@@ -15,6 +17,7 @@
 It never imports the controller side; the controller side never imports it (or torch).
 """
 
+from torchjob.sections import section
 from torchjob.train.checkpoint import Checkpointer, CheckpointError
 from torchjob.train.context import DistContext
 from torchjob.train.ddp import OutOfSyncError, SyncCheck, wrap
@@ -38,6 +41,7 @@ __all__ = [
     "available_backends",
     "detect_launch",
     "init",
+    "section",
     "shard",
     "shutdown",
     "wrap",

@@ -36,6 +36,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from torchjob.sections import section
 from torchjob.train.context import DistContext
 from torchjob.train.preemption import PreemptionWatch
 
@@ -84,15 +85,16 @@ class Checkpointer:
         training continues at once; a later save (or ``wait``) first waits for the one in flight.
         """
         started = time.perf_counter()
-        state = {**state, "rng": self._gather_rng_states()}
-        if self.ctx.is_main:
-            self.wait()
-            if self.async_save:
-                snapshot = _cpu_copy(state)
-                self._pending = threading.Thread(target=self._write_guarded, args=(snapshot, step), daemon=True)
-                self._pending.start()
-            else:
-                self._write(state, step)
+        with section("checkpoint-save"):  # its own allowance: no step deadline while it writes
+            state = {**state, "rng": self._gather_rng_states()}
+            if self.ctx.is_main:
+                self.wait()
+                if self.async_save:
+                    snapshot = _cpu_copy(state)
+                    self._pending = threading.Thread(target=self._write_guarded, args=(snapshot, step), daemon=True)
+                    self._pending.start()
+                else:
+                    self._write(state, step)
         self.last_save_seconds = time.perf_counter() - started
 
     def wait(self) -> None:
@@ -167,6 +169,10 @@ class Checkpointer:
 
     def load(self, map_location: str | torch.device = "cpu") -> dict[str, Any] | None:
         """The newest valid checkpoint's state (with ``step``), or None. Corrupt ones are skipped."""
+        with section("checkpoint-load"):
+            return self._load(map_location)
+
+    def _load(self, map_location: str | torch.device) -> dict[str, Any] | None:
         for step in reversed(self._manifest_steps()):
             base = f"{self.root}/ckpt-{step:012d}"
             try:

@@ -7,7 +7,9 @@ Files, in the job's output folder (``TORCHJOB_OUTPUT_DIR``; names from ``torchjo
     tensorboard/attempt-<a>/rank-<r>/
                                 the same numbers as TensorBoard scalars (``torchjob.train.tensorboard``)
     heartbeat/<process>.json    the progress report: {"step": N, "time": when step N completed, "total_steps",
-                                "loss", "samples_per_second", "seconds_per_step", "alive": when written},
+                                "loss", "samples_per_second", "seconds_per_step", "alive": when written,
+                                and what hang detection learns from: the longest step gap and the phase
+                                (``torchjob.sections``) the process is in},
                                 rewritten atomically by a small background thread every ``heartbeat_seconds``
                                 once the first step is done. "time" moves only with the step; "alive" moves
                                 as long as the process runs: of a hung group (every "time" stuck), a rank that
@@ -27,7 +29,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from torchjob import autoreport, worker_files
+from torchjob import autoreport, sections, worker_files
 from torchjob.reporting import Reporter
 from torchjob.train.context import DistContext
 from torchjob.train.tensorboard import TensorBoardScalars
@@ -58,6 +60,7 @@ class MetricsLogger:
         self._reporter = Reporter.from_env()
         self._latest: dict[str, Any] | None = None
         self._seconds_per_step: float | None = None
+        self._gaps = sections.StepGaps()
         self._stop = threading.Event()
         autoreport.stand_down()  # this logger reports the process's steps itself
         self._writer = threading.Thread(target=self._write_heartbeats, name="torchjob-heartbeat", daemon=True)
@@ -100,6 +103,8 @@ class MetricsLogger:
             period = (now - previous[worker_files.REPORT_TIME]) / (step - previous[worker_files.REPORT_STEP])
             smoothed = self._seconds_per_step
             self._seconds_per_step = period if smoothed is None else 0.8 * smoothed + 0.2 * period
+        if previous is None or step > previous[worker_files.REPORT_STEP]:
+            self._gaps.on_step()
         self._latest = {
             worker_files.REPORT_STEP: step,
             worker_files.REPORT_TIME: now,
@@ -107,6 +112,7 @@ class MetricsLogger:
             worker_files.REPORT_LOSS: loss,
             worker_files.REPORT_SAMPLES_PER_SECOND: samples_per_second,
             worker_files.REPORT_SECONDS_PER_STEP: self._seconds_per_step,
+            **self._gaps.report_fields(),
         }
 
     def close(self) -> None:
@@ -126,6 +132,7 @@ class MetricsLogger:
         if latest is None:
             return
         report = {key: value for key, value in latest.items() if value is not None}
+        report.update(sections.report_fields())  # the phase it is in now, not at its last step
         report[worker_files.REPORT_ALIVE] = time.time()
         if exiting:
             report[worker_files.REPORT_EXITING] = True

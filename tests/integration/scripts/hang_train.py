@@ -8,7 +8,7 @@ import time
 import torch
 from torch import nn
 
-from torchjob.train import MetricsLogger, init, shutdown, wrap
+from torchjob.train import MetricsLogger, init, section, shutdown, wrap
 
 p = argparse.ArgumentParser()
 p.add_argument("--steps", type=int, default=30)
@@ -16,6 +16,8 @@ p.add_argument("--hang-rank", type=int, default=-1)
 p.add_argument("--hang-step", type=int, default=5)
 p.add_argument("--hide-and-raise", action="store_true", help="silence stderr, then raise")
 p.add_argument("--first-attempt-steps", type=int, help="attempt 0 runs this many steps (time to stop it from outside)")
+p.add_argument("--evaluate-at", type=int, default=0, help="after this step, every rank evaluates (0: never)")
+p.add_argument("--evaluate-seconds", type=float, default=0.0, help="how long the evaluation takes")
 p.add_argument("--log-every", type=int, default=0, help="print a line every N steps (0: never)")
 args = p.parse_args()
 
@@ -40,6 +42,9 @@ for step in range(1, steps + 1):
         print(f"rank {ctx.rank}: hanging after step {step - 1}", flush=True)
         time.sleep(3600)
     metrics.step(step, 1, loss.item(), 2, time.perf_counter() - started)
+    if step == args.evaluate_at:
+        with section("evaluation"):  # longer than the progress deadline: a phase with its own allowance
+            time.sleep(args.evaluate_seconds)
     if args.log_every and step % args.log_every == 0:
         print(f"rank {ctx.rank}: step {step}/{steps} loss {loss.item():.4f}", flush=True)
     time.sleep(0.05)

@@ -164,6 +164,15 @@ def _status() -> dict[str, Any]:
                     "lastUpdatedTime": _TIME,
                 },
             },
+            # Hang deadlines learned from the job's own steps (core/policies/learned.py).
+            "learnedDeadlines": {
+                "type": "object",
+                "properties": {
+                    "progressSeconds": {"type": "integer", "minimum": 0},
+                    "longestStepGapSeconds": {"type": "number", "minimum": 0},
+                    "sectionSeconds": {"type": "object", "additionalProperties": {"type": "integer"}},
+                },
+            },
         },
     }
 

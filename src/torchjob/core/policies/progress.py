@@ -1,14 +1,18 @@
-"""Hang detection: an attempt whose ranks all stop reporting progress for ``progressDeadlineSeconds``.
+"""Hang detection: an attempt whose ranks all stop reporting progress for the progress deadline.
 
-A stalled collective holds every rank of a DDP group until gloo's or NCCL's 30-minute timeout. With the
-annotation ``torchjob.io/progress-deadline-seconds`` (Kubeflow ignores annotations), the planner treats an
-attempt in which no rank has reported progress (torchjob.train's heartbeat) for that long as failed with
-reason Hung, and the group restarts. Start-up is not judged by it: until a rank of the attempt completes its
-first step (imports, a dataset download, a checkpoint load, torch.compile), only the start-up allowance
-bounds the wait (``torchjob.io/startup-deadline-seconds``, 30 minutes by default), so a slow start is never
-taken for a hang. A repair in place counts as progress. The rank that stopped at the lowest step is named,
-and so is the one rank that stopped beating while the others kept beating (they wait for it, blocked in a
-collective): a group that repairs in place replaces that one rank instead of restarting (``policies/repair.py``).
+A stalled collective holds every rank of a DDP group until gloo's or NCCL's 30-minute timeout. The planner
+treats an attempt in which no rank has reported progress (an optimizer step, from torchjob.train's heartbeat or
+``torchjob.autoreport``) for the progress deadline as failed with reason Hung, and the group restarts. The
+deadline is learned from the job's own step gaps (``policies/learned.py``) unless the annotation
+``torchjob.io/progress-deadline-seconds`` sets it (Kubeflow ignores annotations); a named phase a process is in
+(a checkpoint save, an evaluation: ``torchjob.sections``) has its own allowance meanwhile. Start-up is not judged
+by it: until a rank of the attempt completes its first step (imports, a dataset download, a checkpoint load,
+torch.compile), only the start-up allowance bounds the wait (``torchjob.io/startup-deadline-seconds``, 30
+minutes by default), and only for a job known to report (an annotation, or deadlines learned before), so a
+slow start is never taken for a hang, nor a script that reports nothing. A repair in place counts as progress.
+The rank that stopped at the lowest step is named, and so is the one rank that stopped beating while the
+others kept beating (they wait for it, blocked in a collective): a group that repairs in place replaces that
+one rank instead of restarting (``policies/repair.py``).
 
 Alive is not progressing. With no annotation at all, a process that stops beating (its reporting thread
 beats every second, even while its main thread waits in a collective) while every other process of the group
@@ -28,8 +32,9 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from torchjob.api import extensions
-from torchjob.api.types import PyTorchJob
+from torchjob.api.types import LearnedDeadlines, PyTorchJob
 from torchjob.core.observed import Phase, ReplicaObservation
+from torchjob.core.policies import learned as learned_deadlines
 from torchjob.core.times import later
 
 
@@ -71,24 +76,28 @@ def check(
     now: datetime,
     reports_heard: bool = True,
     started: datetime | None = None,
+    learned: LearnedDeadlines | None = None,
 ) -> HangVerdict:
     """``since``: when the group last started training (its attempt's start, or its last repair in place);
-    ``started``: when the attempt started (before any rank's step after it, the group is starting up)."""
-    seconds = progress_deadline(job) if reports_heard else None
+    ``started``: when the attempt started (before any rank's step after it, the group is starting up);
+    ``learned``: the deadlines learned from the job's own steps (``policies/learned.py``)."""
     running = [o for o in current if o.phase is Phase.RUNNING and not o.stopping]
-    if since is None or not running:
+    if since is None or not running or not reports_heard:
         return HangVerdict(False)
-    silent = _silent_while_others_beat(job, running, since, now) if reports_heard else None
+    silent = _silent_while_others_beat(job, running, since, now)
     if silent is not None:
         return silent
-    if seconds is None:
-        return HangVerdict(False)
+    seconds, source = learned_deadlines.progress_deadline(job, learned)
     first = started or since
     if not any(o.progress is not None and o.progress.at > first for o in running):
-        return _starting_up(job, first, now)
+        # A script that never reported may report nothing at all: only a job known to report is judged.
+        return HangVerdict(False) if source == learned_deadlines.LEARNING else _starting_up(job, first, now)
+    if seconds is None:
+        # Steps, but no process has warmed up yet: the start-up allowance bounds each wait meanwhile.
+        seconds, source = startup_deadline(job), "start-up allowance, while the deadline is learned"
     last = {o.replica: max(o.progress.at if o.progress else since, since) for o in running}
     newest = max(last.values())
-    due = later(newest, seconds)
+    due = max([later(newest, seconds), *_phase_ends(job, running, learned)])
     if now < due:
         return HangVerdict(False, check_at=due)
     steps = {o.replica: o.progress.step if o.progress else None for o in running}
@@ -107,8 +116,27 @@ def check(
     culprit = _stopped_beating(running, since, now, seconds / 2)
     if culprit is not None:
         detail += f"; {culprit.replica} stopped responding, the others wait for it"
-    message = f"Hung: no progress for {seconds:g}s (progress deadline); {detail}"
+    message = f"Hung: no progress for {seconds:g}s (progress deadline: {_origin(source, learned)}); {detail}"
     return HangVerdict(True, message, culprit=culprit, began_at=newest)
+
+
+def _phase_ends(job: PyTorchJob, running: list[ReplicaObservation], learned: LearnedDeadlines | None) -> list[datetime]:
+    """When the named phases the processes are in (a checkpoint save, an evaluation) run out of allowance:
+    while one runs, the group is not judged by the step deadline."""
+    ends = []
+    for o in running:
+        progress = o.progress
+        if progress is not None and progress.section is not None and progress.section_since is not None:
+            allowance = learned_deadlines.section_allowance(job, learned, progress.section)
+            ends.append(later(progress.section_since, allowance))
+    return ends
+
+
+def _origin(source: str, learned: LearnedDeadlines | None) -> str:
+    if source == learned_deadlines.LEARNED and learned is not None:
+        gap = learned.longest_step_gap_seconds or 0.0
+        return f"learned, {learned_deadlines.SAFETY_FACTOR:g}x the longest step gap seen ({gap:.2f}s) or more"
+    return source
 
 
 def liveness_deadline(job: PyTorchJob) -> float:
@@ -167,18 +195,33 @@ def _stopped_beating(
     return quiet_ones[0] if len(quiet_ones) == 1 and len(running) > 1 else None
 
 
-def deadlines_in_force(annotations: Mapping[str, str]) -> list[tuple[str, float | None, str]]:
-    """The hang deadlines a job with these annotations runs under: (name, seconds or None when off, where the
-    value came from). What ``torchjob get`` shows, from the same defaults the checks above use."""
+def deadlines_in_force(
+    annotations: Mapping[str, str], learned: LearnedDeadlines | None = None
+) -> list[tuple[str, float | None, str]]:
+    """The hang deadlines a job with these annotations and learned deadlines runs under: (name, seconds or None
+    when off or not yet known, where the value came from). What ``torchjob get`` shows, from the same defaults
+    and the same learned values the checks above use."""
     found: list[tuple[str, float | None, str]] = []
     for name, key, default in (
         ("liveness", extensions.LIVENESS_DEADLINE, extensions.DEFAULT_LIVENESS_DEADLINE),
         ("start-up", extensions.STARTUP_DEADLINE, extensions.DEFAULT_STARTUP_DEADLINE),
-        ("progress", extensions.PROGRESS_DEADLINE, None),
     ):
         value = annotations.get(key)
         seconds = float(value) if value else default
-        if name == "liveness" and seconds == 0:
-            seconds = None
-        found.append((name, seconds, key if value else "default"))
+        found.append((name, None if name == "liveness" and seconds == 0 else seconds, key if value else "default"))
+    value = annotations.get(extensions.PROGRESS_DEADLINE)
+    if value:
+        found.append(("progress", float(value), extensions.PROGRESS_DEADLINE))
+    elif learned is not None and learned.progress_seconds is not None:
+        found.append(("progress", float(learned.progress_seconds), _origin(learned_deadlines.LEARNED, learned)))
+    else:
+        warmup = f"{learned_deadlines.LEARNING} from the first {learned_deadlines.WARMUP_GAPS} steps"
+        found.append(("progress", None, warmup))
+    value = annotations.get(extensions.SECTION_DEADLINE)
+    if value:
+        found.append(("each phase", float(value), extensions.SECTION_DEADLINE))
+    else:
+        for phase, seconds in sorted((learned.section_seconds if learned is not None else {}).items()):
+            found.append((phase, float(seconds), learned_deadlines.LEARNED))
+        found.append(("other phases", learned_deadlines.SECTION_FLOOR, "default"))
     return found
