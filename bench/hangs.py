@@ -6,11 +6,14 @@
   planner decided), and whether the job then Succeeded. The anchors, which cannot run in the same invocation
   for their length, are stated: gloo's default collective timeout (30 minutes), NVIDIA's resiliency extension's
   default heartbeat timeouts (45 and 60 minutes), and torchrun/Kubeflow, which never decide.
-- **A slow start under load.** The same script behind a 20 s start (``sleep 20``), a 5 s progress deadline, and
-  two CPU hogs beside it: every run must Succeed on its first attempt (no false alarm). The step time seen is
-  reported beside the deadlines.
+- **A deadlock.** A plain DDP loop stops one rank between collectives (alive, so it beats; the other waits
+  in the next all-reduce), no annotation: from the stop to the Hung verdict, found by the progress deadline
+  learned from the job's own step gaps (``core/policies/learned.py``), and whether the job then Succeeded.
+- **A slow start under load.** The plain MNIST script behind a 60 s start (``sleep 60``), a 20 s progress
+  deadline, and two CPU hogs beside it, ten times: every run must Succeed on its first attempt (no false
+  alarm). The step time and the longest step gap seen are reported beside the deadline learned meanwhile.
 
-    .venv/bin/python -m bench.hangs [TRIALS]
+    .venv/bin/python -m bench.hangs [TRIALS [SLOW_START_TRIALS]]
 """
 
 from __future__ import annotations
@@ -36,6 +39,8 @@ from torchjob.testing import make_job
 
 ROOT = Path(__file__).resolve().parents[1]
 PLAIN = ROOT / "examples" / "mnist" / "train_plain.py"
+# A plain DDP loop (no torchjob import) whose first run stops one rank between collectives: a deadlock.
+DEADLOCK = ROOT / "tests" / "integration" / "scripts" / "plain_deadlock.py"
 
 
 def _run(work: Path, name: str, command: list[str], annotations: dict[str, str]) -> subprocess.Popen[bytes]:
@@ -92,7 +97,7 @@ def frozen_trial() -> tuple[float | None, bool]:
         attempts = status.get("attempts") or []
         ended = attempts[0].get("endTime") if attempts else None
         hung = ended and str(attempts[0].get("outcome", "")).startswith("Hung:")
-        seconds = datetime.fromisoformat(ended.replace("Z", "+00:00")).timestamp() - stopped if hung else None
+        seconds = datetime.fromisoformat(str(ended).replace("Z", "+00:00")).timestamp() - stopped if hung else None
         succeeded = any(c["type"] == "Succeeded" and c["status"] == "True" for c in status.get("conditions", []))
         return seconds, succeeded
 
@@ -102,8 +107,9 @@ def _hog(stop: Any) -> None:
         sum(i * i for i in range(10_000))
 
 
-def slow_start_trial() -> tuple[bool, float | None]:
-    """Whether the job Succeeded on its first attempt, and its seconds per step (as last reported)."""
+def slow_start_trial(start_seconds: int, deadline: int) -> tuple[bool, float | None, dict[str, Any]]:
+    """Whether the job Succeeded on its first attempt, its seconds per step (as last reported), and the
+    deadlines learned meanwhile (``status.learnedDeadlines``)."""
     stop = multiprocessing.Event()
     hogs = [multiprocessing.Process(target=_hog, args=(stop,), daemon=True) for _ in range(2)]
     for hog in hogs:
@@ -111,29 +117,65 @@ def slow_start_trial() -> tuple[bool, float | None]:
     try:
         with tempfile.TemporaryDirectory(prefix="bench-slow-") as folder:
             work = Path(folder)
-            command = ["sh", "-c", f"sleep 20; exec {sys.executable} {PLAIN} --epochs 1"]
-            run = _run(work, "slow", command, {"torchjob.io/progress-deadline-seconds": "5"})
-            run.wait(timeout=600)
+            command = ["sh", "-c", f"sleep {start_seconds}; exec {sys.executable} {PLAIN} --epochs 1"]
+            run = _run(work, "slow", command, {"torchjob.io/progress-deadline-seconds": str(deadline)})
+            run.wait(timeout=900)
             status = _status(work, "slow")
             beat = work / "home" / "jobs" / "slow" / "output" / "heartbeat" / "worker-0-0.json"
             per_step = json.loads(beat.read_text()).get("seconds_per_step") if beat.exists() else None
             clean = run.returncode == 0 and status.get("attempt") == 0 and not status.get("restartCount")
-            return clean, per_step
+            return clean, per_step, dict(status.get("learnedDeadlines") or {})
     finally:
         stop.set()
         for hog in hogs:
             hog.join()
 
 
-def measure(trials: int = 3) -> list[tuple[str, str, str, str, str, str]]:
+def deadlock_trial() -> tuple[float | None, float | None, bool]:
+    """A plain script deadlocks (one rank stops between collectives, alive) with no annotation: seconds from
+    the stop to the Hung verdict (None: not found), the learned deadline, and whether the job Succeeded."""
+    with tempfile.TemporaryDirectory(prefix="bench-deadlock-") as folder:
+        work = Path(folder)
+        marker = work / "first-run-over"
+        run = _run(work, "deadlock", ["python", str(DEADLOCK), "--marker", str(marker)], {})
+        try:
+            run.wait(timeout=400)
+        finally:
+            run.kill()
+        status = _status(work, "deadlock")
+        attempts = status.get("attempts") or []
+        ended = attempts[0].get("endTime") if attempts else None
+        hung = ended and str(attempts[0].get("outcome", "")).startswith("Hung: no progress")
+        stopped = marker.stat().st_mtime if marker.exists() else None
+        seconds = None
+        if hung and stopped is not None:
+            seconds = datetime.fromisoformat(str(ended).replace("Z", "+00:00")).timestamp() - stopped
+        learned = (status.get("learnedDeadlines") or {}).get("progressSeconds")
+        succeeded = any(c["type"] == "Succeeded" and c["status"] == "True" for c in status.get("conditions", []))
+        return seconds, learned, succeeded
+
+
+def measure(trials: int = 3, slow_trials: int = 10) -> list[tuple[str, str, str, str, str, str]]:
     frozen = [frozen_trial() for _ in range(trials)]
     detected = [s for s, _ in frozen if s is not None]
     succeeded = sum(ok for _, ok in frozen)
-    slow = [slow_start_trial() for _ in range(trials)]
-    clean = sum(ok for ok, _ in slow)
-    steps = [s for _, s in slow if s is not None]
+    deadlocks = [deadlock_trial() for _ in range(trials)]
+    found = [s for s, _, _ in deadlocks if s is not None]
+    deadlines = sorted({d for _, d, _ in deadlocks if d is not None})
+    recovered = sum(ok for _, _, ok in deadlocks)
+    slow = [slow_start_trial(60, 20) for _ in range(slow_trials)]
+    clean = sum(ok for ok, _, _ in slow)
+    steps = [s for _, s, _ in slow if s is not None]
+    gaps = [d["longestStepGapSeconds"] for _, _, d in slow if d.get("longestStepGapSeconds") is not None]
+    learned = sorted({d["progressSeconds"] for _, _, d in slow if d.get("progressSeconds") is not None})
     named = (
         f"{median(detected):.1f} ({len(detected)} of {trials} named; {succeeded} Succeeded)" if detected else "never"
+    )
+    seen = (
+        f"step {median(steps) * 1000:.0f} ms, longest gap {max(gaps):.2f} s; learned progress deadline "
+        f"{', '.join(map(str, learned))} s"
+        if steps and gaps
+        else "no steps reported"
     )
     return [
         (
@@ -145,20 +187,30 @@ def measure(trials: int = 3) -> list[tuple[str, str, str, str, str, str]]:
             "yes" if detected and median(detected) <= 10 and succeeded == trials else "**no**",
         ),
         (
-            "20 s start, 5 s progress deadline, 2 CPU hogs: runs on their first attempt",
-            f"{clean} of {trials} (step {median(steps) * 1000:.0f} ms; liveness 10 s, start-up 1800 s)"
-            if steps
-            else f"{clean} of {trials}",
+            "plain script deadlocks (a rank stops between collectives, alive), no annotation → Hung (median s)",
+            f"{median(found):.1f} ({len(found)} of {trials} found; learned deadline {', '.join(map(str, deadlines))}"
+            f" s; {recovered} Succeeded)"
+            if found
+            else "never",
+            "gloo's timeout 1800; NVRx defaults 2700/3600; torchrun, Kubeflow: never",
+            "",
+            "found, no tuning",
+            "yes" if len(found) == trials and recovered == trials else "**no**",
+        ),
+        (
+            "60 s start, 20 s progress deadline, 2 CPU hogs: runs on their first attempt",
+            f"{clean} of {slow_trials} ({seen})",
             "",
             "",
             "0 false alarms",
-            "yes" if clean == trials else "**no**",
+            "yes" if clean == slow_trials else "**no**",
         ),
     ]
 
 
 if __name__ == "__main__":
-    rows = measure(int(sys.argv[1]) if len(sys.argv) > 1 else 3)
+    arguments = [int(a) for a in sys.argv[1:3]]
+    rows = measure(*arguments)
     print("| metric | torchjob | anchor | ratio | target | met |\n|---|---|---|---|---|---|")
     for row in rows:
         print("| " + " | ".join(row) + " |")

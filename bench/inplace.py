@@ -50,9 +50,11 @@ CASES = (
 )
 
 
-def _run(file: str, work: Path, kill: bool) -> tuple[float, float, dict[str, float] | None]:
+def _run(
+    file: str, work: Path, kill: bool, sent: signal.Signals = signal.SIGKILL
+) -> tuple[float, float, dict[str, float] | None]:
     """Wall seconds of ``torchjob run`` for the example job ``file``, the model's held-out accuracy, and the
-    repair's timings if it killed."""
+    repair's timings if it killed (sent worker-1's trainer ``sent``: SIGSTOP freezes it instead)."""
     job = yaml.safe_load((EXAMPLE / file).read_text())
     name = job["metadata"]["name"]
     for spec in job["spec"]["pytorchReplicaSpecs"].values():
@@ -79,7 +81,7 @@ def _run(file: str, work: Path, kill: bool) -> tuple[float, float, dict[str, flo
         shim = next(p["pid"] for p in state["processes"] if p["replica"] == "worker-1" and not p.get("removed"))
         trainer = psutil.Process(shim).children()[0]
         killed_at = time.time()
-        trainer.send_signal(signal.SIGKILL)
+        trainer.send_signal(sent)
     if run.wait(timeout=600) != 0:
         raise RuntimeError(f"{file}: the job did not succeed (see {home})")
     elapsed = time.perf_counter() - started

@@ -77,6 +77,13 @@ REPORT_SECTION = "section"
 REPORT_SECTIONS_LONGEST = "sections_longest"
 HEARTBEAT_DIR = "heartbeat"
 INPLACE_DIR = "inplace"
+# The keys of an in-place announcement (a file locally, the body POSTed to the operator in a Pod): the attempt,
+# when it was sent (locally), how often the member sends one (its own beat), and the generation whose step it has
+# waited on past its allowance, when it does (a peer it needs is silent).
+ANNOUNCE_ATTEMPT = "attempt"
+ANNOUNCE_TIME = "time"
+ANNOUNCE_EVERY = "every"
+ANNOUNCE_WAITING = "waiting"
 MEMBERSHIP_FILE = "membership.json"
 REPAIRS_FILE = "repairs.jsonl"
 PREEMPTED_DIR = "preempted"

@@ -89,6 +89,11 @@ def test_in_place_repairs_channel_announcements_in_and_the_membership_out(endpoi
     assert endpoint.post("/announcements/team-a/mnist", b'{"attempt": 2, "key": "worker-0-0"}') == 204
     assert endpoint.board.announced("uid-1", 2) and not endpoint.board.announced("uid-1", 1)
     assert endpoint.post("/announcements/team-a/mnist", b'{"attempt": "2"}') == 400
+    # A member's beat, and its word that its step waits in generation 3: dated by the operator's own clock.
+    assert endpoint.post("/announcements/team-a/mnist", b'{"attempt": 2, "every": 1.0, "waiting": 3}') == 204
+    said = endpoint.board.announcement("uid-1", 2)
+    assert said is not None and (said.every, said.waiting_in) == (1.0, 3)
+    assert (datetime.now(timezone.utc) - said.heard_at).total_seconds() < 60
 
     def get(path: str, token: str = "good") -> tuple[int, object]:
         request = urllib.request.Request(endpoint.url + path, headers={"Authorization": f"Bearer {token}"})

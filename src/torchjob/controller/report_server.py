@@ -7,7 +7,8 @@ so a path cannot misfile it; the job in the path only says which job to look at 
 - ``POST /reports/<namespace>/<job>``: a progress report (JSON). 204; 400 for a body that is not a report;
   413 for one over 4 KiB.
 - ``POST /announcements/<namespace>/<job>``: ``{"attempt": A}``, the Pod trains under the in-place loop of
-  attempt A (a spare: it is warm and waiting). 204.
+  attempt A (a spare: it is warm and waiting); a member adds how often it says so (``every``) and, when its step
+  has waited past its allowance, that step's generation (``waiting``). 204.
 - ``GET /membership/<namespace>/<job>``: the group's membership as the operator last formed it (the JSON
   of ``membership.json`` locally), ``{}`` before any repair.
 """
@@ -19,10 +20,12 @@ import logging
 import re
 import ssl
 from collections.abc import Callable
+from datetime import datetime, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from torchjob.backends.kubernetes.report_board import PodIdentity, ReportBoard, TokenReviewer
+from torchjob.core.observed import MemberAnnouncement
 
 log = logging.getLogger("torchjob.operator")
 
@@ -68,11 +71,11 @@ def report_server(
             except ValueError:
                 body = None
             if self._kind == "announcements":
-                attempt = body.get("attempt") if isinstance(body, dict) else None
-                if not isinstance(attempt, int) or isinstance(attempt, bool) or attempt < 0:
+                announcement = MemberAnnouncement.from_message(body, datetime.now(timezone.utc))
+                if announcement is None:
                     self._answer(400, 'an announcement is {"attempt": <the attempt, an integer>}')
                     return
-                board.announce(pod, attempt)
+                board.announce(pod, announcement)
             elif not isinstance(body, dict) or not board.put(pod, body):
                 self._answer(400, "the body is not a progress report: a JSON object with an integer step")
                 return

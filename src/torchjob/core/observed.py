@@ -124,6 +124,29 @@ def _finite(value: object) -> float | None:
 
 
 @dataclass(frozen=True)
+class MemberAnnouncement:
+    """What a member of an in-place group last said of itself, from its watching thread: it trains under the
+    in-place loop of ``attempt``, it runs (``heard_at``, sent every ``every`` seconds), and, when its step
+    has waited past its allowance, the generation of that step (``waiting_in``): a peer it needs is silent."""
+
+    attempt: int
+    heard_at: datetime
+    every: float | None = None
+    waiting_in: int | None = None
+
+    @classmethod
+    def from_message(cls, message: object, heard_at: datetime) -> MemberAnnouncement | None:
+        """An announcement as a member sent it (``worker_files`` names the keys); None when it is not one."""
+        if not isinstance(message, Mapping):
+            return None
+        attempt, waiting = message.get(worker_files.ANNOUNCE_ATTEMPT), message.get(worker_files.ANNOUNCE_WAITING)
+        if not isinstance(attempt, int) or isinstance(attempt, bool) or attempt < 0:
+            return None
+        every = _finite(message.get(worker_files.ANNOUNCE_EVERY))
+        return cls(attempt, heard_at, every if every and every > 0 else None, _count(waiting) or None)
+
+
+@dataclass(frozen=True)
 class SilentNode:
     """A node whose kubelet stopped reporting, and when it was last heard."""
 
@@ -159,6 +182,8 @@ class ReplicaObservation:
     # Its node stopped reporting (Ready=Unknown). The planner decides whether the replica is lost with it
     # (policies/node_loss.py): its containers may still run.
     silent_node: SilentNode | None = None
+    # What it last announced as a member of an in-place group of its attempt (None: nothing, or an earlier one's).
+    member: MemberAnnouncement | None = None
     # Running, yet nothing it reported has reached this operator since it began to listen at this time (a new
     # leader hears only what Pods send after it took over): None when it was heard, or nobody listens.
     unheard_since: datetime | None = None

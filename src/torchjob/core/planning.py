@@ -115,7 +115,10 @@ class _Planner(PassState):
             return
         since, started = attempts.training_since(self.status), attempts.started_at(self.status)
         learned = self.status.learned_deadlines = learned_deadlines.learn(self.status.learned_deadlines, current)
-        hang = progress.check(self.job, current, since, self.now, self.helpers.reports_progress, started, learned)
+        group = self.status.membership
+        generation = group.generation if group is not None and group.attempt == self.status.attempt else 0
+        heard = self.helpers.reports_progress
+        hang = progress.check(self.job, current, since, self.now, heard, started, learned, generation)
         if hang.hung:
             self._on_hang(hang)
             return

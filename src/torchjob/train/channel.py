@@ -23,8 +23,10 @@ class Channel(Protocol):
     poll_seconds: float
     # How often a training process of an elastic group looks for a new membership, in the background.
     watch_seconds: float
+    # How often a member of a group says it runs (and whether its step waits on a silent peer).
+    alive_seconds: float
 
-    def announce(self, key: str, attempt: int) -> None: ...
+    def announce(self, key: str, attempt: int, more: dict[str, Any] | None = None) -> None: ...
 
     def membership(self) -> worker_files.Membership | None: ...
 
@@ -32,15 +34,17 @@ class Channel(Protocol):
 class FileChannel:
     poll_seconds = 0.005
     watch_seconds = 0.05
+    alive_seconds = 0.2  # a file write: the controller confirms a silent member within a second
 
     def __init__(self, output_dir: str) -> None:
         self.output_dir = output_dir
 
-    def announce(self, key: str, attempt: int) -> None:
+    def announce(self, key: str, attempt: int, more: dict[str, Any] | None = None) -> None:
         path = worker_files.inplace_file(self.output_dir, key)
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"attempt": attempt, "time": time.time()}))
+        message = {worker_files.ANNOUNCE_ATTEMPT: attempt, worker_files.ANNOUNCE_TIME: time.time(), **(more or {})}
+        tmp.write_text(json.dumps(message))
         os.replace(tmp, path)
 
     def membership(self) -> worker_files.Membership | None:
@@ -54,15 +58,17 @@ class FileChannel:
 class OperatorChannel:
     poll_seconds = 0.05
     watch_seconds = 0.5  # a request per Pod: a grown group re-forms within half a second of the decision
+    alive_seconds = 1.0  # a request per Pod and second, as its progress reports
 
     def __init__(self, report_url: str, token_file: Path) -> None:
         self.announcements = worker_files.operator_endpoint(report_url, "announcements")
         self.memberships = worker_files.operator_endpoint(report_url, "membership")
         self.token_file = token_file
 
-    def announce(self, key: str, attempt: int) -> None:
-        # The operator files it under the Pod the token names; the key is only for its log.
-        self._call(self.announcements, {"attempt": attempt, "key": key})
+    def announce(self, key: str, attempt: int, more: dict[str, Any] | None = None) -> None:
+        # The operator files it under the Pod the token names (and dates it by its own clock); the key is only
+        # for its log.
+        self._call(self.announcements, {worker_files.ANNOUNCE_ATTEMPT: attempt, "key": key, **(more or {})})
 
     def membership(self) -> worker_files.Membership | None:
         return worker_files.parse_membership(self._call(self.memberships, None))

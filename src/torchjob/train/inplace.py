@@ -50,9 +50,10 @@ from torchjob.train.context import DistContext
 
 StepFunction = Callable[[DistributedDataParallel, int, DistContext], Any]
 
-# How long a step may run past a newly published membership before its peer is taken for silent: at least this
-# many seconds, and this many times the usual step time.
-_MIN_STEP_ALLOWANCE = 2.0
+# How long a step may run before this member says it waits on a silent peer (and, once the controller has
+# published the next generation, leaves the step): at least this many seconds, and this many times its usual
+# step time. Saying so costs nothing: the controller replaces a peer only when it too has fallen silent.
+_MIN_STEP_ALLOWANCE = 0.25
 _STEP_ALLOWANCE_FACTOR = 5.0
 
 
@@ -101,6 +102,7 @@ class InPlaceTraining:
         self._step_seconds: float | None = None
         self.watch: generations.MembershipWatch | None = None
         self._announced_at = -math.inf
+        self._said_waiting: int | None = None
         if self.repairable:
             every = self.channel.watch_seconds
             self.watch = generations.MembershipWatch(self.channel, self.attempt, every, self._on_poll)
@@ -144,25 +146,40 @@ class InPlaceTraining:
                 if self._unlogged is not None:
                     self._log_repair({**self._unlogged, "first_step_at": time.time()})
 
-    def _announce(self) -> None:
+    def _announce(self, waiting_in: int | None = None) -> None:
+        """Say that this member runs (every ``alive_seconds``: the beat the controller confirms a silent peer
+        by), and, when its step has outlasted its allowance, the generation it waits in."""
         self._announced_at = time.monotonic()
-        self.channel.announce(worker_files.process_key(self.replica, 0, self.ctx.rank), self.attempt)
+        more: dict[str, Any] = {worker_files.ANNOUNCE_EVERY: self.channel.alive_seconds}
+        if waiting_in is not None:
+            more[worker_files.ANNOUNCE_WAITING] = waiting_in
+        self._said_waiting = waiting_in
+        self.channel.announce(worker_files.process_key(self.replica, 0, self.ctx.rank), self.attempt, more)
 
     def _on_poll(self, newest: int) -> None:
         """In the watching thread, after each read of the membership."""
-        if time.monotonic() - self._announced_at >= generations.REANNOUNCE_SECONDS:
-            self._announce()  # again: a new leader hears only what is sent after it took over
+        with self._step_lock:
+            waiting_in = self._waiting_in()
+        if waiting_in != self._said_waiting or time.monotonic() - self._announced_at >= self.channel.alive_seconds:
+            self._announce(waiting_in)  # also what a new leader hears: only what is sent after it took over
         self._leave_if_replaced(newest)
+
+    def _waiting_in(self) -> int | None:
+        """Under ``_step_lock``: the generation of the step in progress when it has outlasted its allowance."""
+        if self._stepping is None:
+            return None
+        generation, began = self._stepping
+        allowance = max(_MIN_STEP_ALLOWANCE, _STEP_ALLOWANCE_FACTOR * (self._step_seconds or 0.0))
+        return generation if time.monotonic() - began >= allowance else None
 
     def _leave_if_replaced(self, newest: int) -> None:
         """In the watching thread: the controller published a generation after the one this step runs in, and
-        the step has outlasted its allowance, so it waits on a peer that will never answer (a vanished node
-        sends no reset). Cut the old group's connections: the step fails at once and the group is repaired."""
+        the step has outlasted its allowance, so it waits on a peer that will never answer (stopped, or on a
+        vanished node, which sends no reset). Cut the old group's connections: the step fails at once and the
+        group is repaired."""
         with self._step_lock:
-            if self._stepping is None or newest <= self._stepping[0]:
-                return
-            allowance = max(_MIN_STEP_ALLOWANCE, _STEP_ALLOWANCE_FACTOR * (self._step_seconds or 0.0))
-            if time.monotonic() - self._stepping[1] < allowance:
+            waiting_in = self._waiting_in()
+            if waiting_in is None or newest <= waiting_in:
                 return  # an elastic regroup agreed at the next step, or a peer whose reset is on its way
             cut = peers.cut_group_connections(peers.kept_ports())
             self._stepping = None  # once per step

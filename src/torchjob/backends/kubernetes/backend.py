@@ -9,7 +9,6 @@ and only when it changed; events are ``core/v1`` Events on the job, so ``kubectl
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import secrets
 from datetime import datetime, timezone
 from typing import Any
@@ -44,7 +43,7 @@ from torchjob.core.actions import (
     ReformGroup,
     RepairReplica,
 )
-from torchjob.core.observed import Observed, Phase, Progress, ReplicaObservation, SpareObservation
+from torchjob.core.observed import Observed, Progress
 from torchjob.core.replicas import ReplicaId
 from torchjob.core.times import timestamp
 
@@ -96,10 +95,14 @@ class KubernetesBackend(Backend):
         observations = []
         for pod in owned:
             name = (pod.get("spec") or {}).get("nodeName", "")
-            observations.append(self._with_reports(observing.observe_pod(pod, nodes.get(name), silent.get(name)), pod))
+            observations.append(
+                observing.with_reports(self.reports, observing.observe_pod(pod, nodes.get(name), silent.get(name)), pod)
+            )
         store = self._pods.get(mapping.store_name(job))
         store_running = store is not None and store["metadata"].get("deletionTimestamp") is None
-        spares = [self._spare(p) for p in owned if observing.role_of(p) == replicas.ROLE_SPARE]
+        spares = [
+            observing.observe_spare(self.reports, p) for p in owned if observing.role_of(p) == replicas.ROLE_SPARE
+        ]
         seen = observing.one_per_replica([o for o in observations if o is not None])
         ready = [s for s in spares if s is not None]
         return Observed(seen, store_running=store_running, spares=ready, published_membership=published)
@@ -112,34 +115,6 @@ class KubernetesBackend(Backend):
     def repairs_in_place(self) -> bool:  # type: ignore[override]
         # Spare Pods need the operator's endpoints: they announce themselves and learn the membership there.
         return self.reports_progress
-
-    def _with_reports(self, seen: ReplicaObservation | None, pod: dict[str, Any]) -> ReplicaObservation | None:
-        """A replica with what its Pod last reported (filed by Pod uid, see report_board.py): whether it trains
-        under the in-place loop of its attempt (a lost one too: the planner repairs around it), and, while
-        it runs or once it succeeded, its progress."""
-        if seen is None or self.reports is None:
-            return seen
-        progress = self._progress_of(pod) if seen.phase in (Phase.RUNNING, Phase.SUCCEEDED) else None
-        uid = pod["metadata"].get("uid")
-        repairable = self.reports.announced(uid, seen.attempt)
-        unheard = self.reports.listening_since if progress is None and seen.phase is Phase.RUNNING else None
-        return dataclasses.replace(seen, progress=progress, repairable=repairable, unheard_since=unheard)
-
-    def _spare(self, pod: dict[str, Any]) -> SpareObservation | None:
-        labels = pod["metadata"].get("labels") or {}
-        try:
-            attempt = int(labels.get(replicas.LABEL_ATTEMPT, ""))
-        except ValueError:
-            return None
-        phase = (pod.get("status") or {}).get("phase")
-        announced = self.reports is not None and self.reports.announced(pod["metadata"].get("uid"), attempt)
-        return SpareObservation(
-            pod["metadata"]["name"],
-            attempt,
-            ready=phase == "Running" and announced,
-            stopping=pod["metadata"].get("deletionTimestamp") is not None,
-            failed=phase in ("Failed", "Succeeded"),
-        )
 
     def _progress_of(self, pod: dict[str, Any]) -> Progress | None:
         return self.reports.latest(pod["metadata"].get("uid")) if self.reports is not None else None

@@ -8,12 +8,14 @@ is golden-tested.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
 from torchjob.api.types import DEFAULT_CONTAINER_NAME, ReplicaType
+from torchjob.backends.kubernetes.report_board import ReportBoard
 from torchjob.core import replicas
-from torchjob.core.observed import Phase, PlatformReason, ReplicaObservation, SilentNode
+from torchjob.core.observed import Phase, PlatformReason, ReplicaObservation, SilentNode, SpareObservation
 from torchjob.core.replicas import ReplicaId
 
 # Pod conditions the API server or the kubelet add when the platform takes a Pod away (Kubernetes ≥ 1.26).
@@ -216,3 +218,36 @@ def parse_time(value: Any) -> datetime | None:
         return datetime.fromisoformat(str(value).replace("Z", "+00:00"))
     except ValueError:
         return None
+
+
+def with_reports(
+    board: ReportBoard | None, seen: ReplicaObservation | None, pod: dict[str, Any]
+) -> ReplicaObservation | None:
+    """A replica with what its Pod last told the operator (filed by Pod uid, see report_board.py): whether it
+    trains under the in-place loop of its attempt (a lost one too: the planner repairs around it) and what it
+    last announced there, and, while it runs or once it succeeded, its progress."""
+    if seen is None or board is None:
+        return seen
+    uid = pod["metadata"].get("uid")
+    progress = board.latest(uid) if seen.phase in (Phase.RUNNING, Phase.SUCCEEDED) else None
+    member = board.announcement(uid, seen.attempt)
+    unheard = board.listening_since if progress is None and seen.phase is Phase.RUNNING else None
+    return replace(seen, progress=progress, repairable=member is not None, member=member, unheard_since=unheard)
+
+
+def observe_spare(board: ReportBoard | None, pod: dict[str, Any]) -> SpareObservation | None:
+    """A spare Pod: ready once it runs and announced that it is warm."""
+    labels = pod["metadata"].get("labels") or {}
+    try:
+        attempt = int(labels.get(replicas.LABEL_ATTEMPT, ""))
+    except ValueError:
+        return None
+    phase = (pod.get("status") or {}).get("phase")
+    announced = board is not None and board.announced(pod["metadata"].get("uid"), attempt)
+    return SpareObservation(
+        pod["metadata"]["name"],
+        attempt,
+        ready=phase == "Running" and announced,
+        stopping=pod["metadata"].get("deletionTimestamp") is not None,
+        failed=phase in ("Failed", "Succeeded"),
+    )

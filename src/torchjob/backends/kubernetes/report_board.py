@@ -24,7 +24,7 @@ from lightkube.models.authentication_v1 import TokenReviewSpec
 from lightkube.resources.authentication_v1 import TokenReview
 
 from torchjob import worker_files
-from torchjob.core.observed import Progress
+from torchjob.core.observed import MemberAnnouncement, Progress
 from torchjob.worker_files import Membership
 
 _POD_NAME = "authentication.kubernetes.io/pod-name"
@@ -100,16 +100,21 @@ class ReportBoard:
         self.listening_since: datetime | None = None
         self._lock = threading.Lock()
         self._latest: dict[str, tuple[PodIdentity, Progress]] = {}
-        self._announced: dict[str, int] = {}
+        self._announced: dict[str, MemberAnnouncement] = {}
         self._memberships: dict[tuple[str, str], Membership] = {}
 
-    def announce(self, pod: PodIdentity, attempt: int) -> None:
+    def announce(self, pod: PodIdentity, announcement: MemberAnnouncement) -> None:
         with self._lock:
-            self._announced[pod.uid] = attempt
+            self._announced[pod.uid] = announcement
 
     def announced(self, uid: str | None, attempt: int) -> bool:
+        return self.announcement(uid, attempt) is not None
+
+    def announcement(self, uid: str | None, attempt: int) -> MemberAnnouncement | None:
+        """What the Pod last announced in ``attempt`` (None: nothing, or an earlier attempt's)."""
         with self._lock:
-            return self._announced.get(uid or "") == attempt
+            found = self._announced.get(uid or "")
+        return found if found is not None and found.attempt == attempt else None
 
     def publish_membership(self, namespace: str, job: str, membership: Membership) -> None:
         with self._lock:

@@ -18,16 +18,13 @@ from pathlib import Path
 
 from typing_extensions import assert_never
 
-from torchjob import worker_files
 from torchjob.api import extensions
 from torchjob.api.scaling import with_workers, workers_problem
 from torchjob.api.types import PyTorchJob
 from torchjob.backends.base import Backend
-from torchjob.backends.local import mapping, membership, observing, outputs, processes, warm
+from torchjob.backends.local import gathering, mapping, membership, processes, warm
 from torchjob.backends.local.children import Children
-from torchjob.backends.local.launching import Launcher, error_file
-from torchjob.backends.local.logs import failure_summary
-from torchjob.backends.local.shim import ExitRecord
+from torchjob.backends.local.launching import Launcher
 from torchjob.backends.local.store import JobStore, LocalState, ProcessRecord
 from torchjob.core.actions import (
     Action,
@@ -42,8 +39,8 @@ from torchjob.core.actions import (
     ReformGroup,
     RepairReplica,
 )
-from torchjob.core.observed import Observed, Phase, ReplicaObservation, SpareObservation
-from torchjob.core.replicas import ROLE_SPARE, ROLE_STORE, expected_replicas, parse_replica_name
+from torchjob.core.observed import Observed, Phase, SpareObservation
+from torchjob.core.replicas import ROLE_SPARE, ROLE_STORE, expected_replicas
 
 ROLE_REPLICA = "replica"
 # The longest the controller sleeps without a reason. It is woken at once by any replica's exit (pidfd) and
@@ -51,6 +48,9 @@ ROLE_REPLICA = "replica"
 MAX_IDLE_SECONDS = 5.0
 # While replicas run, the status follows their training progress this closely (a pass reads a few files).
 PROGRESS_SECONDS = 1.0
+# While a group under in-place repair runs: its members' word that they wait on a silent peer is a file, not an
+# event, and a repair is due within a second of it.
+IN_PLACE_SECONDS = 0.1
 
 
 class LocalBackend(Backend):
@@ -77,6 +77,7 @@ class LocalBackend(Backend):
         self.state.job_uid = self.job_uid
         self.grace = float(job.annotation(extensions.TERMINATION_GRACE) or extensions.DEFAULT_TERMINATION_GRACE)
         self._running = False  # the last observation saw a replica running
+        self._in_place = False  # ... and one of a group under in-place repair
         self.on_event = on_event or (lambda event: None)
         # Replicas that are Python scripts start from the job's warm interpreter (warm.py), unless it opts out.
         warm_log = store.job_dir(job.name) / "logs" / "warm.log"
@@ -108,10 +109,11 @@ class LocalBackend(Backend):
                 elif record.role == ROLE_SPARE:
                     spares.append(self._spare(record))
                 continue
-            observations.append(self._observation(record, result))
+            observations.append(gathering.observe_record(self.store.output_dir(self.name), record, result))
         if changed:
             self._save_state()
         self._running = any(o.phase is Phase.RUNNING for o in observations)
+        self._in_place = any(o.phase is Phase.RUNNING and o.repairable for o in observations)
         published = membership.published(self.store.output_dir(self.name))
         return Observed(
             observations, store_running=self._store() is not None, spares=spares, published_membership=published
@@ -168,7 +170,7 @@ class LocalBackend(Backend):
         return job
 
     def wait(self, until: datetime | None) -> None:
-        timeout = PROGRESS_SECONDS if self._running else MAX_IDLE_SECONDS
+        timeout = IN_PLACE_SECONDS if self._in_place else PROGRESS_SECONDS if self._running else MAX_IDLE_SECONDS
         if until is not None:
             timeout = min(timeout, max(0.0, (until - datetime.now(timezone.utc)).total_seconds()))
         if any(r.stopping_since is not None and not r.removed for r in self.state.processes):
@@ -274,27 +276,6 @@ class LocalBackend(Backend):
                 elif record.stopping_since is None:
                     processes.signal_group(record.identity, self.job_uid, signal.SIGTERM)
                     record.stopping_since = time.time()
-
-    def _observation(self, record: ProcessRecord, ended: ExitRecord | None) -> ReplicaObservation:
-        """Gather what the pure classifier (observing.py) needs about one replica process."""
-        replica = parse_replica_name(record.replica)
-        assert replica is not None, record.replica  # only replicas' records are observed
-        output = self.store.output_dir(self.name)
-        notices = outputs.notice_times(output, record.replica)
-        reports = outputs.heartbeats(output, record.replica, since=record.started_at)
-        failed = ended is not None and (ended.signal is not None or ended.exit_code != 0)
-        log = Path(record.log_path)
-        return observing.observe_process(
-            replica,
-            record.attempt,
-            ended,
-            stopping=record.stopping_since is not None,
-            notice_at=observing.preemption_onset(notices, record.started_at),
-            # A replica that succeeded keeps its last report: a short job may end between two passes.
-            progress=observing.slowest(reports) if ended is None or not failed else None,
-            message=failure_summary(log, error_file=error_file(log)) if failed else None,
-            repairable=membership.announced(output, worker_files.process_key(record.replica, 0, 0), record.attempt),
-        )
 
     def _save_state(self) -> None:
         self.store.write_state(self.name, self.state)

@@ -9,19 +9,29 @@ from __future__ import annotations
 
 import json
 import os
+from datetime import datetime, timezone
 from pathlib import Path
 
 from torchjob import worker_files
+from torchjob.core.observed import MemberAnnouncement
 
 
 def announced(output_dir: Path, key: str, attempt: int) -> bool:
     """Whether process ``key`` announced, in ``attempt``, that it trains under the in-place loop (a spare:
     that it is warm and waiting)."""
+    return announcement(output_dir, key, attempt) is not None
+
+
+def announcement(output_dir: Path, key: str, attempt: int) -> MemberAnnouncement | None:
+    """What process ``key`` last announced in ``attempt`` (None: nothing, or an earlier attempt's), dated by
+    the time it wrote in it (the same machine's clock)."""
     try:
         data = json.loads(worker_files.inplace_file(output_dir, key).read_text())
-    except (OSError, ValueError):
-        return False
-    return isinstance(data, dict) and data.get("attempt") == attempt
+        sent = datetime.fromtimestamp(float(data[worker_files.ANNOUNCE_TIME]), timezone.utc)
+    except (OSError, ValueError, KeyError, TypeError, OverflowError):
+        return None
+    found = MemberAnnouncement.from_message(data, sent)
+    return found if found is not None and found.attempt == attempt else None
 
 
 def publish(output_dir: Path, membership: worker_files.Membership) -> None:

@@ -11,7 +11,7 @@ import signal
 from datetime import datetime, timezone
 
 from torchjob.backends.local.shim import ExitRecord
-from torchjob.core.observed import Phase, PlatformReason, Progress, ReplicaObservation
+from torchjob.core.observed import MemberAnnouncement, Phase, PlatformReason, Progress, ReplicaObservation
 from torchjob.core.replicas import ReplicaId
 
 
@@ -40,7 +40,7 @@ def observe_process(
     notice_at: datetime | None = None,
     progress: Progress | None = None,
     message: str | None = None,
-    repairable: bool = False,
+    member: MemberAnnouncement | None = None,
 ) -> ReplicaObservation:
     """Classify one replica process.
 
@@ -58,7 +58,8 @@ def observe_process(
             stopping=stopping,
             progress=progress,
             disrupted_at=disrupted_at,
-            repairable=repairable,
+            repairable=member is not None,
+            member=member,
         )
     finished = _utc(ended.finished_at)
     if ended.signal is None and ended.exit_code == 0:
@@ -76,5 +77,5 @@ def observe_process(
         stopping=stopping,
         message=message,
         disrupted_at=disrupted_at,
-        repairable=repairable,
+        repairable=member is not None,
     )

@@ -28,13 +28,14 @@ nothing: the deadline is not enforced, and the job is told so once, in an event,
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 
 from torchjob.api import extensions
 from torchjob.api.types import LearnedDeadlines, PyTorchJob
 from torchjob.core.observed import Phase, ReplicaObservation
 from torchjob.core.policies import learned as learned_deadlines
+from torchjob.core.policies import silent_member
 from torchjob.core.times import later
 
 
@@ -77,16 +78,36 @@ def check(
     reports_heard: bool = True,
     started: datetime | None = None,
     learned: LearnedDeadlines | None = None,
+    generation: int = 0,
 ) -> HangVerdict:
     """``since``: when the group last started training (its attempt's start, or its last repair in place);
     ``started``: when the attempt started (before any rank's step after it, the group is starting up);
-    ``learned``: the deadlines learned from the job's own steps (``policies/learned.py``)."""
+    ``learned``: the deadlines learned from the job's own steps (``policies/learned.py``); ``generation``: the
+    in-place group's current generation (``policies/silent_member.py``)."""
     running = [o for o in current if o.phase is Phase.RUNNING and not o.stopping]
     if since is None or not running or not reports_heard:
         return HangVerdict(False)
-    silent = _silent_while_others_beat(job, running, since, now)
-    if silent is not None:
-        return silent
+    suspect, confirm_at = silent_member.find(running, generation, now)
+    if suspect is not None:
+        said = suspect.member.heard_at if suspect.member is not None else None
+        return HangVerdict(True, silent_member.describe(suspect, generation, now), culprit=suspect, began_at=said)
+    verdict = _silent_while_others_beat(job, running, since, now) or _progress(
+        job, running, since, now, started, learned
+    )
+    if verdict.hung or confirm_at is None:
+        return verdict
+    return replace(verdict, check_at=min(confirm_at, verdict.check_at or confirm_at))
+
+
+def _progress(
+    job: PyTorchJob,
+    running: list[ReplicaObservation],
+    since: datetime,
+    now: datetime,
+    started: datetime | None,
+    learned: LearnedDeadlines | None,
+) -> HangVerdict:
+    """Nobody progresses: the progress deadline (learned or set), with phases and start-up allowed for."""
     seconds, source = learned_deadlines.progress_deadline(job, learned)
     first = started or since
     if not any(o.progress is not None and o.progress.at > first for o in running):

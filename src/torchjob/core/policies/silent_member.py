@@ -1,0 +1,64 @@
+"""A member of an in-place group that went silent, found in about a second: its peers say they wait for it.
+
+The liveness deadline (``policies/progress.py``) names a process that stops beating after 10 s, because a
+beat once a second from a busy machine can be late. A group under in-place repair knows more: every member's
+watching thread says it runs several times a second (``MemberAnnouncement.every``), and a member whose step
+has run far past its usual time says which generation's step it waits in. When every member but one waits in
+the group's current generation, and that one has not been heard for ``MISSED`` of its own announcements
+while the waiting ones were, it is the one they wait for: SIGSTOPped, frozen, or cut off with its node.
+
+Two witnesses, so that one member's word never gets a healthy one replaced: the waiting peers (a forged or
+mistaken claim of waiting changes nothing while the accused still announces), and the accused's own silence. A
+member that is merely slow (a long step, a busy machine) still announces from its watching thread, and is
+left alone; if every member falls quiet at once (this controller stalled, or the machine did), nobody is
+singled out, and the longer deadlines decide.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from torchjob.core.observed import MemberAnnouncement, Phase, ReplicaObservation
+from torchjob.core.times import later
+
+# Announcements a member may miss before its silence counts (0.6 s locally, 3 s in a Pod).
+MISSED = 3
+_DEFAULT_EVERY = 1.0
+
+
+def find(
+    current: list[ReplicaObservation], generation: int, now: datetime
+) -> tuple[ReplicaObservation | None, datetime | None]:
+    """The one member every other member waits for in ``generation``, once its silence is confirmed; else
+    None, and when to look again (the moment the silence would be confirmed), if it may be."""
+    members = [o for o in current if o.member is not None and o.phase is Phase.RUNNING and not o.stopping]
+    waiting = [o for o in members if _said(o).waiting_in == generation]
+    quiet = [o for o in members if _said(o).waiting_in != generation]
+    if len(members) < 2 or len(quiet) != 1:
+        return None, None
+    suspect = _said(quiet[0])
+    due = later(suspect.heard_at, _allowed(suspect))
+    if now < due:
+        return None, due
+    if any((now - _said(o).heard_at).total_seconds() > _allowed(_said(o)) for o in waiting):
+        return None, None  # the waiting ones are not heard either: no single member fell silent
+    return quiet[0], None
+
+
+def describe(suspect: ReplicaObservation, generation: int, now: datetime) -> str:
+    said = _said(suspect)
+    silence = (now - said.heard_at).total_seconds()
+    return (
+        f"Hung: {suspect.replica} fell silent while every other member waits for it in generation {generation}'s "
+        f"step (not heard for {silence:.1f}s, it said it runs every {said.every or _DEFAULT_EVERY:g}s); "
+        f"{suspect.replica} stopped responding, the others wait for it"
+    )
+
+
+def _said(observation: ReplicaObservation) -> MemberAnnouncement:
+    assert observation.member is not None
+    return observation.member
+
+
+def _allowed(said: MemberAnnouncement) -> float:
+    return MISSED * (said.every or _DEFAULT_EVERY)

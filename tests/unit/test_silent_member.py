@@ -1,0 +1,63 @@
+"""A member of an in-place group that fell silent is confirmed within a second by two witnesses: every other
+member says it waits in the group's current generation, and the accused has missed its own announcements.
+One member's word, a slow member, or a whole group gone quiet never gets a healthy member replaced."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import datetime, timedelta, timezone
+
+from torchjob.core.observed import MemberAnnouncement, ReplicaObservation
+from torchjob.core.policies import progress, silent_member
+from torchjob.testing import make_job, running
+
+T0 = datetime(2026, 11, 25, 12, 0, tzinfo=timezone.utc)
+JOB = make_job("j").master().workers(2).build()
+
+
+def at(seconds: float) -> datetime:
+    return T0 + timedelta(seconds=seconds)
+
+
+def member(name: str, heard: float, waiting_in: int | None = None, every: float = 0.2) -> ReplicaObservation:
+    said = MemberAnnouncement(attempt=0, heard_at=at(heard), every=every, waiting_in=waiting_in)
+    return replace(running(name), repairable=True, member=said)
+
+
+def test_the_one_member_the_others_wait_for_is_named_once_its_silence_is_confirmed() -> None:
+    group = [member("master-0", 10.9, waiting_in=2), member("worker-0", 10.95, waiting_in=2), member("worker-1", 10.2)]
+    assert silent_member.find(group, 2, at(10.7)) == (None, at(10.8))  # 3 missed announcements of 0.2 s
+    found, _ = silent_member.find(group, 2, at(10.85))
+    assert found is not None and str(found.replica) == "worker-1"
+    verdict = progress.check(JOB, group, at(1), at(10.85), started=at(1), generation=2)
+    assert verdict.hung and verdict.culprit is not None and str(verdict.culprit.replica) == "worker-1"
+    assert verdict.message.startswith(
+        "Hung: worker-1 fell silent while every other member waits for it in generation 2"
+    )
+    assert verdict.message.endswith("worker-1 stopped responding, the others wait for it")
+    # Before it is confirmed, the planner is told when to look again.
+    assert progress.check(JOB, group, at(1), at(10.7), started=at(1), generation=2).check_at == at(10.8)
+
+
+def test_a_slow_member_a_lone_claim_an_old_generation_or_a_silent_group_single_nobody_out() -> None:
+    slow = [member("master-0", 11, waiting_in=2), member("worker-0", 11, waiting_in=2), member("worker-1", 10.95)]
+    assert silent_member.find(slow, 2, at(11)) == (None, at(11.55))  # it still announces: it is only slow
+    lone = [member("master-0", 11, waiting_in=2), member("worker-0", 10), member("worker-1", 10)]
+    assert silent_member.find(lone, 2, at(11)) == (None, None)  # one member's word accuses nobody
+    old = [member("master-0", 11, waiting_in=1), member("worker-0", 11, waiting_in=1), member("worker-1", 10)]
+    assert silent_member.find(old, 2, at(11)) == (None, None)  # waiting in a generation that is gone
+    everyone = [member("master-0", 5, waiting_in=2), member("worker-0", 5, waiting_in=2), member("worker-1", 5)]
+    assert silent_member.find(everyone, 2, at(11)) == (None, None)  # nobody heard: this controller stalled
+    unannounced = [replace(o, member=None) for o in slow]
+    assert silent_member.find(unannounced, 2, at(11)) == (None, None)  # not an in-place group
+
+
+def test_announcements_are_read_strictly() -> None:
+    heard = at(1)
+    said = MemberAnnouncement.from_message({"attempt": 1, "every": 0.2, "waiting": 3}, heard)
+    assert said == MemberAnnouncement(1, heard, 0.2, 3)
+    assert MemberAnnouncement.from_message({"attempt": 0}, heard) == MemberAnnouncement(0, heard)
+    for bad in ({"attempt": True}, {"attempt": -1}, {"every": 1}, [], None, {"attempt": "0"}):
+        assert MemberAnnouncement.from_message(bad, heard) is None
+    odd = MemberAnnouncement.from_message({"attempt": 0, "every": -1, "waiting": "x"}, heard)
+    assert odd == MemberAnnouncement(0, heard)
