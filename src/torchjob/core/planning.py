@@ -106,6 +106,8 @@ class _Planner(PassState):
         current = repairs.membership_changes(self, self._current())
         restart.remember_disruptions(self.status, current)
         current += restart.vanished_replicas(self.job, self.status, current)
+        # Before any verdict: what the last reports taught is kept, whatever this pass decides.
+        learned = self.status.learned_deadlines = learned_deadlines.learn(self.status.learned_deadlines, current)
         verdict = restart.judge_failures(self.job, current)
         if verdict is not None:
             self._on_failure(verdict)
@@ -114,7 +116,6 @@ class _Planner(PassState):
             self._succeed(current)
             return
         since, started = attempts.training_since(self.status), attempts.started_at(self.status)
-        learned = self.status.learned_deadlines = learned_deadlines.learn(self.status.learned_deadlines, current)
         group = self.status.membership
         generation = group.generation if group is not None and group.attempt == self.status.attempt else 0
         heard = self.helpers.reports_progress
