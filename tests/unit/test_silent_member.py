@@ -57,6 +57,8 @@ def test_announcements_are_read_strictly() -> None:
     said = MemberAnnouncement.from_message({"attempt": 1, "every": 0.2, "waiting": 3}, heard)
     assert said == MemberAnnouncement(1, heard, 0.2, 3)
     assert MemberAnnouncement.from_message({"attempt": 0}, heard) == MemberAnnouncement(0, heard)
+    first = MemberAnnouncement.from_message({"attempt": 0, "waiting": 0}, heard)  # the first generation
+    assert first is not None and first.waiting_in == 0
     for bad in ({"attempt": True}, {"attempt": -1}, {"every": 1}, [], None, {"attempt": "0"}):
         assert MemberAnnouncement.from_message(bad, heard) is None
     odd = MemberAnnouncement.from_message({"attempt": 0, "every": -1, "waiting": "x"}, heard)

@@ -143,7 +143,9 @@ class MemberAnnouncement:
         if not isinstance(attempt, int) or isinstance(attempt, bool) or attempt < 0:
             return None
         every = _finite(message.get(worker_files.ANNOUNCE_EVERY))
-        return cls(attempt, heard_at, every if every and every > 0 else None, _count(waiting) or None)
+        if not isinstance(waiting, int) or isinstance(waiting, bool) or waiting < 0:
+            waiting = None  # the first generation is 0
+        return cls(attempt, heard_at, every if every and every > 0 else None, waiting)
 
 
 @dataclass(frozen=True)
