@@ -97,3 +97,25 @@ def test_a_sigstopped_pod_is_named_as_hung_and_its_attempts_output_is_kept(
     missing = _cli(cluster, tmp_path, "logs", "--cluster", "frozen", "-n", namespace, "--attempt", "7")
     assert missing.returncode != 0 and "no Pods of attempt 7 and no output kept" in missing.stderr, missing
     assert len(missing.stderr.strip().splitlines()) == 1
+
+
+def test_a_deadlock_in_a_plain_script_in_pods_is_found_by_a_learned_deadline(
+    cluster: Cluster, node_operator: OperatorProcess
+) -> None:
+    """No annotation, a script that never imports torchjob, one rank stopped between collectives (alive) and
+    the other waiting in the next all-reduce: the progress deadline learned from the steps the Pods reported
+    ends the attempt as Hung, and the learned value is kept in the job's status."""
+    namespace = cluster.namespace("deadlock")
+    job = _job("deadlock", namespace)
+    del job["metadata"]["annotations"]
+    for spec in job["spec"]["pytorchReplicaSpecs"].values():
+        spec["template"]["spec"]["containers"][0]["command"] = ["python3", "plain_deadlock.py"]
+    cluster.apply(job)
+    found = wait_for_condition(cluster, namespace, "deadlock", {"Succeeded", "Failed"}, timeout=300)
+    conditions = {c["type"]: c for c in found["status"]["conditions"]}
+    assert "Failed" not in conditions, conditions["Failed"]["message"]
+    learned = found["status"]["learnedDeadlines"]
+    outcome = found["status"]["attempts"][0]["outcome"]
+    expected = f"Hung: no progress for {learned['progressSeconds']}s (progress deadline: learned, 5x the longest"
+    assert outcome.startswith(expected) and "stopped at step 30" in outcome, outcome
+    assert (found["status"]["attempt"], found["status"]["restartCount"]) == (1, 1)
