@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import multiprocessing
 import os
 import pty
 import re
@@ -17,12 +16,12 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
 import psutil
 
 from tests.conftest import ROOT, run_cli
 from tests.integration.helpers import job_file, job_object, shim_pid, start_run, wait_for
+from tests.support.load import cpu_hogs
 from torchjob.testing import make_job
 
 SCRIPTS = Path(__file__).resolve().parent / "scripts"
@@ -193,11 +192,6 @@ def test_on_a_terminal_run_shows_a_progress_bar_and_elsewhere_nothing_extra(
     assert "· step" not in plain.stdout + plain.stderr and "━" not in plain.stdout + plain.stderr
 
 
-def _hog(stop: Any) -> None:
-    while not stop.is_set():
-        sum(i * i for i in range(10_000))
-
-
 def test_a_deadlock_in_a_plain_script_is_found_by_a_learned_deadline_with_no_annotation(
     tmp_path: Path, torchjob_home: Path
 ) -> None:
@@ -209,14 +203,8 @@ def test_a_deadlock_in_a_plain_script_is_found_by_a_learned_deadline_with_no_ann
     marker = tmp_path / "first-run-over"
     script = str(SCRIPTS / "plain_deadlock.py")
     job = make_job("deadlock").master().workers(1).command("python", script, "--marker", str(marker))
-    stop = multiprocessing.Event()
-    hog = multiprocessing.Process(target=_hog, args=(stop,), daemon=True)
-    hog.start()
-    try:
+    with cpu_hogs(1):
         result = run_cli("run", str(job_file(tmp_path, job)), home=torchjob_home, timeout=300)
-    finally:
-        stop.set()
-        hog.join()
     assert result.returncode == 0, result.stderr[-2000:]
     status = job_object(torchjob_home, "deadlock")["status"]
     assert (status["attempt"], status["restartCount"]) == (1, 1)

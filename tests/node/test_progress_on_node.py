@@ -19,6 +19,7 @@ from typing import Any
 from kuberig import Cluster
 from tests.node.conftest import wait_for_condition
 from tests.support.images import TEST_SCRIPTS
+from tests.support.load import cpu_hogs
 from tests.support.operator import OperatorProcess
 
 # It bounds a Pod's start-up too: 30 s was seen to pass before the first report on a loaded node (every attempt
@@ -103,15 +104,17 @@ def test_a_deadlock_in_a_plain_script_in_pods_is_found_by_a_learned_deadline(
     cluster: Cluster, node_operator: OperatorProcess
 ) -> None:
     """No annotation, a script that never imports torchjob, one rank stopped between collectives (alive) and
-    the other waiting in the next all-reduce: the progress deadline learned from the steps the Pods reported
-    ends the attempt as Hung, and the learned value is kept in the job's status."""
+    the other waiting in the next all-reduce, a CPU hog beside the node: the progress deadline learned from the
+    steps the Pods reported ends the attempt as Hung, the learned value is kept in the job's status, and the
+    next attempt, under the same load, is not falsely judged."""
     namespace = cluster.namespace("deadlock")
     job = _job("deadlock", namespace)
     del job["metadata"]["annotations"]
     for spec in job["spec"]["pytorchReplicaSpecs"].values():
         spec["template"]["spec"]["containers"][0]["command"] = ["python3", "plain_deadlock.py"]
-    cluster.apply(job)
-    found = wait_for_condition(cluster, namespace, "deadlock", {"Succeeded", "Failed"}, timeout=300)
+    with cpu_hogs(1):
+        cluster.apply(job)
+        found = wait_for_condition(cluster, namespace, "deadlock", {"Succeeded", "Failed"}, timeout=300)
     conditions = {c["type"]: c for c in found["status"]["conditions"]}
     assert "Failed" not in conditions, conditions["Failed"]["message"]
     learned = found["status"]["learnedDeadlines"]

@@ -48,12 +48,13 @@ def push_test_images(cluster: Cluster) -> None:
         entrypoint=["python3", "/opt/mnist/src/mnist.py", "--epochs", "1"],
         workdir="/opt/mnist",
     )
-    cluster.push_image(
-        EXAMPLE_MNIST,
-        {**RUNTIME_PATH, **TORCHJOB, "/workspace": MNIST},
-        workdir="/workspace",
-    )
+    push_example_images(cluster)
     scripts = ROOT / "tests" / "integration" / "scripts"
     cluster.push_image(
         TEST_SCRIPTS, {**RUNTIME_PATH, **TORCHJOB, **TORCHRUN, "/workspace": scripts}, workdir="/workspace"
     )
+
+
+def push_example_images(cluster: Cluster) -> None:
+    """The image ``examples/mnist/*.yaml`` name, so that ``torchjob submit examples/mnist/job.yaml`` runs on the rig."""
+    cluster.push_image(EXAMPLE_MNIST, {**RUNTIME_PATH, **TORCHJOB, "/workspace": MNIST}, workdir="/workspace")

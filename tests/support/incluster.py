@@ -1,6 +1,7 @@
 """The torchjob operator deployed inside a kuberig cluster the way a user deploys it: its image built from this
 checkout (no torch in it), pushed to the cluster's registry, and ``deploy/`` applied with kustomize, the image set
-through ``images:`` (``tools/kube-rig deploy-operator``, and the multi-node tests).
+through ``images:`` (``tools/kube-rig deploy-operator``, and the multi-node tests). The command also pushes the
+image the examples name, so that ``torchjob submit examples/mnist/job.yaml`` runs on the rig as it is.
 
 The image is the rig's Debian base (python3.11) plus one layer: torchjob's own dependencies (installed once per
 machine by uv into a cache folder, keyed by their list, as manylinux wheels for that Python) and this checkout's
@@ -24,6 +25,7 @@ import tomllib
 
 from kuberig import Cluster, toolchain
 from kuberig.state import exists
+from tests.support.images import EXAMPLE_MNIST, push_example_images
 from tests.support.paths import DEPLOY, ROOT
 
 # Where the image is pushed; deploy/operator.yaml names torchjob-operator:0.1.0 and kustomize's images: maps it.
@@ -115,12 +117,15 @@ def main() -> int:
     if not exists(args.dir):
         print(f"kube-rig: no cluster in {args.dir}: `kube-rig create` first", file=sys.stderr)
         return 1
+    cluster = Cluster(args.dir)
     try:
-        image, size = deploy(Cluster(args.dir), args.dir)
+        image, size = deploy(cluster, args.dir)
+        push_example_images(cluster)  # the README's `torchjob submit examples/mnist/job.yaml` then runs as it is
     except (RuntimeError, OSError, subprocess.SubprocessError) as err:
         print(f"kube-rig: {err}", file=sys.stderr)
         return 1
     print(f"kube-rig: the operator runs in torchjob-system from {image} (its layer {size / 2**20:.0f} MB, no torch)")
+    print(f"kube-rig: pushed {EXAMPLE_MNIST}, the image examples/mnist/*.yaml run")
     return 0
 
 

@@ -131,3 +131,28 @@ def test_scale_problems_name_the_bound_or_the_missing_policy() -> None:
     assert scale_problem(job, 0) == "--workers: must be within the job's elasticPolicy bounds [1, 3], got 0"
     fixed = make_job("fixed").workers(2).build()
     assert "has no spec.elasticPolicy" in (scale_problem(fixed, 3) or "")
+
+
+def test_after_a_membership_change_the_group_starts_up_again_and_is_not_judged_by_the_step_deadline() -> None:
+    """torchrun starts every worker again when the membership changes: until the first step after it, only the
+    start-up allowance bounds the wait, however long ago the last step was."""
+    from dataclasses import replace
+
+    from torchjob.core.observed import Progress
+
+    job = make_job("el").workers(3).elastic(minReplicas=2, maxReplicas=4)
+    job = started(job.annotate(**{"torchjob.io/progress-deadline-seconds": "30"}).build())
+
+    def stepped(name: str, second: float) -> object:
+        return replace(running(name), progress=Progress(at(second), 7, alive_at=at(second)))
+
+    lost = failed("worker-1", signal=signal.SIGKILL, at=at(4))
+    job, _ = step(job, [stepped("worker-0", 3), lost, stepped("worker-2", 3)], at(5))  # type: ignore[list-item]
+    assert job.status.attempts[0].regrouped_time is not None
+    waiting = [stepped("worker-0", 3), stepped("worker-2", 3)]
+    job, result = step(job, waiting, at(60))  # type: ignore[arg-type]
+    assert (job.status.attempt, job.status.restart_count) == (0, 0), job.status.attempts
+    assert result.requeue_at is not None and result.requeue_at <= at(5 + 1800)
+    # From the group's first step after the change, the step deadline counts again.
+    job, _ = step(job, [stepped("worker-0", 61), stepped("worker-2", 61)], at(92))  # type: ignore[list-item]
+    assert job.status.restart_count == 1 and "Hung: no progress for 30s" in str(job.status.attempts[0].outcome)

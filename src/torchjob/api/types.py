@@ -181,6 +181,9 @@ class AttemptRecord(_OpenWire):
     disrupted: dict[str, str] = Field(default_factory=dict)
     # When the group was last repaired in place: it started training again then (hang detection counts it).
     repaired_time: str | None = None
+    # When an elastic group's membership last changed (a Worker lost, added or removed): its launcher (torchrun)
+    # restarts every worker then, so hang detection treats the group as starting up again.
+    regrouped_time: str | None = None
 
 
 class GroupMembership(_OpenWire):

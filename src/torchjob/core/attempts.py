@@ -17,17 +17,22 @@ def _current_record(status: JobStatus) -> AttemptRecord | None:
 
 
 def training_since(status: JobStatus) -> datetime | None:
-    """When the current attempt's group last started training: its start, or its last repair in place."""
+    """When the current attempt's group last started training: its start, its last repair in place, or its
+    last elastic membership change."""
     record = _current_record(status)
     if record is None:
         return None
-    return parse_timestamp(record.repaired_time or record.start_time)
+    times = (record.repaired_time or record.start_time, record.regrouped_time)
+    return max(parse_timestamp(t) for t in times if t)
 
 
 def started_at(status: JobStatus) -> datetime | None:
-    """When the current attempt started."""
+    """When the current attempt's group last started up: the attempt's start, or its last elastic membership
+    change (torchrun starts every worker again then)."""
     record = _current_record(status)
-    return parse_timestamp(record.start_time) if record is not None else None
+    if record is None:
+        return None
+    return max(parse_timestamp(t) for t in (record.start_time, record.regrouped_time) if t)
 
 
 def repaired_at(status: JobStatus) -> datetime | None:
@@ -40,6 +45,12 @@ def note_repair(status: JobStatus, now: datetime) -> None:
     for record in status.attempts:
         if record.attempt == status.attempt:
             record.repaired_time = timestamp(now)
+
+
+def note_regroup(status: JobStatus, now: datetime) -> None:
+    for record in status.attempts:
+        if record.attempt == status.attempt:
+            record.regrouped_time = timestamp(now)
 
 
 def open_current(status: JobStatus, now: datetime) -> None:

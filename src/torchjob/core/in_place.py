@@ -61,6 +61,7 @@ def membership_changes(state: PassState, current: list[ReplicaObservation]) -> l
         state.status.replacement_due[replica] = timestamp(due)
         state._wake_at(due)
     state.status.membership_changes += len(change.leaving)
+    attempts.note_regroup(state.status, state.now)  # the launcher restarts every worker: a start-up again
     return [o for o in current if o not in change.leaving]
 
 

@@ -254,6 +254,7 @@ class _Planner(PassState):
         if missing and group_running:
             # Joining a group that is already running: a scale-up or a lost member's replacement.
             self.status.membership_changes += len(missing)
+            attempts.note_regroup(self.status, self.now)  # the launcher starts every worker again
             for r in missing:
                 self.events.append(Event("Normal", "MemberAdded", f"{r} joins the running group"))
         for r in missing:

@@ -116,6 +116,7 @@ def _status() -> dict[str, Any]:
             "outcome": {"type": "string"},
             "disrupted": {"type": "object", "additionalProperties": {"type": "string"}},
             "repairedTime": _TIME,
+            "regroupedTime": _TIME,
         },
     }
     return {
