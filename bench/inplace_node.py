@@ -5,12 +5,18 @@ Measured against the moment of the kill, from the Master Pod's own log with the 
 node and this process share one clock): when rank 0 had re-formed the group with the spare, and when its
 first step after that completed (the job logs every step). Run by ``bench/real_node.py`` beside the
 operators' group restarts.
+
+``python -m bench.inplace_node [TRIALS]`` runs the frozen case on its own (#31): worker-1's process SIGSTOPped,
+nothing fails or closes, and the operator (deployed from ``deploy/``, its report endpoint on) must find the one
+member the others wait for from the announcements the Pods send it (one a second; three missed confirm it).
 """
 
 from __future__ import annotations
 
 import os
 import signal
+import sys
+import tempfile
 import time
 from datetime import datetime
 from pathlib import Path
@@ -45,8 +51,9 @@ def _stamp(line: str) -> float:
     return datetime.fromisoformat(whole + "+00:00").timestamp() + float(f"0.{fraction or 0}")
 
 
-def trial(cluster: Cluster, namespace: str) -> dict[str, float] | None:
-    """{"reformed": s, "first_step": s} after the kill, or None when the job was not repaired in place."""
+def trial(cluster: Cluster, namespace: str, sent: signal.Signals = signal.SIGKILL) -> dict[str, float] | None:
+    """{"reformed": s, "first_step": s} after the kill (``sent``: SIGSTOP freezes the process instead), or None
+    when the job was not repaired in place."""
     job = yaml.safe_load(EXAMPLE.read_text())
     job["metadata"]["namespace"] = namespace
     for spec in job["spec"]["pytorchReplicaSpecs"].values():
@@ -62,7 +69,7 @@ def trial(cluster: Cluster, namespace: str) -> dict[str, float] | None:
             return None
         killed_at = time.time()
         for pid in cluster.container_pids(namespace, f"{JOB}-worker-1"):
-            os.kill(pid, signal.SIGKILL)
+            os.kill(pid, sent)
         finished = _wait(lambda: "completionTime" in _status(cluster, namespace), 400)
         if not finished or _status(cluster, namespace).get("repairs") != 1:
             return None
@@ -73,3 +80,42 @@ def trial(cluster: Cluster, namespace: str) -> dict[str, float] | None:
     finally:
         cluster.kubectl("delete", "pytorchjob", JOB, "-n", namespace, "--ignore-not-found", "--wait=true")
         _wait(lambda: not cluster.kubectl_json("get", "pods", "-n", namespace)["items"], 120)
+
+
+def frozen(trials: int) -> list[dict[str, float] | None]:
+    """SIGSTOP trials on a fresh one-node rig with the torchjob operator."""
+    from tests.support.images import push_test_images
+
+    from bench.real_node import _start_operator
+    from kuberig import ClusterConfig, NodeConfig, create, delete
+
+    directory = Path(tempfile.mkdtemp(prefix="bench-inplace-node-"))
+    name = f"bench-{os.getpid()}"
+    cluster = create(ClusterConfig(name, (NodeConfig("kubelet"),)), directory / "rig")
+    try:
+        push_test_images(cluster)
+        namespace = cluster.namespace("frozen")
+        operator = _start_operator(cluster, "torchjob", directory / "operator")
+        try:
+            found = []
+            for number in range(trials):
+                found.append(trial(cluster, namespace, signal.SIGSTOP))
+                print(f"  trial {number + 1}: {found[-1]}", flush=True)
+            return found
+        finally:
+            operator.stop()
+    finally:
+        delete(name, directory / "rig")
+
+
+if __name__ == "__main__":
+    results = frozen(int(sys.argv[1]) if len(sys.argv) > 1 else 3)
+    repaired = [r for r in results if r is not None]
+    firsts = sorted(r["first_step"] for r in repaired)
+    if firsts:
+        print(
+            f"SIGSTOP in a Pod -> first step of the repaired group: median {firsts[len(firsts) // 2]:.2f} s "
+            f"({len(repaired)} of {len(results)} repaired in place; all: {', '.join(f'{v:.2f}' for v in firsts)})"
+        )
+    else:
+        print("never repaired in place")
