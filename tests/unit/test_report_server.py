@@ -105,9 +105,14 @@ def test_in_place_repairs_channel_announcements_in_and_the_membership_out(endpoi
 
     assert get("/membership/team-a/mnist") == (200, {})  # no repair yet
     body = {"attempt": 2, "generation": 1, "members": ["master-0", "worker-0"], "joined": ["worker-0"]}
-    endpoint.board.publish_membership("team-a", "mnist", body)  # type: ignore[arg-type]
+    endpoint.board.publish_membership("team-a", "mnist", body, "job-uid-1")  # type: ignore[arg-type]
     assert get("/membership/team-a/mnist") == (200, body)
     assert get("/membership/team-b/mnist")[0] == 401 and get("/membership/team-a/mnist", token="forged")[0] == 401
+    endpoint.board.forget_other_jobs_membership("team-a", "mnist", "job-uid-1")  # the same job: kept
+    assert get("/membership/team-a/mnist") == (200, body)
+    # The job deleted and created again under its name: the new one's Pods must not read the old group.
+    endpoint.board.forget_other_jobs_membership("team-a", "mnist", "job-uid-2")
+    assert get("/membership/team-a/mnist") == (200, {})
 
 
 def test_a_report_of_the_same_step_proves_the_pod_alive_but_not_progress() -> None:

@@ -87,6 +87,8 @@ class KubernetesBackend(Backend):
         # Only Pods this job object owns: a job deleted and created again under the same name starts afresh.
         owned = [p for p in pods if _owned_by(p, job.metadata.uid)]
         self._pods = {p["metadata"]["name"]: p for p in owned}
+        if self.reports is not None:
+            self.reports.forget_other_jobs_membership(job.namespace, job.name, job.metadata.uid or "")
         served = self.reports.membership(job.namespace, job.name) if self.reports is not None else None
         published = None if served is None else (served["attempt"], served["generation"])
         nodes, silent = self.nodes.for_pods([p for p in owned if observing.replica_of(p)], self._progress_of)
@@ -247,7 +249,9 @@ class KubernetesBackend(Backend):
     def _reform(self, job: PyTorchJob, action: ReformGroup) -> None:
         """Tell the group its next membership (the operator's ``/membership`` endpoint, which its members poll)."""
         if self.reports is not None:
-            self.reports.publish_membership(job.namespace, job.name, action.membership.to_json())
+            self.reports.publish_membership(
+                job.namespace, job.name, action.membership.to_json(), job.metadata.uid or ""
+            )
 
     def _keep_logs(self, job: PyTorchJob, deletes: list[DeleteReplica]) -> None:
         """File the output of the Pods about to be deleted in their attempt's ConfigMap (log_archive.py)."""

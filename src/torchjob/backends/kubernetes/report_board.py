@@ -102,6 +102,7 @@ class ReportBoard:
         self._latest: dict[str, tuple[PodIdentity, Progress]] = {}
         self._announced: dict[str, MemberAnnouncement] = {}
         self._memberships: dict[tuple[str, str], Membership] = {}
+        self._membership_owners: dict[tuple[str, str], str] = {}  # the uid of the job each was published for
 
     def announce(self, pod: PodIdentity, announcement: MemberAnnouncement) -> None:
         with self._lock:
@@ -116,13 +117,22 @@ class ReportBoard:
             found = self._announced.get(uid or "")
         return found if found is not None and found.attempt == attempt else None
 
-    def publish_membership(self, namespace: str, job: str, membership: Membership) -> None:
+    def publish_membership(self, namespace: str, job: str, membership: Membership, job_uid: str = "") -> None:
         with self._lock:
             self._memberships[(namespace, job)] = membership
+            self._membership_owners[(namespace, job)] = job_uid
 
     def membership(self, namespace: str, job: str) -> Membership | None:
         with self._lock:
             return self._memberships.get((namespace, job))
+
+    def forget_other_jobs_membership(self, namespace: str, job: str, job_uid: str) -> None:
+        """A job deleted and created again under the same name: its Pods must not read the old one's group
+        (the endpoint is by name). Called for each job before its Pods are created."""
+        with self._lock:
+            if self._membership_owners.get((namespace, job), job_uid) != job_uid:
+                self._memberships.pop((namespace, job), None)
+                self._membership_owners.pop((namespace, job), None)
 
     def put(self, pod: PodIdentity, report: dict[str, object], now: datetime | None = None) -> bool:
         """Keep ``report`` as ``pod``'s latest; False when it is not a progress report."""
