@@ -82,7 +82,8 @@ class _Planner(PassState):
     def run(self) -> None:
         if conditions.find(self.status, ConditionType.CREATED) is None:
             self._condition(ConditionType.CREATED, conditions.REASON_CREATED, f"{self._kind_name()} is created.")
-            if progress.progress_deadline(self.job) is not None and not self.helpers.reports_progress:
+            annotated, _ = learned_deadlines.progress_deadline(self.job.metadata.annotations or {}, None)
+            if annotated is not None and not self.helpers.reports_progress:
                 self.events.append(Event("Warning", "ProgressUnreported", progress.UNREPORTED))
         if conditions.is_finished(self.status):
             self._finished()

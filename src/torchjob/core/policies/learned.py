@@ -17,7 +17,7 @@ An annotation always wins: ``torchjob.io/progress-deadline-seconds`` for steps a
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from torchjob.api import extensions
 from torchjob.api.types import LearnedDeadlines, PyTorchJob
@@ -61,10 +61,10 @@ def _allowance(longest: float, floor: float) -> int:
     return math.ceil(max(floor, SAFETY_FACTOR * longest))
 
 
-def progress_deadline(job: PyTorchJob, learned: LearnedDeadlines | None) -> tuple[float | None, str]:
-    """The progress deadline in force and where it came from: the annotation, ``LEARNED``, or None while the
-    job is still ``LEARNING`` (no process has warmed up yet)."""
-    value = job.annotation(extensions.PROGRESS_DEADLINE)
+def progress_deadline(annotations: Mapping[str, str], learned: LearnedDeadlines | None) -> tuple[float | None, str]:
+    """The progress deadline in force for a job with these annotations and learned deadlines, and where it came
+    from: the annotation, ``LEARNED``, or None while the job is still ``LEARNING`` (no process has warmed up)."""
+    value = annotations.get(extensions.PROGRESS_DEADLINE)
     if value:
         return float(value), extensions.PROGRESS_DEADLINE
     if learned is not None and learned.progress_seconds is not None:

@@ -60,11 +60,6 @@ UNREPORTED = (
 )
 
 
-def progress_deadline(job: PyTorchJob) -> float | None:
-    value = job.annotation(extensions.PROGRESS_DEADLINE)
-    return float(value) if value else None
-
-
 def startup_deadline(job: PyTorchJob) -> float:
     value = job.annotation(extensions.STARTUP_DEADLINE)
     return float(value) if value else extensions.DEFAULT_STARTUP_DEADLINE
@@ -81,7 +76,7 @@ def check(
     generation: int = 0,
 ) -> HangVerdict:
     """``since``: when the group last started training (its attempt's start, or its last repair in place);
-    ``started``: when the attempt started (before any rank's step after it, the group is starting up);
+    ``started``: when the group last started up (before any rank's step after it, it is starting up);
     ``learned``: the deadlines learned from the job's own steps (``policies/learned.py``); ``generation``: the
     in-place group's current generation (``policies/silent_member.py``)."""
     running = [o for o in current if o.phase is Phase.RUNNING and not o.stopping]
@@ -108,7 +103,7 @@ def _progress(
     learned: LearnedDeadlines | None,
 ) -> HangVerdict:
     """Nobody progresses: the progress deadline (learned or set), with phases and start-up allowed for."""
-    seconds, source = learned_deadlines.progress_deadline(job, learned)
+    seconds, source = learned_deadlines.progress_deadline(job.metadata.annotations or {}, learned)
     first = started or since
     if not any(o.progress is not None and o.progress.at > first for o in running):
         # A script that never reported may report nothing at all: only a job known to report is judged.
@@ -209,8 +204,7 @@ def _stopped_beating(
     thread runs); a stopped or frozen one does not. None where nobody beats (a script without reports)."""
 
     def silent(o: ReplicaObservation) -> bool:
-        beat = o.progress.alive_at if o.progress is not None and o.progress.alive_at is not None else since
-        return (now - max(beat, since)).total_seconds() > quiet
+        return (now - max(o.last_beat or since, since)).total_seconds() > quiet
 
     quiet_ones = [o for o in running if silent(o)]
     return quiet_ones[0] if len(quiet_ones) == 1 and len(running) > 1 else None
@@ -230,14 +224,10 @@ def deadlines_in_force(
         value = annotations.get(key)
         seconds = float(value) if value else default
         found.append((name, None if name == "liveness" and seconds == 0 else seconds, key if value else "default"))
-    value = annotations.get(extensions.PROGRESS_DEADLINE)
-    if value:
-        found.append(("progress", float(value), extensions.PROGRESS_DEADLINE))
-    elif learned is not None and learned.progress_seconds is not None:
-        found.append(("progress", float(learned.progress_seconds), _origin(learned_deadlines.LEARNED, learned)))
-    else:
-        warmup = f"{learned_deadlines.LEARNING} from the first {learned_deadlines.WARMUP_GAPS} steps"
-        found.append(("progress", None, warmup))
+    progress_seconds, source = learned_deadlines.progress_deadline(annotations, learned)
+    if source == learned_deadlines.LEARNING:
+        source = f"{learned_deadlines.LEARNING} from the first {learned_deadlines.WARMUP_GAPS} steps"
+    found.append(("progress", progress_seconds, _origin(source, learned)))
     value = annotations.get(extensions.SECTION_DEADLINE)
     if value:
         found.append(("each phase", float(value), extensions.SECTION_DEADLINE))
