@@ -42,15 +42,15 @@ def repaired_at(status: JobStatus) -> datetime | None:
 
 
 def note_repair(status: JobStatus, now: datetime) -> None:
-    for record in status.attempts:
-        if record.attempt == status.attempt:
-            record.repaired_time = timestamp(now)
+    record = _current_record(status)
+    if record is not None:
+        record.repaired_time = timestamp(now)
 
 
 def note_regroup(status: JobStatus, now: datetime) -> None:
-    for record in status.attempts:
-        if record.attempt == status.attempt:
-            record.regrouped_time = timestamp(now)
+    record = _current_record(status)
+    if record is not None:
+        record.regrouped_time = timestamp(now)
 
 
 def open_current(status: JobStatus, now: datetime) -> None:

@@ -75,28 +75,28 @@ class Progress:
         cls, report: Mapping[str, object], at: datetime, alive_at: datetime | None = None
     ) -> Progress | None:
         """A report as the worker wrote it (``worker_files`` names the keys); None when it is not one."""
-        step = report.get(worker_files.REPORT_STEP)
-        if not isinstance(step, int) or isinstance(step, bool) or step < 0:
+        step = _whole(report.get(worker_files.REPORT_STEP))
+        if step is None:
             return None
-        total = report.get(worker_files.REPORT_TOTAL_STEPS)
         return cls(
             at,
             step,
             alive_at=alive_at,
-            total_steps=total if isinstance(total, int) and not isinstance(total, bool) and total > 0 else None,
+            total_steps=_whole(report.get(worker_files.REPORT_TOTAL_STEPS)) or None,
             loss=_finite(report.get(worker_files.REPORT_LOSS)),
             samples_per_second=_finite(report.get(worker_files.REPORT_SAMPLES_PER_SECOND)),
             seconds_per_step=_finite(report.get(worker_files.REPORT_SECONDS_PER_STEP)),
             exiting=report.get(worker_files.REPORT_EXITING) is True,
             longest_gap=_finite(report.get(worker_files.REPORT_LONGEST_GAP)),
-            gaps_seen=_count(report.get(worker_files.REPORT_GAPS_SEEN)),
+            gaps_seen=_whole(report.get(worker_files.REPORT_GAPS_SEEN)) or 0,
             sections_longest=_durations(report.get(worker_files.REPORT_SECTIONS_LONGEST)),
             **_section(report.get(worker_files.REPORT_SECTION), alive_at or at),
         )
 
 
-def _count(value: object) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
+def _whole(value: object) -> int | None:
+    """A non-negative integer as JSON gives it (a bool is not one); None for anything else."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
 
 
 def _durations(value: object) -> dict[str, float]:
@@ -139,12 +139,11 @@ class MemberAnnouncement:
         """An announcement as a member sent it (``worker_files`` names the keys); None when it is not one."""
         if not isinstance(message, Mapping):
             return None
-        attempt, waiting = message.get(worker_files.ANNOUNCE_ATTEMPT), message.get(worker_files.ANNOUNCE_WAITING)
-        if not isinstance(attempt, int) or isinstance(attempt, bool) or attempt < 0:
+        attempt = _whole(message.get(worker_files.ANNOUNCE_ATTEMPT))
+        if attempt is None:
             return None
         every = _finite(message.get(worker_files.ANNOUNCE_EVERY))
-        if not isinstance(waiting, int) or isinstance(waiting, bool) or waiting < 0:
-            waiting = None  # the first generation is 0
+        waiting = _whole(message.get(worker_files.ANNOUNCE_WAITING))  # the first generation is 0
         return cls(attempt, heard_at, every if every and every > 0 else None, waiting)
 
 
