@@ -19,7 +19,6 @@
 from __future__ import annotations
 
 import json
-import multiprocessing
 import os
 import signal
 import subprocess
@@ -32,6 +31,7 @@ from typing import Any
 
 import psutil
 import yaml
+from tests.support.load import cpu_hogs
 
 from bench.launch import BIN
 from bench.measure import median
@@ -94,41 +94,36 @@ def frozen_trial() -> tuple[float | None, bool]:
         finally:
             run.kill()
         status = _status(work, "frozen")
-        attempts = status.get("attempts") or []
-        ended = attempts[0].get("endTime") if attempts else None
-        hung = ended and str(attempts[0].get("outcome", "")).startswith("Hung:")
-        seconds = datetime.fromisoformat(str(ended).replace("Z", "+00:00")).timestamp() - stopped if hung else None
-        succeeded = any(c["type"] == "Succeeded" and c["status"] == "True" for c in status.get("conditions", []))
-        return seconds, succeeded
+        return _hung_after(status, "Hung:", stopped), _succeeded(status)
 
 
-def _hog(stop: Any) -> None:
-    while not stop.is_set():
-        sum(i * i for i in range(10_000))
+def _hung_after(status: dict[str, Any], verdict: str, stopped: float) -> float | None:
+    """Seconds from ``stopped`` to the end of the first attempt, when it ended with an outcome starting with
+    ``verdict``; None when it did not."""
+    attempts = status.get("attempts") or []
+    ended = attempts[0].get("endTime") if attempts else None
+    if not ended or not str(attempts[0].get("outcome", "")).startswith(verdict):
+        return None
+    return datetime.fromisoformat(str(ended).replace("Z", "+00:00")).timestamp() - stopped
+
+
+def _succeeded(status: dict[str, Any]) -> bool:
+    return any(c["type"] == "Succeeded" and c["status"] == "True" for c in status.get("conditions", []))
 
 
 def slow_start_trial(start_seconds: int, deadline: int) -> tuple[bool, float | None, dict[str, Any]]:
     """Whether the job Succeeded on its first attempt, its seconds per step (as last reported), and the
     deadlines learned meanwhile (``status.learnedDeadlines``)."""
-    stop = multiprocessing.Event()
-    hogs = [multiprocessing.Process(target=_hog, args=(stop,), daemon=True) for _ in range(2)]
-    for hog in hogs:
-        hog.start()
-    try:
-        with tempfile.TemporaryDirectory(prefix="bench-slow-") as folder:
-            work = Path(folder)
-            command = ["sh", "-c", f"sleep {start_seconds}; exec {sys.executable} {PLAIN} --epochs 1"]
-            run = _run(work, "slow", command, {"torchjob.io/progress-deadline-seconds": str(deadline)})
-            run.wait(timeout=900)
-            status = _status(work, "slow")
-            beat = work / "home" / "jobs" / "slow" / "output" / "heartbeat" / "worker-0-0.json"
-            per_step = json.loads(beat.read_text()).get("seconds_per_step") if beat.exists() else None
-            clean = run.returncode == 0 and status.get("attempt") == 0 and not status.get("restartCount")
-            return clean, per_step, dict(status.get("learnedDeadlines") or {})
-    finally:
-        stop.set()
-        for hog in hogs:
-            hog.join()
+    with cpu_hogs(2), tempfile.TemporaryDirectory(prefix="bench-slow-") as folder:
+        work = Path(folder)
+        command = ["sh", "-c", f"sleep {start_seconds}; exec {sys.executable} {PLAIN} --epochs 1"]
+        run = _run(work, "slow", command, {"torchjob.io/progress-deadline-seconds": str(deadline)})
+        run.wait(timeout=900)
+        status = _status(work, "slow")
+        beat = work / "home" / "jobs" / "slow" / "output" / "heartbeat" / "worker-0-0.json"
+        per_step = json.loads(beat.read_text()).get("seconds_per_step") if beat.exists() else None
+        clean = run.returncode == 0 and status.get("attempt") == 0 and not status.get("restartCount")
+        return clean, per_step, dict(status.get("learnedDeadlines") or {})
 
 
 def deadlock_trial() -> tuple[float | None, float | None, bool]:
@@ -143,16 +138,10 @@ def deadlock_trial() -> tuple[float | None, float | None, bool]:
         finally:
             run.kill()
         status = _status(work, "deadlock")
-        attempts = status.get("attempts") or []
-        ended = attempts[0].get("endTime") if attempts else None
-        hung = ended and str(attempts[0].get("outcome", "")).startswith("Hung: no progress")
         stopped = marker.stat().st_mtime if marker.exists() else None
-        seconds = None
-        if hung and stopped is not None:
-            seconds = datetime.fromisoformat(str(ended).replace("Z", "+00:00")).timestamp() - stopped
+        seconds = _hung_after(status, "Hung: no progress", stopped) if stopped is not None else None
         learned = (status.get("learnedDeadlines") or {}).get("progressSeconds")
-        succeeded = any(c["type"] == "Succeeded" and c["status"] == "True" for c in status.get("conditions", []))
-        return seconds, learned, succeeded
+        return seconds, learned, _succeeded(status)
 
 
 def measure(trials: int = 3, slow_trials: int = 10) -> list[tuple[str, str, str, str, str, str]]:
