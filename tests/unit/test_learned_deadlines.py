@@ -101,3 +101,15 @@ def test_the_planner_keeps_what_it_learned_in_the_status_and_get_shows_it() -> N
     shown = summary(wire)
     assert "progress 26s (learned, 5x the longest step gap seen (5.20s) or more)" in shown
     assert "other phases 5m (default)" in shown
+
+
+def test_a_progress_deadline_of_zero_turns_it_off_even_when_learned() -> None:
+    off = make_job("off").master().workers(1).annotate(**{"torchjob.io/progress-deadline-seconds": "0"}).build()
+    known = LearnedDeadlines(progress_seconds=20, longest_step_gap_seconds=0.3)
+    group = [stepping("master-0", 10, 50), stepping("worker-0", 10, 50)]
+    beating = [replace(o, progress=replace(o.progress, alive_at=at(5000))) for o in group]  # type: ignore[type-var]
+    verdict = progress.check(off, beating, at(1), at(5000), started=at(1), learned=known)
+    assert not verdict.hung and verdict.check_at is None
+    assert progress.check(JOB, beating, at(1), at(5000), started=at(1), learned=known).hung  # the same, on
+    wire = off.model_dump(by_alias=True, exclude_none=True, mode="json")
+    assert "progress off (torchjob.io/progress-deadline-seconds)" in summary(wire)

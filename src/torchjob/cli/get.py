@@ -94,12 +94,13 @@ def _deadlines(annotations: dict[str, str], learned: dict[str, Any] | None) -> s
     """``liveness 10s (default) · start-up 30m (default) · progress 40s (torchjob.io/progress-deadline-seconds)
     · other phases 5m (default)``."""
     from torchjob.api.types import LearnedDeadlines
+    from torchjob.core.policies.learned import LEARNING
     from torchjob.core.policies.progress import deadlines_in_force
 
     parts = []
     known = LearnedDeadlines.model_validate(learned) if learned else None
     for name, seconds, source in deadlines_in_force(annotations, known):
-        shown = human_age(seconds) if seconds is not None else "off" if name == "liveness" else "not yet"
+        shown = human_age(seconds) if seconds is not None else "not yet" if source.startswith(LEARNING) else "off"
         parts.append(f"{name} {shown} ({source})")
     return " · ".join(parts)
 

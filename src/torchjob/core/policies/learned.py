@@ -32,6 +32,7 @@ _GROWTH_WORTH_WRITING = 1.1
 
 LEARNED = "learned"
 LEARNING = "learning"
+OFF = "off"
 
 
 def learn(previous: LearnedDeadlines | None, current: Sequence[ReplicaObservation]) -> LearnedDeadlines | None:
@@ -63,10 +64,11 @@ def _allowance(longest: float, floor: float) -> int:
 
 def progress_deadline(annotations: Mapping[str, str], learned: LearnedDeadlines | None) -> tuple[float | None, str]:
     """The progress deadline in force for a job with these annotations and learned deadlines, and where it came
-    from: the annotation, ``LEARNED``, or None while the job is still ``LEARNING`` (no process has warmed up)."""
+    from: the annotation, ``LEARNED``, or None while the job is still ``LEARNING`` (no process has warmed up)
+    or the annotation turned it ``OFF`` (``"0"``: no progress deadline, as for the liveness deadline)."""
     value = annotations.get(extensions.PROGRESS_DEADLINE)
     if value:
-        return float(value), extensions.PROGRESS_DEADLINE
+        return (float(value), extensions.PROGRESS_DEADLINE) if float(value) > 0 else (None, OFF)
     if learned is not None and learned.progress_seconds is not None:
         return float(learned.progress_seconds), LEARNED
     return None, LEARNING

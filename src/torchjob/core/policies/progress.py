@@ -104,6 +104,8 @@ def _progress(
 ) -> HangVerdict:
     """Nobody progresses: the progress deadline (learned or set), with phases and start-up allowed for."""
     seconds, source = learned_deadlines.progress_deadline(job.metadata.annotations or {}, learned)
+    if source == learned_deadlines.OFF:
+        return HangVerdict(False)
     first = started or since
     if not any(o.progress is not None and o.progress.at > first for o in running):
         # A script that never reported may report nothing at all: only a job known to report is judged.
@@ -227,6 +229,8 @@ def deadlines_in_force(
     progress_seconds, source = learned_deadlines.progress_deadline(annotations, learned)
     if source == learned_deadlines.LEARNING:
         source = f"{learned_deadlines.LEARNING} from the first {learned_deadlines.WARMUP_GAPS} steps"
+    elif source == learned_deadlines.OFF:
+        source = extensions.PROGRESS_DEADLINE
     found.append(("progress", progress_seconds, _origin(source, learned)))
     value = annotations.get(extensions.SECTION_DEADLINE)
     if value:
