@@ -124,6 +124,7 @@ class KubernetesBackend(Backend):
     def execute(self, job: PyTorchJob, actions: list[Action]) -> None:
         self._keep_logs(job, [a for a in actions if isinstance(a, DeleteReplica)])
         taken = set(self._pods)  # Pod names in use, with the spares this pass creates
+        lost: list[tuple[RepairReplica, dict[str, Any]]] = []
         for action in actions:
             match action:
                 case CreateRendezvousStore():
@@ -153,7 +154,9 @@ class KubernetesBackend(Backend):
                 case DeleteSpare():
                     self._delete(Pod, action.name, job.namespace)
                 case RepairReplica():
-                    self._promote(job, action)
+                    lost_pod = self._promote(job, action)
+                    if lost_pod is not None:
+                        lost.append((action, lost_pod))
                 case ReformGroup():
                     self._reform(job, action)
                 case DeleteReplica():
@@ -164,6 +167,8 @@ class KubernetesBackend(Backend):
                         self.client.delete(PyTorchJobResource, job.name, namespace=job.namespace)
                 case _:
                     assert_never(action)
+        for repaired, lost_pod in lost:  # once the group was told its next membership: keeping logs takes time
+            self._drop_lost(job, repaired, lost_pod)
 
     def record_status(self, job: PyTorchJob) -> None:
         self.patch_status(job.namespace, job.name, job.to_wire()["status"])
@@ -229,22 +234,26 @@ class KubernetesBackend(Backend):
         with contextlib.suppress(ApiError):
             self.client.delete(kind, name, namespace=namespace, grace_period=grace_period)
 
-    def _promote(self, job: PyTorchJob, action: RepairReplica) -> None:
-        """The spare becomes the replica (its labels, its place in the group), and a lost replica's Pod goes."""
+    def _promote(self, job: PyTorchJob, action: RepairReplica) -> dict[str, Any] | None:
+        """The spare becomes the replica (its labels, its place in the group). Returns the lost replica's Pod,
+        for ``_drop_lost`` once the group has been told (None: the spare is gone, or no Pod is left)."""
         if action.spare not in self._pods or self.reports is None:
-            return  # gone meanwhile: the lost replica stays failed, and the planner restarts the group
+            return None  # gone meanwhile: the lost replica stays failed, and the planner restarts the group
         lost_pod = self._pod_of(action.replica, action.attempt)
         # The spare first: if the API server refuses, nothing was deleted and the group restarts as before.
         self.counter.add("patch")
         patch = spares_mapping.promotion_patch(job, action.replica, action.attempt)
         self.client.patch(Pod, action.spare, patch, namespace=job.namespace, patch_type=PatchType.MERGE)
-        if lost_pod is not None:
-            uid = str(lost_pod["metadata"].get("uid", ""))[:8]  # one lost Pod of the replica among several
-            self.logs.keep(job, [(action.attempt, f"{action.replica}.lost-{uid}", lost_pod)])
-            # A hung Pod is still running: no grace, so that its peers, blocked in a collective with it, see it
-            # fail at once (a stopped process never acts on SIGTERM anyway).
-            self._delete(Pod, lost_pod["metadata"]["name"], job.namespace, grace_period=0 if action.force else 1)
-            self._pods.pop(lost_pod["metadata"]["name"], None)
+        return lost_pod
+
+    def _drop_lost(self, job: PyTorchJob, action: RepairReplica, lost_pod: dict[str, Any]) -> None:
+        """A repaired replica's lost Pod goes, its output kept."""
+        uid = str(lost_pod["metadata"].get("uid", ""))[:8]  # one lost Pod of the replica among several
+        self.logs.keep(job, [(action.attempt, f"{action.replica}.lost-{uid}", lost_pod)])
+        # A hung Pod is still running: no grace, so that its peers, blocked in a collective with it, see it
+        # fail at once (a stopped process never acts on SIGTERM anyway).
+        self._delete(Pod, lost_pod["metadata"]["name"], job.namespace, grace_period=0 if action.force else 1)
+        self._pods.pop(lost_pod["metadata"]["name"], None)
 
     def _reform(self, job: PyTorchJob, action: ReformGroup) -> None:
         """Tell the group its next membership (the operator's ``/membership`` endpoint, which its members poll)."""
