@@ -14,6 +14,7 @@ import pytest
 
 from torchjob.backends.kubernetes.report_board import PodIdentity, ReportBoard
 from torchjob.controller.report_server import report_server
+from torchjob.core.observed import MemberAnnouncement
 
 POD = PodIdentity("team-a", "mnist-worker-0", "uid-1")
 
@@ -33,22 +34,25 @@ class Reviewer:
 class Endpoint:
     url: str
     board: ReportBoard
-    woken: list[tuple[str, str]]
+    woken: list[tuple[str, str, bool]]
 
     def post(self, path: str, body: bytes, token: str | None = "good") -> int:
+        return self.answer(path, body, token)[0]
+
+    def answer(self, path: str, body: bytes, token: str | None = "good") -> tuple[int, bytes]:
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         request = urllib.request.Request(self.url + path, data=body, headers=headers, method="POST")
         try:
             with urllib.request.urlopen(request, timeout=5) as answer:
-                return int(answer.status)
+                return int(answer.status), answer.read()
         except urllib.error.HTTPError as err:
-            return err.code
+            return err.code, b""
 
 
 @pytest.fixture
 def endpoint() -> Iterator[Endpoint]:
     board, woken = ReportBoard(), []
-    server = report_server(board, Reviewer(), ("127.0.0.1", 0), lambda ns, job: woken.append((ns, job)))
+    server = report_server(board, Reviewer(), ("127.0.0.1", 0), lambda ns, job, news: woken.append((ns, job, news)))
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     yield Endpoint(f"http://127.0.0.1:{server.server_address[1]}", board, woken)
@@ -62,7 +66,7 @@ def test_a_pods_report_is_filed_under_the_pod_the_token_names(endpoint: Endpoint
     assert endpoint.post("/reports/team-a/mnist", REPORT) == 204
     progress = endpoint.board.latest("uid-1")
     assert progress is not None and (progress.step, progress.total_steps, progress.loss) == (12, 100, 0.5)
-    assert endpoint.woken == [("team-a", "mnist")]
+    assert endpoint.woken == [("team-a", "mnist", False)]  # progress: looked at within the interval
 
 
 @pytest.mark.parametrize(
@@ -86,13 +90,17 @@ def test_anything_else_is_refused_and_files_nothing(
 
 def test_in_place_repairs_channel_announcements_in_and_the_membership_out(endpoint: Endpoint) -> None:
     assert not endpoint.board.announced("uid-1", 2)
-    assert endpoint.post("/announcements/team-a/mnist", b'{"attempt": 2, "key": "worker-0-0"}') == 204
+    announcement = b'{"attempt": 2, "key": "worker-0-0", "every": 0.2}'
+    assert endpoint.answer("/announcements/team-a/mnist", announcement) == (200, b"{}\n")  # no membership yet
     assert endpoint.board.announced("uid-1", 2) and not endpoint.board.announced("uid-1", 1)
     assert endpoint.post("/announcements/team-a/mnist", b'{"attempt": "2"}') == 400
-    # A member's beat, and its word that its step waits in generation 3: dated by the operator's own clock.
-    assert endpoint.post("/announcements/team-a/mnist", b'{"attempt": 2, "every": 1.0, "waiting": 3}') == 204
+    # The same again is a beat, not news; a step that waits on a peer is news, looked at at once.
+    assert endpoint.post("/announcements/team-a/mnist", announcement) == 200
+    # A member's word that its step waits in generation 3: dated by the operator's own clock.
+    assert endpoint.post("/announcements/team-a/mnist", b'{"attempt": 2, "every": 0.2, "waiting": 3}') == 200
+    assert [news for *_, news in endpoint.woken] == [True, False, True]
     said = endpoint.board.announcement("uid-1", 2)
-    assert said is not None and (said.every, said.waiting_in) == (1.0, 3)
+    assert said is not None and (said.every, said.waiting_in) == (0.2, 3)
     assert (datetime.now(timezone.utc) - said.heard_at).total_seconds() < 60
 
     def get(path: str, token: str = "good") -> tuple[int, object]:
@@ -107,6 +115,8 @@ def test_in_place_repairs_channel_announcements_in_and_the_membership_out(endpoi
     body = {"attempt": 2, "generation": 1, "members": ["master-0", "worker-0"], "joined": ["worker-0"]}
     endpoint.board.publish_membership("team-a", "mnist", body, "job-uid-1")  # type: ignore[arg-type]
     assert get("/membership/team-a/mnist") == (200, body)
+    # A member's announcement is answered with it: one request for both.
+    assert json.loads(endpoint.answer("/announcements/team-a/mnist", announcement)[1]) == body
     assert get("/membership/team-b/mnist")[0] == 401 and get("/membership/team-a/mnist", token="forged")[0] == 401
     endpoint.board.forget_other_jobs_membership("team-a", "mnist", "job-uid-1")  # the same job: kept
     assert get("/membership/team-a/mnist") == (200, body)
@@ -124,3 +134,21 @@ def test_a_report_of_the_same_step_proves_the_pod_alive_but_not_progress() -> No
     board.put(POD, {"step": 13}, now=first + timedelta(seconds=10))
     progress = board.latest("uid-1")
     assert progress is not None and progress.at == progress.alive_at == first + timedelta(seconds=10)
+
+
+def test_an_announcement_after_a_silence_is_news() -> None:
+    board, start = ReportBoard(), datetime(2026, 11, 25, tzinfo=timezone.utc)
+    assert board.announce(POD, MemberAnnouncement(0, start, every=0.15, waiting_in=2))  # heard first
+    assert not board.announce(POD, MemberAnnouncement(0, start + timedelta(seconds=0.15), every=0.15, waiting_in=2))
+    # Silent past three announcements (a slow machine): a verdict may have waited for it, so look again now.
+    assert board.announce(POD, MemberAnnouncement(0, start + timedelta(seconds=0.8), every=0.15, waiting_in=2))
+
+
+def test_announcements_of_pods_long_gone_are_forgotten_as_new_pods_come() -> None:
+    board, start = ReportBoard(), datetime(2026, 11, 25, tzinfo=timezone.utc)
+    board.announce(POD, MemberAnnouncement(attempt=0, heard_at=start))
+    later = start + timedelta(hours=2)
+    for number in range(300):
+        board.announce(PodIdentity("team-a", f"pod-{number}", f"uid-new-{number}"), MemberAnnouncement(0, later))
+    assert board.announcement("uid-1", 0) is None  # silent for two hours: gone
+    assert board.announcement("uid-new-0", 0) is not None and board.announcement("uid-new-299", 0) is not None

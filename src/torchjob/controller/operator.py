@@ -168,12 +168,15 @@ class Operator:
     def _new_report_ca(self, certificates: report_tls.Certificates) -> None:
         self.backend.report_ca = certificates.ca_cert
 
-    def _on_report(self, namespace: str, name: str) -> None:
+    def _on_report(self, namespace: str, name: str, news: bool) -> None:
         """Look at a reporting job again soon, at most once per interval: its status shows progress without a
-        status write per report."""
+        status write per report. News (an in-place member waits on a peer, a spare is warm) is looked at now."""
         if not self.leading:
             return  # a standby only keeps the reports; the leader acts on them
         key, now = (namespace, name), time.monotonic()
+        if news:
+            self.queue.add(key)
+            return
         with self._report_lock:
             if now - self._report_passes.get(key, -_REPORT_PASS_SECONDS) < _REPORT_PASS_SECONDS:
                 return
@@ -284,6 +287,8 @@ class Operator:
         self.prometheus.passed(key, after, result.events, self.clock.now(), time.monotonic() - started)
         if after != before:
             log.info("%s/%s: %s → %s (attempt %d)", namespace, name, before, after, result.job.status.attempt + 1)
+        for event in (e for e in result.events if e.type == "Warning"):  # a repair, a hang, a lost node: worth a line
+            log.info("%s/%s: %s (%s)", namespace, name, event.message, event.reason)
         if result.requeue_at is not None:
             self.queue.add_after(key, (result.requeue_at - self.clock.now()).total_seconds())
 

@@ -8,7 +8,8 @@ so a path cannot misfile it; the job in the path only says which job to look at 
   413 for one over 4 KiB.
 - ``POST /announcements/<namespace>/<job>``: ``{"attempt": A}``, the Pod trains under the in-place loop of
   attempt A (a spare: it is warm and waiting); a member adds how often it says so (``every``) and, when its step
-  has waited past its allowance, that step's generation (``waiting``). 204.
+  has waited past its allowance, that step's generation (``waiting``). 200 with the membership (as ``GET
+  /membership``): a member's watching thread makes one request for both.
 - ``GET /membership/<namespace>/<job>``: the group's membership as the operator last formed it (the JSON
   of ``membership.json`` locally), ``{}`` before any repair.
 """
@@ -39,9 +40,10 @@ def report_server(
     board: ReportBoard,
     reviewer: TokenReviewer,
     address: tuple[str, int],
-    on_report: Callable[[str, str], None],
+    on_report: Callable[[str, str, bool], None],
 ) -> ThreadingHTTPServer:
-    """An HTTP server (not yet serving) on ``address``; ``on_report(namespace, job)`` after each report."""
+    """An HTTP server (not yet serving) on ``address``; ``on_report(namespace, job, news)`` after each report
+    and announcement, ``news`` when the job should be looked at at once (``ReportBoard.announce``)."""
 
     class Handler(BaseHTTPRequestHandler):
         timeout = 10  # seconds: a caller that stalls (in the TLS handshake too) loses only its own thread
@@ -75,11 +77,13 @@ def report_server(
                 if announcement is None:
                     self._answer(400, 'an announcement is {"attempt": <the attempt, an integer>}')
                     return
-                board.announce(pod, announcement)
-            elif not isinstance(body, dict) or not board.put(pod, body):
+                on_report(namespace, job, board.announce(pod, announcement))
+                self._answer(200, json.dumps(board.membership(namespace, job) or {}))
+                return
+            if not isinstance(body, dict) or not board.put(pod, body):
                 self._answer(400, "the body is not a progress report: a JSON object with an integer step")
                 return
-            on_report(namespace, job)  # before the answer: a caller that got its 204 finds the job woken
+            on_report(namespace, job, False)  # before the answer: a caller that got its 204 finds the job woken
             self._answer(204, "")
 
         def _authorized(self, *kinds: str) -> tuple[str, str] | None:

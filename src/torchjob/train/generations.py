@@ -156,18 +156,26 @@ class MembershipWatch:
     """The newest generation of the attempt the controller published, read in the background so that a step
     costs no file read or request (an elastic group looks for a new membership at every step)."""
 
-    def __init__(self, talk: Channel, attempt: int, every: float, on_poll: Callable[[int], None] | None = None) -> None:
-        """``on_poll(newest)`` runs in the watching thread after every read (``InPlaceTraining`` uses it to
-        leave a step that waits on a peer the controller has replaced)."""
+    def __init__(
+        self,
+        look: Callable[[], Membership | None],
+        attempt: int,
+        pause: Callable[[], float],
+        on_poll: Callable[[int], None] | None = None,
+    ) -> None:
+        """``look()`` reads the membership (``InPlaceTraining`` announces in the same call where the channel
+        answers with it), and ``pause()`` says how long to wait before the next look; ``on_poll(newest)`` runs
+        in the watching thread after every read (``InPlaceTraining`` uses it to leave a step that waits on a
+        peer the controller has replaced)."""
         self.newest = -1
-        self._talk, self._attempt, self._every, self._on_poll = talk, attempt, every, on_poll
+        self._look, self._attempt, self._pause, self._on_poll = look, attempt, pause, on_poll
         threading.Thread(target=self._run, name="torchjob-membership", daemon=True).start()
 
     def _run(self) -> None:
         while True:
-            found = self._talk.membership()
+            found = self._look()
             if found is not None and found["attempt"] == self._attempt:
                 self.newest = max(self.newest, found["generation"])
             if self._on_poll is not None:
                 self._on_poll(self.newest)
-            time.sleep(self._every)
+            time.sleep(self._pause())

@@ -47,14 +47,17 @@ from torch.nn.parallel import DistributedDataParallel
 from torchjob import worker_files
 from torchjob.train import channel, generations, peers
 from torchjob.train.context import DistContext
+from torchjob.worker_files import Membership
 
 StepFunction = Callable[[DistributedDataParallel, int, DistContext], Any]
 
-# How long a step may run before this member says it waits on a silent peer (and, once the controller has
-# published the next generation, leaves the step): at least this many seconds, and this many times its usual
-# step time. Saying so costs nothing: the controller replaces a peer only when it too has fallen silent.
+# How long a step may run before this member says it waits on a silent peer: at least this many seconds, and
+# this many times its usual step time. Saying so costs nothing (the controller replaces a peer only when it too
+# has fallen silent), so it is said early. Leaving a step because the controller published the next generation
+# meanwhile waits longer: an elastic group that grows publishes one while its members step.
 _MIN_STEP_ALLOWANCE = 0.25
-_STEP_ALLOWANCE_FACTOR = 5.0
+_WAITING_FACTOR = 3.0
+_LEAVING_FACTOR = 5.0
 
 
 class InPlaceTraining:
@@ -104,8 +107,7 @@ class InPlaceTraining:
         self._announced_at = -math.inf
         self._said_waiting: int | None = None
         if self.repairable:
-            every = self.channel.watch_seconds
-            self.watch = generations.MembershipWatch(self.channel, self.attempt, every, self._on_poll)
+            self.watch = generations.MembershipWatch(self._look, self.attempt, self._pause, self._leave_if_replaced)
         if ctx.joined:
             self._take_state_and_wrap()
         else:
@@ -146,31 +148,52 @@ class InPlaceTraining:
                 if self._unlogged is not None:
                     self._log_repair({**self._unlogged, "first_step_at": time.time()})
 
-    def _announce(self, waiting_in: int | None = None) -> None:
+    def _announce(self, waiting_in: int | None = None) -> Membership | None:
         """Say that this member runs (every ``alive_seconds``: the beat the controller confirms a silent peer
-        by), and, when its step has outlasted its allowance, the generation it waits in."""
+        by), and, when its step has outlasted its allowance, the generation it waits in. Returns the
+        membership where the channel answers with it."""
         self._announced_at = time.monotonic()
         more: dict[str, Any] = {worker_files.ANNOUNCE_EVERY: self.channel.alive_seconds}
         if waiting_in is not None:
             more[worker_files.ANNOUNCE_WAITING] = waiting_in
         self._said_waiting = waiting_in
-        self.channel.announce(worker_files.process_key(self.replica, 0, self.ctx.rank), self.attempt, more)
+        return self.channel.announce(worker_files.process_key(self.replica, 0, self.ctx.rank), self.attempt, more)
 
-    def _on_poll(self, newest: int) -> None:
-        """In the watching thread, after each read of the membership."""
+    def _look(self) -> Membership | None:
+        """In the watching thread: announce when due (also what a new leader hears: only what is sent after it
+        took over), and read the membership, in one call where the channel allows."""
         with self._step_lock:
             waiting_in = self._waiting_in()
-        if waiting_in != self._said_waiting or time.monotonic() - self._announced_at >= self.channel.alive_seconds:
-            self._announce(waiting_in)  # also what a new leader hears: only what is sent after it took over
-        self._leave_if_replaced(newest)
+        due = waiting_in != self._said_waiting or time.monotonic() - self._announced_at >= self.channel.alive_seconds
+        if self.channel.answers_with_membership:
+            return self._announce(waiting_in)
+        if due:
+            self._announce(waiting_in)
+        return self.channel.membership()
 
-    def _waiting_in(self) -> int | None:
-        """Under ``_step_lock``: the generation of the step in progress when it has outlasted its allowance."""
+    def _pause(self) -> float:
+        """How long the watching thread waits before its next look: its usual interval, but no later than the
+        moment the step in progress outlasts its allowance (so that it says it waits then), and often while it
+        waits (a repair is on its way: the sooner it is read, the sooner the step is left)."""
+        with self._step_lock:
+            left = self._step_time_left(_WAITING_FACTOR)
+        if left is None:
+            return self.channel.watch_seconds
+        return self.channel.poll_seconds if left <= 0 else min(self.channel.watch_seconds, left + 0.001)
+
+    def _waiting_in(self, factor: float = _WAITING_FACTOR) -> int | None:
+        """Under ``_step_lock``: the generation of the step in progress when it has outlasted its allowance
+        (``factor`` times the usual step, at least ``_MIN_STEP_ALLOWANCE``)."""
+        left = self._step_time_left(factor)
+        return self._stepping[0] if self._stepping is not None and left is not None and left <= 0 else None
+
+    def _step_time_left(self, factor: float) -> float | None:
+        """Under ``_step_lock``: how long the step in progress may still run before it has outlasted its
+        allowance (None between steps)."""
         if self._stepping is None:
             return None
-        generation, began = self._stepping
-        allowance = max(_MIN_STEP_ALLOWANCE, _STEP_ALLOWANCE_FACTOR * (self._step_seconds or 0.0))
-        return generation if time.monotonic() - began >= allowance else None
+        allowance = max(_MIN_STEP_ALLOWANCE, factor * (self._step_seconds or 0.0))
+        return self._stepping[1] + allowance - time.monotonic()
 
     def _leave_if_replaced(self, newest: int) -> None:
         """In the watching thread: the controller published a generation after the one this step runs in, and
@@ -178,7 +201,7 @@ class InPlaceTraining:
         vanished node, which sends no reset). Cut the old group's connections: the step fails at once and the
         group is repaired."""
         with self._step_lock:
-            waiting_in = self._waiting_in()
+            waiting_in = self._waiting_in(_LEAVING_FACTOR)
             if waiting_in is None or newest <= waiting_in:
                 return  # an elastic regroup agreed at the next step, or a peer whose reset is on its way
             cut = peers.cut_group_connections(peers.kept_ports())

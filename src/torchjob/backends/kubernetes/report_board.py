@@ -25,6 +25,7 @@ from lightkube.resources.authentication_v1 import TokenReview
 
 from torchjob import worker_files
 from torchjob.core.observed import MemberAnnouncement, Progress
+from torchjob.core.policies import silent_member
 from torchjob.worker_files import Membership
 
 _POD_NAME = "authentication.kubernetes.io/pod-name"
@@ -104,9 +105,22 @@ class ReportBoard:
         self._memberships: dict[tuple[str, str], Membership] = {}
         self._membership_owners: dict[tuple[str, str], str] = {}  # the uid of the job each was published for
 
-    def announce(self, pod: PodIdentity, announcement: MemberAnnouncement) -> None:
+    def announce(self, pod: PodIdentity, announcement: MemberAnnouncement) -> bool:
+        """Keep what ``pod`` announced; True when it is news the job should be looked at for at once (a Pod
+        heard for the first time in this attempt, one whose step began or stopped waiting on a peer, or one
+        heard again after a silence that may have held a verdict back)."""
         with self._lock:
+            before = self._announced.get(pod.uid)
             self._announced[pod.uid] = announcement
+            if before is None and len(self._announced) % 256 == 0:  # Pods come and go: forget the long gone
+                self._announced = {
+                    uid: said
+                    for uid, said in self._announced.items()
+                    if (announcement.heard_at - said.heard_at).total_seconds() < _FORGET_SECONDS
+                }
+        if before is None or (before.attempt, before.waiting_in) != (announcement.attempt, announcement.waiting_in):
+            return True
+        return silent_member.heard_again(before, announcement)
 
     def announced(self, uid: str | None, attempt: int) -> bool:
         return self.announcement(uid, attempt) is not None
