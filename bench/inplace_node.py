@@ -7,8 +7,10 @@ first step after that completed (the job logs every step). Run by ``bench/real_n
 operators' group restarts.
 
 ``python -m bench.inplace_node [TRIALS]`` runs the frozen case on its own (#31): worker-1's process SIGSTOPped,
-nothing fails or closes, and the operator (deployed from ``deploy/``, its report endpoint on) must find the one
-member the others wait for from the announcements the Pods send it (one every 0.15 s, each also reading the membership; three missed confirm it).
+nothing fails or closes, and the operator must find the one member the others wait for from the announcements the
+Pods send it (one every 0.15 s, each also reading the membership; three missed confirm it). ``--node-lost`` runs
+it on three nodes with master, worker and spare a node each, and stops the worker's node instead: a vanished
+node, whose silence ends no collective.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from tests.support.mnist_jobs import inplace_one_per_node
 
 from kuberig import Cluster
 
@@ -51,6 +54,18 @@ def _stamp(line: str) -> float:
     return datetime.fromisoformat(whole + "+00:00").timestamp() + float(f"0.{fraction or 0}")
 
 
+def _repair_times(cluster: Cluster, namespace: str, pod: str, since: float) -> dict[str, float]:
+    """From a surviving member's log: when it re-formed the group and when its first step after that completed,
+    and (where it had to) when its watching thread saw the repair published and left its step, all after
+    ``since``."""
+    log = cluster.kubectl("logs", "--timestamps", "-n", namespace, pod).stdout.splitlines()
+    repaired = next(i for i, line in enumerate(log) if "group repaired in place" in line)
+    first = next(line for line in log[repaired + 1 :] if "batch: " in line)
+    found = {"reformed": _stamp(log[repaired]) - since, "first_step": _stamp(first) - since}
+    left = next((line for line in log[:repaired] if "left the step" in line), None)
+    return found if left is None else {"left": _stamp(left) - since, **found}
+
+
 def trial(cluster: Cluster, namespace: str, sent: signal.Signals = signal.SIGKILL) -> dict[str, float] | None:
     """{"reformed": s, "first_step": s} after the kill (``sent``: SIGSTOP freezes the process instead), or None
     when the job was not repaired in place."""
@@ -74,20 +89,55 @@ def trial(cluster: Cluster, namespace: str, sent: signal.Signals = signal.SIGKIL
         finished = _wait(lambda: "completionTime" in _status(cluster, namespace), 400)
         if not finished or _status(cluster, namespace).get("repairs") != 1:
             return None
-        log = cluster.kubectl("logs", "--timestamps", "-n", namespace, f"{JOB}-master-0").stdout.splitlines()
-        repaired = next(i for i, line in enumerate(log) if "group repaired in place" in line)
-        first = next(line for line in log[repaired + 1 :] if "batch: " in line)
-        found = {"reformed": _stamp(log[repaired]) - killed_at, "first_step": _stamp(first) - killed_at}
-        # A frozen peer: when the Master's watching thread saw the repair published and left its step.
-        left = next((line for line in log[:repaired] if "left the step" in line), None)
-        return found if left is None else {"left": _stamp(left) - killed_at, **found}
+        return _repair_times(cluster, namespace, f"{JOB}-master-0", killed_at)
     finally:
         cluster.kubectl("delete", "pytorchjob", JOB, "-n", namespace, "--ignore-not-found", "--wait=true")
         _wait(lambda: not cluster.kubectl_json("get", "pods", "-n", namespace)["items"], 120)
 
 
-def frozen(trials: int) -> list[dict[str, float] | None]:
-    """SIGSTOP trials on a fresh one-node rig with the torchjob operator."""
+def vanished_trial(cluster: Cluster, namespace: str) -> dict[str, float] | None:
+    """The in-place job with master, worker and spare on a node each; the worker's node stopped as a spot VM
+    vanishes (its link silent first, then everything on it dies). Times after the stop, from the survivor's log;
+    None when the job was not repaired in place."""
+    from bench.node_loss import _nodes_ready
+    from kuberig.node import kubelet
+
+    cluster.apply(inplace_one_per_node(namespace, "--log-interval", "1"))
+    try:
+
+        def in_epoch_2_beside_a_spare() -> bool:
+            log = cluster.kubectl("logs", "-n", namespace, f"{JOB}-worker-0", check=False).stdout
+            return "epoch: 2/" in log and _status(cluster, namespace).get("sparesReady") == 1
+
+        if not _wait(in_epoch_2_beside_a_spare, 300):
+            return None
+        where = {
+            p["metadata"]["name"]: p["spec"]["nodeName"]
+            for p in cluster.kubectl_json("get", "pods", "-n", namespace)["items"]
+        }
+        # The worker's node, unless the rendezvous store shares it (losing the store is another scenario).
+        lost, survivor = "worker-0", "master-0"
+        if where[f"{JOB}-worker-0"] == where.get(f"{JOB}-rdzv"):
+            lost, survivor = survivor, lost
+        node = cluster.node(where[f"{JOB}-{lost}"])
+        assert isinstance(node, kubelet.KubeletNode)
+        stopped_at = time.time()
+        kubelet.stop(cluster.state, node)
+        try:
+            finished = _wait(lambda: "completionTime" in _status(cluster, namespace), 400)
+            if not finished or _status(cluster, namespace).get("repairs") != 1:
+                return None
+            return _repair_times(cluster, namespace, f"{JOB}-{survivor}", stopped_at)
+        finally:
+            kubelet.start(cluster.state, node)
+            _wait(lambda: _nodes_ready(cluster), 180)
+    finally:
+        cluster.kubectl("delete", "pytorchjob", JOB, "-n", namespace, "--ignore-not-found", "--wait=true")
+        _wait(lambda: not cluster.kubectl_json("get", "pods", "-n", namespace)["items"], 120)
+
+
+def run(trials: int, node_lost: bool) -> list[dict[str, float] | None]:
+    """Trials on a fresh rig with the torchjob operator: SIGSTOP on one node, or a vanished node of three."""
     from tests.support.images import push_test_images
 
     from bench.real_node import _start_operator
@@ -95,15 +145,18 @@ def frozen(trials: int) -> list[dict[str, float] | None]:
 
     directory = Path(tempfile.mkdtemp(prefix="bench-inplace-node-"))
     name = f"bench-{os.getpid()}"
-    cluster = create(ClusterConfig(name, (NodeConfig("kubelet"),)), directory / "rig")
+    nodes = NodeConfig("kubelet", 3 if node_lost else 1)
+    cluster = create(ClusterConfig(name, (nodes,)), directory / "rig")
     try:
         push_test_images(cluster)
-        namespace = cluster.namespace("frozen")
+        namespace = cluster.namespace("vanished" if node_lost else "frozen")
         operator = _start_operator(cluster, "torchjob", directory / "operator")
         try:
             found = []
             for number in range(trials):
-                found.append(trial(cluster, namespace, signal.SIGSTOP))
+                found.append(
+                    vanished_trial(cluster, namespace) if node_lost else trial(cluster, namespace, signal.SIGSTOP)
+                )
                 print(f"  trial {number + 1}: {found[-1]}", flush=True)
             return found
         finally:
@@ -113,12 +166,15 @@ def frozen(trials: int) -> list[dict[str, float] | None]:
 
 
 if __name__ == "__main__":
-    results = frozen(int(sys.argv[1]) if len(sys.argv) > 1 else 3)
+    node_lost = "--node-lost" in sys.argv
+    numbers = [a for a in sys.argv[1:] if a != "--node-lost"]
+    results = run(int(numbers[0]) if numbers else 3, node_lost)
     repaired = [r for r in results if r is not None]
     firsts = sorted(r["first_step"] for r in repaired)
+    what = "node of a member stopped" if node_lost else "SIGSTOP in a Pod"
     if firsts:
         print(
-            f"SIGSTOP in a Pod -> first step of the repaired group: median {firsts[len(firsts) // 2]:.2f} s "
+            f"{what} -> first step of the repaired group: median {firsts[len(firsts) // 2]:.2f} s "
             f"({len(repaired)} of {len(results)} repaired in place; all: {', '.join(f'{v:.2f}' for v in firsts)})"
         )
     else:

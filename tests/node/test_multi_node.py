@@ -18,15 +18,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from kuberig import Cluster, ClusterConfig, NodeConfig, create, delete
 from kuberig.node import kubelet
 from tests.node.conftest import wait_for_condition
 from tests.support.images import TEST_SCRIPTS, push_test_images
 from tests.support.incluster import deploy
-from tests.support.mnist_jobs import mnist_on_a_claim
-from tests.support.paths import ROOT
+from tests.support.mnist_jobs import inplace_one_per_node, mnist_on_a_claim
 
 
 @pytest.fixture(scope="module")
@@ -219,18 +217,8 @@ def test_in_place_a_spare_on_another_node_takes_the_place_of_a_replica_whose_nod
     cluster = three_nodes
     _all_nodes_ready(cluster, timeout=180)
     namespace = cluster.namespace("inplace-node-lost")
-    job: dict[str, Any] = yaml.safe_load((ROOT / "examples" / "mnist" / "job-inplace.yaml").read_text())
+    job = inplace_one_per_node(namespace)
     name = job["metadata"]["name"]
-    job["metadata"]["namespace"] = namespace
-    # Replicas and spares apart (the rendezvous store Pod may share a node: it is not one of them).
-    not_the_store = {"key": "torchjob.io/role", "operator": "NotIn", "values": ["rendezvous-store"]}
-    mine = {"matchLabels": {"torchjob.io/job-name": name}, "matchExpressions": [not_the_store]}
-    apart = {"labelSelector": mine, "topologyKey": "kubernetes.io/hostname"}
-    job["spec"]["pytorchReplicaSpecs"]["Worker"]["replicas"] = 1
-    for spec in job["spec"]["pytorchReplicaSpecs"].values():
-        pod = spec["template"]["spec"]
-        pod["containers"][0]["args"] = ["--epochs", "3"]
-        pod["affinity"] = {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [apart]}}
     cluster.apply(job)
     deadline = time.monotonic() + 300
     while True:

@@ -27,3 +27,20 @@ def mnist_on_a_claim(namespace: str, *extra_args: str, spread: bool = False) -> 
             preferred = [{"weight": 100, "podAffinityTerm": apart}]
             pod["affinity"] = {"podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": preferred}}
     return job
+
+
+def inplace_one_per_node(namespace: str, *extra_args: str) -> dict[str, Any]:
+    """examples/mnist/job-inplace.yaml with one Worker: master, worker and the warm spare each on a node of their
+    own (required anti-affinity; the rendezvous store Pod may share a node: it is none of them)."""
+    job: dict[str, Any] = yaml.safe_load((MNIST / "job-inplace.yaml").read_text())
+    name = job["metadata"]["name"]
+    job["metadata"]["namespace"] = namespace
+    not_the_store = {"key": "torchjob.io/role", "operator": "NotIn", "values": ["rendezvous-store"]}
+    mine = {"matchLabels": {"torchjob.io/job-name": name}, "matchExpressions": [not_the_store]}
+    apart = {"labelSelector": mine, "topologyKey": "kubernetes.io/hostname"}
+    job["spec"]["pytorchReplicaSpecs"]["Worker"]["replicas"] = 1
+    for spec in job["spec"]["pytorchReplicaSpecs"].values():
+        pod = spec["template"]["spec"]
+        pod["containers"][0]["args"] = ["--epochs", "3", *extra_args]
+        pod["affinity"] = {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [apart]}}
+    return job
