@@ -28,8 +28,9 @@ def test_valid_corpus_loads_and_survives_a_round_trip(path: Path) -> None:
 def test_invalid_corpus_names_the_field(path: Path) -> None:
     expected, args = corpus_case(path)
     values = args[args.index("--values") + 1] if "--values" in args else None
+    runtimes = [args[i + 1] for i, arg in enumerate(args) if arg == "--runtime"]
     with pytest.raises((JobFileError, ValidationError)) as caught:
-        job = load_job(path, values).job
+        job = load_job(path, values, runtimes).job
         problems = local_problems(job)
         if problems:
             raise ValidationError(problems)

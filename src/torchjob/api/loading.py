@@ -7,6 +7,7 @@ know but is no error (an input ``status`` that is ignored, as ``kubectl apply`` 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -16,21 +17,28 @@ import pydantic
 from torchjob.api import documents, templating
 from torchjob.api.defaults import with_defaults
 from torchjob.api.errors import JobFileError, ValidationError
+from torchjob.api.trainjob import reading
+from torchjob.api.trainjob.types import TRAINJOB_KIND
 from torchjob.api.types import API_VERSION, KIND, PyTorchJob
 from torchjob.api.validation import validate
+from torchjob.api.wire_errors import describe
 
 
 @dataclass(frozen=True)
 class JobInput:
-    """A job read from a file: the typed, defaulted job, the document as written, and notes for the user."""
+    """A job read from a file: the typed, defaulted job, the document as written (a TrainJob's: the PyTorchJob
+    it was lowered to), notes for the user, and the kind the file held."""
 
     job: PyTorchJob
     document: dict[str, Any]
     notes: list[str] = field(default_factory=list)
+    kind: str = KIND
 
 
-def load_job(path: str | Path, values_path: str | None = None) -> JobInput:
-    """Read (``-``: standard input), fill placeholders from ``values_path``, parse, default and validate."""
+def load_job(path: str | Path, values_path: str | None = None, runtime_paths: Sequence[str] = ()) -> JobInput:
+    """Read (``-``: standard input), fill placeholders from ``values_path``, parse, default and validate. A
+    TrainJob is lowered to the PyTorchJob that runs it, its runtime found beside it, in ``runtime_paths`` or
+    built in."""
     path = str(path)
     source = "standard input" if path == documents.STDIN else path
     text = templating.read_filled(path, values_path)
@@ -39,7 +47,7 @@ def load_job(path: str | Path, values_path: str | None = None) -> JobInput:
         raise JobFileError(
             f"{source}: still a template (line {line} holds a Jinja2 placeholder); fill it with --values FILE.json"
         )
-    return parse_job_input(text, source)
+    return parse_job_input(text, source, reading.read_runtime_files(runtime_paths))
 
 
 def load_job_file(path: str | Path) -> PyTorchJob:
@@ -51,8 +59,13 @@ def parse_job_text(text: str, source: str = "<input>") -> PyTorchJob:
     return parse_job_input(text, source).job
 
 
-def parse_job_input(text: str, source: str = "<input>") -> JobInput:
+def parse_job_input(text: str, source: str = "<input>", runtimes: Sequence[tuple[str, Any]] = ()) -> JobInput:
     found = documents.load_documents(text, source)
+    if any(reading.is_trainer_document(d) for d in found):
+        lowered, notes = reading.lower_documents(found, source, runtimes)
+        return JobInput(job_from_mapping(lowered, source=source), lowered, notes, TRAINJOB_KIND)
+    if runtimes:
+        raise JobFileError(f"--runtime: only a TrainJob names a runtime; {source} holds no TrainJob")
     if not found:
         raise JobFileError(f"{source}: empty; expected a PyTorchJob (apiVersion {API_VERSION}, kind {KIND})")
     if len(found) > 1:
@@ -81,7 +94,7 @@ def job_from_mapping(data: Any, source: str = "<input>") -> PyTorchJob:
     try:
         job = PyTorchJob.model_validate(data)
     except pydantic.ValidationError as err:
-        raise ValidationError([_describe(e) for e in err.errors()]) from None
+        raise ValidationError([describe(e) for e in err.errors()]) from None
     job = with_defaults(job)
     validate(job)
     return job
@@ -105,41 +118,3 @@ def _folded_twice(data: dict[str, Any]) -> list[str]:
             )
         seen.setdefault(folded, str(key))
     return problems
-
-
-def _describe(error: Any) -> str:
-    """One line for one pydantic error: the wire path, what is expected, what was given."""
-    parts: list[str] = []
-    for item in error["loc"]:
-        if isinstance(item, int):
-            parts[-1:] = [f"{parts[-1]}[{item}]"] if parts else [f"[{item}]"]
-        elif item == "[key]":
-            continue
-        else:
-            parts.append(str(item))
-    path = ".".join(parts) or "(top level)"
-    kind = error["type"]
-    given = error.get("input")
-    if kind == "extra_forbidden":
-        return f"{path}: unknown field"
-    if kind == "missing":
-        return f"{path}: required"
-    if kind == "enum" and error["loc"] and error["loc"][-1] == "[key]":
-        return f"{path}: unknown replica type {given!r}; expected Master or Worker"
-    message = error["msg"]
-    if message.startswith("Input should be"):
-        message = "must be" + message[len("Input should be") :]
-    message = _PLAIN_WORDS.get(kind, message)
-    return f"{path}: {message}, got {given!r}"
-
-
-# pydantic's words for a wrong type, as a YAML author would say them.
-_PLAIN_WORDS = {
-    "dict_type": "must be a mapping",
-    "model_type": "must be a mapping",
-    "model_attributes_type": "must be a mapping",
-    "int_type": "must be an integer",
-    "string_type": "must be a string",
-    "bool_type": "must be true or false",
-    "list_type": "must be a list",
-}

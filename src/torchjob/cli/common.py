@@ -32,13 +32,24 @@ def add_target_options(p: argparse.ArgumentParser, cluster_only: bool = False) -
 
 def add_input_options(p: argparse.ArgumentParser) -> None:
     """The job file (``-`` reads standard input) and what fills or bounds it."""
-    p.add_argument("file", help="the PyTorchJob YAML file, or - for standard input")
+    p.add_argument("file", help="the PyTorchJob or TrainJob YAML file, or - for standard input")
     p.add_argument("--values", metavar="FILE.json", help="values for the file's Jinja2 placeholders")
+    add_runtime_option(p)
     p.add_argument(
         "--max-processes",
         type=positive_int,
         metavar="N",
         help="most local processes a job may start (replicas × nprocPerNode; default 64)",
+    )
+
+
+def add_runtime_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--runtime",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="a TrainJob's training runtime (ClusterTrainingRuntime or TrainingRuntime YAML); may repeat",
     )
 
 

@@ -8,14 +8,15 @@ from __future__ import annotations
 
 import argparse
 
-from torchjob.cli.common import print_notes
+from torchjob.cli.common import add_runtime_option, print_notes
 
 
 def add_parser(verbs: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = verbs.add_parser("render", help="print the job as a normalized PyTorchJob or as an Indexed Job")
-    p.add_argument("file", help="the PyTorchJob YAML file (may hold Jinja2 placeholders), or - for standard input")
+    p.add_argument("file", help="the PyTorchJob or TrainJob YAML file (may hold Jinja2 placeholders), or -")
     p.add_argument("--to", choices=("pytorchjob", "indexed-job"), default="pytorchjob")
     p.add_argument("--values", metavar="FILE.json", help="values for the file's Jinja2 placeholders")
+    add_runtime_option(p)
     p.set_defaults(handler=handle)
 
 
@@ -24,7 +25,7 @@ def handle(args: argparse.Namespace) -> int:
 
     from torchjob.api.loading import load_job
 
-    loaded = load_job(args.file, args.values)
+    loaded = load_job(args.file, args.values, args.runtime)
     print_notes(loaded.notes)
     job = loaded.job
     if args.to == "pytorchjob":

@@ -28,7 +28,7 @@ def handle(args: argparse.Namespace) -> int:
     from torchjob.backends.local.mapping import elastic_launch_problem, ignored_fields
 
     c = local_client(args)
-    loaded = c.load(args.file, args.values, max_processes(args))
+    loaded = c.load(args.file, args.values, max_processes(args), args.runtime)
     job = loaded.job
     ignored = ignored_fields(job)
     print_notes([*loaded.notes, *([f"ignored when running locally: {', '.join(ignored)}"] if ignored else [])])

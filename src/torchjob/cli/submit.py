@@ -12,7 +12,7 @@ import argparse
 import sys
 
 from torchjob.api.types import JobStatus
-from torchjob.cli.common import add_target_options, cluster_client, print_notes
+from torchjob.cli.common import add_runtime_option, add_target_options, cluster_client, print_notes
 from torchjob.cli.progress import FollowDisplay
 
 
@@ -20,6 +20,7 @@ def add_parser(verbs: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     p = verbs.add_parser("submit", help="create a PyTorchJob on the Kubernetes cluster")
     p.add_argument("file", help="the PyTorchJob YAML file (may hold Jinja2 placeholders, see --values), or -")
     p.add_argument("--values", metavar="FILE.json", help="values for the file's Jinja2 placeholders")
+    add_runtime_option(p)
     p.add_argument("-f", "--follow", action="store_true", help="stream the replicas' output until the job ends")
     add_target_options(p, cluster_only=True)
     p.set_defaults(handler=handle)
@@ -28,12 +29,13 @@ def add_parser(verbs: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
 def handle(args: argparse.Namespace) -> int:
     from torchjob.api.loading import load_job
 
-    loaded = load_job(args.file, args.values)  # one-line errors before anything reaches the cluster
+    loaded = load_job(args.file, args.values, args.runtime)  # one-line errors before anything reaches the cluster
     print_notes(loaded.notes)
     job = loaded.job
     c = cluster_client(args)
     c.submit(loaded.document)
-    print(f"pytorchjob.kubeflow.org/{job.name} created in namespace {c.namespace}", file=sys.stderr)
+    lowered = f" (the {loaded.kind}, run as a PyTorchJob)" if loaded.kind != "PyTorchJob" else ""
+    print(f"pytorchjob.kubeflow.org/{job.name} created in namespace {c.namespace}{lowered}", file=sys.stderr)
     if not args.follow:
         return 0
 

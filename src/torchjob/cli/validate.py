@@ -25,14 +25,15 @@ def handle(args: argparse.Namespace) -> int:
     from torchjob.api.loading import load_job
     from torchjob.backends.local.mapping import DEFAULT_MAX_PROCESSES, local_problems
 
-    loaded = load_job(args.file, args.values)
-    print_notes(loaded.notes)
+    loaded = load_job(args.file, args.values, args.runtime)
     local = local_problems(loaded.job, max_processes(args) or DEFAULT_MAX_PROCESSES)
     if local and args.local:
         raise ValidationError(local)
+    print_notes(loaded.notes)
     for problem in local:
         print(f"torchjob: note: a local run needs: {problem}", file=sys.stderr)
     job = loaded.job
     replicas = ", ".join(f"{spec.replicas} {rtype.value}" for rtype, spec in job.spec.pytorch_replica_specs.items())
-    print(f"{source_name(args.file)}: valid PyTorchJob {job.name!r} ({replicas})")
+    shape = f"{replicas}" if loaded.kind == "PyTorchJob" else f"runs as {replicas}"
+    print(f"{source_name(args.file)}: valid {loaded.kind} {job.name!r} ({shape})")
     return 0

@@ -11,7 +11,7 @@ from __future__ import annotations
 import builtins
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -49,14 +49,20 @@ class LocalClient(JobClient):
 
     # -- submitting -----------------------------------------------------------------------------------
 
-    def load(self, path: str | Path, values: str | None = None, max_processes: int | None = None) -> JobInput:
-        """Load and validate a job file (``-``: standard input; ``values``: its placeholders' values),
-        including what it needs to run locally."""
+    def load(
+        self,
+        path: str | Path,
+        values: str | None = None,
+        max_processes: int | None = None,
+        runtimes: Sequence[str] = (),
+    ) -> JobInput:
+        """Load and validate a job file (``-``: standard input; ``values``: its placeholders' values; a
+        TrainJob's runtime files), including what it needs to run locally."""
         from torchjob.api.errors import ValidationError
         from torchjob.api.loading import load_job
         from torchjob.backends.local import mapping
 
-        loaded = load_job(path, values)
+        loaded = load_job(path, values, runtimes)
         problems = mapping.local_problems(loaded.job, max_processes or mapping.DEFAULT_MAX_PROCESSES)
         if problems:
             raise ValidationError(problems)

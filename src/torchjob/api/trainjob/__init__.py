@@ -1,0 +1,1 @@
+"""Kubeflow Trainer v2's TrainJob and training runtimes, lowered to the PyTorchJob the planner drives."""
