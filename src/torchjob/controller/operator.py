@@ -23,13 +23,10 @@ from dataclasses import dataclass, field
 from http.server import ThreadingHTTPServer
 from typing import Any
 
-from lightkube import ALL_NS, ApiError, Client
+from lightkube import ALL_NS, Client, operators
 from lightkube.resources.core_v1 import Pod
 
 from torchjob.api import extensions
-from torchjob.api.errors import JobFileError, ValidationError
-from torchjob.api.loading import job_from_mapping
-from torchjob.api.types import ConditionType, JobStatus
 from torchjob.backends.kubernetes.backend import KubernetesBackend
 from torchjob.backends.kubernetes.cluster import PyTorchJobResource, as_dict
 from torchjob.backends.kubernetes.report_board import ApiTokenReviewer, ReportBoard
@@ -38,14 +35,13 @@ from torchjob.controller import leader_label, report_tls
 from torchjob.controller.clock import Clock, SystemClock
 from torchjob.controller.health import health_server
 from torchjob.controller.leader import ElectionSettings
-from torchjob.controller.loop import reconcile_once
 from torchjob.controller.metrics import OperatorMetrics
+from torchjob.controller.pytorchjobs import PyTorchJobs
 from torchjob.controller.report_server import report_server
+from torchjob.controller.trainjobs import LABEL_TRAINJOB, TrainJobResource, TrainJobs, child_key
 from torchjob.controller.watching import JobKey, job_key, one_line, pod_owner_key
 from torchjob.controller.workqueue import WorkQueue
-from torchjob.core import conditions, replicas
-from torchjob.core.actions import Event
-from torchjob.core.times import timestamp
+from torchjob.core import replicas
 
 log = logging.getLogger("torchjob.operator")
 
@@ -54,6 +50,7 @@ log = logging.getLogger("torchjob.operator")
 DEFAULT_MANAGED_BY = (extensions.KUBEFLOW_MANAGERS[0], extensions.TORCHJOB_MANAGER)
 _RETRY_SECONDS = 2.0
 _REPORT_PASS_SECONDS = 2.0
+_TRAINJOB_CRD_SECONDS = 5.0
 _WATCH_SECONDS = 300  # the server ends each watch after this long; lightkube resumes it where it was
 
 
@@ -99,6 +96,9 @@ class Operator:
         self.reports = ReportBoard() if self.settings.report_address else None
         self.backend = KubernetesBackend(client, self.counter, self.reports, self.settings.advertised_report_url)
         self.queue: WorkQueue[JobKey] = WorkQueue()
+        self.pytorchjobs = PyTorchJobs(self)
+        self.trainjobs = TrainJobs(client, self.counter)
+        self.trainjob_queue: WorkQueue[JobKey] = WorkQueue()
         self.stopping = threading.Event()
         self.health = _Health()
         self._threads: list[threading.Thread] = []
@@ -129,15 +129,39 @@ class Operator:
         self._spawn("watch-pods", self._watch, Pod, labels, pod_owner_key)
         self._spawn("resync", self._resync)
         for i in range(self.settings.workers):
-            self._spawn(f"worker-{i}", self._work)
+            self._spawn(f"worker-{i}", self._work, self.queue, self.pytorchjobs.reconcile)
         where = self.settings.namespace or "all namespaces"
         log.info("torchjob operator started: watching PyTorchJobs in %s with %d workers", where, self.settings.workers)
+        self._spawn("trainjob-serving", self._serve_trainjobs)
+
+    def _serve_trainjobs(self) -> None:
+        """Serve TrainJobs once the API server does (Trainer's CRDs may be applied with the operator, or later)."""
+        said = False
+        while not self.stopping.is_set():
+            try:
+                if self.trainjobs.installed():
+                    break
+            except Exception as err:  # noqa: BLE001 - asked again below
+                log.warning("looking for the TrainJob CRD: %s", one_line(err))
+            if not said:
+                log.info("no TrainJob CRD (trainer.kubeflow.org) yet: TrainJobs are served once there is one")
+                said = True
+            self.stopping.wait(_TRAINJOB_CRD_SECONDS)
+        else:
+            return
+        queue = self.trainjob_queue
+        self._spawn("watch-trainjobs", self._watch, TrainJobResource, None, job_key, queue)
+        runs: dict[str, Any] = {LABEL_TRAINJOB: operators.exists()}
+        self._spawn("watch-trainjob-runs", self._watch, PyTorchJobResource, runs, child_key, queue)
+        self._spawn("trainjob-worker", self._work, queue, self.trainjobs.reconcile)
+        log.info("serving TrainJobs (trainer.kubeflow.org): each runs as a PyTorchJob it owns")
 
     def stop(self) -> None:
         self.stopping.set()
         if self.leading:
             leader_label.release(self.client, leader_label.own_pod())
         self.queue.close()
+        self.trainjob_queue.close()
         for server in (self._server, self._report_server):
             if server is not None:
                 server.shutdown()
@@ -207,9 +231,14 @@ class Operator:
     # -- watches --------------------------------------------------------------------------------------
 
     def _watch(
-        self, resource: Any, labels: dict[str, Any] | None, key_of: Callable[[dict[str, Any]], JobKey | None]
+        self,
+        resource: Any,
+        labels: dict[str, Any] | None,
+        key_of: Callable[[dict[str, Any]], JobKey | None],
+        queue: WorkQueue[JobKey] | None = None,
     ) -> None:
         name = threading.current_thread().name  # watch-jobs | watch-pods, what readiness tracks
+        queue = queue or self.queue
         while not self.stopping.is_set():
             try:
                 self.counter.add("watch")
@@ -222,7 +251,7 @@ class Operator:
                 for _, obj in stream:
                     key = key_of(as_dict(obj))
                     if key is not None:
-                        self.queue.add(key)
+                        queue.add(key)
                     if self.stopping.is_set():
                         return
             except Exception as err:  # noqa: BLE001 - any failure of a watch (API server restart...) is retried
@@ -238,72 +267,27 @@ class Operator:
                     key = job_key(as_dict(job))
                     if key is not None:
                         self.queue.add(key)
+                if "trainjob-worker" in {t.name for t in self._threads}:
+                    self.counter.add("list")
+                    for trainjob in self.client.list(TrainJobResource, namespace=self.settings.namespace or ALL_NS):
+                        key = job_key(as_dict(trainjob))
+                        if key is not None:
+                            self.trainjob_queue.add(key)
             except Exception as err:  # noqa: BLE001 - the next resync tries again
                 log.warning("resync: %s", one_line(err))
 
     # -- reconciling ----------------------------------------------------------------------------------
 
-    def _work(self) -> None:
+    def _work(self, queue: WorkQueue[JobKey], reconcile: Callable[[JobKey], None]) -> None:
         while True:
-            key = self.queue.get()
+            key = queue.get()
             if key is None:
                 return
             try:
-                self.reconcile(key)
+                reconcile(key)
             except Exception as err:  # noqa: BLE001 - one job's trouble must not stop the others
                 self.prometheus.failed_pass(err)
                 log.warning("%s/%s: %s; retrying in %.0fs", *key, one_line(err), _RETRY_SECONDS)
-                self.queue.add_after(key, _RETRY_SECONDS)
+                queue.add_after(key, _RETRY_SECONDS)
             finally:
-                self.queue.done(key)
-
-    def reconcile(self, key: JobKey) -> None:
-        namespace, name = key
-        self.counter.add("get")
-        try:
-            wire = as_dict(self.client.get(PyTorchJobResource, name, namespace=namespace))
-        except ApiError as err:
-            if err.status.code == 404:
-                self.prometheus.forget(key)
-                return  # deleted: its Pods and Services go with it (ownerReferences)
-            raise
-        if (wire.get("metadata") or {}).get("deletionTimestamp"):
-            self.prometheus.forget(key)
-            return  # being deleted: the garbage collector removes its Pods and Services; creating more would fight it
-        managed_by = ((wire.get("spec") or {}).get("runPolicy") or {}).get("managedBy")
-        if managed_by and managed_by not in self.settings.managed_by:
-            self.prometheus.forget(key)
-            return
-        try:
-            job = job_from_mapping(wire, source=f"PyTorchJob {namespace}/{name}")
-        except (ValidationError, JobFileError) as err:
-            self._reject(wire, str(err))
-            return
-        before = conditions.state(job.status)
-        started = time.monotonic()
-        result = reconcile_once(job, self.backend, self.clock)
-        self.health.passes += 1
-        after = conditions.state(result.job.status)
-        self.prometheus.passed(key, after, result.events, self.clock.now(), time.monotonic() - started)
-        if after != before:
-            log.info("%s/%s: %s → %s (attempt %d)", namespace, name, before, after, result.job.status.attempt + 1)
-        for event in (e for e in result.events if e.type == "Warning"):  # a repair, a hang, a lost node: worth a line
-            log.info("%s/%s: %s (%s)", namespace, name, event.message, event.reason)
-        if result.requeue_at is not None:
-            self.queue.add_after(key, (result.requeue_at - self.clock.now()).total_seconds())
-
-    def _reject(self, wire: dict[str, Any], problem: str) -> None:
-        """An invalid job (one the CRD's schema let through) gets a Failed condition saying what is wrong."""
-        status = JobStatus.model_validate(wire.get("status") or {})
-        if conditions.is_true(status, ConditionType.FAILED):
-            return
-        metadata = wire["metadata"]
-        cause = f"its spec is invalid: {problem}"
-        now = self.clock.now()
-        message = conditions.fail_job(status, metadata["namespace"], metadata["name"], cause, now)
-        status.last_reconcile_time = timestamp(now)
-        wire_status = status.model_dump(by_alias=True, exclude_none=True, mode="json")
-        self.backend.patch_status(metadata["namespace"], metadata["name"], wire_status)
-        self.backend.emit(
-            metadata["namespace"], metadata["name"], metadata.get("uid"), Event("Warning", "InvalidSpec", message)
-        )
+                queue.done(key)
