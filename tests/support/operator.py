@@ -78,10 +78,14 @@ class OperatorProcess:
 
 
 def install(cluster: Cluster) -> None:
-    """deploy/'s namespace, CRD and RBAC, as they ship."""
-    for manifest in ("namespace.yaml", "crd.yaml", "rbac.yaml"):
+    """deploy/'s namespace, CRDs (PyTorchJob, and Trainer's for TrainJobs) and RBAC, as they ship."""
+    for manifest in ("namespace.yaml", "crd.yaml", "trainer-crds.yaml", "rbac.yaml"):
         cluster.kubectl("apply", "-f", str(DEPLOY / manifest))
-    cluster.kubectl("wait", "--for=condition=Established", "crd/pytorchjobs.kubeflow.org", "--timeout=60s")
+    crds = ["crd/pytorchjobs.kubeflow.org"]
+    crds += [
+        f"crd/{plural}.trainer.kubeflow.org" for plural in ("trainjobs", "clustertrainingruntimes", "trainingruntimes")
+    ]
+    cluster.kubectl("wait", "--for=condition=Established", *crds, "--timeout=60s")
 
 
 def operator_kubeconfig(cluster: Cluster, path: Path) -> Path:

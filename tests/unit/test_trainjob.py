@@ -180,3 +180,36 @@ def test_a_status_in_the_input_is_ignored_with_a_note() -> None:
     document = {**_trainjob({"runtimeRef": {"name": "torch-distributed"}}), "status": {"conditions": []}}
     loaded = _lowered(document)
     assert any(note.startswith("status: ignored") for note in loaded.notes)
+
+
+def test_the_trainjob_status_is_trainers_shape_with_transition_times_kept() -> None:
+    from torchjob.api.trainjob.status import trainjob_status
+    from torchjob.api.types import JobStatus
+
+    child = JobStatus.model_validate(
+        {
+            "conditions": [
+                {"type": "Created", "status": "True"},
+                {"type": "Suspended", "status": "False", "reason": "PyTorchJobResumed"},
+                {"type": "Running", "status": "False"},
+                {"type": "Failed", "status": "True", "reason": "PyTorchJobFailed", "message": "worker-1 exited"},
+            ],
+            "trainerStatus": {"progressPercentage": 40, "metrics": [{"name": "loss", "value": "0.3"}]},
+        }
+    )
+    before = {"conditions": [{"type": "Suspended", "status": "False", "lastTransitionTime": "t0"}]}
+    status = trainjob_status(child, before, "t1")
+    assert status["conditions"] == [
+        {"type": "Suspended", "status": "False", "reason": "Resumed", "message": "", "lastTransitionTime": "t0"},
+        {
+            "type": "Failed",
+            "status": "True",
+            "reason": "PyTorchJobFailed",
+            "message": "worker-1 exited",
+            "lastTransitionTime": "t1",
+        },
+    ]
+    assert status["jobsStatus"] == [
+        {"name": "node", "ready": 0, "succeeded": 0, "failed": 1, "active": 0, "suspended": 0}
+    ]
+    assert status["trainerStatus"] == {"progressPercentage": 40, "metrics": [{"name": "loss", "value": "0.3"}]}

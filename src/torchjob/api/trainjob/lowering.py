@@ -194,8 +194,22 @@ def _pytorchjob(job: TrainJob, runtime: TrainingRuntime, template: dict[str, Any
             spec["elasticPolicy"]["maxRestarts"] = elastic.max_restarts
     else:
         spec["pytorchReplicaSpecs"] = {"Master": replica(1), **({"Worker": replica(nodes - 1)} if nodes > 1 else {})}
-    metadata = job.metadata.model_dump(by_alias=True, exclude_none=True)
-    return {"apiVersion": API_VERSION, "kind": KIND, "metadata": metadata, "spec": spec}
+    return {"apiVersion": API_VERSION, "kind": KIND, "metadata": _metadata(job), "spec": spec}
+
+
+def _metadata(job: TrainJob) -> dict[str, Any]:
+    """The TrainJob's name, namespace, labels and annotations (not what the API server or kubectl keep there)."""
+    found: dict[str, Any] = {"name": job.metadata.name}
+    if job.metadata.namespace:
+        found["namespace"] = job.metadata.namespace
+    if job.metadata.labels:
+        found["labels"] = dict(job.metadata.labels)
+    annotations = {
+        k: v for k, v in (job.metadata.annotations or {}).items() if not k.startswith("kubectl.kubernetes.io/")
+    }
+    if annotations:
+        found["annotations"] = annotations
+    return found
 
 
 def _counted(word: object, resources: Any) -> int | str:

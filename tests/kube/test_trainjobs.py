@@ -1,0 +1,143 @@
+"""TrainJobs (Kubeflow Trainer v2) served by the torchjob operator on the real control plane: Trainer's CRDs from
+deploy/, Kubeflow's own torch-distributed runtime applied unchanged, the TrainJob applied with kubectl. It runs as
+a PyTorchJob the TrainJob owns, its status is Trainer's shape, suspend is passed on, and a TrainJob that cannot
+run says why."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kuberig import Cluster
+from tests.kube.test_operator import get_job, pods, running_pods
+from tests.kube.test_rig import wait_until
+from tests.support.operator import OperatorProcess
+
+# Kubeflow Trainer's manifests/base/runtimes/torch_distributed.yaml, as it ships.
+TORCH_DISTRIBUTED = {
+    "apiVersion": "trainer.kubeflow.org/v1alpha1",
+    "kind": "ClusterTrainingRuntime",
+    "metadata": {"name": "torch-distributed"},
+    "spec": {
+        "mlPolicy": {"numNodes": 1, "torch": {"numProcPerNode": "auto"}},
+        "template": {
+            "spec": {
+                "replicatedJobs": [
+                    {
+                        "name": "node",
+                        "template": {
+                            "metadata": {"labels": {"trainer.kubeflow.org/trainjob-ancestor-step": "trainer"}},
+                            "spec": {
+                                "template": {
+                                    "spec": {
+                                        "containers": [
+                                            {
+                                                "name": "node",
+                                                "image": "pytorch/pytorch:2.7.1-cuda12.6-cudnn9-runtime",
+                                                "command": ["/bin/bash", "-c", "env | grep PET_\npip list\n"],
+                                            }
+                                        ]
+                                    }
+                                }
+                            },
+                        },
+                    }
+                ]
+            }
+        },
+    },
+}
+
+
+def trainjob(name: str, nodes: int = 2, **spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "trainer.kubeflow.org/v1alpha1",
+        "kind": "TrainJob",
+        "metadata": {"name": name},
+        "spec": {
+            "runtimeRef": {"name": "torch-distributed"},
+            "trainer": {"numNodes": nodes, "command": ["torchrun", "train.py"]},
+            **spec,
+        },
+    }
+
+
+def get_trainjob(rig: Cluster, namespace: str, name: str) -> dict[str, Any]:
+    return dict(rig.kubectl_json("get", "-n", namespace, "trainjob", name))
+
+
+def trainjob_condition(rig: Cluster, namespace: str, name: str, kind: str) -> dict[str, Any] | None:
+    conditions = get_trainjob(rig, namespace, name).get("status", {}).get("conditions") or []
+    return next((c for c in conditions if c["type"] == kind), None)
+
+
+def running(rig: Cluster, namespace: str, name: str) -> list[str]:
+    return [p for p, pod in pods(rig, namespace, name).items() if pod.get("status", {}).get("phase") == "Running"]
+
+
+def test_a_trainjob_runs_as_a_pytorchjob_it_owns_and_completes_in_trainers_shape(
+    rig: Cluster, namespace: str, operator: OperatorProcess
+) -> None:
+    rig.apply(TORCH_DISTRIBUTED)
+    rig.apply(trainjob("tj"), namespace)
+    wait_until(lambda: len(running_pods(rig, namespace, "tj")) == 2, what="the TrainJob's two node Pods")
+    child = get_job(rig, namespace, "tj")
+    owner = child["metadata"]["ownerReferences"][0]
+    assert (owner["kind"], owner["name"], owner["uid"]) == (
+        "TrainJob",
+        "tj",
+        get_trainjob(rig, namespace, "tj")["metadata"]["uid"],
+    )
+    running = running_pods(rig, namespace, "tj")
+    env = {p: {e["name"]: e.get("value") for e in pod["spec"]["containers"][0]["env"]} for p, pod in running.items()}
+    assert {p: (e["PET_NNODES"], e["PET_NODE_RANK"], e["PET_NPROC_PER_NODE"]) for p, e in env.items()} == {
+        "tj-master-0": ("2", "0", "1"),
+        "tj-worker-0": ("2", "1", "1"),
+    }
+    assert all(pod["metadata"]["labels"]["trainer.kubeflow.org/trainjob-name"] == "tj" for pod in running.values())
+    assert all(pod["spec"]["containers"][0]["image"].startswith("pytorch/pytorch:") for pod in running.values())
+    wait_until(
+        lambda: (get_trainjob(rig, namespace, "tj").get("status") or {}).get("jobsStatus", [{}])[0].get("ready") == 1,
+        what="jobsStatus to show the node job ready",
+    )
+    rig.end_pod(namespace, "tj-master-0", 0)
+    wait_until(lambda: trainjob_condition(rig, namespace, "tj", "Complete") is not None, what="Complete")
+    status = get_trainjob(rig, namespace, "tj")["status"]
+    assert trainjob_condition(rig, namespace, "tj", "Complete")["status"] == "True"  # type: ignore[index]
+    assert status["jobsStatus"] == [
+        {"name": "node", "ready": 0, "succeeded": 1, "failed": 0, "active": 0, "suspended": 0}
+    ]
+    printed = rig.kubectl("get", "-n", namespace, "trainjob", "tj").stdout
+    assert "Complete" in printed.splitlines()[1]
+    rig.kubectl("delete", "-n", namespace, "trainjob", "tj", "--wait=true")
+    wait_until(
+        lambda: not rig.kubectl_json("get", "-n", namespace, "pytorchjobs")["items"], what="the owned PyTorchJob to go"
+    )
+
+
+def test_a_suspended_trainjob_starts_no_pod_until_it_is_resumed(
+    rig: Cluster, namespace: str, operator: OperatorProcess
+) -> None:
+    rig.apply(TORCH_DISTRIBUTED)
+    rig.apply(trainjob("queued", suspend=True), namespace)
+    wait_until(lambda: trainjob_condition(rig, namespace, "queued", "Suspended") is not None, what="Suspended")
+    assert trainjob_condition(rig, namespace, "queued", "Suspended")["status"] == "True"  # type: ignore[index]
+    assert pods(rig, namespace, "queued") == {}
+    rig.kubectl("patch", "-n", namespace, "trainjob", "queued", "--type=merge", "-p", '{"spec":{"suspend":false}}')
+    wait_until(lambda: len(running(rig, namespace, "queued")) == 2, what="the admitted job's Pods")
+    wait_until(
+        lambda: (trainjob_condition(rig, namespace, "queued", "Suspended") or {}).get("reason") == "Resumed",
+        what="Suspended False, Resumed",
+    )
+    assert trainjob_condition(rig, namespace, "queued", "Suspended")["status"] == "False"  # type: ignore[index]
+
+
+def test_a_trainjob_that_cannot_run_says_why_and_one_of_multikueue_is_left_alone(
+    rig: Cluster, namespace: str, operator: OperatorProcess
+) -> None:
+    rig.apply({**trainjob("nowhere"), "spec": {"runtimeRef": {"name": "no-such-runtime"}}}, namespace)
+    rig.apply(trainjob("theirs", managedBy="kueue.x-k8s.io/multikueue"), namespace)
+    wait_until(lambda: trainjob_condition(rig, namespace, "nowhere", "Failed") is not None, what="Failed")
+    failed = trainjob_condition(rig, namespace, "nowhere", "Failed")
+    assert failed is not None and "no ClusterTrainingRuntime named 'no-such-runtime'" in failed["message"]
+    assert not rig.kubectl_json("get", "-n", namespace, "pytorchjobs")["items"]
+    assert not get_trainjob(rig, namespace, "theirs").get("status")
