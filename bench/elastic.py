@@ -56,13 +56,15 @@ def _trial(launcher: str, work: Path) -> float | None:
             .wire()
         )
         (work / "job.yaml").write_text(yaml.safe_dump(job))
-        processes.append(subprocess.Popen([str(BIN / "torchjob"), "run", str(work / "job.yaml")], env=env, **_quiet()))
+        argv = [str(BIN / "torchjob"), "run", str(work / "job.yaml")]
+        processes.append(subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
     else:
         endpoint = f"127.0.0.1:{free_port()}"
         for _ in range(2):
             argv = [str(BIN / "torchrun"), "--nnodes", "1:2", "--nproc-per-node", "1", "--max-restarts", "3"]
             argv += ["--rdzv-backend", "c10d", "--rdzv-endpoint", endpoint, "--rdzv-id", "bench", str(PAYLOAD)]
-            processes.append(subprocess.Popen(argv, env=env, start_new_session=True, **_quiet()))
+            quiet = subprocess.DEVNULL
+            processes.append(subprocess.Popen(argv, env=env, start_new_session=True, stdout=quiet, stderr=quiet))
     try:
         if wait_for_files("first-step-0-rank*.txt", out, 2, TIMEOUT) is None:
             raise RuntimeError(f"{launcher}: the group never trained")
@@ -74,10 +76,6 @@ def _trial(launcher: str, work: Path) -> float | None:
     finally:
         for process in processes:
             _stop(process)
-
-
-def _quiet() -> dict[str, int]:
-    return {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
 
 
 def _stop(process: subprocess.Popen[bytes]) -> None:
