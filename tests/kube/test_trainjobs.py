@@ -5,9 +5,13 @@ run says why."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
+import yaml
+
 from kuberig import Cluster
+from tests.kube.test_cli_cluster import torchjob
 from tests.kube.test_operator import get_job, pods, running_pods
 from tests.kube.test_rig import wait_until
 from tests.support.operator import OperatorProcess
@@ -141,3 +145,16 @@ def test_a_trainjob_that_cannot_run_says_why_and_one_of_multikueue_is_left_alone
     assert failed is not None and "no ClusterTrainingRuntime named 'no-such-runtime'" in failed["message"]
     assert not rig.kubectl_json("get", "-n", namespace, "pytorchjobs")["items"]
     assert not get_trainjob(rig, namespace, "theirs").get("status")
+
+
+def test_torchjob_submit_creates_the_trainjob_itself_where_the_cluster_serves_them(
+    rig: Cluster, namespace: str, operator: OperatorProcess, tmp_path: Path
+) -> None:
+    rig.apply(TORCH_DISTRIBUTED)
+    path = tmp_path / "trainjob.yaml"
+    path.write_text(yaml.safe_dump(trainjob("sent", nodes=1)))
+    submitted = torchjob(rig, "submit", str(path), "-n", namespace)
+    assert submitted.returncode == 0, submitted.stderr
+    assert f"trainjob.trainer.kubeflow.org/sent created in namespace {namespace}" in submitted.stderr
+    wait_until(lambda: len(running(rig, namespace, "sent")) == 1, what="the submitted TrainJob's Pod")
+    assert get_job(rig, namespace, "sent")["metadata"]["ownerReferences"][0]["kind"] == "TrainJob"

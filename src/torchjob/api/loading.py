@@ -27,12 +27,13 @@ from torchjob.api.wire_errors import describe
 @dataclass(frozen=True)
 class JobInput:
     """A job read from a file: the typed, defaulted job, the document as written (a TrainJob's: the PyTorchJob
-    it was lowered to), notes for the user, and the kind the file held."""
+    it was lowered to), notes for the user, the kind the file held, and (a TrainJob) the TrainJob as written."""
 
     job: PyTorchJob
     document: dict[str, Any]
     notes: list[str] = field(default_factory=list)
     kind: str = KIND
+    written: dict[str, Any] | None = None
 
 
 def load_job(path: str | Path, values_path: str | None = None, runtime_paths: Sequence[str] = ()) -> JobInput:
@@ -63,7 +64,8 @@ def parse_job_input(text: str, source: str = "<input>", runtimes: Sequence[tuple
     found = documents.load_documents(text, source)
     if any(reading.is_trainer_document(d) for d in found):
         lowered, notes = reading.lower_documents(found, source, runtimes)
-        return JobInput(job_from_mapping(lowered, source=source), lowered, notes, TRAINJOB_KIND)
+        written = next(d for d in found if isinstance(d, dict) and d.get("kind") == TRAINJOB_KIND)
+        return JobInput(job_from_mapping(lowered, source=source), lowered, notes, TRAINJOB_KIND, written)
     if runtimes:
         raise JobFileError(f"--runtime: only a TrainJob names a runtime; {source} holds no TrainJob")
     if not found:

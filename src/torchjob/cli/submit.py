@@ -10,10 +10,19 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
+from typing import TYPE_CHECKING
 
 from torchjob.api.types import JobStatus
 from torchjob.cli.common import add_runtime_option, add_target_options, cluster_client, print_notes
 from torchjob.cli.progress import FollowDisplay
+from torchjob.sdk.errors import SdkError
+
+if TYPE_CHECKING:
+    from torchjob.sdk.cluster_client import ClusterClient
+
+# How long --follow waits for the operator to create the PyTorchJob a submitted TrainJob runs as.
+_TRAINJOB_RUN_SECONDS = 60.0
 
 
 def add_parser(verbs: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -33,11 +42,17 @@ def handle(args: argparse.Namespace) -> int:
     print_notes(loaded.notes)
     job = loaded.job
     c = cluster_client(args)
-    c.submit(loaded.document)
-    lowered = f" (the {loaded.kind}, run as a PyTorchJob)" if loaded.kind != "PyTorchJob" else ""
-    print(f"pytorchjob.kubeflow.org/{job.name} created in namespace {c.namespace}{lowered}", file=sys.stderr)
-    if not args.follow:
-        return 0
+    if loaded.written is not None and c.submit_trainjob(loaded.written):
+        print(f"trainjob.trainer.kubeflow.org/{job.name} created in namespace {c.namespace}", file=sys.stderr)
+        if not args.follow:
+            return 0
+        _wait_for_its_pytorchjob(c, job.name)
+    else:
+        c.submit(loaded.document)
+        lowered = " (the TrainJob, run as a PyTorchJob: this cluster serves no TrainJobs)" if loaded.written else ""
+        print(f"pytorchjob.kubeflow.org/{job.name} created in namespace {c.namespace}{lowered}", file=sys.stderr)
+        if not args.follow:
+            return 0
 
     def status() -> JobStatus:
         return JobStatus.model_validate(c.get_wire(job.name).get("status") or {})
@@ -53,3 +68,21 @@ def handle(args: argparse.Namespace) -> int:
     last = conditions[-1] if conditions else {}
     print(f"torchjob: {job.name} {last.get('type', '')}: {last.get('message', '')}", file=sys.stderr)
     return 0 if last.get("type") == "Succeeded" else 1
+
+
+def _wait_for_its_pytorchjob(c: ClusterClient, name: str) -> None:
+    """The operator creates the PyTorchJob a TrainJob runs as within a pass; following reads that job."""
+    from torchjob.sdk.errors import JobNotFoundError
+
+    deadline = time.monotonic() + _TRAINJOB_RUN_SECONDS
+    while True:
+        try:
+            c.get_wire(name)
+            return
+        except JobNotFoundError:
+            if time.monotonic() > deadline:
+                raise SdkError(
+                    f"trainjob {name}: no PyTorchJob runs it after {_TRAINJOB_RUN_SECONDS:.0f} s; is the torchjob "
+                    f"operator running? (kubectl get trainjob {name} -o yaml shows its conditions)"
+                ) from None
+            time.sleep(0.5)

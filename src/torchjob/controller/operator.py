@@ -28,7 +28,7 @@ from lightkube.resources.core_v1 import Pod
 
 from torchjob.api import extensions
 from torchjob.backends.kubernetes.backend import KubernetesBackend
-from torchjob.backends.kubernetes.cluster import PyTorchJobResource, as_dict
+from torchjob.backends.kubernetes.cluster import PyTorchJobResource, TrainJobResource, as_dict
 from torchjob.backends.kubernetes.report_board import ApiTokenReviewer, ReportBoard
 from torchjob.backends.kubernetes.requests import RequestCounter
 from torchjob.controller import leader_label, report_tls
@@ -38,7 +38,7 @@ from torchjob.controller.leader import ElectionSettings
 from torchjob.controller.metrics import OperatorMetrics
 from torchjob.controller.pytorchjobs import PyTorchJobs
 from torchjob.controller.report_server import report_server
-from torchjob.controller.trainjobs import LABEL_TRAINJOB, TrainJobResource, TrainJobs, child_key
+from torchjob.controller.trainjobs import LABEL_TRAINJOB, TrainJobs, child_key
 from torchjob.controller.watching import JobKey, job_key, one_line, pod_owner_key
 from torchjob.controller.workqueue import WorkQueue
 from torchjob.core import replicas

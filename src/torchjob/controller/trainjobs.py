@@ -17,26 +17,26 @@ from datetime import datetime, timezone
 from typing import Any
 
 from lightkube import ALL_NS, ApiError, Client
-from lightkube.generic_resource import create_global_resource, create_namespaced_resource
 from lightkube.types import PatchType
 
 from torchjob.api.errors import JobFileError, ValidationError
 from torchjob.api.trainjob import reading
 from torchjob.api.trainjob.status import trainjob_status
-from torchjob.api.trainjob.types import API_GROUP, CLUSTER_RUNTIME_KIND, MULTIKUEUE, RUNTIME_KIND, TRAINJOB_KIND
+from torchjob.api.trainjob.types import API_GROUP, MULTIKUEUE, RUNTIME_KIND, TRAINJOB_KIND
 from torchjob.api.types import JobStatus
-from torchjob.backends.kubernetes.cluster import PyTorchJobResource, as_dict
+from torchjob.backends.kubernetes.cluster import (
+    ClusterRuntimeResource,
+    PyTorchJobResource,
+    RuntimeResource,
+    TrainJobResource,
+    as_dict,
+)
 from torchjob.backends.kubernetes.requests import RequestCounter
 from torchjob.controller.watching import JobKey
 from torchjob.core.times import timestamp
 
 log = logging.getLogger("torchjob.operator")
 
-TrainJobResource: Any = create_namespaced_resource(API_GROUP, "v1alpha1", TRAINJOB_KIND, "trainjobs")
-ClusterRuntimeResource: Any = create_global_resource(
-    API_GROUP, "v1alpha1", CLUSTER_RUNTIME_KIND, "clustertrainingruntimes"
-)
-RuntimeResource: Any = create_namespaced_resource(API_GROUP, "v1alpha1", RUNTIME_KIND, "trainingruntimes")
 # On the PyTorchJob a TrainJob runs as, and on its Pods (as Trainer labels its JobSet's).
 LABEL_TRAINJOB = f"{API_GROUP}/trainjob-name"
 

@@ -23,7 +23,7 @@ from lightkube.types import PatchType
 from torchjob.api.extensions import SPARES
 from torchjob.api.types import PyTorchJob
 from torchjob.backends.kubernetes import log_archive
-from torchjob.backends.kubernetes.cluster import PyTorchJobResource, as_dict, connect
+from torchjob.backends.kubernetes.cluster import PyTorchJobResource, TrainJobResource, as_dict, connect
 from torchjob.backends.kubernetes.observing import replica_of
 from torchjob.core import replicas
 from torchjob.core.times import age_seconds
@@ -65,6 +65,22 @@ class ClusterClient(JobClient):
                 raise JobExistsError(name, "on the cluster") from None
             raise self._refused(f"create PyTorchJob {self.namespace}/{name}", err) from None
         return dict(created)
+
+    def submit_trainjob(self, document: dict[str, Any]) -> bool:
+        """Create a TrainJob as written, where the cluster serves TrainJobs (False where it does not: no CRD)."""
+        wire = {k: v for k, v in document.items() if k != "status"}
+        metadata = wire.get("metadata") or {}
+        name = metadata.get("name", "")
+        wire["metadata"] = {k: v for k, v in metadata.items() if k in ("name", "labels", "annotations")}
+        try:
+            self.client.create(TrainJobResource.from_dict(wire), namespace=self.namespace)
+        except ApiError as err:
+            if err.status.code == 404:
+                return False
+            if err.status.code == 409:
+                raise JobExistsError(name, "on the cluster") from None
+            raise self._refused(f"create TrainJob {self.namespace}/{name}", err) from None
+        return True
 
     def get_wire(self, name: str) -> dict[str, Any]:
         try:

@@ -1,4 +1,4 @@
-"""Connecting to a cluster: the API client and the PyTorchJob resource.
+"""Connecting to a cluster: the API client, the PyTorchJob resource and Kubeflow Trainer's (TrainJob, runtimes).
 
 lightkube is used because it is small, typed and fast to import (the operator image carries no torch and
 starts in well under a second); its watch handles 410 Gone by starting again from a fresh list.
@@ -11,11 +11,15 @@ from typing import Any
 
 import httpx
 from lightkube import Client, KubeConfig
-from lightkube.generic_resource import create_namespaced_resource
+from lightkube.generic_resource import create_global_resource, create_namespaced_resource
 
 from torchjob.backends.kubernetes import crd
 
 PyTorchJobResource: Any = create_namespaced_resource(crd.GROUP, crd.VERSION, crd.KIND, crd.PLURAL)
+_TRAINER = ("trainer.kubeflow.org", "v1alpha1")
+TrainJobResource: Any = create_namespaced_resource(*_TRAINER, "TrainJob", "trainjobs")
+ClusterRuntimeResource: Any = create_global_resource(*_TRAINER, "ClusterTrainingRuntime", "clustertrainingruntimes")
+RuntimeResource: Any = create_namespaced_resource(*_TRAINER, "TrainingRuntime", "trainingruntimes")
 
 
 def connect(
