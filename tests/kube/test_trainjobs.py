@@ -15,41 +15,7 @@ from tests.kube.test_cli_cluster import torchjob
 from tests.kube.test_operator import get_job, pods, running_pods
 from tests.kube.test_rig import wait_until
 from tests.support.operator import OperatorProcess
-
-# Kubeflow Trainer's manifests/base/runtimes/torch_distributed.yaml, as it ships.
-TORCH_DISTRIBUTED = {
-    "apiVersion": "trainer.kubeflow.org/v1alpha1",
-    "kind": "ClusterTrainingRuntime",
-    "metadata": {"name": "torch-distributed"},
-    "spec": {
-        "mlPolicy": {"numNodes": 1, "torch": {"numProcPerNode": "auto"}},
-        "template": {
-            "spec": {
-                "replicatedJobs": [
-                    {
-                        "name": "node",
-                        "template": {
-                            "metadata": {"labels": {"trainer.kubeflow.org/trainjob-ancestor-step": "trainer"}},
-                            "spec": {
-                                "template": {
-                                    "spec": {
-                                        "containers": [
-                                            {
-                                                "name": "node",
-                                                "image": "pytorch/pytorch:2.7.1-cuda12.6-cudnn9-runtime",
-                                                "command": ["/bin/bash", "-c", "env | grep PET_\npip list\n"],
-                                            }
-                                        ]
-                                    }
-                                }
-                            },
-                        },
-                    }
-                ]
-            }
-        },
-    },
-}
+from tests.support.trainer import TORCH_DISTRIBUTED
 
 
 def trainjob(name: str, nodes: int = 2, **spec: Any) -> dict[str, Any]:
@@ -97,7 +63,16 @@ def test_a_trainjob_runs_as_a_pytorchjob_it_owns_and_completes_in_trainers_shape
         "tj-master-0": ("2", "0", "1"),
         "tj-worker-0": ("2", "1", "1"),
     }
-    assert all(pod["metadata"]["labels"]["trainer.kubeflow.org/trainjob-name"] == "tj" for pod in running.values())
+    labels = {p: pod["metadata"]["labels"] for p, pod in running.items()}
+    assert {
+        p: (lb["jobset.sigs.k8s.io/jobset-name"], lb["batch.kubernetes.io/job-completion-index"])
+        for p, lb in labels.items()
+    } == {
+        "tj-master-0": ("tj", "0"),
+        "tj-worker-0": ("tj", "1"),
+    }
+    assert all(lb["trainer.kubeflow.org/trainjob-name"] == "tj" for lb in labels.values())
+    assert {pod["spec"]["containers"][0]["name"] for pod in running.values()} == {"node"}  # Trainer's name for it
     assert all(pod["spec"]["containers"][0]["image"].startswith("pytorch/pytorch:") for pod in running.values())
     wait_until(
         lambda: (get_trainjob(rig, namespace, "tj").get("status") or {}).get("jobsStatus", [{}])[0].get("ready") == 1,
@@ -158,3 +133,30 @@ def test_torchjob_submit_creates_the_trainjob_itself_where_the_cluster_serves_th
     assert f"trainjob.trainer.kubeflow.org/sent created in namespace {namespace}" in submitted.stderr
     wait_until(lambda: len(running(rig, namespace, "sent")) == 1, what="the submitted TrainJob's Pod")
     assert get_job(rig, namespace, "sent")["metadata"]["ownerReferences"][0]["kind"] == "TrainJob"
+
+
+def test_kubeflows_trainer_sdk_creates_waits_for_and_reads_the_logs_of_a_trainjob(
+    rig: Cluster, namespace: str, operator: OperatorProcess, tmp_path: Path
+) -> None:
+    """Kubeflow's own SDK (``kubeflow`` 0.5, TrainerClient with its Kubernetes backend) sees the TrainJob as
+    Trainer would show it: the node Pods as its steps (Trainer's JobSet labels and ``node`` container)."""
+    from kubeflow.trainer import CustomTrainerContainer, KubernetesBackendConfig, TrainerClient
+
+    rig.apply(TORCH_DISTRIBUTED)
+    config = KubernetesBackendConfig(namespace=namespace, config_file=str(rig.kubeconfig))
+    sdk = TrainerClient(backend_config=config)
+    runtime = sdk.get_runtime("torch-distributed")
+    name = sdk.train(runtime=runtime, trainer=CustomTrainerContainer(image="example/train:1", num_nodes=2))
+    wait_until(lambda: len(running(rig, namespace, name)) == 2, what="the SDK's TrainJob's two node Pods")
+    job = sdk.wait_for_job_status(name, {"Running"}, timeout=60, polling_interval=1)
+    assert sorted((step.name, step.pod_name) for step in job.steps) == [
+        ("node-0", f"{name}-master-0"),
+        ("node-1", f"{name}-worker-0"),
+    ]
+    rig.serve_logs(namespace, f"{name}-master-0", "node", ["epoch 1 loss 0.9", "epoch 2 loss 0.4"], tmp_path / "m")
+    assert [line.rstrip("\n") for line in sdk.get_job_logs(name)] == ["epoch 1 loss 0.9", "epoch 2 loss 0.4"]
+    rig.end_pod(namespace, f"{name}-master-0", 0)
+    assert sdk.wait_for_job_status(name, timeout=60, polling_interval=1).status == "Complete"
+    assert name in [listed.name for listed in sdk.list_jobs()]
+    sdk.delete_job(name)
+    wait_until(lambda: not sdk.list_jobs(), what="the TrainJob to be deleted")

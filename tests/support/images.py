@@ -6,6 +6,8 @@ node (kuberig's ``node/configs.py``): a ``.pth`` file puts the node's read-only 
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from kuberig import Cluster
 from kuberig.node.configs import RUNTIME_MOUNT
 from tests.support.paths import MNIST, ROOT
@@ -57,4 +59,6 @@ def push_test_images(cluster: Cluster) -> None:
 
 def push_example_images(cluster: Cluster) -> None:
     """The image ``examples/mnist/*.yaml`` name, so that ``torchjob submit examples/mnist/job.yaml`` runs on the rig."""
-    cluster.push_image(EXAMPLE_MNIST, {**RUNTIME_PATH, **TORCHJOB, "/workspace": MNIST}, workdir="/workspace")
+    # torchrun too, as the image examples/mnist/Dockerfile builds on has it: the TrainJob example runs under it.
+    files: dict[str, Path | bytes] = {**RUNTIME_PATH, **TORCHJOB, **TORCHRUN, "/workspace": MNIST}
+    cluster.push_image(EXAMPLE_MNIST, files, workdir="/workspace")

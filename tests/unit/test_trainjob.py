@@ -213,3 +213,18 @@ def test_the_trainjob_status_is_trainers_shape_with_transition_times_kept() -> N
         {"name": "node", "ready": 0, "succeeded": 0, "failed": 1, "active": 0, "suspended": 0}
     ]
     assert status["trainerStatus"] == {"progressPercentage": 40, "metrics": [{"name": "loss", "value": "0.3"}]}
+
+
+def test_the_pods_of_a_trainjobs_run_are_shaped_as_trainers_jobset_shapes_them() -> None:
+    from torchjob.backends.kubernetes.mapping import pod_manifest
+    from torchjob.core import replicas
+
+    job = load_job(MNIST / "trainjob.yaml").job
+    assert replicas.container_name(job) == "pytorch"  # a PyTorchJob's Pods keep Kubeflow's name
+    job.metadata.labels = {replicas.LABEL_TRAINJOB: job.name}  # as the operator labels a TrainJob's run
+    pod = pod_manifest(job, ReplicaId(ReplicaType.WORKER, 1), 0)
+    assert [c["name"] for c in pod["spec"]["containers"]] == ["node"]
+    env = {e["name"]: e["value"] for e in pod["spec"]["containers"][0]["env"] if "value" in e}
+    assert env["PET_NODE_RANK"] == pod["metadata"]["labels"]["batch.kubernetes.io/job-completion-index"] == "2"
+    assert pod["metadata"]["labels"]["jobset.sigs.k8s.io/jobset-name"] == "mnist-trainjob"
+    assert pod["metadata"]["labels"]["jobset.sigs.k8s.io/replicatedjob-name"] == "node"

@@ -38,7 +38,7 @@ from torchjob.controller.leader import ElectionSettings
 from torchjob.controller.metrics import OperatorMetrics
 from torchjob.controller.pytorchjobs import PyTorchJobs
 from torchjob.controller.report_server import report_server
-from torchjob.controller.trainjobs import LABEL_TRAINJOB, TrainJobs, child_key
+from torchjob.controller.trainjobs import TrainJobs, child_key
 from torchjob.controller.watching import JobKey, job_key, one_line, pod_owner_key
 from torchjob.controller.workqueue import WorkQueue
 from torchjob.core import replicas
@@ -151,7 +151,7 @@ class Operator:
             return
         queue = self.trainjob_queue
         self._spawn("watch-trainjobs", self._watch, TrainJobResource, None, job_key, queue)
-        runs: dict[str, Any] = {LABEL_TRAINJOB: operators.exists()}
+        runs: dict[str, Any] = {replicas.LABEL_TRAINJOB: operators.exists()}
         self._spawn("watch-trainjob-runs", self._watch, PyTorchJobResource, runs, child_key, queue)
         self._spawn("trainjob-worker", self._work, queue, self.trainjobs.reconcile)
         log.info("serving TrainJobs (trainer.kubeflow.org): each runs as a PyTorchJob it owns")

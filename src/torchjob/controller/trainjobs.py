@@ -33,12 +33,10 @@ from torchjob.backends.kubernetes.cluster import (
 )
 from torchjob.backends.kubernetes.requests import RequestCounter
 from torchjob.controller.watching import JobKey
+from torchjob.core.replicas import LABEL_TRAINJOB
 from torchjob.core.times import timestamp
 
 log = logging.getLogger("torchjob.operator")
-
-# On the PyTorchJob a TrainJob runs as, and on its Pods (as Trainer labels its JobSet's).
-LABEL_TRAINJOB = f"{API_GROUP}/trainjob-name"
 
 
 def child_key(obj: dict[str, Any]) -> JobKey | None:
@@ -105,9 +103,6 @@ class TrainJobs:
         lowered["metadata"]["labels"] = {**(lowered["metadata"].get("labels") or {}), LABEL_TRAINJOB: meta["name"]}
         owner = {"apiVersion": wire["apiVersion"], "kind": TRAINJOB_KIND, "name": meta["name"], "uid": meta["uid"]}
         lowered["metadata"]["ownerReferences"] = [{**owner, "controller": True, "blockOwnerDeletion": True}]
-        for replica in lowered["spec"]["pytorchReplicaSpecs"].values():
-            labels = replica["template"].setdefault("metadata", {}).setdefault("labels", {})
-            labels[LABEL_TRAINJOB] = meta["name"]
         self.counter.add("create")
         self.client.create(PyTorchJobResource.from_dict(lowered), namespace=meta["namespace"])
         log.info("%s/%s: TrainJob runs as PyTorchJob %s", meta["namespace"], meta["name"], meta["name"])

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from torchjob.api.types import PyTorchJob, ReplicaType
+from torchjob.api.types import DEFAULT_CONTAINER_NAME, PyTorchJob, ReplicaType
 
 LABEL_PREFIX = "training.kubeflow.org/"
 OPERATOR_NAME = "pytorchjob-controller"
@@ -23,6 +23,15 @@ LABEL_REPLICA_INDEX = LABEL_PREFIX + "replica-index"
 LABEL_JOB_ROLE = LABEL_PREFIX + "job-role"
 # torchjob's own: which attempt of the group a replica belongs to.
 LABEL_ATTEMPT = "torchjob.io/attempt"
+
+# On the PyTorchJob a TrainJob runs as (controller/trainjobs.py), and on its Pods: those Pods are shaped as Kubeflow
+# Trainer's JobSet shapes them, for the tools that read them so (Kubeflow's SDK): the trainer container is named
+# `node`, and the JobSet's labels say the job, the replicated job and the node's index.
+LABEL_TRAINJOB = "trainer.kubeflow.org/trainjob-name"
+TRAINER_CONTAINER = "node"
+LABEL_JOBSET = "jobset.sigs.k8s.io/jobset-name"
+LABEL_REPLICATED_JOB = "jobset.sigs.k8s.io/replicatedjob-name"
+LABEL_COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
 
 # Master first, so rank 0 always comes first in every listing.
 REPLICA_ORDER = (ReplicaType.MASTER, ReplicaType.WORKER)
@@ -134,7 +143,21 @@ def labels(job: PyTorchJob, replica: ReplicaId, attempt: int) -> dict[str, str]:
     }
     if replica == rendezvous_replica(job):
         result[LABEL_JOB_ROLE] = "master"
+    if runs_a_trainjob(job):
+        result[LABEL_TRAINJOB] = result[LABEL_JOBSET] = job.name
+        result[LABEL_REPLICATED_JOB] = TRAINER_CONTAINER
+        result[LABEL_COMPLETION_INDEX] = str(node_rank(job, replica))
     return result
+
+
+def runs_a_trainjob(job: PyTorchJob) -> bool:
+    """Whether the job is the one a TrainJob runs as."""
+    return LABEL_TRAINJOB in (job.metadata.labels or {})
+
+
+def container_name(job: PyTorchJob) -> str:
+    """The trainer container's name in the job's Pods: ``pytorch``, or Trainer's ``node`` for a TrainJob's."""
+    return TRAINER_CONTAINER if runs_a_trainjob(job) else DEFAULT_CONTAINER_NAME
 
 
 def selector(job: PyTorchJob, replica_type: ReplicaType) -> str:

@@ -15,8 +15,9 @@ from lightkube import ApiError, Client
 from lightkube.resources.core_v1 import ConfigMap
 from lightkube.types import PatchType
 
-from torchjob.api.types import DEFAULT_CONTAINER_NAME, PyTorchJob
+from torchjob.api.types import PyTorchJob
 from torchjob.backends.kubernetes import log_archive
+from torchjob.core import replicas
 
 
 class LogKeeper:
@@ -51,7 +52,7 @@ class LogKeeper:
             lines = self.client.log(
                 pod["metadata"]["name"],
                 namespace=job.namespace,
-                container=DEFAULT_CONTAINER_NAME,
+                container=replicas.container_name(job),
                 tail_lines=log_archive.TAIL_LINES,
             )
             return "".join(lines)

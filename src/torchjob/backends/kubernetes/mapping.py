@@ -194,6 +194,7 @@ def pod_manifest(
         container["env"] = [*(container.get("env") or []), *(e for e in env if e["name"] not in names)]
         if container.get("name") == DEFAULT_CONTAINER_NAME:
             container.setdefault("terminationMessagePolicy", "FallbackToLogsOnError")
+            container["name"] = replicas.container_name(job)
     if report_url:
         spec = with_report_channel(spec, worker_files.report_url(report_url, job.namespace, job.name), report_ca)
         if autoreport_boot.wanted(job):  # scripts that never import torchjob report through the same channel

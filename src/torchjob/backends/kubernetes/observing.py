@@ -176,9 +176,10 @@ def _condition(status: dict[str, Any], kind: str) -> dict[str, Any] | None:
 
 
 def _terminated_state(status: dict[str, Any]) -> dict[str, Any] | None:
-    """The ``pytorch`` container's termination (or the first terminated container's)."""
+    """The trainer container's termination (``pytorch``, or a TrainJob's ``node``), or the first terminated
+    container's."""
     statuses = status.get("containerStatuses") or []
-    ordered = sorted(statuses, key=lambda s: s.get("name") != DEFAULT_CONTAINER_NAME)
+    ordered = sorted(statuses, key=lambda s: s.get("name") not in (DEFAULT_CONTAINER_NAME, replicas.TRAINER_CONTAINER))
     for container in ordered:
         terminated = (container.get("state") or {}).get("terminated")
         if terminated:
