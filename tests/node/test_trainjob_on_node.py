@@ -8,7 +8,9 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -40,7 +42,16 @@ def test_the_trainjob_example_trains_in_pods_and_completes(
     assert "[worker-1] Rank 2: training completed." in submitted.stdout, output[-3000:]
     accuracy = float(submitted.stdout.split("test accuracy=")[1].split()[0])
     assert accuracy >= 0.85, output[-3000:]
-    trainjob = json.loads(cluster.kubectl("get", "trainjob", "mnist-trainjob", "-n", namespace, "-o", "json").stdout)
-    conditions = {c["type"]: c for c in trainjob["status"]["conditions"]}
-    assert conditions["Complete"]["status"] == "True", trainjob["status"]
-    assert trainjob["status"]["jobsStatus"][0]["succeeded"] == 1
+
+    def trainjob_status() -> dict[str, Any]:
+        found = cluster.kubectl("get", "trainjob", "mnist-trainjob", "-n", namespace, "-o", "json").stdout
+        return dict(json.loads(found).get("status") or {})
+
+    # The TrainJob's status follows its PyTorchJob's (which --follow waited for) within a pass.
+    deadline = time.monotonic() + 60
+    while not any(c["type"] == "Complete" for c in trainjob_status().get("conditions") or []):
+        assert time.monotonic() < deadline, trainjob_status()
+        time.sleep(0.5)
+    status = trainjob_status()
+    assert {c["type"]: c["status"] for c in status["conditions"]}["Complete"] == "True", status
+    assert status["jobsStatus"][0]["succeeded"] == 1
