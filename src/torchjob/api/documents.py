@@ -62,6 +62,15 @@ def _read_bounded(stream: IO[bytes], source: str) -> bytes:
     return data
 
 
+def without_status(document: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    """The job as written, less any ``status`` (as ``kubectl apply`` does: a status belongs to whoever runs the
+    job, never to its input), and the note that says so."""
+    if "status" not in document:
+        return document, []
+    kept = {k: v for k, v in document.items() if k != "status"}
+    return kept, ["status: ignored (a job's status is written by whoever runs it; this one starts afresh)"]
+
+
 def load_documents(text: str, source: str) -> list[Any]:
     """Every non-empty YAML document in ``text``, as plain Python data (JSON is YAML too)."""
     if len(text.encode("utf-8", errors="replace")) > MAX_INPUT_BYTES:

@@ -63,21 +63,16 @@ def parse_job_text(text: str, source: str = "<input>") -> PyTorchJob:
 def parse_job_input(text: str, source: str = "<input>", runtimes: Sequence[tuple[str, Any]] = ()) -> JobInput:
     found = documents.load_documents(text, source)
     if any(reading.is_trainer_document(d) for d in found):
-        lowered, notes = reading.lower_documents(found, source, runtimes)
-        written = next(d for d in found if isinstance(d, dict) and d.get("kind") == TRAINJOB_KIND)
-        return JobInput(job_from_mapping(lowered, source=source), lowered, notes, TRAINJOB_KIND, written)
+        lowered = reading.lower_documents(found, source, runtimes)
+        job = job_from_mapping(lowered.pytorchjob, source=source)
+        return JobInput(job, lowered.pytorchjob, lowered.notes, TRAINJOB_KIND, lowered.trainjob)
     if runtimes:
         raise JobFileError(f"--runtime: only a TrainJob names a runtime; {source} holds no TrainJob")
     if not found:
         raise JobFileError(f"{source}: empty; expected a PyTorchJob (apiVersion {API_VERSION}, kind {KIND})")
     if len(found) > 1:
         raise JobFileError(f"{source}: holds {len(found)} YAML documents; expected exactly one PyTorchJob")
-    document = found[0]
-    notes = []
-    if isinstance(document, dict) and "status" in document:
-        # As `kubectl apply` does: a status belongs to whoever runs the job, never to its input.
-        document = {k: v for k, v in document.items() if k != "status"}
-        notes.append("status: ignored (a job's status is written by whoever runs it; this one starts afresh)")
+    document, notes = documents.without_status(found[0]) if isinstance(found[0], dict) else (found[0], [])
     return JobInput(job_from_mapping(document, source=source), document, notes)
 
 

@@ -94,9 +94,8 @@ class TrainJobs:
     def _create_child(self, wire: dict[str, Any]) -> None:
         meta = wire["metadata"]
         try:
-            lowered, _notes = reading.lower_documents(
-                [wire], f"TrainJob {meta['namespace']}/{meta['name']}", self._runtimes(wire)
-            )
+            source = f"TrainJob {meta['namespace']}/{meta['name']}"
+            lowered = reading.lower_documents([wire], source, self._runtimes(wire)).pytorchjob
         except (ValidationError, JobFileError) as err:
             self._fail(wire, str(err).replace("\n", "; "))
             return

@@ -40,9 +40,7 @@ def lower(job: TrainJob, runtime: TrainingRuntime) -> tuple[dict[str, Any], list
     _apply_patches(job, template, problems)
     if problems:
         raise ValidationError(problems)
-    for container in template["spec"]["containers"]:
-        if container.get("name") == NODE:
-            container["name"] = DEFAULT_CONTAINER_NAME
+    _container(template, NODE)["name"] = DEFAULT_CONTAINER_NAME
     return _pytorchjob(job, runtime, template), notes
 
 

@@ -7,7 +7,7 @@ Every problem is one line naming the file, the object and the field, as for a Py
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 import pydantic
 
@@ -36,9 +36,16 @@ def read_runtime_files(paths: Sequence[str]) -> list[tuple[str, Any]]:
     return found
 
 
-def lower_documents(
-    found: list[Any], source: str, given: Sequence[tuple[str, Any]] = ()
-) -> tuple[dict[str, Any], list[str]]:
+class Lowered(NamedTuple):
+    """A TrainJob read: the PyTorchJob mapping that runs it, notes for the user, and the TrainJob as written
+    (less any status)."""
+
+    pytorchjob: dict[str, Any]
+    notes: list[str]
+    trainjob: dict[str, Any]
+
+
+def lower_documents(found: list[Any], source: str, given: Sequence[tuple[str, Any]] = ()) -> Lowered:
     """The PyTorchJob mapping for the one TrainJob in ``found`` (runtimes may stand beside it), and notes."""
     trainjobs, runtime_documents = [], [*given]
     for document in found:
@@ -54,11 +61,7 @@ def lower_documents(
             )
     if len(trainjobs) != 1:
         raise JobFileError(f"{source}: holds {len(trainjobs)} TrainJobs; expected exactly one")
-    notes = []
-    document = trainjobs[0]
-    if "status" in document:
-        document = {k: v for k, v in document.items() if k != "status"}
-        notes.append("status: ignored (a job's status is written by whoever runs it; this one starts afresh)")
+    document, notes = documents.without_status(trainjobs[0])
     job = _typed(TrainJob, document, "")
     given_runtimes = [_typed(TrainingRuntime, d, f"{where}{_named(d)}: ") for where, d in runtime_documents]
     namespace = job.metadata.namespace or "default"
@@ -70,7 +73,7 @@ def lower_documents(
         f"TrainJob {job.name}: {nodes} node(s) × {lowered['spec']['nprocPerNode']} process(es), from "
         f"{runtime.kind} {runtime.name} ({origin}); run as a PyTorchJob (Master = node 0)"
     )
-    return lowered, [*notes, *more]
+    return Lowered(lowered, [*notes, *more], document)
 
 
 def _typed(model: type[Model], document: Any, prefix: str) -> Model:
