@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 from torchjob.api.types import JobStatus
 from torchjob.cli.common import add_runtime_option, add_target_options, cluster_client, print_notes
 from torchjob.cli.progress import FollowDisplay
-from torchjob.sdk.errors import SdkError
+from torchjob.sdk.errors import JobNotFoundError, SdkError
 
 if TYPE_CHECKING:
     from torchjob.sdk.cluster_client import ClusterClient
@@ -72,8 +72,6 @@ def handle(args: argparse.Namespace) -> int:
 
 def _wait_for_its_pytorchjob(c: ClusterClient, name: str) -> None:
     """The operator creates the PyTorchJob a TrainJob runs as within a pass; following reads that job."""
-    from torchjob.sdk.errors import JobNotFoundError
-
     deadline = time.monotonic() + _TRAINJOB_RUN_SECONDS
     while True:
         try:

@@ -55,32 +55,33 @@ class ClusterClient(JobClient):
         sent normalized, with defaults applied.
         """
         wire = job.to_wire() if isinstance(job, PyTorchJob) else dict(job)
-        name = wire.get("metadata", {}).get("name", "")
-        wire.pop("status", None)
-        wire["metadata"] = {k: v for k, v in wire["metadata"].items() if k in ("name", "labels", "annotations")}
         try:
-            created = self.client.create(PyTorchJobResource.from_dict(wire), namespace=self.namespace)
+            return self._create(PyTorchJobResource, wire)
         except ApiError as err:
-            if err.status.code == 409:
-                raise JobExistsError(name, "on the cluster") from None
-            raise self._refused(f"create PyTorchJob {self.namespace}/{name}", err) from None
-        return dict(created)
+            raise self._refused(f"create PyTorchJob {self.namespace}/{_name_of(wire)}", err) from None
 
     def submit_trainjob(self, document: dict[str, Any]) -> bool:
         """Create a TrainJob as written, where the cluster serves TrainJobs (False where it does not: no CRD)."""
-        wire = {k: v for k, v in document.items() if k != "status"}
-        metadata = wire.get("metadata") or {}
-        name = metadata.get("name", "")
-        wire["metadata"] = {k: v for k, v in metadata.items() if k in ("name", "labels", "annotations")}
         try:
-            self.client.create(TrainJobResource.from_dict(wire), namespace=self.namespace)
+            self._create(TrainJobResource, document)
         except ApiError as err:
             if err.status.code == 404:
                 return False
-            if err.status.code == 409:
-                raise JobExistsError(name, "on the cluster") from None
-            raise self._refused(f"create TrainJob {self.namespace}/{name}", err) from None
+            raise self._refused(f"create TrainJob {self.namespace}/{_name_of(document)}", err) from None
         return True
+
+    def _create(self, resource: Any, document: dict[str, Any]) -> dict[str, Any]:
+        """Create ``document`` as written, less its status and the metadata only the API server sets; a name
+        in use is ``JobExistsError``, any other refusal the API server's error."""
+        wire = {k: v for k, v in document.items() if k != "status"}
+        keep = ("name", "labels", "annotations")
+        wire["metadata"] = {k: v for k, v in (document.get("metadata") or {}).items() if k in keep}
+        try:
+            return dict(self.client.create(resource.from_dict(wire), namespace=self.namespace))
+        except ApiError as err:
+            if err.status.code == 409:
+                raise JobExistsError(_name_of(document), "on the cluster") from None
+            raise
 
     def get_wire(self, name: str) -> dict[str, Any]:
         try:
@@ -263,3 +264,7 @@ class ClusterClient(JobClient):
 def _replica_order(pod: dict[str, Any]) -> tuple[Any, ...]:
     identity = replica_of(pod)
     return (0, identity[0], identity[1]) if identity else (1, pod["metadata"]["name"])
+
+
+def _name_of(document: dict[str, Any]) -> str:
+    return str((document.get("metadata") or {}).get("name", ""))
