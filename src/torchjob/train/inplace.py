@@ -164,10 +164,9 @@ class InPlaceTraining:
         took over), and read the membership, in one call where the channel allows."""
         with self._step_lock:
             waiting_in = self._waiting_in()
-        due = waiting_in != self._said_waiting or time.monotonic() - self._announced_at >= self.channel.alive_seconds
         if self.channel.answers_with_membership:
             return self._announce(waiting_in)
-        if due:
+        if waiting_in != self._said_waiting or time.monotonic() - self._announced_at >= self.channel.alive_seconds:
             self._announce(waiting_in)
         return self.channel.membership()
 
