@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from tests.support.mnist_jobs import inplace_one_per_node
+from tests.support.mnist_jobs import inplace_one_per_node, lost_and_survivor
 
 from kuberig import Cluster
 
@@ -54,11 +54,11 @@ def _stamp(line: str) -> float:
     return datetime.fromisoformat(whole + "+00:00").timestamp() + float(f"0.{fraction or 0}")
 
 
-def _repair_times(cluster: Cluster, namespace: str, pod: str, since: float) -> dict[str, float]:
+def _repair_times(cluster: Cluster, namespace: str, replica: str, since: float) -> dict[str, float]:
     """From a surviving member's log: when it re-formed the group and when its first step after that completed,
     and (where it had to) when its watching thread saw the repair published and left its step, all after
     ``since``."""
-    log = cluster.kubectl("logs", "--timestamps", "-n", namespace, pod).stdout.splitlines()
+    log = cluster.kubectl("logs", "--timestamps", "-n", namespace, f"{JOB}-{replica}").stdout.splitlines()
     repaired = next(i for i, line in enumerate(log) if "group repaired in place" in line)
     first = next(line for line in log[repaired + 1 :] if "batch: " in line)
     found = {"reformed": _stamp(log[repaired]) - since, "first_step": _stamp(first) - since}
@@ -75,24 +75,36 @@ def trial(cluster: Cluster, namespace: str, sent: signal.Signals = signal.SIGKIL
         spec["template"]["spec"]["containers"][0]["args"] = ["--epochs", "3", "--log-interval", "1"]
     cluster.apply(job)
     try:
-
-        def in_epoch_2_beside_a_spare() -> bool:
-            log = cluster.kubectl("logs", "-n", namespace, f"{JOB}-worker-1", check=False).stdout
-            return "epoch: 2/" in log and _status(cluster, namespace).get("sparesReady") == 1
-
-        if not _wait(in_epoch_2_beside_a_spare, 300):
+        if not _in_epoch_2_beside_a_spare(cluster, namespace, "worker-1"):
             return None
         pids = cluster.container_pids(namespace, f"{JOB}-worker-1")  # kubectl: found before the clock starts
         killed_at = time.time()
         for pid in pids:
             os.kill(pid, sent)
-        finished = _wait(lambda: "completionTime" in _status(cluster, namespace), 400)
-        if not finished or _status(cluster, namespace).get("repairs") != 1:
-            return None
-        return _repair_times(cluster, namespace, f"{JOB}-master-0", killed_at)
+        return _repair_times(cluster, namespace, "master-0", killed_at) if _repaired_once(cluster, namespace) else None
     finally:
-        cluster.kubectl("delete", "pytorchjob", JOB, "-n", namespace, "--ignore-not-found", "--wait=true")
-        _wait(lambda: not cluster.kubectl_json("get", "pods", "-n", namespace)["items"], 120)
+        _delete_job(cluster, namespace)
+
+
+def _in_epoch_2_beside_a_spare(cluster: Cluster, namespace: str, replica: str) -> bool:
+    """Wait until ``replica`` trains in epoch 2 and a spare is warm (False: not within 300 s)."""
+
+    def ready() -> bool:
+        log = cluster.kubectl("logs", "-n", namespace, f"{JOB}-{replica}", check=False).stdout
+        return "epoch: 2/" in log and _status(cluster, namespace).get("sparesReady") == 1
+
+    return _wait(ready, 300)
+
+
+def _repaired_once(cluster: Cluster, namespace: str) -> bool:
+    """Wait for the job to end; whether it was repaired in place exactly once."""
+    finished = _wait(lambda: "completionTime" in _status(cluster, namespace), 400)
+    return finished and _status(cluster, namespace).get("repairs") == 1
+
+
+def _delete_job(cluster: Cluster, namespace: str) -> None:
+    cluster.kubectl("delete", "pytorchjob", JOB, "-n", namespace, "--ignore-not-found", "--wait=true")
+    _wait(lambda: not cluster.kubectl_json("get", "pods", "-n", namespace)["items"], 120)
 
 
 def vanished_trial(cluster: Cluster, namespace: str) -> dict[str, float] | None:
@@ -104,36 +116,26 @@ def vanished_trial(cluster: Cluster, namespace: str) -> dict[str, float] | None:
 
     cluster.apply(inplace_one_per_node(namespace, "--log-interval", "1"))
     try:
-
-        def in_epoch_2_beside_a_spare() -> bool:
-            log = cluster.kubectl("logs", "-n", namespace, f"{JOB}-worker-0", check=False).stdout
-            return "epoch: 2/" in log and _status(cluster, namespace).get("sparesReady") == 1
-
-        if not _wait(in_epoch_2_beside_a_spare, 300):
+        if not _in_epoch_2_beside_a_spare(cluster, namespace, "worker-0"):
             return None
         where = {
             p["metadata"]["name"]: p["spec"]["nodeName"]
             for p in cluster.kubectl_json("get", "pods", "-n", namespace)["items"]
         }
-        # The worker's node, unless the rendezvous store shares it (losing the store is another scenario).
-        lost, survivor = "worker-0", "master-0"
-        if where[f"{JOB}-worker-0"] == where.get(f"{JOB}-rdzv"):
-            lost, survivor = survivor, lost
+        lost, survivor = lost_and_survivor(JOB, where)
         node = cluster.node(where[f"{JOB}-{lost}"])
         assert isinstance(node, kubelet.KubeletNode)
         stopped_at = time.time()
         kubelet.stop(cluster.state, node)
         try:
-            finished = _wait(lambda: "completionTime" in _status(cluster, namespace), 400)
-            if not finished or _status(cluster, namespace).get("repairs") != 1:
-                return None
-            return _repair_times(cluster, namespace, f"{JOB}-{survivor}", stopped_at)
+            return (
+                _repair_times(cluster, namespace, survivor, stopped_at) if _repaired_once(cluster, namespace) else None
+            )
         finally:
             kubelet.start(cluster.state, node)
             _wait(lambda: _nodes_ready(cluster), 180)
     finally:
-        cluster.kubectl("delete", "pytorchjob", JOB, "-n", namespace, "--ignore-not-found", "--wait=true")
-        _wait(lambda: not cluster.kubectl_json("get", "pods", "-n", namespace)["items"], 120)
+        _delete_job(cluster, namespace)
 
 
 def run(trials: int, node_lost: bool) -> list[dict[str, float] | None]:

@@ -24,7 +24,7 @@ from kuberig.node import kubelet
 from tests.node.conftest import wait_for_condition
 from tests.support.images import TEST_SCRIPTS, push_test_images
 from tests.support.incluster import deploy
-from tests.support.mnist_jobs import inplace_one_per_node, mnist_on_a_claim
+from tests.support.mnist_jobs import inplace_one_per_node, lost_and_survivor, mnist_on_a_claim
 
 
 @pytest.fixture(scope="module")
@@ -234,10 +234,7 @@ def test_in_place_a_spare_on_another_node_takes_the_place_of_a_replica_whose_nod
     before = {p["metadata"]["name"]: p for p in cluster.kubectl_json("get", "pods", "-n", namespace)["items"]}
     where = {pod: p["spec"]["nodeName"] for pod, p in before.items()}
     assert len({where[f"{name}-{r}"] for r in ("master-0", "worker-0", "spare-0-0")}) == 3  # a node each
-    # The worker's node, unless the rendezvous store shares it (losing the store is another scenario).
-    lost, survivor = "worker-0", "master-0"
-    if where[f"{name}-worker-0"] == where.get(f"{name}-rdzv"):
-        lost, survivor = survivor, lost
+    lost, survivor = lost_and_survivor(name, where)
     node = cluster.node(where[f"{name}-{lost}"])
     assert isinstance(node, kubelet.KubeletNode)
     kubelet.stop(cluster.state, node)

@@ -44,3 +44,11 @@ def inplace_one_per_node(namespace: str, *extra_args: str) -> dict[str, Any]:
         pod["containers"][0]["args"] = ["--epochs", "3", *extra_args]
         pod["affinity"] = {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [apart]}}
     return job
+
+
+def lost_and_survivor(job: str, where: dict[str, str]) -> tuple[str, str]:
+    """For ``inplace_one_per_node``, given each Pod's node: the replica whose node to stop and the one that
+    survives. The worker's, unless the rendezvous store shares its node (losing the store is another scenario)."""
+    if where[f"{job}-worker-0"] == where.get(f"{job}-rdzv"):
+        return "master-0", "worker-0"
+    return "worker-0", "master-0"
