@@ -17,7 +17,7 @@ from tests.kube.test_operator import get_job, job_manifest, pods
 from tests.kube.test_rig import wait_until
 from tests.support.operator import OperatorProcess
 from tests.support.servers import free_port
-from torchjob.backends.kubernetes.report_board import ApiTokenReviewer, PodIdentity
+from torchjob.backends.kubernetes.token_review import ApiTokenReviewer, PodIdentity
 from torchjob.reporting import call_operator
 
 

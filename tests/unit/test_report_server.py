@@ -12,7 +12,8 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from torchjob.backends.kubernetes.report_board import PodIdentity, ReportBoard
+from torchjob.backends.kubernetes.report_board import ReportBoard
+from torchjob.backends.kubernetes.token_review import PodIdentity, ReviewUnavailable
 from torchjob.controller.report_server import report_server
 from torchjob.core.observed import MemberAnnouncement
 
@@ -21,12 +22,14 @@ POD = PodIdentity("team-a", "mnist-worker-0", "uid-1")
 
 @dataclass
 class Reviewer:
-    """Knows one token: the one issued to POD."""
+    """Knows one token: the one issued to POD; cannot review "busy" now (the API server throttles)."""
 
     asked: list[str] = field(default_factory=list)
 
     def review(self, token: str) -> PodIdentity | None:
         self.asked.append(token)
+        if token == "busy":
+            raise ReviewUnavailable("the API server could not review a report token: throttled")
         return POD if token == "good" else None
 
 
@@ -74,6 +77,7 @@ def test_a_pods_report_is_filed_under_the_pod_the_token_names(endpoint: Endpoint
     [
         ("/reports/team-a/mnist", REPORT, None, 401),  # no token
         ("/reports/team-a/mnist", REPORT, "forged", 401),  # a token the API server does not vouch for
+        ("/reports/team-a/mnist", REPORT, "busy", 503),  # it cannot say now: the next beat asks again
         ("/reports/team-b/mnist", REPORT, "good", 401),  # a Pod of team-a cannot report into team-b
         ("/reports/team-a/mnist", b"not json", "good", 400),
         ("/reports/team-a/mnist", b'{"step": "12"}', "good", 400),

@@ -29,8 +29,9 @@ from lightkube.resources.core_v1 import Pod
 from torchjob.api import extensions
 from torchjob.backends.kubernetes.backend import KubernetesBackend
 from torchjob.backends.kubernetes.cluster import PyTorchJobResource, TrainJobResource, as_dict
-from torchjob.backends.kubernetes.report_board import ApiTokenReviewer, ReportBoard
+from torchjob.backends.kubernetes.report_board import ReportBoard
 from torchjob.backends.kubernetes.requests import RequestCounter
+from torchjob.backends.kubernetes.token_review import ApiTokenReviewer
 from torchjob.controller import leader_label, report_tls
 from torchjob.controller.clock import Clock, SystemClock
 from torchjob.controller.health import health_server

@@ -1,8 +1,9 @@
 """The operator's endpoints for Pods: where torchjob.train sends its progress, and in-place repair's channel.
 
 Every call carries the Pod's report token as a bearer token; 401 without a valid token of a Pod in the
-path's namespace. What a Pod says is filed under the Pod the token names (``backends/kubernetes/report_board.py``),
-so a path cannot misfile it; the job in the path only says which job to look at again soon.
+path's namespace, 503 when the API server cannot review it now (``backends/kubernetes/token_review.py``). What
+a Pod says is filed under the Pod the token names (``backends/kubernetes/report_board.py``), so a path cannot
+misfile it; the job in the path only says which job to look at again soon.
 
 - ``POST /reports/<namespace>/<job>``: a progress report (JSON). 204; 400 for a body that is not a report;
   413 for one over 4 KiB.
@@ -25,7 +26,8 @@ from datetime import datetime, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from torchjob.backends.kubernetes.report_board import PodIdentity, ReportBoard, TokenReviewer
+from torchjob.backends.kubernetes.report_board import ReportBoard
+from torchjob.backends.kubernetes.token_review import PodIdentity, ReviewUnavailable, TokenReviewer
 from torchjob.core.observed import MemberAnnouncement
 
 log = logging.getLogger("torchjob.operator")
@@ -95,7 +97,11 @@ def report_server(
                 return None
             self._kind = matched["kind"]
             token = (self.headers.get("Authorization") or "").removeprefix("Bearer ").strip()
-            pod = reviewer.review(token) if token else None
+            try:
+                pod = reviewer.review(token) if token else None
+            except ReviewUnavailable as err:
+                self._answer(503, f"{err}; try again")  # the Pod's next beat does
+                return None
             if pod is None or pod.namespace != matched["namespace"]:
                 self._answer(401, "a Pod's torchjob report token is required")
                 return None

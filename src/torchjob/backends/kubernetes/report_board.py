@@ -1,94 +1,24 @@
 """What the operator hears from inside Pods: torchjob.train's progress reports, and who sent each one.
 
-A Pod proves who it is with its projected service-account token (audience ``worker_files.REPORT_AUDIENCE``,
-so the token opens nothing on the API server). A TokenReview turns it into the Pod's namespace, name and
-uid, as the API server signed them; nothing the body says about identity is believed. The board keeps the
-latest report per Pod uid, stamped with the operator's own clock, and the backend joins it to the Pods it
-observes: a report from a Pod of another job, or of an earlier attempt, never lands on the wrong replica.
-
-Reviews are cached by token digest for a few minutes (Kubeflow's KEP-2779 asks the same), so a job of many
-Pods reporting every second costs the API server one review per Pod per token, not one per report.
+A Pod proves who it is with its projected service-account token, which a TokenReview turns into the Pod's
+namespace, name and uid (``token_review.py``); nothing the body says about identity is believed. The board
+keeps the latest report per Pod uid, stamped with the operator's own clock, and the backend joins it to the
+Pods it observes: a report from a Pod of another job, or of an earlier attempt, never lands on the wrong replica.
 """
 
 from __future__ import annotations
 
-import hashlib
 import threading
-import time
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from datetime import datetime, timezone
-from typing import Protocol
 
-from lightkube import ApiError, Client
-from lightkube.models.authentication_v1 import TokenReviewSpec
-from lightkube.resources.authentication_v1 import TokenReview
-
-from torchjob import worker_files
+from torchjob.backends.kubernetes.token_review import PodIdentity
 from torchjob.core.observed import MemberAnnouncement, Progress
 from torchjob.core.policies import silent_member
 from torchjob.worker_files import Membership
 
-_POD_NAME = "authentication.kubernetes.io/pod-name"
-_POD_UID = "authentication.kubernetes.io/pod-uid"
-_SERVICE_ACCOUNT_PREFIX = "system:serviceaccount:"
-_REVIEW_CACHE_SECONDS = 300.0
-_REVIEW_CACHE_SIZE = 10_000
 # A Pod silent this long is forgotten (its job has long been judged hung or finished).
 _FORGET_SECONDS = 3600.0
-
-
-@dataclass(frozen=True)
-class PodIdentity:
-    namespace: str
-    name: str
-    uid: str
-
-
-class TokenReviewer(Protocol):
-    def review(self, token: str) -> PodIdentity | None:
-        """The Pod a report token was issued to, or None when it is not a valid report token of a Pod."""
-        ...
-
-
-class ApiTokenReviewer:
-    """TokenReview through the API server (RBAC: create tokenreviews), cached by token digest."""
-
-    def __init__(self, client: Client) -> None:
-        self.client = client
-        self._lock = threading.Lock()
-        self._cache: dict[str, tuple[float, PodIdentity | None]] = {}
-
-    def review(self, token: str) -> PodIdentity | None:
-        digest = hashlib.sha256(token.encode()).hexdigest()
-        now = time.monotonic()
-        with self._lock:
-            cached = self._cache.get(digest)
-            if cached is not None and cached[0] > now:
-                return cached[1]
-        identity = self._ask(token)
-        with self._lock:
-            if len(self._cache) >= _REVIEW_CACHE_SIZE:
-                self._cache = {k: v for k, v in self._cache.items() if v[0] > now}
-            self._cache[digest] = (now + _REVIEW_CACHE_SECONDS, identity)
-        return identity
-
-    def _ask(self, token: str) -> PodIdentity | None:
-        body = TokenReview(spec=TokenReviewSpec(token=token, audiences=[worker_files.REPORT_AUDIENCE]))
-        try:
-            status = self.client.create(body).status
-        except ApiError:
-            return None
-        if status is None or not status.authenticated or status.user is None:
-            return None
-        if worker_files.REPORT_AUDIENCE not in (status.audiences or []):
-            return None
-        username = status.user.username or ""
-        extra = status.user.extra or {}
-        names, uids = extra.get(_POD_NAME) or [], extra.get(_POD_UID) or []
-        if not username.startswith(_SERVICE_ACCOUNT_PREFIX) or not names or not uids:
-            return None  # a token, but not one bound to a Pod
-        namespace = username[len(_SERVICE_ACCOUNT_PREFIX) :].split(":", 1)[0]
-        return PodIdentity(namespace, names[0], uids[0])
 
 
 class ReportBoard:
