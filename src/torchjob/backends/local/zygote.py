@@ -58,10 +58,14 @@ def main() -> None:
     _send(fd, {"ready": True, "failed": failed})
     try:
         _serve(fd)
+        return
     except BecomeReplica as replica:
-        from torchjob.backends.local import warm_start  # only the replica process needs it
+        request = replica.request
+    # Out of the except clause: the script's own exceptions must not be chained to BecomeReplica ("During
+    # handling of the above exception...") in its traceback.
+    from torchjob.backends.local import warm_start  # only the replica process needs it
 
-        warm_start.run(replica.request, base_path)  # raises SystemExit, as a script's end does
+    warm_start.run(request, base_path)  # raises SystemExit, as a script's end does
 
 
 def _preload(modules: list[str]) -> list[str]:
