@@ -41,6 +41,7 @@ def test_a_warm_replica_is_the_process_a_cold_python_would_have_been(tmp_path: P
     assert set(seen) == {"master-0-0", "worker-0-0"}
     for replica, probe in seen.items():
         assert probe["torch_was_loaded"] is True, replica  # forked warm: torch was imported before the script ran
+        assert probe["frozen_objects"] > 10_000, replica  # torch's own objects, out of the collector's sight
         assert probe["name"] == "__main__"
         assert probe["argv"] == [str(PROBE), "--loader-workers", "2"]
         assert probe["path0"] == str(SCRIPTS)
@@ -106,6 +107,7 @@ def test_a_job_that_opts_out_starts_cold(tmp_path: Path, torchjob_home: Path) ->
     assert result.returncode == 0, result.stderr
     seen = probes(torchjob_home, "cold")
     assert [p["torch_was_loaded"] for p in seen.values()] == [False, False]
+    assert [p["frozen_objects"] for p in seen.values()] == [0, 0]
     assert not (torchjob_home / "jobs" / "cold" / "logs" / "warm.log").exists()
 
 

@@ -9,6 +9,7 @@ it raises after saving its checkpoint in attempt A, as rank 1.
 """
 
 import ctypes
+import gc
 import json
 import os
 import random
@@ -49,6 +50,7 @@ def main() -> None:
     libc.getenv.restype = ctypes.c_char_p
     record = {
         "torch_was_loaded": torch_was_loaded,
+        "frozen_objects": gc.get_freeze_count(),
         "name": __name__,
         "argv": sys.argv,
         "path0": sys.path[0],

@@ -28,13 +28,14 @@ from torchjob.backends.local.processes import Identity
 from torchjob.backends.local.warm_command import WarmEntry
 
 # What every warm interpreter imports: torch, its distributed package, and what DDP's constructor pulls in.
+# torch._dynamo last of torch's: what comes before it is frozen (zygote.SAFE_TO_FREEZE).
 DEFAULT_PRELOAD = (
     "torch",
     "torch.distributed",
     "torch.nn.parallel",
-    "torch._dynamo",
     "torch.utils.data",
     "torch.optim",
+    "torch._dynamo",
     "torchjob.autoreport",
 )
 # Importing torch on a busy 2-core machine takes seconds; this only bounds a warm interpreter that hangs.

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import gc
 import importlib
 import json
 import os
@@ -35,6 +36,8 @@ from torchjob.backends.local.shim import ExitRecord
 PR_SET_PDEATHSIG = 1
 # How often finished shims are reaped while no request comes.
 REAP_SECONDS = 0.2
+# The preloads whose objects are frozen (see _freeze), up to the first that is not one of them.
+SAFE_TO_FREEZE = frozenset({"torch", "torch.distributed", "torch.nn.parallel", "torch.utils.data", "torch.optim"})
 
 
 class BecomeReplica(BaseException):
@@ -71,14 +74,30 @@ def main() -> None:
 def _preload(modules: list[str]) -> list[str]:
     """Import what the replicas will import; the names that failed (a replica will say why itself)."""
     failed = []
+    frozen = False
     for name in modules:
+        if not frozen and name not in SAFE_TO_FREEZE:
+            _freeze()
+            frozen = True
         try:
             importlib.import_module(name)
         except Exception:  # noqa: BLE001 - a module that cannot be preloaded is imported cold by the script
             failed.append(name)
+    if not frozen:
+        _freeze()
     sys.stdout.flush()
     sys.stderr.flush()
     return failed
+
+
+def _freeze() -> None:
+    """Put what the interpreter holds now out of the collector's sight (gc.freeze, made for servers that fork):
+    a replica's full collections, the last one at its exit above all, then neither walk torch's objects nor
+    copy their pages by touching them. That last collection took a second, and a group restart waits for it
+    in every survivor. Only torch's core is frozen: torch._dynamo brings in Triton, whose nanobind bindings
+    print every object of theirs still alive at exit as a leak, and a frozen object is never collected."""
+    gc.collect()
+    gc.freeze()
 
 
 def _serve(channel: int) -> None:
