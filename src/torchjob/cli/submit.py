@@ -42,17 +42,17 @@ def handle(args: argparse.Namespace) -> int:
     print_notes(loaded.notes)
     job = loaded.job
     c = cluster_client(args)
-    if loaded.written is not None and c.submit_trainjob(loaded.written):
+    created_trainjob = loaded.written is not None and c.submit_trainjob(loaded.written)
+    if created_trainjob:
         print(f"trainjob.trainer.kubeflow.org/{job.name} created in namespace {c.namespace}", file=sys.stderr)
-        if not args.follow:
-            return 0
-        _wait_for_its_pytorchjob(c, job.name)
     else:
         c.submit(loaded.document)
         lowered = " (the TrainJob, run as a PyTorchJob: this cluster serves no TrainJobs)" if loaded.written else ""
         print(f"pytorchjob.kubeflow.org/{job.name} created in namespace {c.namespace}{lowered}", file=sys.stderr)
-        if not args.follow:
-            return 0
+    if not args.follow:
+        return 0
+    if created_trainjob:
+        _wait_for_its_pytorchjob(c, job.name)
 
     def status() -> JobStatus:
         return JobStatus.model_validate(c.get_wire(job.name).get("status") or {})

@@ -23,6 +23,7 @@ def add_parser(verbs: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
 def handle(args: argparse.Namespace) -> int:
     from torchjob.api.errors import ValidationError
     from torchjob.api.loading import load_job
+    from torchjob.api.types import KIND
     from torchjob.backends.local.mapping import DEFAULT_MAX_PROCESSES, local_problems
 
     loaded = load_job(args.file, args.values, args.runtime)
@@ -34,6 +35,6 @@ def handle(args: argparse.Namespace) -> int:
         print(f"torchjob: note: a local run needs: {problem}", file=sys.stderr)
     job = loaded.job
     replicas = ", ".join(f"{spec.replicas} {rtype.value}" for rtype, spec in job.spec.pytorch_replica_specs.items())
-    shape = f"{replicas}" if loaded.kind == "PyTorchJob" else f"runs as {replicas}"
+    shape = replicas if loaded.kind == KIND else f"runs as {replicas}"
     print(f"{source_name(args.file)}: valid {loaded.kind} {job.name!r} ({shape})")
     return 0

@@ -20,6 +20,7 @@ from lightkube import ApiError
 from lightkube.resources.core_v1 import ConfigMap, Pod
 from lightkube.types import PatchType
 
+from torchjob.api import documents
 from torchjob.api.extensions import SPARES
 from torchjob.api.types import PyTorchJob
 from torchjob.backends.kubernetes import log_archive
@@ -73,7 +74,7 @@ class ClusterClient(JobClient):
     def _create(self, resource: Any, document: dict[str, Any]) -> dict[str, Any]:
         """Create ``document`` as written, less its status and the metadata only the API server sets; a name
         in use is ``JobExistsError``, any other refusal the API server's error."""
-        wire = {k: v for k, v in document.items() if k != "status"}
+        wire = documents.without_status(document)[0]
         keep = ("name", "labels", "annotations")
         wire["metadata"] = {k: v for k, v in (document.get("metadata") or {}).items() if k in keep}
         try:

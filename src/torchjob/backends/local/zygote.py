@@ -21,6 +21,7 @@ import contextlib
 import ctypes
 import gc
 import importlib
+import itertools
 import json
 import os
 import select
@@ -36,7 +37,7 @@ from torchjob.backends.local.shim import ExitRecord
 PR_SET_PDEATHSIG = 1
 # How often finished shims are reaped while no request comes.
 REAP_SECONDS = 0.2
-# The preloads whose objects are frozen (see _freeze), up to the first that is not one of them.
+# The preloads whose objects are frozen (see _freeze): the leading ones of the list that are among these.
 SAFE_TO_FREEZE = frozenset({"torch", "torch.distributed", "torch.nn.parallel", "torch.utils.data", "torch.optim"})
 
 
@@ -73,20 +74,22 @@ def main() -> None:
 
 def _preload(modules: list[str]) -> list[str]:
     """Import what the replicas will import; the names that failed (a replica will say why itself)."""
+    core = list(itertools.takewhile(SAFE_TO_FREEZE.__contains__, modules))
+    failed = _import(core)
+    _freeze()
+    failed += _import(modules[len(core) :])
+    sys.stdout.flush()
+    sys.stderr.flush()
+    return failed
+
+
+def _import(modules: list[str]) -> list[str]:
     failed = []
-    frozen = False
     for name in modules:
-        if not frozen and name not in SAFE_TO_FREEZE:
-            _freeze()
-            frozen = True
         try:
             importlib.import_module(name)
         except Exception:  # noqa: BLE001 - a module that cannot be preloaded is imported cold by the script
             failed.append(name)
-    if not frozen:
-        _freeze()
-    sys.stdout.flush()
-    sys.stderr.flush()
     return failed
 
 
