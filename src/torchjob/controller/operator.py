@@ -239,7 +239,7 @@ class Operator:
         queue: WorkQueue[JobKey] | None = None,
     ) -> None:
         name = threading.current_thread().name  # watch-jobs | watch-pods, what readiness tracks
-        queue = queue or self.queue
+        queue = self.queue if queue is None else queue  # not `or`: an empty WorkQueue is falsy (it has __len__)
         while not self.stopping.is_set():
             try:
                 self.counter.add("watch")
