@@ -5,6 +5,7 @@ run says why."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,8 @@ from tests.kube.test_operator import get_job, pods, running_pods
 from tests.kube.test_rig import wait_until
 from tests.support.operator import OperatorProcess
 from tests.support.trainer import TORCH_DISTRIBUTED
+
+TOLERATION = {"key": "team", "operator": "Equal", "value": "ml", "effect": "NoSchedule"}
 
 
 def trainjob(name: str, nodes: int = 2, **spec: Any) -> dict[str, Any]:
@@ -101,8 +104,18 @@ def test_a_suspended_trainjob_starts_no_pod_until_it_is_resumed(
     wait_until(lambda: trainjob_condition(rig, namespace, "queued", "Suspended") is not None, what="Suspended")
     assert trainjob_condition(rig, namespace, "queued", "Suspended")["status"] == "True"  # type: ignore[index]
     assert pods(rig, namespace, "queued") == {}
+    # Admission as Kueue writes it: its runtime patch on the suspended TrainJob first, then the resume.
+    admitted = {"metadata": {"labels": {"kueue.x-k8s.io/podset": "node"}}, "spec": {"tolerations": [TOLERATION]}}
+    patch = {"name": "node", "template": {"spec": {"template": admitted}}}
+    runtime_patch = {"manager": "kueue.x-k8s.io/manager", "trainingRuntimeSpec": {"template": {"spec": {}}}}
+    runtime_patch["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"] = [patch]
+    body = json.dumps({"spec": {"runtimePatches": [runtime_patch]}})
+    rig.kubectl("patch", "-n", namespace, "trainjob", "queued", "--type=merge", "-p", body)
     rig.kubectl("patch", "-n", namespace, "trainjob", "queued", "--type=merge", "-p", '{"spec":{"suspend":false}}')
     wait_until(lambda: len(running(rig, namespace, "queued")) == 2, what="the admitted job's Pods")
+    started = pods(rig, namespace, "queued").values()
+    assert all(pod["metadata"]["labels"].get("kueue.x-k8s.io/podset") == "node" for pod in started)
+    assert all(TOLERATION in pod["spec"].get("tolerations", []) for pod in started)
     wait_until(
         lambda: (trainjob_condition(rig, namespace, "queued", "Suspended") or {}).get("reason") == "Resumed",
         what="Suspended False, Resumed",

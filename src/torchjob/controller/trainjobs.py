@@ -80,24 +80,51 @@ class TrainJobs:
         if not any(o.get("uid") == uid for o in child["metadata"].get("ownerReferences") or []):
             self._fail(wire, f"a PyTorchJob named {name} exists and does not belong to this TrainJob; rename one")
             return
-        suspend = bool((wire.get("spec") or {}).get("suspend"))
-        if bool(((child.get("spec") or {}).get("runPolicy") or {}).get("suspend")) != suspend:
-            self.counter.add("patch")
-            body = {"spec": {"runPolicy": {"suspend": suspend}}}
-            self.client.patch(PyTorchJobResource, name, body, namespace=namespace, patch_type=PatchType.MERGE)
+        self._pass_on_suspend(wire, child)
         previous = wire.get("status") or {}
         now = timestamp(datetime.now(timezone.utc))
         status = trainjob_status(JobStatus.model_validate(child.get("status") or {}), previous, now)
         if {k: previous.get(k) for k in status} != status:
             self._patch_status(namespace, name, status)
 
-    def _create_child(self, wire: dict[str, Any]) -> None:
+    def _pass_on_suspend(self, wire: dict[str, Any], child: dict[str, Any]) -> None:
+        """Pass ``suspend`` on, and while the PyTorchJob has started nothing, the TrainJob's runtime patches too:
+        Kueue writes its admission (the flavor's node selector and tolerations, its labels) into
+        ``spec.runtimePatches`` of the suspended TrainJob just before it resumes it, as Trainer's JobSet takes
+        them while suspended; the replica templates are lowered again and replaced whole, so that what Kueue
+        takes back on a stop goes too."""
+        namespace, name = wire["metadata"]["namespace"], wire["metadata"]["name"]
+        suspend = bool((wire.get("spec") or {}).get("suspend"))
+        child_spec = child.get("spec") or {}
+        was_suspended = bool((child_spec.get("runPolicy") or {}).get("suspend"))
+        changes: list[dict[str, Any]] = []
+        if was_suspended:
+            lowered = self._lowered(wire)
+            replicas = (lowered or {}).get("spec", {}).get("pytorchReplicaSpecs")
+            if replicas is not None and replicas != child_spec.get("pytorchReplicaSpecs"):
+                changes.append({"op": "replace", "path": "/spec/pytorchReplicaSpecs", "value": replicas})
+        if was_suspended != suspend:
+            run_policy = {**(child_spec.get("runPolicy") or {}), "suspend": suspend}
+            changes.append({"op": "add", "path": "/spec/runPolicy", "value": run_policy})
+        if changes:
+            self.counter.add("patch")
+            self.client.patch(PyTorchJobResource, name, changes, namespace=namespace, patch_type=PatchType.JSON)
+
+    def _lowered(self, wire: dict[str, Any]) -> dict[str, Any] | None:
+        """The PyTorchJob the TrainJob runs as; None when it cannot run (its Failed condition says why)."""
         meta = wire["metadata"]
         try:
             source = f"TrainJob {meta['namespace']}/{meta['name']}"
-            lowered = reading.lower_documents([wire], source, self._runtimes(wire)).pytorchjob
+            lowered: dict[str, Any] = reading.lower_documents([wire], source, self._runtimes(wire)).pytorchjob
         except (ValidationError, JobFileError) as err:
             self._fail(wire, str(err).replace("\n", "; "))
+            return None
+        return lowered
+
+    def _create_child(self, wire: dict[str, Any]) -> None:
+        meta = wire["metadata"]
+        lowered = self._lowered(wire)
+        if lowered is None:
             return
         lowered["metadata"]["labels"] = {**(lowered["metadata"].get("labels") or {}), LABEL_TRAINJOB: meta["name"]}
         owner = {"apiVersion": wire["apiVersion"], "kind": TRAINJOB_KIND, "name": meta["name"], "uid": meta["uid"]}
