@@ -12,7 +12,7 @@ from pathlib import Path
 
 SCRIPTS = Path(__file__).resolve().parent / "scripts"
 # What `build` builds, in order: the node needs the control plane's Kubernetes module first.
-BUILDS = ("build-kube.sh", "build-node.sh", "build-kubeflow-operator.sh")
+BUILDS = ("build-kube.sh", "build-node.sh", "build-kubeflow-operator.sh", "build-kueue.sh")
 
 
 def versions() -> dict[str, str]:
