@@ -13,19 +13,13 @@ Worker Pods get Kubeflow's init container, which loops on ``nslookup <job>-maste
 
 from __future__ import annotations
 
-import contextlib
-import json
-import os
 import shutil
-import signal
-import subprocess
-from dataclasses import dataclass
 from pathlib import Path
 
-from kuberig import pki, processes, toolchain
+from kuberig import toolchain
+from kuberig.addons import controllers
 from kuberig.cluster.controlplane import free_port
 from kuberig.cluster.handle import Cluster
-from kuberig.images.registry import serving_http
 
 CERT_DIR = Path("/tmp/k8s-webhook-server/serving-certs")  # pkg/cert/cert.go: not a flag
 INIT_IMAGE = "alpine:3.10"
@@ -39,14 +33,8 @@ def binary() -> Path:
 def crd_file() -> Path:
     """Kubeflow's PyTorchJob CRD, from the module the operator was built from."""
     version = toolchain.versions()["KUBEFLOW_OPERATOR_VERSION"]
-    found = subprocess.run(
-        ["go", "mod", "download", "-json", f"github.com/kubeflow/training-operator@{version}"],
-        capture_output=True,
-        text=True,
-        check=True,
-        env={**os.environ, "GOFLAGS": "-mod=mod", "GOPATH": str(toolchain.cache_dir() / "gopath")},
-    )
-    return Path(json.loads(found.stdout)["Dir"]) / "manifests" / "base" / "crds" / "kubeflow.org_pytorchjobs.yaml"
+    module = controllers.module_dir("github.com/kubeflow/training-operator", version)
+    return module / "manifests" / "base" / "crds" / "kubeflow.org_pytorchjobs.yaml"
 
 
 def push_init_image(cluster: Cluster) -> None:
@@ -57,66 +45,32 @@ def push_init_image(cluster: Cluster) -> None:
     cluster.push_image(INIT_IMAGE, {"/usr/local/bin/nslookup": nslookup})
 
 
-@dataclass
-class KubeflowOperator:
-    process: subprocess.Popen[bytes]
-    log: Path
-    made_cert_dir: bool
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            # v1.8.1 panics with "close of closed channel" after a clean stop (upstream bug): exit 2 is normal.
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                self.process.wait(timeout=20)
-            if self.process.poll() is None:
-                self.process.kill()
-                self.process.wait()
-        if self.made_cert_dir:
-            shutil.rmtree(CERT_DIR.parent, ignore_errors=True)
-
-
-def start(rig: Cluster, directory: Path) -> KubeflowOperator:
-    """Install Kubeflow's CRD and start its operator (PyTorchJob only, one worker thread, as it defaults)."""
-    rig.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(crd_file()))
-    rig.kubectl("wait", "--for=condition=Established", "crd/pytorchjobs.kubeflow.org", "--timeout=60s")
+def start(rig: Cluster, directory: Path) -> controllers.Controller:
+    """Install Kubeflow's CRD and start its operator (PyTorchJob only, one worker thread, as it defaults).
+    (On `stop`, v1.8.1 panics with "close of closed channel" after a clean stop, an upstream bug: exit 2 is
+    normal.)"""
+    controllers.apply_crds(rig, [crd_file()])
     rig.kubectl("create", "namespace", "kubeflow", check=False)
     rig.kubectl("create", "secret", "generic", "training-operator-webhook-cert", "-n", "kubeflow", check=False)
     directory.mkdir(parents=True, exist_ok=True)
     # Any certificate will do: no webhook configuration points the API server at it.
-    name = "kubeflow-webhook"
-    pki.issue_certificate(rig.directory, name, "training-operator.kubeflow.svc", server_ips=("127.0.0.1",))
     made_cert_dir = not CERT_DIR.parent.exists()
-    CERT_DIR.mkdir(parents=True, exist_ok=True)
-    shutil.copy(rig.directory / f"{name}.crt", CERT_DIR / "tls.crt")
-    shutil.copy(rig.directory / f"{name}.key", CERT_DIR / "tls.key")
+    controllers.serving_certificate(rig, "kubeflow-webhook", CERT_DIR)
     health = free_port()
-    log = directory / "kubeflow-operator.log"
-    with open(log, "ab") as out:
-        process = subprocess.Popen(
-            [
-                str(binary()),
-                f"--kubeconfig={rig.kubeconfig}",
-                "--enable-scheme=pytorchjob",
-                f"--health-probe-bind-address=127.0.0.1:{health}",
-                f"--metrics-bind-address=127.0.0.1:{free_port()}",
-                f"--webhook-server-port={free_port()}",
-                "--zap-devel=false",
-            ],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
-    operator = KubeflowOperator(process, log, made_cert_dir)
-
-    def ready() -> bool:
-        if process.poll() is not None:
-            raise RuntimeError(f"Kubeflow's operator exited: {log.read_text()[-2000:]}")
-        with contextlib.suppress(OSError):
-            return serving_http(f"http://127.0.0.1:{health}/readyz")
-        return False
-
+    argv = [
+        str(binary()),
+        f"--kubeconfig={rig.kubeconfig}",
+        "--enable-scheme=pytorchjob",
+        f"--health-probe-bind-address=127.0.0.1:{health}",
+        f"--metrics-bind-address=127.0.0.1:{free_port()}",
+        f"--webhook-server-port={free_port()}",
+        "--zap-devel=false",
+    ]
+    operator = controllers.launch(rig, "kubeflow-operator", argv, directory)
+    if made_cert_dir:
+        operator.on_stop.append(lambda: shutil.rmtree(CERT_DIR.parent, ignore_errors=True))
     try:
-        processes.wait_for("Kubeflow's operator /readyz", ready, 60)
+        operator.wait_ready(f"http://127.0.0.1:{health}/readyz", 60)
     except BaseException:
         operator.stop()
         raise
