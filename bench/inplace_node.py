@@ -66,24 +66,40 @@ def _repair_times(cluster: Cluster, namespace: str, replica: str, since: float) 
     return found if left is None else {"left": _stamp(left) - since, **found}
 
 
-def trial(cluster: Cluster, namespace: str, sent: signal.Signals = signal.SIGKILL) -> dict[str, float] | None:
+def trial(
+    cluster: Cluster, namespace: str, sent: signal.Signals = signal.SIGKILL, trainjob: bool = False
+) -> dict[str, float] | None:
     """{"reformed": s, "first_step": s} after the kill (``sent``: SIGSTOP freezes the process instead), or None
-    when the job was not repaired in place."""
+    when the job was not repaired in place. ``trainjob``: the same job as a TrainJob of Kubeflow's
+    ``torch-distributed`` runtime (three nodes, the spare annotation on the TrainJob), which torchjob runs as
+    this PyTorchJob."""
     job = yaml.safe_load(EXAMPLE.read_text())
     job["metadata"]["namespace"] = namespace
     for spec in job["spec"]["pytorchReplicaSpecs"].values():
         spec["template"]["spec"]["containers"][0]["args"] = ["--epochs", "3", "--log-interval", "1"]
-    cluster.apply(job)
+    cluster.apply(_as_trainjob(job) if trainjob else job)
     try:
         if not _in_epoch_2_beside_a_spare(cluster, namespace, "worker-1"):
             return None
-        pids = cluster.container_pids(namespace, f"{JOB}-worker-1")  # kubectl: found before the clock starts
+        # kubectl: found before the clock starts. A TrainJob's trainer container keeps Trainer's name.
+        pids = cluster.container_pids(namespace, f"{JOB}-worker-1", "node" if trainjob else "pytorch")
         killed_at = time.time()
         for pid in pids:
             os.kill(pid, sent)
         return _repair_times(cluster, namespace, "master-0", killed_at) if _repaired_once(cluster, namespace) else None
     finally:
-        _delete_job(cluster, namespace)
+        _delete_job(cluster, namespace, "trainjob" if trainjob else "pytorchjob")
+
+
+def _as_trainjob(job: dict[str, Any]) -> dict[str, Any]:
+    container = job["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["containers"][0]
+    trainer = {key: container[key] for key in ("image", "command", "args")}
+    return {
+        "apiVersion": "trainer.kubeflow.org/v1alpha1",
+        "kind": "TrainJob",
+        "metadata": job["metadata"],
+        "spec": {"runtimeRef": {"name": "torch-distributed"}, "trainer": {**trainer, "numNodes": 3}},
+    }
 
 
 def _in_epoch_2_beside_a_spare(cluster: Cluster, namespace: str, replica: str) -> bool:
@@ -102,8 +118,8 @@ def _repaired_once(cluster: Cluster, namespace: str) -> bool:
     return finished and _status(cluster, namespace).get("repairs") == 1
 
 
-def _delete_job(cluster: Cluster, namespace: str) -> None:
-    cluster.kubectl("delete", "pytorchjob", JOB, "-n", namespace, "--ignore-not-found", "--wait=true")
+def _delete_job(cluster: Cluster, namespace: str, kind: str = "pytorchjob") -> None:
+    cluster.kubectl("delete", kind, JOB, "-n", namespace, "--ignore-not-found", "--wait=true")
     _wait(lambda: not cluster.kubectl_json("get", "pods", "-n", namespace)["items"], 120)
 
 

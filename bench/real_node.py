@@ -17,7 +17,6 @@ import json
 import os
 import signal
 import sys
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,8 +29,8 @@ from tests.support.operator import deploy_operator
 from tests.support.paths import DATA, DEPLOY
 from tests.support.servers import free_port
 
-from bench import inplace_node
-from kuberig import Cluster, ClusterConfig, NodeConfig, create, delete
+from bench import alternating, inplace_node
+from kuberig import Cluster
 from kuberig.addons import kubeflow_operator
 
 OPERATORS = ("torchjob", "kubeflow")
@@ -207,32 +206,21 @@ def _start_operator(cluster: Cluster, name: str, directory: Path) -> Any:
 
 
 def measure(trials: int = 3) -> dict[str, OperatorRun]:
-    directory = Path(tempfile.mkdtemp(prefix="bench-real-node-"))
-    name = f"bench-{os.getpid()}"
-    cluster = create(ClusterConfig(name, (NodeConfig("kubelet"),)), directory / "rig")
     results = {name: OperatorRun() for name in OPERATORS}
-    try:
+
+    def prepare(cluster: Cluster) -> None:
         push_test_images(cluster)
         kubeflow_operator.push_init_image(cluster)
         cluster.namespace(NAMESPACE)
-        # Trials alternate between the operators, so this VM's drifting speed hits both alike.
-        for trial in range(trials + 1):
-            for name in OPERATORS:
-                what = "behaviour" if trial == trials else f"trial {trial + 1}"
-                print(f"  {name} operator, {what} ...", flush=True)
-                operator = _start_operator(cluster, name, directory / f"{name}-{trial}")
-                try:
-                    if trial == trials:
-                        _behaviour(cluster, results[name])
-                    else:
-                        _latency(cluster, results[name])
-                        _recovery(cluster, results[name])
-                        if name == "torchjob":
-                            results[name].inplace.append(inplace_node.trial(cluster, NAMESPACE))
-                finally:
-                    operator.stop()
-    finally:
-        delete(name, directory / "rig")
+
+    def trial(cluster: Cluster, name: str) -> None:
+        _latency(cluster, results[name])
+        _recovery(cluster, results[name])
+        if name == "torchjob":
+            results[name].inplace.append(inplace_node.trial(cluster, NAMESPACE))
+
+    behaviour = ("behaviour", lambda cluster, name: _behaviour(cluster, results[name]))
+    alternating.alternate("real-node", prepare, OPERATORS, trials, _start_operator, trial, behaviour)
     return results
 
 
