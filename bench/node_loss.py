@@ -25,10 +25,12 @@ from typing import Any
 from tests.support.images import push_test_images
 from tests.support.mnist_jobs import mnist_on_a_claim
 
+from bench import inplace_node
 from bench.real_node import OPERATORS, _start_operator, _wait
 from kuberig import Cluster, ClusterConfig, NodeConfig, create, delete
 from kuberig.addons import kubeflow_operator
 from kuberig.node import kubelet
+from torchjob.core.times import parse_timestamp
 
 RESUMED = "resumed from the checkpoint of step"
 
@@ -39,6 +41,10 @@ class NodeLossRun:
     succeeded: list[bool] = field(default_factory=list)
     waiting_on: list[str] = field(default_factory=list)  # what the job waited for when the window closed
     outcomes: list[str] = field(default_factory=list)  # the first attempt's outcome, where the operator records one
+    # torchjob only: where the time went (seconds after the stop), and the cold floor: the same job applied again
+    # on healthy nodes → its first step resumed from the checkpoint
+    phases: list[dict[str, float]] = field(default_factory=list)
+    floor: list[float] = field(default_factory=list)
 
 
 def _pods(cluster: Cluster, namespace: str) -> dict[str, dict[str, Any]]:
@@ -78,6 +84,31 @@ def _nodes_ready(cluster: Cluster) -> bool:
     return True
 
 
+def _phases(cluster: Cluster, namespace: str, stopped: float) -> dict[str, float]:
+    """Seconds after the stop: the first attempt ended (the loss declared), the new master's container started
+    (both as the API keeps them, in whole seconds) and its first step resumed (the kubelet's log timestamp, on
+    the host's clock)."""
+    job = cluster.kubectl_json("get", "pytorchjob", "mnist", "-n", namespace)
+    ended = parse_timestamp(job["status"]["attempts"][0]["endTime"]).timestamp()
+    master = _pods(cluster, namespace)["mnist-master-0"]
+    state = master["status"]["containerStatuses"][0]["state"]
+    started = parse_timestamp((state.get("running") or state.get("terminated"))["startedAt"]).timestamp()
+    log = cluster.kubectl("logs", "--timestamps", "-n", namespace, "mnist-master-0").stdout.splitlines()
+    resumed = inplace_node._stamp(next(line for line in log if RESUMED in line))
+    return {"declared": ended - stopped, "started": started - stopped, "resumed": resumed - stopped}
+
+
+def _floor(cluster: Cluster, namespace: str) -> float | None:
+    """The same job applied again on healthy nodes, with the finished job's checkpoint on the claim: apply →
+    the master's first step resumed from it (Pods created, torch imported in three Pods, the checkpoint loaded)."""
+    cluster.kubectl("delete", "pytorchjob", "mnist", "-n", namespace, "--wait=true", check=False, timeout=120)
+    _wait(lambda: not _pods(cluster, namespace), 120)
+    started = time.monotonic()
+    cluster.apply(mnist_on_a_claim(namespace, "--checkpoint-every", "10", spread=True))
+    took = _wait(lambda: _resumed(cluster, namespace, set()), 180)
+    return None if took is None else time.monotonic() - started
+
+
 def trial(cluster: Cluster, namespace: str, run: NodeLossRun, window: float) -> None:
     data = cluster.claim(namespace, "data")
     cluster.apply(mnist_on_a_claim(namespace, "--checkpoint-every", "10", spread=True))
@@ -86,11 +117,16 @@ def trial(cluster: Cluster, namespace: str, run: NodeLossRun, window: float) -> 
     first = _pods(cluster, namespace)
     node = cluster.node(first["mnist-worker-1"]["spec"]["nodeName"])
     assert isinstance(node, kubelet.KubeletNode)
-    stopped = time.monotonic()
+    stopped, stopped_at = time.monotonic(), time.time()
     kubelet.stop(cluster.state, node)
+    measured_floor = False
     try:
         took = _wait(lambda: _resumed(cluster, namespace, {p["metadata"]["uid"] for p in first.values()}), window)
         run.recovery.append(None if took is None else time.monotonic() - stopped)
+        attempts = cluster.kubectl_json("get", "pytorchjob", "mnist", "-n", namespace).get("status", {}).get("attempts")
+        if took is not None and len(attempts or []) > 1:  # torchjob's status: where the time went
+            run.phases.append(_phases(cluster, namespace, stopped_at))
+            measured_floor = True
         run.waiting_on.append(_what_waits(cluster, namespace, node.name))
         if took is not None:
             _wait(lambda: _state(cluster, namespace) in ("Succeeded", "Failed"), 300)
@@ -101,6 +137,10 @@ def trial(cluster: Cluster, namespace: str, run: NodeLossRun, window: float) -> 
     finally:
         kubelet.start(cluster.state, node)
         _wait(lambda: _nodes_ready(cluster), 180, poll=1)
+        if measured_floor and run.succeeded[-1:] == [True]:
+            floor = _floor(cluster, namespace)
+            if floor is not None:
+                run.floor.append(floor)
         cluster.kubectl("delete", "pytorchjob", "mnist", "-n", namespace, "--wait=false", check=False)
         cluster.kubectl("delete", "pods", "--all", "-n", namespace, "--force", "--grace-period=0", check=False)
 
@@ -138,13 +178,19 @@ def report(results: dict[str, NodeLossRun], window: float) -> str:
         return text + (f"; left on the lost node: {'; '.join(waits)}" if waits else "")
 
     t, k = results["torchjob"], results["kubeflow"]
-    return "\n".join(
-        [
-            "| three real nodes, the README's MNIST job | torchjob operator | Kubeflow training-operator v1.8.1 |",
-            "|---|---|---|",
-            f"| node of worker-1 stopped → first step of the new group | {shown(t)} | {shown(k)} |",
-        ]
-    )
+    rows = [
+        "| three real nodes, the README's MNIST job | torchjob operator | Kubeflow training-operator v1.8.1 |",
+        "|---|---|---|",
+        f"| node of worker-1 stopped → first step of the new group | {shown(t)} | {shown(k)} |",
+    ]
+    if t.phases:
+        phases = " / ".join(f"{median(p[key] for p in t.phases):.1f}" for key in ("declared", "started", "resumed"))
+        rows.append(
+            f"| … torchjob: loss declared / new master started / its first step (s after the stop) | {phases} | |"
+        )
+    if t.floor:
+        rows.append(f"| cold floor: the same job applied → its first step resumed (s) | {median(t.floor):.1f} | |")
+    return "\n".join(rows)
 
 
 if __name__ == "__main__":
