@@ -123,8 +123,8 @@ def trial(cluster: Cluster, namespace: str, run: NodeLossRun, window: float) -> 
     try:
         took = _wait(lambda: _resumed(cluster, namespace, {p["metadata"]["uid"] for p in first.values()}), window)
         run.recovery.append(None if took is None else time.monotonic() - stopped)
-        attempts = cluster.kubectl_json("get", "pytorchjob", "mnist", "-n", namespace).get("status", {}).get("attempts")
-        if took is not None and len(attempts or []) > 1:  # torchjob's status: where the time went
+        recorded = cluster.kubectl_json("get", "pytorchjob", "mnist", "-n", namespace).get("status", {}).get("attempts")
+        if took is not None and len(recorded or []) > 1:  # torchjob's status: where the time went
             run.phases.append(_phases(cluster, namespace, stopped_at))
             measured_floor = True
         run.waiting_on.append(_what_waits(cluster, namespace, node.name))

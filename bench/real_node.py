@@ -81,6 +81,11 @@ def _wait(check: Any, timeout: float, poll: float = 0.2) -> float | None:
     return None
 
 
+def container_restarts(pods: list[dict[str, Any]]) -> int:
+    """How often the kubelet restarted the containers of ``pods``, in place, all told."""
+    return sum(s.get("restartCount", 0) for p in pods for s in p["status"].get("containerStatuses") or [])
+
+
 def _clean(rig: Cluster, job: str) -> None:
     rig.kubectl("delete", "pytorchjob", job, "-n", NAMESPACE, "--ignore-not-found", "--wait=true", timeout=120)
     _wait(lambda: not _pods(rig, job), 120)
@@ -137,7 +142,7 @@ def _recovery(cluster: Cluster, run: OperatorRun) -> None:
         current = pods.get("kill-worker-0")
         if current is None:
             return False
-        restarts = sum(s.get("restartCount", 0) for s in current["status"].get("containerStatuses") or [])
+        restarts = container_restarts([current])
         fresh = current["metadata"]["uid"] != worker["metadata"]["uid"] or restarts > 0
         return fresh and _steps(_worker_log(rig, "kill")) >= 5
 
@@ -177,7 +182,7 @@ def _behaviour(rig: Cluster, run: OperatorRun) -> None:
         time.sleep(10)  # what each operator does with the other replicas once the job has failed
         state, message = _state(rig, "behaviour")
         pods = _pods(rig, "behaviour")
-        restarts = sum(s.get("restartCount", 0) for p in pods for s in p["status"].get("containerStatuses") or [])
+        restarts = container_restarts(pods)
         worker_pods = [p for p in pods if "worker" in p["metadata"]["name"]]
         after = state or "no condition"
         if message:

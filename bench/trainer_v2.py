@@ -33,7 +33,7 @@ from tests.support.paths import DEPLOY, MNIST
 from tests.support.servers import free_port
 
 from bench import alternating, inplace_node
-from bench.real_node import _steps, _wait
+from bench.real_node import _steps, _wait, container_restarts
 from kuberig import Cluster, toolchain
 from kuberig.addons import kubeflow_trainer
 
@@ -103,10 +103,11 @@ def _clean_run(rig: Cluster, run: ControllerRun) -> None:
         lambda: len(_pods(rig)) == 2 and all(p["status"].get("phase") == "Running" for p in _pods(rig)), 300
     )
     _wait(lambda: _ended(rig) is not None, 300)
+    ended = _ended(rig)
     if created is not None and running is not None:
         run.to_created.append(created)
         run.to_running.append(created + running)
-    if (_ended(rig) or ("",))[0] == "Complete":
+    if ended is not None and ended[0] == "Complete":
         run.to_complete.append(time.monotonic() - started)
     _clean(rig)
 
@@ -122,7 +123,7 @@ def _kill_run(cluster: Cluster, run: ControllerRun) -> None:
     victim = _rank1(cluster)
     assert victim is not None
     name, uid = victim["metadata"]["name"], victim["metadata"]["uid"]
-    restarts = sum(s.get("restartCount", 0) for s in victim["status"].get("containerStatuses") or [])
+    restarts = container_restarts([victim])
     killed_at = time.monotonic()
     for pid in cluster.container_pids(NAMESPACE, name, container="node"):
         with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
@@ -134,7 +135,7 @@ def _kill_run(cluster: Cluster, run: ControllerRun) -> None:
         pod = _rank1(cluster)
         if pod is None:
             return False
-        again = sum(s.get("restartCount", 0) for s in pod["status"].get("containerStatuses") or [])
+        again = container_restarts([pod])
         fresh = pod["metadata"]["uid"] != uid or again > restarts
         return fresh and 0 < _steps(_rank1_log(cluster)) < 20
 
@@ -153,7 +154,7 @@ def _crash_run(rig: Cluster, run: ControllerRun) -> None:
     rig.apply(_trainjob(epochs=1, command=["sh", "-c", CRASH]), NAMESPACE)
     took = _wait(lambda: _ended(rig) is not None, CRASH_WAIT, poll=0.5)
     ended = _ended(rig)
-    restarts = sum(s.get("restartCount", 0) for p in _pods(rig) for s in p["status"].get("containerStatuses") or [])
+    restarts = container_restarts(_pods(rig))
     if ended is None or took is None:
         run.crash = f"no end after {CRASH_WAIT} s ({restarts} container restarts so far)"
     else:

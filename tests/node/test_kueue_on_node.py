@@ -7,8 +7,7 @@ its podset label) on its Pods; Kueue then counts its Workload finished."""
 from __future__ import annotations
 
 import json
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +16,7 @@ import yaml
 
 from kuberig import Cluster
 from kuberig.addons import kueue
+from tests.kube.test_rig import wait_until
 from tests.support.operator import OperatorProcess
 from tests.support.paths import MNIST
 from tests.support.trainer import TORCH_DISTRIBUTED
@@ -30,14 +30,6 @@ def queue(cluster: Cluster, node_operator: OperatorProcess, tmp_path_factory: py
     started = kueue.start(cluster, tmp_path_factory.mktemp("kueue"))
     yield
     started.stop()
-
-
-def wait_for(what: str, found: Callable[[], Any], timeout: float = 120) -> Any:
-    deadline = time.monotonic() + timeout
-    while not (value := found()):
-        assert time.monotonic() < deadline, f"{what}: not within {timeout:.0f}s"
-        time.sleep(0.5)
-    return value
 
 
 def cluster_queue(cpu: str, node: str) -> list[dict[str, Any]]:
@@ -82,7 +74,7 @@ def test_a_queued_trainjob_waits_for_kueue_and_runs_once_admitted(
 
     # Kueue's webhook suspended it; its Workload waits for quota, and torchjob starts nothing meanwhile.
     assert trainjob()["spec"]["suspend"] is True
-    pending = wait_for("the Workload pending on quota", lambda: condition(workload(), "QuotaReserved"))
+    pending = wait_until(lambda: condition(workload(), "QuotaReserved"), 120, "the Workload pending on quota")
     assert (pending["status"], pending["reason"]) == ("False", "Pending"), pending
     assert "insufficient" in pending["message"].lower(), pending
     pytorchjob = cluster.kubectl_json("get", "pytorchjob", name, "-n", namespace)
@@ -91,16 +83,16 @@ def test_a_queued_trainjob_waits_for_kueue_and_runs_once_admitted(
 
     for document in cluster_queue("2", hostname):  # now it fits: Kueue admits it and resumes it
         cluster.apply(document)
-    wait_for("Kueue to admit and resume the TrainJob", lambda: trainjob()["spec"]["suspend"] is False)
+    wait_until(lambda: trainjob()["spec"]["suspend"] is False, 120, "Kueue to admit and resume the TrainJob")
     admitted = condition(workload(), "Admitted")
     assert admitted is not None and admitted["status"] == "True", workload()
-    pods = wait_for("the node Pods", lambda: cluster.kubectl_json("get", "pods", "-n", namespace)["items"])
+    pods = wait_until(lambda: cluster.kubectl_json("get", "pods", "-n", namespace)["items"], 120, "the node Pods")
     assert all(pod["spec"].get("nodeSelector", {}).get(HOSTNAME) == hostname for pod in pods)  # the flavor's
     assert all(pod["metadata"]["labels"].get("kueue.x-k8s.io/podset") == "node" for pod in pods)
 
-    complete = wait_for("the TrainJob to complete", lambda: condition(trainjob(), "Complete"), timeout=300)
+    complete = wait_until(lambda: condition(trainjob(), "Complete"), 300, "the TrainJob to complete")
     assert complete["status"] == "True", json.dumps(trainjob().get("status"))
-    finished = wait_for("Kueue to see the Workload finished", lambda: condition(workload(), "Finished"))
+    finished = wait_until(lambda: condition(workload(), "Finished"), 120, "Kueue to see the Workload finished")
     assert finished["status"] == "True", finished
     logs = cluster.kubectl("logs", "-n", namespace, f"{name}-master-0", "-c", "node").stdout
     assert "test accuracy=" in logs, logs[-2000:]

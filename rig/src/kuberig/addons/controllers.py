@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import functools
 import json
 import os
 import shutil
@@ -26,8 +27,9 @@ from kuberig.cluster.handle import Cluster
 from kuberig.images.registry import serving_http
 
 
+@functools.cache
 def module_dir(module: str, version: str) -> Path:
-    """Where the Go module cache holds ``module@version`` (its build downloaded it)."""
+    """Where the Go module cache holds ``module@version`` (its build downloaded it); asked of ``go`` once."""
     found = subprocess.run(
         ["go", "mod", "download", "-json", f"{module}@{version}"],
         capture_output=True,

@@ -101,7 +101,7 @@ def start(rig: Cluster, directory: Path) -> KubeflowTrainer:
     jobset_health, jobset_webhook, trainer_health = free_port(), free_port(), free_port()
     (directory / "jobset.yaml").write_text(yaml.safe_dump(_jobset_config(directory, jobset_health, jobset_webhook)))
     (directory / "trainer.yaml").write_text(yaml.safe_dump(_trainer_config(trainer_health)))
-    jobset_binary, trainer_binary = binaries()[1], binaries()[0]
+    trainer_binary, jobset_binary = binaries()
     jobset = controllers.launch(rig, "jobset", [str(jobset_binary), f"--config={directory / 'jobset.yaml'}"], directory)
     started = [jobset]
     try:
