@@ -83,6 +83,21 @@ def test_a_script_that_never_reported_is_not_judged_but_one_known_to_report_is_a
     assert verdict.hung and "start-up allowance" in verdict.message
 
 
+def test_after_a_membership_change_start_up_lasts_until_every_member_has_stepped() -> None:
+    # An elastic group regrouped at 10 s (a joiner): the survivor still steps in the old group at 12 s, then its
+    # agent starts every worker cold again. Its step must not end the start-up: the joiner has not stepped.
+    known = LearnedDeadlines(progress_seconds=20, longest_step_gap_seconds=0.3)
+    elastic = make_job("e").workers(2).elastic(minReplicas=1, maxReplicas=2).build()
+    group = [stepping("worker-0", 12, 40), running("worker-1")]
+    waiting = progress.check(elastic, group, at(10), at(40), started=at(10), learned=known, regrouped=True)
+    assert not waiting.hung and waiting.check_at == at(1810)  # the start-up allowance, from the regroup
+    # Without the regroup, the same silence is a hang: the survivor's step ended the start-up.
+    assert progress.check(elastic, group, at(10), at(40), started=at(10), learned=known).hung
+    # Once every member stepped in the new group, the learned deadline holds again.
+    trained = [stepping("worker-0", 30, 3), stepping("worker-1", 30, 3)]
+    assert progress.check(elastic, trained, at(10), at(51), started=at(10), learned=known, regrouped=True).hung
+
+
 def _pass(job: object, observed: list[ReplicaObservation], now: datetime) -> tuple[object, Plan]:
     result = plan(job, observed, now)  # type: ignore[arg-type]
     return job.model_copy(update={"status": result.status}), result  # type: ignore[attr-defined]

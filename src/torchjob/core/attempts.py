@@ -35,6 +35,12 @@ def started_at(status: JobStatus) -> datetime | None:
     return max(parse_timestamp(t) for t in (record.start_time, record.regrouped_time) if t)
 
 
+def restarted_by_regroup(status: JobStatus) -> bool:
+    """Whether the current attempt's group last started up at an elastic membership change, not its start."""
+    record = _current_record(status)
+    return record is not None and record.regrouped_time is not None
+
+
 def repaired_at(status: JobStatus) -> datetime | None:
     """When the current attempt's group was last repaired (re-formed) in place; None if it never was."""
     record = _current_record(status)

@@ -120,7 +120,8 @@ class _Planner(PassState):
         group = self.status.membership
         generation = group.generation if group is not None and group.attempt == self.status.attempt else 0
         heard = self.helpers.reports_progress
-        hang = progress.check(self.job, current, since, self.now, heard, started, learned, generation)
+        regrouped = attempts.restarted_by_regroup(self.status)
+        hang = progress.check(self.job, current, since, self.now, heard, started, learned, generation, regrouped)
         if hang.hung:
             self._on_hang(hang)
             return

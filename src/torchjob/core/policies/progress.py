@@ -74,11 +74,13 @@ def check(
     started: datetime | None = None,
     learned: LearnedDeadlines | None = None,
     generation: int = 0,
+    regrouped: bool = False,
 ) -> HangVerdict:
     """``since``: when the group last started training (its attempt's start, or its last repair in place);
     ``started``: when the group last started up (before any rank's step after it, it is starting up);
     ``learned``: the deadlines learned from the job's own steps (``policies/learned.py``); ``generation``: the
-    in-place group's current generation (``policies/silent_member.py``)."""
+    in-place group's current generation (``policies/silent_member.py``); ``regrouped``: ``started`` is an
+    elastic membership change, after which start-up lasts until every member has stepped (below)."""
     running = [o for o in current if o.phase is Phase.RUNNING and not o.stopping]
     if since is None or not running or not reports_heard:
         return HangVerdict(False)
@@ -86,8 +88,9 @@ def check(
     if suspect is not None:
         said = suspect.member.heard_at if suspect.member is not None else None
         return HangVerdict(True, silent_member.describe(suspect, generation, now), culprit=suspect, began_at=said)
+    restarting = regrouped and started is not None and not _all_stepped_since(current, started)
     verdict = _silent_while_others_beat(job, running, since, now) or _progress(
-        job, running, since, now, started, learned
+        job, running, since, now, started, learned, restarting
     )
     if verdict.hung or confirm_at is None:
         return verdict
@@ -101,13 +104,15 @@ def _progress(
     now: datetime,
     started: datetime | None,
     learned: LearnedDeadlines | None,
+    restarting: bool = False,
 ) -> HangVerdict:
-    """Nobody progresses: the progress deadline (learned or set), with phases and start-up allowed for."""
+    """Nobody progresses: the progress deadline (learned or set), with phases and start-up allowed for
+    (``restarting``: the group is still starting up again after a membership change)."""
     seconds, source = learned_deadlines.progress_deadline(job.metadata.annotations or {}, learned)
     if source == learned_deadlines.OFF:
         return HangVerdict(False)
     first = started or since
-    if not any(o.progress is not None and o.progress.at > first for o in running):
+    if restarting or not any(o.progress is not None and o.progress.at > first for o in running):
         # A script that never reported may report nothing at all: only a job known to report is judged.
         return HangVerdict(False) if source == learned_deadlines.LEARNING else _starting_up(job, first, now)
     if seconds is None:
@@ -136,6 +141,15 @@ def _progress(
         detail += f"; {culprit.replica} stopped responding, the others wait for it"
     message = f"Hung: no progress for {seconds:g}s (progress deadline: {_origin(source, learned)}); {detail}"
     return HangVerdict(True, message, culprit=culprit, began_at=newest)
+
+
+def _all_stepped_since(current: list[ReplicaObservation], started: datetime) -> bool:
+    """Whether every live member of the group has stepped since ``started``. After an elastic membership
+    change torchrun's agents start every worker again, but not at once: a survivor may still step in the old
+    group until its agent sees the joiner, then start cold. One member's step proves nothing then; the
+    joiner's does not come before the new group trains."""
+    members = [o for o in current if o.phase.live and not o.stopping]
+    return all(o.progress is not None and o.progress.at > started for o in members)
 
 
 def _phase_ends(job: PyTorchJob, running: list[ReplicaObservation], learned: LearnedDeadlines | None) -> list[datetime]:
