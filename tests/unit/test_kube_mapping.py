@@ -188,6 +188,9 @@ def test_a_node_stopped_reporting_when_declared_unknown_or_when_its_kubelet_miss
     late = silent_node("n1", None, lease("2026-01-01T00:00:46.000000Z"), now)  # 14 s > 1.25 renewals: missed
     assert late == SilentNode("n1", datetime(2026, 1, 1, 0, 0, 46, tzinfo=timezone.utc))
     assert silent_node("n1", None, {"spec": {}}, now) is None and silent_node("n1", None, None, now) is None
+    # A node the operator cannot reach is silent at once, since its kubelet's last renewal.
+    unanswered = silent_node("n1", None, lease("2026-01-01T00:00:52.000000Z"), now, unreachable=True)
+    assert unanswered == SilentNode("n1", datetime(2026, 1, 1, 0, 0, 52, tzinfo=timezone.utc), unreachable=True)
 
 
 @pytest.mark.parametrize("phase", ["Running", "Unknown"])

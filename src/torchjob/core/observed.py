@@ -149,10 +149,12 @@ class MemberAnnouncement:
 
 @dataclass(frozen=True)
 class SilentNode:
-    """A node whose kubelet stopped reporting, and when it was last heard."""
+    """A node whose kubelet stopped reporting, and when it was last heard; ``unreachable``: the operator's own
+    connection to it goes unanswered too (a host that vanished, not only a kubelet that stopped)."""
 
     name: str
     since: datetime
+    unreachable: bool = False
 
 
 @dataclass(frozen=True)

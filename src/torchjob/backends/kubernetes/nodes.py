@@ -7,6 +7,8 @@
   missed a renewal is known seconds after a node vanished, where the node lifecycle controller waits for its
   grace period (40-50 s by default). Silence of both, the process and its kubelet, is what
   ``core/policies/node_loss.py`` needs to declare the replica lost.
+- The same Pod's node, probed by the operator itself (``reachability.py``): a node that answers nothing is
+  known a second after it vanished, and lets ``node_loss`` act on a shorter silence of the process.
 """
 
 from __future__ import annotations
@@ -22,13 +24,14 @@ from lightkube.resources.core_v1 import Node
 
 from torchjob.backends.kubernetes import observing
 from torchjob.backends.kubernetes.cluster import as_dict
+from torchjob.backends.kubernetes.reachability import Reachability
 from torchjob.core.observed import Progress, SilentNode
 
 log = logging.getLogger("torchjob.operator")
 
 NODE_LEASES = "kube-node-lease"
-# Five missed beats (a process beats every second): quiet enough to look at its node, never a verdict alone.
-QUIET_SECONDS = 5.0
+# Two missed beats (a process beats every second): quiet enough to look at its node, never a verdict alone.
+QUIET_SECONDS = 2.0
 
 
 class NodeReader:
@@ -38,6 +41,7 @@ class NodeReader:
         # Every node found silent, until its kubelet reports again: Pods created meanwhile are kept off it
         # (the scheduler places Pods on a vanished node until Kubernetes taints it, tens of seconds later).
         self.avoided: dict[str, SilentNode] = {}
+        self.reach = Reachability(lambda name: self._get(Node, name))
 
     def for_pods(
         self, pods: list[dict[str, Any]], progress_of: Callable[[dict[str, Any]], Progress | None]
@@ -47,11 +51,13 @@ class NodeReader:
         in_doubt = {observing.node_in_doubt(p) for p in pods} - {None}
         nodes = {name: self._get(Node, name) for name in in_doubt if name}
         running = [p for p in pods if (p.get("status") or {}).get("phase") in ("Running", "Unknown")]
+        self.reach.learn({_node_of(p) for p in running if progress_of(p) is not None} - {""})
         quiet = {_node_of(p) for p in running if _quiet(progress_of(p), now)} - {""}
+        unreachable = self.reach.unreachable(quiet)
         leases = {name: self._get(Lease, name, NODE_LEASES) for name in quiet | set(self.avoided)}
         silent = {}
         for name in set(nodes) | set(leases):
-            found = observing.silent_node(name, nodes.get(name), leases.get(name), now)
+            found = observing.silent_node(name, nodes.get(name), leases.get(name), now, name in unreachable)
             if found is not None:
                 silent[name] = found
             elif name in leases and leases[name] is not None:

@@ -77,23 +77,25 @@ _MISSED_RENEWAL = 1.25
 
 
 def silent_node(
-    name: str, node: dict[str, Any] | None, lease: dict[str, Any] | None, now: datetime
+    name: str, node: dict[str, Any] | None, lease: dict[str, Any] | None, now: datetime, unreachable: bool = False
 ) -> SilentNode | None:
     """Whether node ``name`` stopped reporting, and since when: the node lifecycle controller declared it
-    (``node``'s Ready=Unknown; 40-50 s after the fact by default), or its kubelet missed a renewal of its Lease
-    in ``kube-node-lease`` (``lease``: seconds after the fact). None while it reports, or when unknown."""
+    (``node``'s Ready=Unknown; 40-50 s after the fact by default), its kubelet missed a renewal of its Lease
+    in ``kube-node-lease`` (``lease``: seconds after the fact), or the operator cannot reach it
+    (``unreachable``, ``reachability.py``: a second after the fact; silent since its last renewal). None while
+    it reports, or when unknown."""
     if node is not None and node_lost(node):
         ready = _condition(node.get("status") or {}, "Ready") or {}
         since = parse_time(ready.get("lastHeartbeatTime")) or parse_time(ready.get("lastTransitionTime"))
         if since is not None:
-            return SilentNode(name, since)
+            return SilentNode(name, since, unreachable)
     spec = (lease or {}).get("spec") or {}
     renewed = parse_time(spec.get("renewTime"))
     duration = spec.get("leaseDurationSeconds")
     if renewed is None or not isinstance(duration, int) or duration <= 0:
-        return None
+        return SilentNode(name, now, unreachable) if unreachable else None
     overdue = (now - renewed).total_seconds() > _MISSED_RENEWAL * duration / _RENEWALS_PER_LEASE
-    return SilentNode(name, renewed) if overdue else None
+    return SilentNode(name, renewed, unreachable) if overdue or unreachable else None
 
 
 def _node_problem(node: dict[str, Any] | None) -> str | None:

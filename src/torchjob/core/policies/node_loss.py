@@ -11,8 +11,10 @@ server alone, leaves its containers training. So a replica on a silent node is d
 second witness of its own:
 
 - its process, which beat on the report channel, has been silent for the liveness deadline too (a vanished VM
-  silences both at once; a stopped kubelet silences neither the process nor its reports); for an operator that
-  began to listen after it went silent (a new leader), silent since then, where the job's scripts report, or
+  silences both at once; a stopped kubelet silences neither the process nor its reports), or for
+  ``UNREACHABLE_SILENCE`` where the operator cannot reach the node either (its own connection unanswered:
+  a host that is gone, not a kubelet that stopped; ``backends/kubernetes/reachability.py``); for an operator
+  that began to listen after it went silent (a new leader), silent since then, where the job's scripts report, or
 - the platform has already decided to evict it (its DisruptionTarget condition, after the toleration): the
   only witness for a script that reports nothing.
 
@@ -29,6 +31,9 @@ from torchjob.api.types import PyTorchJob
 from torchjob.core.observed import Phase, PlatformReason, ReplicaObservation
 from torchjob.core.policies.progress import liveness_deadline
 from torchjob.core.times import later, timestamp
+
+# Three missed beats: enough silence of a process whose node the operator cannot reach at all.
+UNREACHABLE_SILENCE = 3.0
 
 
 def declare_lost(
@@ -50,14 +55,20 @@ def declare_lost(
 
 def look_again_at(job: PyTorchJob, observed: list[ReplicaObservation]) -> datetime | None:
     """When a replica on a silent node, not (yet) lost, would have been silent for the liveness deadline."""
-    beats = [
-        beat
+    due = [
+        later(beat, _silence_allowed(job, o.silent_node.unreachable))
         for o in observed
         if o.silent_node is not None and o.phase.live
         for beat in [o.last_beat if o.progress is not None else o.unheard_since]
         if beat is not None
     ]
-    return later(min(beats), liveness_deadline(job)) if beats else None
+    return min(due) if due else None
+
+
+def _silence_allowed(job: PyTorchJob, unreachable: bool) -> float:
+    """How long a process on a silent node may be silent before it is lost with it."""
+    allowed = liveness_deadline(job)
+    return min(allowed, UNREACHABLE_SILENCE) if unreachable else allowed
 
 
 def _lost(job: PyTorchJob, seen: ReplicaObservation, now: datetime, reports_heard: bool) -> ReplicaObservation | None:
@@ -71,9 +82,12 @@ def _lost(job: PyTorchJob, seen: ReplicaObservation, now: datetime, reports_hear
         # The job's scripts report (some replica did), yet this one was not heard since this operator began
         # to listen: a leader that took over when the lost node took the old leader with it.
         beat = seen.unheard_since
-    silent = reports_heard and beat is not None and (now - beat).total_seconds() > liveness_deadline(job)
+    allowed = _silence_allowed(job, node.unreachable)
+    silent = reports_heard and beat is not None and (now - beat).total_seconds() > allowed
     if silent and beat is not None:
         witness = f"and {seen.replica} has not beaten since {timestamp(beat)}"
+        if node.unreachable:
+            witness += " (the operator cannot reach the node either)"
         onset = min(node.since, beat)
     elif seen.disrupted_at is not None:
         witness = "and the platform is evicting its Pod"
