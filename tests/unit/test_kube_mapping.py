@@ -431,6 +431,21 @@ def test_pods_made_while_a_node_is_silent_are_kept_off_it() -> None:
     assert avoiding({"containers": []}, []) == {"containers": []}  # nothing silent: the spec is untouched
 
 
+def test_what_replaces_a_replica_removed_while_running_prefers_other_nodes() -> None:
+    from torchjob.backends.kubernetes.nodes import NodeReader
+
+    reader = NodeReader(None, lambda _verb: None)  # type: ignore[arg-type]  # nothing here reads the API
+    running = {"spec": {"nodeName": "n1"}, "status": {"phase": "Running"}}
+    crashed = {"spec": {"nodeName": "n2"}, "status": {"phase": "Failed"}}  # its node did nothing wrong
+    reader.suspect([running, crashed])
+    spec: dict[str, Any] = {}
+    reader.keep_off_silent(spec)
+    preferred = spec["affinity"]["nodeAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
+    away = {"matchFields": [{"key": "metadata.name", "operator": "NotIn", "values": ["n1"]}]}
+    assert preferred == [{"weight": 100, "preference": away}]
+    assert "requiredDuringSchedulingIgnoredDuringExecution" not in spec["affinity"]["nodeAffinity"]  # never a must
+
+
 def test_the_store_runs_where_the_workers_may_but_does_not_take_part_in_their_spreading() -> None:
     from torchjob.backends.kubernetes import mapping as kube
 

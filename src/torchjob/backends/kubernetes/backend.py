@@ -122,7 +122,11 @@ class KubernetesBackend(Backend):
         return self.reports.latest(pod["metadata"].get("uid")) if self.reports is not None else None
 
     def execute(self, job: PyTorchJob, actions: list[Action]) -> None:
-        self._keep_logs(job, [a for a in actions if isinstance(a, DeleteReplica)])
+        deleting = [a for a in actions if isinstance(a, DeleteReplica)]
+        self._keep_logs(job, deleting)
+        # Pods removed while running (lost to silence, a hang): what replaces them prefers other nodes.
+        leaving = [a for a in actions if isinstance(a, DeleteReplica | RepairReplica)]
+        self.nodes.suspect([pod for a in leaving for pod in [self._pod_of(a.replica, a.attempt)] if pod is not None])
         taken = set(self._pods)  # Pod names in use, with the spares this pass creates
         lost: list[tuple[RepairReplica, dict[str, Any]]] = []
         for action in actions:

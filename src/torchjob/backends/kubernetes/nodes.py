@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from datetime import datetime, timezone
 from typing import Any
@@ -32,6 +33,8 @@ log = logging.getLogger("torchjob.operator")
 NODE_LEASES = "kube-node-lease"
 # Two missed beats (a process beats every second): quiet enough to look at its node, never a verdict alone.
 QUIET_SECONDS = 2.0
+# How long the node of a replica removed while running is a suspect (``NodeReader.suspect``).
+SUSPECT_SECONDS = 60.0
 
 
 class NodeReader:
@@ -42,6 +45,7 @@ class NodeReader:
         # (the scheduler places Pods on a vanished node until Kubernetes taints it, tens of seconds later).
         self.avoided: dict[str, SilentNode] = {}
         self.reach = Reachability(lambda name: self._get(Node, name))
+        self.suspects: dict[str, float] = {}  # node → when a replica running on it was removed (monotonic)
 
     def for_pods(
         self, pods: list[dict[str, Any]], progress_of: Callable[[dict[str, Any]], Progress | None]
@@ -71,8 +75,21 @@ class NodeReader:
         return nodes, silent
 
     def keep_off_silent(self, spec: dict[str, Any]) -> None:
-        """Keep a Pod about to be created off every node known silent (``avoiding``)."""
+        """Keep a Pod about to be created off every node known silent (``avoiding``), and let it prefer other
+        nodes than those of replicas removed while running in the last ``SUSPECT_SECONDS`` (``preferring_away``)."""
         avoiding(spec, list(self.avoided))
+        now = time.monotonic()
+        recent = [n for n, at in self.suspects.items() if now - at < SUSPECT_SECONDS and n not in self.avoided]
+        preferring_away(spec, recent)
+
+    def suspect(self, pods: list[dict[str, Any]]) -> None:
+        """Pods about to be removed: the nodes of those still running are suspects for a while. A member found
+        silent is replaced within a second, long before its node is known silent (the node monitor's grace, or
+        even a missed beat of the operator's probe); if its node vanished, its replacement must not go there."""
+        now = time.monotonic()
+        for pod in pods:
+            if (pod.get("status") or {}).get("phase") in ("Running", "Unknown") and _node_of(pod):
+                self.suspects[_node_of(pod)] = now
 
     def _get(self, kind: type[Any], name: str, namespace: str | None = None) -> dict[str, Any] | None:
         self.count("get")
@@ -95,6 +112,19 @@ def avoiding(spec: dict[str, Any], nodes: list[str]) -> dict[str, Any]:
         terms.append({})
     for term in terms:
         term.setdefault("matchFields", []).append(away)
+    return spec
+
+
+def preferring_away(spec: dict[str, Any], nodes: list[str]) -> dict[str, Any]:
+    """A Pod spec whose scheduling prefers nodes other than ``nodes`` (weight 100); never a requirement: where
+    no other node fits, the Pod still goes there."""
+    if not nodes:
+        return spec
+    away = {"matchFields": [{"key": "metadata.name", "operator": "NotIn", "values": sorted(nodes)}]}
+    preferred = spec.setdefault("affinity", {}).setdefault("nodeAffinity", {})
+    preferred.setdefault("preferredDuringSchedulingIgnoredDuringExecution", []).append(
+        {"weight": 100, "preference": away}
+    )
     return spec
 
 
