@@ -413,9 +413,10 @@ def test_a_deletion_that_no_kubelet_will_confirm_is_finished_by_force_once_its_g
 def test_pods_made_while_a_node_is_silent_are_kept_off_it() -> None:
     from torchjob.backends.kubernetes.nodes import avoiding
 
-    away = {"key": "metadata.name", "operator": "NotIn", "values": ["n1", "n2"]}
+    # A requirement on a node's field takes one value (the API server refuses more): one per node, ANDed.
+    away = [{"key": "metadata.name", "operator": "NotIn", "values": [n]} for n in ("n1", "n2")]
     assert avoiding({}, ["n2", "n1"])["affinity"]["nodeAffinity"] == {
-        "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [{"matchFields": [away]}]}
+        "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [{"matchFields": away}]}
     }
     # The job's own terms are ORed: each one gets the constraint, and keeps what it asked for.
     gpu = {"matchExpressions": [{"key": "gpu", "operator": "In", "values": ["a100"]}]}
@@ -426,7 +427,7 @@ def test_pods_made_while_a_node_is_silent_are_kept_off_it() -> None:
         }
     }
     terms = avoiding(spec, ["n1", "n2"])["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
-    assert [t["matchFields"] for t in terms["nodeSelectorTerms"]] == [[away], [away]]
+    assert [t["matchFields"] for t in terms["nodeSelectorTerms"]] == [away, away]
     assert terms["nodeSelectorTerms"][0]["matchExpressions"] == gpu["matchExpressions"]
     assert avoiding({"containers": []}, []) == {"containers": []}  # nothing silent: the spec is untouched
 

@@ -55,7 +55,8 @@ class NodeReader:
         in_doubt = {observing.node_in_doubt(p) for p in pods} - {None}
         nodes = {name: self._get(Node, name) for name in in_doubt if name}
         running = [p for p in pods if (p.get("status") or {}).get("phase") in ("Running", "Unknown")]
-        self.reach.learn({_node_of(p) for p in running if progress_of(p) is not None} - {""})
+        # Every node under a running Pod, once: a node may vanish a second after its Pods' first report.
+        self.reach.learn({_node_of(p) for p in running} - {""})
         quiet = {_node_of(p) for p in running if _quiet(progress_of(p), now)} - {""}
         unreachable = self.reach.unreachable(quiet)
         leases = {name: self._get(Lease, name, NODE_LEASES) for name in quiet | set(self.avoided)}
@@ -104,14 +105,14 @@ def avoiding(spec: dict[str, Any], nodes: list[str]) -> dict[str, Any]:
     node selector term of its own (terms are ORed, so each must carry it), or as the only term."""
     if not nodes:
         return spec
-    away = {"key": "metadata.name", "operator": "NotIn", "values": sorted(nodes)}
+    away = _not_on(nodes)
     required = spec.setdefault("affinity", {}).setdefault("nodeAffinity", {})
     required = required.setdefault("requiredDuringSchedulingIgnoredDuringExecution", {})
     terms = required.setdefault("nodeSelectorTerms", [])
     if not terms:
         terms.append({})
     for term in terms:
-        term.setdefault("matchFields", []).append(away)
+        term.setdefault("matchFields", []).extend(away)
     return spec
 
 
@@ -120,12 +121,18 @@ def preferring_away(spec: dict[str, Any], nodes: list[str]) -> dict[str, Any]:
     no other node fits, the Pod still goes there."""
     if not nodes:
         return spec
-    away = {"matchFields": [{"key": "metadata.name", "operator": "NotIn", "values": sorted(nodes)}]}
+    away = {"matchFields": _not_on(nodes)}
     preferred = spec.setdefault("affinity", {}).setdefault("nodeAffinity", {})
     preferred.setdefault("preferredDuringSchedulingIgnoredDuringExecution", []).append(
         {"weight": 100, "preference": away}
     )
     return spec
+
+
+def _not_on(nodes: list[str]) -> list[dict[str, Any]]:
+    """Node field requirements (ANDed) that keep a Pod off ``nodes``: a requirement on a node's field takes one
+    value, so one per node."""
+    return [{"key": "metadata.name", "operator": "NotIn", "values": [name]} for name in sorted(nodes)]
 
 
 def never_finishing(pods: list[dict[str, Any]], silent: dict[str, SilentNode]) -> list[dict[str, Any]]:

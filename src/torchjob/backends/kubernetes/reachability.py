@@ -65,7 +65,7 @@ class Reachability:
         self._tried: dict[str, float] = {}  # node → when it was last tried and not reached (monotonic)
 
     def learn(self, names: Iterable[str]) -> None:
-        """Try once each node not reached yet (a node under a Pod that reports): a later failure then counts."""
+        """Try once each node not reached yet (a node under a running Pod): a later failure then counts."""
         now = time.monotonic()
         unknown = sorted(
             n for n in set(names) - self._reached if now - self._tried.get(n, -RETRY_SECONDS) >= RETRY_SECONDS
