@@ -21,7 +21,6 @@ from torchjob.api.extensions import DEFAULT_TERMINATION_GRACE
 from torchjob.backends.local import outputs, processes
 from torchjob.backends.local.logs import LogFollower
 from torchjob.backends.local.store import DamagedRecord, JobStore, LocalState
-from torchjob.core.times import age_seconds
 from torchjob.sdk import upkeep
 from torchjob.sdk.client import JobClient, scale_problem
 from torchjob.sdk.errors import (
@@ -31,7 +30,7 @@ from torchjob.sdk.errors import (
     SdkError,
     store_errors,
 )
-from torchjob.sdk.summary import UNREADABLE, JobSummary, spares_shown
+from torchjob.sdk.summary import UNREADABLE, JobSummary, from_local_record
 
 if TYPE_CHECKING:
     from torchjob.api.loading import JobInput
@@ -137,19 +136,7 @@ class LocalClient(JobClient):
             except DamagedRecord as err:
                 summaries.append(JobSummary(name, UNREADABLE, 0.0, 0, 0, str(err)))
                 continue
-            summaries.append(
-                JobSummary(
-                    name=name,
-                    state=summary.get("state", ""),
-                    age_seconds=age_seconds(summary.get("created"), now),
-                    attempt=summary.get("attempt", 0),
-                    restarts=summary.get("restarts", 0),
-                    message=summary.get("message", ""),
-                    progress=summary.get("progress"),
-                    repairs=summary.get("repairs", 0),
-                    spares=spares_shown(summary.get("spares"), summary.get("sparesReady", 0)),
-                )
-            )
+            summaries.append(from_local_record(name, summary, now))
         return summaries
 
     @store_errors

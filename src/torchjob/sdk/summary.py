@@ -4,7 +4,10 @@ the one reading of a job's State from its wire form."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
+
+from torchjob.core.times import age_seconds
 
 # The state shown for a local job whose records cannot be read; `torchjob delete` still removes it.
 UNREADABLE = "Unreadable"
@@ -44,3 +47,18 @@ def progress_of(wire: dict[str, Any]) -> int | None:
     """The job's progress percentage from its wire status, when its script reports one."""
     value = ((wire.get("status") or {}).get("trainerStatus") or {}).get("progressPercentage")
     return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def from_local_record(name: str, summary: dict[str, Any], now: datetime) -> JobSummary:
+    """The row of a local job, from the summary its controller keeps (``backends.local.store``)."""
+    return JobSummary(
+        name=name,
+        state=summary.get("state", ""),
+        age_seconds=age_seconds(summary.get("created"), now),
+        attempt=summary.get("attempt", 0),
+        restarts=summary.get("restarts", 0),
+        message=summary.get("message", ""),
+        progress=summary.get("progress"),
+        repairs=summary.get("repairs", 0),
+        spares=spares_shown(summary.get("spares"), summary.get("sparesReady", 0)),
+    )

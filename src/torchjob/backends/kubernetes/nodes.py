@@ -69,8 +69,13 @@ class NodeReader:
                 self.avoided.pop(name, None)  # its kubelet renews its lease again
         for name in sorted(set(silent) - set(self.avoided)):
             beats = {p["metadata"]["name"]: _last_beat(progress_of(p)) for p in pods if _node_of(p) == name}
+            unanswered = " and answers nothing at its kubelet's port" if silent[name].unreachable else ""
             log.info(
-                "node %s stopped reporting (last heard %s); its Pods last beat: %s", name, silent[name].since, beats
+                "node %s stopped reporting (last heard %s)%s; its Pods last beat: %s",
+                name,
+                silent[name].since,
+                unanswered,
+                beats,
             )
         self.avoided.update(silent)
         return nodes, silent
