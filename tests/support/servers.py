@@ -4,19 +4,16 @@ built (``tools/*-build.sh``, versions pinned in ``tools/versions.env``), and fre
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 from pathlib import Path
 
+from kuberig import ports
 from tests.support.paths import TOOLS
 
 
 def free_port() -> int:
-    """A TCP port free on loopback right now."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
+    """A TCP port free on loopback right now, where no outbound connection takes it first (kuberig's rule)."""
+    return ports.free_port("127.0.0.1")
 
 
 def versions() -> dict[str, str]:

@@ -1,29 +1,24 @@
 """The control plane: etcd, kube-apiserver, kube-controller-manager and kube-scheduler as plain processes.
 
 Security is real: TLS with the cluster's CA, client-certificate authentication, RBAC, service-account tokens.
-Ports are picked free at start, so two clusters on one machine never collide.
+Ports are picked free at start (``ports.py``: outside the range outbound connections take theirs from), so two
+clusters on one machine never collide.
 """
 
 from __future__ import annotations
 
-import socket
 import ssl
 import urllib.request
 from pathlib import Path
 
-from kuberig import processes, toolchain
+from kuberig import ports, processes, toolchain
 from kuberig.state import ClusterState
 
 PORTS = ("etcd", "etcd_peer", "apiserver", "controller_manager", "scheduler", "kwok")
 SERVICE_RANGE = "10.0.0.0/24"
 
 
-def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port free on ``host`` right now."""
-    with socket.socket() as s:
-        s.bind((host, 0))
-        port: int = s.getsockname()[1]
-        return port
+free_port = ports.free_port
 
 
 def etcd_argv(data: str, ports: dict[str, int]) -> list[str]:
