@@ -18,8 +18,8 @@ from pathlib import Path
 
 from kuberig import toolchain
 from kuberig.addons import controllers
-from kuberig.cluster.controlplane import free_port
 from kuberig.cluster.handle import Cluster
+from kuberig.ports import free_port
 
 CERT_DIR = Path("/tmp/k8s-webhook-server/serving-certs")  # pkg/cert/cert.go: not a flag
 INIT_IMAGE = "alpine:3.10"

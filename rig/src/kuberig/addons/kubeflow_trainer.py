@@ -20,8 +20,8 @@ import yaml
 
 from kuberig import toolchain
 from kuberig.addons import controllers
-from kuberig.cluster.controlplane import free_port
 from kuberig.cluster.handle import Cluster
+from kuberig.ports import free_port
 
 CERT_DIR = Path("/tmp/k8s-webhook-server/serving-certs")  # controller-runtime's default: not a Trainer setting
 NAMESPACE = "kubeflow-system"

@@ -17,8 +17,8 @@ import yaml
 
 from kuberig import toolchain
 from kuberig.addons import controllers
-from kuberig.cluster.controlplane import free_port
 from kuberig.cluster.handle import Cluster
+from kuberig.ports import free_port
 
 METRICS_CERT_DIR = Path("/etc/kueue/metrics/certs")  # cmd/kueue/main.go: not a setting
 NAMESPACE = "kueue-system"

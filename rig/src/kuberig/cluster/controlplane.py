@@ -11,14 +11,11 @@ import ssl
 import urllib.request
 from pathlib import Path
 
-from kuberig import ports, processes, toolchain
+from kuberig import processes, toolchain
 from kuberig.state import ClusterState
 
 PORTS = ("etcd", "etcd_peer", "apiserver", "controller_manager", "scheduler", "kwok")
 SERVICE_RANGE = "10.0.0.0/24"
-
-
-free_port = ports.free_port
 
 
 def etcd_argv(data: str, ports: dict[str, int]) -> list[str]:

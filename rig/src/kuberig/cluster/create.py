@@ -18,6 +18,7 @@ from kuberig.images import registry
 from kuberig.network import namespaces
 from kuberig.node import kubelet, kwok, resources
 from kuberig.node.configs import PAUSE_IMAGE
+from kuberig.ports import free_port
 from kuberig.state import ClusterState, NodeState
 
 CLIENTS = ("admin", "controller-manager", "scheduler", "kwok")
@@ -60,7 +61,7 @@ def _claim_slots(ctx: _Context) -> None:
     if first is not None:
         slot = naming.Slot(first)
         ctx.state.address = ctx.state.host_ip = slot.host_ip
-        ctx.state.registry = f"{slot.host_ip}:{controlplane.free_port(slot.host_ip)}"
+        ctx.state.registry = f"{slot.host_ip}:{free_port(slot.host_ip)}"
         ctx.state.save()
 
 
@@ -148,7 +149,7 @@ def create(config: ClusterConfig, directory: Path | None = None, timeout: float 
     etcd_data = tempfile.mkdtemp(
         prefix=f"kuberig-{config.name}-etcd-", dir=shm if os.access(shm, os.W_OK) else directory
     )
-    ports = {n: controlplane.free_port() for n in controlplane.PORTS}
+    ports = {n: free_port() for n in controlplane.PORTS}
     ctx = _Context(config, ClusterState(config.name, str(directory), etcd_data, ports), timeout)
     ctx.state.save()
     try:

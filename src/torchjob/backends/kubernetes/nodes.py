@@ -54,7 +54,7 @@ class NodeReader:
         now = datetime.now(timezone.utc)
         in_doubt = {observing.node_in_doubt(p) for p in pods} - {None}
         nodes = {name: self._get(Node, name) for name in in_doubt if name}
-        running = [p for p in pods if (p.get("status") or {}).get("phase") in ("Running", "Unknown")]
+        running = [p for p in pods if _running(p)]
         # Every node under a running Pod, once: a node may vanish a second after its Pods' first report.
         self.reach.learn({_node_of(p) for p in running} - {""})
         quiet = {_node_of(p) for p in running if _quiet(progress_of(p), now)} - {""}
@@ -94,7 +94,7 @@ class NodeReader:
         even a missed beat of the operator's probe); if its node vanished, its replacement must not go there."""
         now = time.monotonic()
         for pod in pods:
-            if (pod.get("status") or {}).get("phase") in ("Running", "Unknown") and _node_of(pod):
+            if _running(pod) and _node_of(pod):
                 self.suspects[_node_of(pod)] = now
 
     def _get(self, kind: type[Any], name: str, namespace: str | None = None) -> dict[str, Any] | None:
@@ -152,6 +152,11 @@ def never_finishing(pods: list[dict[str, Any]], silent: dict[str, SilentNode]) -
         if due is not None and due <= now and _node_of(pod) in silent:
             found.append(pod)
     return found
+
+
+def _running(pod: dict[str, Any]) -> bool:
+    """Running as far as the API server knows (Unknown: its kubelet lost touch, its containers may well run)."""
+    return (pod.get("status") or {}).get("phase") in ("Running", "Unknown")
 
 
 def _node_of(pod: dict[str, Any]) -> str:
