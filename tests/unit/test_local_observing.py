@@ -50,6 +50,13 @@ def test_how_a_replica_ended(
     assert seen.finished_at == utc(T) and seen.stopping is stopping
 
 
+def test_a_replica_that_succeeded_keeps_its_last_report() -> None:
+    # A short job can end before any pass saw it run: its progress then comes from the final report alone.
+    last = Progress(utc(T - 1), 20, total_steps=20, exiting=True)
+    seen = observe_process(WORKER, 0, ExitRecord(T, exit_code=0), stopping=False, progress=last)
+    assert (seen.phase, seen.progress) == (Phase.SUCCEEDED, last)
+
+
 def test_a_notice_marks_the_onset_of_a_preemption_and_an_exit_after_it_is_no_fault() -> None:
     onset = preemption_onset([T - 50, T + 2, T + 1], started_at=T)  # the first is an earlier attempt's
     assert onset == utc(T + 1)

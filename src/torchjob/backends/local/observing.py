@@ -63,7 +63,10 @@ def observe_process(
         )
     finished = _utc(ended.finished_at)
     if ended.signal is None and ended.exit_code == 0:
-        return ReplicaObservation(replica, attempt, Phase.SUCCEEDED, exit_code=0, finished_at=finished)
+        # Its last report stands: a short job may end before any pass saw it run (trainerStatus needs it).
+        return ReplicaObservation(
+            replica, attempt, Phase.SUCCEEDED, exit_code=0, finished_at=finished, progress=progress
+        )
     terminated = ended.signal == signal.SIGTERM or (ended.signal is None and ended.exit_code == 128 + signal.SIGTERM)
     preempted = not stopping and (terminated or disrupted_at is not None)
     return ReplicaObservation(
