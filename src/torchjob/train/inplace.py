@@ -31,7 +31,6 @@ import gc
 import json
 import math
 import os
-import threading
 import time
 import weakref
 from collections.abc import Callable
@@ -47,15 +46,15 @@ from torch.nn.parallel import DistributedDataParallel
 from torchjob import worker_files
 from torchjob.train import channel, generations, peers
 from torchjob.train.context import DistContext
+from torchjob.train.step_clock import StepClock
 from torchjob.worker_files import Membership
 
 StepFunction = Callable[[DistributedDataParallel, int, DistContext], Any]
 
-# How long a step may run before this member says it waits on a silent peer: at least this many seconds, and
-# this many times its usual step time. Saying so costs nothing (the controller replaces a peer only when it too
+# How long a step may run before this member says it waits on a silent peer: this many times its usual step
+# time (step_clock.py). Saying so costs nothing (the controller replaces a peer only when it too
 # has fallen silent), so it is said early. Leaving a step because the controller published the next generation
 # meanwhile waits longer: an elastic group that grows publishes one while its members step.
-_MIN_STEP_ALLOWANCE = 0.25
 _WAITING_FACTOR = 3.0
 _LEAVING_FACTOR = 5.0
 
@@ -97,12 +96,9 @@ class InPlaceTraining:
         self._unlogged: dict[str, Any] | None = None  # the last re-form's timings, until its first step is done
         self._reporter = False  # whether this rank says and records the last re-form (the lowest survivor)
         self.elastic = self.repairable and os.environ.get(worker_files.ENV_ELASTIC) == "1"
-        # The step in progress: its generation and when it began (None between steps), under _step_lock, and
-        # how long a step takes (smoothed): a step far past that, while the controller has published the next
-        # membership, waits on a silent peer (peers.py).
-        self._step_lock = threading.Lock()
-        self._stepping: tuple[int, float] | None = None
-        self._step_seconds: float | None = None
+        # A step far past its usual time, while the controller has published the next membership, waits on a
+        # silent peer (peers.py).
+        self.clock = StepClock()
         self.watch: generations.MembershipWatch | None = None
         self._announced_at = -math.inf
         self._said_waiting: int | None = None
@@ -122,9 +118,7 @@ class InPlaceTraining:
             assert self.ddp is not None
             failed_at: float | None = None
             changed = False
-            began = time.monotonic()
-            with self._step_lock:
-                self._stepping = (self.ctx.generation, began)
+            began = self.clock.begin(self.ctx.generation)
             try:
                 changed = self._membership_changed()
                 if not changed:
@@ -134,11 +128,9 @@ class InPlaceTraining:
                     raise
                 failed_at = time.time()  # repaired outside the except block: its traceback holds the broken group
             finally:
-                with self._step_lock:  # from here on the old group's connections are this thread's to drop
-                    self._stepping = None
+                self.clock.end()  # from here on the old group's connections are this thread's to drop
             if failed_at is None and not changed:
-                took = time.monotonic() - began
-                self._step_seconds = took if self._step_seconds is None else 0.9 * self._step_seconds + 0.1 * took
+                self.clock.completed(began)
             if failed_at is not None:
                 self._repair(failed_at)
             elif changed:
@@ -162,8 +154,8 @@ class InPlaceTraining:
     def _look(self) -> Membership | None:
         """In the watching thread: announce when due (also what a new leader hears: only what is sent after it
         took over), and read the membership, in one call where the channel allows."""
-        with self._step_lock:
-            waiting_in = self._waiting_in()
+        with self.clock.lock:
+            waiting_in = self.clock.waiting_in(_WAITING_FACTOR)
         if self.channel.answers_with_membership:
             return self._announce(waiting_in)
         if waiting_in != self._said_waiting or time.monotonic() - self._announced_at >= self.channel.alive_seconds:
@@ -174,37 +166,23 @@ class InPlaceTraining:
         """How long the watching thread waits before its next look: its usual interval, but no later than the
         moment the step in progress outlasts its allowance (so that it says it waits then), and often while it
         waits (a repair is on its way: the sooner it is read, the sooner the step is left)."""
-        with self._step_lock:
-            left = self._step_time_left(_WAITING_FACTOR)
+        with self.clock.lock:
+            left = self.clock.time_left(_WAITING_FACTOR)
         if left is None:
             return self.channel.watch_seconds
         return self.channel.poll_seconds if left <= 0 else min(self.channel.watch_seconds, left + 0.001)
-
-    def _waiting_in(self, factor: float = _WAITING_FACTOR) -> int | None:
-        """Under ``_step_lock``: the generation of the step in progress when it has outlasted its allowance
-        (``factor`` times the usual step, at least ``_MIN_STEP_ALLOWANCE``)."""
-        left = self._step_time_left(factor)
-        return self._stepping[0] if self._stepping is not None and left is not None and left <= 0 else None
-
-    def _step_time_left(self, factor: float) -> float | None:
-        """Under ``_step_lock``: how long the step in progress may still run before it has outlasted its
-        allowance (None between steps)."""
-        if self._stepping is None:
-            return None
-        allowance = max(_MIN_STEP_ALLOWANCE, factor * (self._step_seconds or 0.0))
-        return self._stepping[1] + allowance - time.monotonic()
 
     def _leave_if_replaced(self, newest: int) -> None:
         """In the watching thread: the controller published a generation after the one this step runs in, and
         the step has outlasted its allowance, so it waits on a peer that will never answer (stopped, or on a
         vanished node, which sends no reset). Cut the old group's connections: the step fails at once and the
         group is repaired."""
-        with self._step_lock:
-            waiting_in = self._waiting_in(_LEAVING_FACTOR)
+        with self.clock.lock:
+            waiting_in = self.clock.waiting_in(_LEAVING_FACTOR)
             if waiting_in is None or newest <= waiting_in:
                 return  # an elastic regroup agreed at the next step, or a peer whose reset is on its way
             cut = peers.cut_group_connections(peers.kept_ports())
-            self._stepping = None  # once per step
+            self.clock.forget_step()  # once per step
         print(
             f"torchjob: rank {self.ctx.rank}: the group was repaired around a silent peer; left the step "
             f"({cut} connections cut)",

@@ -1,0 +1,57 @@
+"""How long the step in progress has run against how long a step usually takes, for in-place training.
+
+The training thread marks each step's start and end; the membership-watching thread asks, from outside the
+step, whether it has outlasted its allowance (a multiple of the usual step time, at least a floor): then the
+member says it waits on a silent peer, or leaves the step when the controller has already replaced that peer
+(``torchjob.train.inplace``). Both threads share ``lock``; the queries are made under it.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+# A step may always run this long before it counts as waiting, however fast steps usually are.
+MIN_STEP_ALLOWANCE = 0.25
+
+
+class StepClock:
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self._stepping: tuple[int, float] | None = None  # the step in progress: its generation, when it began
+        self._usual: float | None = None  # how long a completed step takes, smoothed
+
+    def begin(self, generation: int) -> float:
+        """A step of ``generation`` starts now; returns its start (monotonic) for ``end``."""
+        began = time.monotonic()
+        with self.lock:
+            self._stepping = (generation, began)
+        return began
+
+    def end(self) -> None:
+        """The step is over, however it ended; from here on the training thread owns the group's connections."""
+        with self.lock:
+            self._stepping = None
+
+    def completed(self, began: float) -> None:
+        """A step that began at ``began`` completed normally: it counts towards the usual step time (a failed
+        or re-forming step says nothing about it)."""
+        took = time.monotonic() - began
+        self._usual = took if self._usual is None else 0.9 * self._usual + 0.1 * took
+
+    def time_left(self, factor: float) -> float | None:
+        """Under ``lock``: how long the step in progress may still run before it has outlasted ``factor``
+        times the usual step (None between steps)."""
+        if self._stepping is None:
+            return None
+        allowance = max(MIN_STEP_ALLOWANCE, factor * (self._usual or 0.0))
+        return self._stepping[1] + allowance - time.monotonic()
+
+    def waiting_in(self, factor: float) -> int | None:
+        """Under ``lock``: the generation of the step in progress once it has outlasted its allowance."""
+        left = self.time_left(factor)
+        return self._stepping[0] if self._stepping is not None and left is not None and left <= 0 else None
+
+    def forget_step(self) -> None:
+        """Under ``lock``: the step in progress has been dealt with (asked about once per step)."""
+        self._stepping = None

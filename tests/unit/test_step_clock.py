@@ -1,0 +1,60 @@
+"""When an in-place member counts as waiting on a silent peer: its step against its usual step time."""
+
+from __future__ import annotations
+
+import pytest
+
+from torchjob.train import step_clock
+from torchjob.train.step_clock import MIN_STEP_ALLOWANCE, StepClock
+
+
+class FakeTime:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def clock_time(monkeypatch: pytest.MonkeyPatch) -> FakeTime:
+    fake = FakeTime()
+    monkeypatch.setattr(step_clock.time, "monotonic", fake.monotonic)
+    return fake
+
+
+def test_between_steps_nothing_is_waited_on(clock_time: FakeTime) -> None:
+    clock = StepClock()
+    assert clock.time_left(3.0) is None and clock.waiting_in(3.0) is None
+    clock.begin(generation=2)
+    clock.end()
+    clock_time.now += 60
+    assert clock.waiting_in(3.0) is None
+
+
+def test_a_step_waits_once_past_its_allowance_and_is_asked_about_once(clock_time: FakeTime) -> None:
+    clock = StepClock()
+    for _ in range(3):  # usual steps of 0.5 s
+        began = clock.begin(generation=1)
+        clock_time.now += 0.5
+        clock.end()
+        clock.completed(began)
+    clock.begin(generation=4)
+    clock_time.now += 1.4  # under 3 x 0.5 s
+    assert clock.waiting_in(3.0) is None and clock.time_left(3.0) == pytest.approx(0.1)
+    clock_time.now += 0.2
+    assert clock.waiting_in(3.0) == 4
+    clock.forget_step()
+    assert clock.waiting_in(3.0) is None
+
+
+def test_a_fast_step_still_has_the_floor(clock_time: FakeTime) -> None:
+    clock = StepClock()
+    began = clock.begin(generation=0)
+    clock_time.now += 0.001
+    clock.completed(began)
+    clock.begin(generation=0)
+    clock_time.now += MIN_STEP_ALLOWANCE / 2
+    assert clock.waiting_in(3.0) is None
+    clock_time.now += MIN_STEP_ALLOWANCE
+    assert clock.waiting_in(3.0) == 0
