@@ -71,7 +71,7 @@ def _dry_run(c: LocalClient, job: PyTorchJob, job_file_dir: Path) -> int:
 
     from torchjob.api.types import DEFAULT_PORT
     from torchjob.backends.local.mapping import local_addressing, process_spec
-    from torchjob.backends.local.processes import LOCALHOST
+    from torchjob.backends.local.ports import LOCALHOST
     from torchjob.core.actions import CreateReplica
     from torchjob.core.envs import DEFAULT_RDZV_PORT
     from torchjob.core.planning import plan

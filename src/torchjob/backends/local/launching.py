@@ -10,7 +10,8 @@ from pathlib import Path
 
 from torchjob import worker_files
 from torchjob.api.types import PyTorchJob
-from torchjob.backends.local import mapping, processes
+from torchjob.backends.local import mapping
+from torchjob.backends.local.ports import LOCALHOST, free_port
 from torchjob.backends.local.store import JobStore, LocalState
 from torchjob.core.envs import Addressing
 from torchjob.core.replicas import ReplicaId
@@ -32,7 +33,7 @@ class Launcher:
     def ports(self, key: str) -> dict[str, int]:
         ports = self.state.ports.get(key)
         if ports is None:
-            ports = {"master": processes.free_port(), "rdzv": processes.free_port()}
+            ports = {"master": free_port(), "rdzv": free_port()}
             self.state.ports[key] = ports
         return ports
 
@@ -48,7 +49,7 @@ class Launcher:
         # The rendezvous store lives as long as the job, so every attempt meets at its port.
         rdzv_port = self.store_port() if at_store or meets_at_store else ports["rdzv"]
         rdzv_id = f"{self.name}-{attempt}"
-        return mapping.local_addressing(job, processes.LOCALHOST, ports["master"], rdzv_port, rdzv_id, at_store)
+        return mapping.local_addressing(job, LOCALHOST, ports["master"], rdzv_port, rdzv_id, at_store)
 
     def replica_spec(
         self, job: PyTorchJob, replica: ReplicaId, attempt: int, log_path: Path, where: Addressing, at_store: bool
@@ -67,5 +68,5 @@ class Launcher:
         )
         if at_store:
             # In-place repair: the group meets at the store torchjob hosts, which outlives every member.
-            spec.env[worker_files.ENV_STORE] = f"{processes.LOCALHOST}:{self.store_port()}"
+            spec.env[worker_files.ENV_STORE] = f"{LOCALHOST}:{self.store_port()}"
         return spec

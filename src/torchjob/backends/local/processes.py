@@ -20,7 +20,6 @@ import contextlib
 import fcntl
 import os
 import signal
-import socket
 import subprocess
 import time
 from dataclasses import dataclass
@@ -31,17 +30,6 @@ import psutil
 
 # The marker every replica process (and whatever it forks) carries in its environment.
 MARKER_ENV = "TORCHJOB_JOB_UID"
-
-
-LOCALHOST = "127.0.0.1"
-
-
-def free_port() -> int:
-    """A TCP port nobody listens on now. Fresh per attempt, so a restart never meets 'address in use'."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((LOCALHOST, 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 @dataclass(frozen=True)
