@@ -13,6 +13,7 @@ import pytest
 
 from tests.conftest import run_cli
 from tests.integration.helpers import job_file, job_object, shim_pid, start_run, wait_for
+from torchjob import worker_files
 from torchjob.testing import JobBuilder, make_job
 
 SCRIPTS = Path(__file__).resolve().parent / "scripts"
@@ -206,3 +207,29 @@ def test_a_plain_script_with_spares_still_gets_a_group_restart(tmp_path: Path, t
     status = job_object(torchjob_home, "plainspares")["status"]
     assert (status["attempt"], status["restartCount"], status["repairs"]) == (1, 1, 0)
     assert "worker-0 was killed by SIGKILL" in status["attempts"][0]["outcome"]
+
+
+def test_a_member_on_notice_of_eviction_hands_its_place_to_a_spare_and_no_step_fails(
+    tmp_path: Path, torchjob_home: Path, uninterrupted: list[list[float]]
+) -> None:
+    """A SIGTERM from outside (a drain's eviction, a spot notice) to worker-1: it trains on, the spare takes its
+    place at a step boundary (a re-form, not a repair after a failed step), and it leaves with exit code 0."""
+    run = start_run(job_file(tmp_path, in_place_job("mend")), torchjob_home)
+    warm_and_training(torchjob_home)
+    survivors = {r: shim_pid(torchjob_home, "mend", r) for r in ("master-0", "worker-0")}
+    leaving = shim_pid(torchjob_home, "mend", "worker-1")
+    psutil.Process(leaving).children()[0].send_signal(signal.SIGTERM)
+    stdout, stderr = run.communicate(timeout=300)
+    assert run.returncode == 0, stderr[-3000:]
+    assert "worker-1 is being preempted; spare-0 takes its place" in stderr, stderr
+    assert "spare spare-0 joins as worker-1 (rank 2 of 3)" in stdout
+    assert "Rank 0: group re-formed in place (generation 1, 3 ranks, state from rank 0)" in stdout, stdout
+    assert "worker-1 has no place in the group any more and leaves it" in stdout
+    assert "leaving on SIGTERM" not in stdout
+    # No step failed: the one change of the group was agreed at a step boundary.
+    repairs = worker_files.repairs_file(torchjob_home / "jobs" / "mend" / "output").read_text().splitlines()
+    assert [json.loads(line)["kind"] for line in repairs] == ["regroup"]
+    state = json.loads((torchjob_home / "jobs" / "mend" / "local.json").read_text())
+    left = next(p for p in state["processes"] if p["pid"] == leaving)
+    assert json.loads(Path(left["status_path"]).read_text())["exitCode"] == 0
+    assert_repaired_exactly(torchjob_home, survivors, uninterrupted)

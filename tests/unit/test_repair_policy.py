@@ -9,9 +9,9 @@ import pytest
 
 from tests.unit.test_planning import T0, at
 from torchjob.api.errors import ValidationError
-from torchjob.api.types import GroupMembership, PyTorchJob
+from torchjob.api.types import ElasticPolicy, GroupMembership, PyTorchJob
 from torchjob.core.actions import CreateReplica, CreateSpare, DeleteReplica, DeleteSpare, ReformGroup, RepairReplica
-from torchjob.core.observed import Progress, ReplicaObservation, SpareObservation
+from torchjob.core.observed import PlatformReason, Progress, ReplicaObservation, SpareObservation
 from torchjob.core.planning import plan
 from torchjob.core.policies import repair
 from torchjob.testing import failed, make_job, running
@@ -213,3 +213,41 @@ def test_a_repair_that_does_not_complete_in_time_restarts_the_group() -> None:
     # Once every member has completed a step since the repair, it is done: no deadline any more.
     done = [reported("master-0", 30), reported("worker-0", 30), reported("worker-1", 31)]
     assert plan(job, done, at(200), store_running=True, repairs_in_place=True).status.attempt == 0
+
+
+def on_notice(reason: PlatformReason = PlatformReason.EVICTED, stopping: bool = True) -> list[ReplicaObservation]:
+    """The group with worker-1 still running, on notice of its eviction (its Pod being deleted gracefully)."""
+    evicted = replace(running("worker-1"), disrupted_at=at(4), reason=reason, stopping=stopping)
+    return [replace(o, repairable=True) for o in (running("master-0"), running("worker-0"), evicted)]
+
+
+def test_a_member_on_notice_of_eviction_hands_its_place_to_a_ready_spare_while_it_runs() -> None:
+    job = started(in_place_job())
+    result = plan(job, on_notice(), at(5), store_running=True, spares=[READY], repairs_in_place=True)
+    members = ("master-0", "worker-0", "worker-1")
+    worker_1 = on_notice()[2].replica
+    assert result.actions == [
+        RepairReplica(worker_1, 0, "spare-0", handover=True),
+        told(1, members, {"spare-0": "worker-1"}),
+    ]
+    # The platform's doing: counted as a repair (it is one), never against the backoff limit, no restart.
+    assert (result.status.attempt, result.status.restart_count, result.status.repairs) == (0, 0, 1)
+    assert [(e.type, e.reason) for e in result.events] == [("Normal", "HandedOver")]
+    assert "worker-1 is being evicted; spare-0 takes its place" in result.events[0].message
+    preempted = plan(
+        job, on_notice(PlatformReason.PREEMPTED), at(5), store_running=True, spares=[READY], repairs_in_place=True
+    )
+    assert "worker-1 is being preempted" in preempted.events[0].message
+
+
+def test_without_a_ready_spare_a_member_on_notice_is_left_to_go_and_be_repaired_then() -> None:
+    job = started(in_place_job())
+    warming = replace(READY, ready=False)
+    for spares in ([], [warming]):
+        result = plan(job, on_notice(), at(5), store_running=True, spares=spares, repairs_in_place=True)
+        assert not any(isinstance(a, RepairReplica | DeleteReplica) for a in result.actions)
+        assert result.status.repairs == 0 and result.status.attempt == 0
+    # An elastic group shrinks around a leaving member instead; a group that is not in place has no spares.
+    elastic = started(in_place_job()).model_copy(deep=True)
+    elastic.spec.elastic_policy = ElasticPolicy(min_replicas=1, max_replicas=3)
+    assert repair.decide_handover(elastic, 0, on_notice(), [READY]) == []

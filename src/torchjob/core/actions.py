@@ -80,6 +80,9 @@ class RepairReplica:
     spare: str
     # The lost replica went with its node: its remains are removed by force (see DeleteReplica).
     force: bool = False
+    # The replica still runs, on notice of its eviction: it leaves the group at the next step by itself, and its
+    # Pod (process) is left to the platform's grace period rather than removed.
+    handover: bool = False
 
 
 @dataclass(frozen=True)

@@ -24,8 +24,9 @@ def spares_of(state: PassState) -> list[SpareObservation]:
     return state.helpers.spares if state.helpers.in_place else []
 
 
-def repaired(state: PassState, decisions: list[repair.Repair], counted: bool) -> bool:
-    """Replace the lost members with warm spares while the others carry on, where that is possible."""
+def repaired(state: PassState, decisions: list[repair.Repair], counted: bool, handover: bool = False) -> bool:
+    """Replace the lost members with warm spares while the others carry on, where that is possible
+    (``handover``: members on notice of eviction, which still run and leave the group by themselves)."""
     if not decisions:
         return False
     retries = state.status.restart_count + state.status.repairs + len(decisions) - 1
@@ -35,16 +36,26 @@ def repaired(state: PassState, decisions: list[repair.Repair], counted: bool) ->
     others = len(current) - len(decisions)
     for decision in decisions:
         lost = decision.lost
-        state.actions.append(RepairReplica(lost.replica, state.status.attempt, decision.spare, lost_with_node(lost)))
+        replica, attempt, force = lost.replica, state.status.attempt, lost_with_node(lost)
+        state.actions.append(RepairReplica(replica, attempt, decision.spare, force, handover))
         state.status.repairs += 1
         message = decision.describe(others, state.status.repairs)
-        state.events.append(Event("Warning", "Repaired", message, decision.cause))
+        kind, reason = ("Normal", "HandedOver") if handover else ("Warning", "Repaired")
+        state.events.append(Event(kind, reason, message, decision.cause))
     # The group keeps its places: its live members, and the lost ones now held by the spares.
     places = [o.replica for o in current if o.phase.live and not o.stopping]
     members = repair.members_in_rank_order(state.job, [*places, *(d.lost.replica for d in decisions)])
     reform(state, members, [(d.spare, str(d.lost.replica)) for d in decisions])
     attempts.note_repair(state.status, state.now)
     return True
+
+
+def handed_over(state: PassState, current: list[ReplicaObservation]) -> bool:
+    """Give the places of members on notice of eviction to warm spares before they go (``repair.decide_handover``)."""
+    if not state.helpers.in_place:
+        return False
+    decisions = repair.decide_handover(state.job, state.status.attempt, current, spares_of(state))
+    return repaired(state, decisions, counted=False, handover=True)
 
 
 def membership_changes(state: PassState, current: list[ReplicaObservation]) -> list[ReplicaObservation]:

@@ -116,6 +116,8 @@ class _Planner(PassState):
         if success.job_succeeded(self.job, current):
             self._succeed(current)
             return
+        if repairs.handed_over(self, current):
+            return
         since, started = attempts.training_since(self.status), attempts.started_at(self.status)
         group = self.status.membership
         generation = group.generation if group is not None and group.attempt == self.status.attempt else 0

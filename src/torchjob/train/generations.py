@@ -103,18 +103,26 @@ def everyone_arrived(talk: Channel, found: Membership, timeout: timedelta) -> bo
 
 
 def join_next(
-    talk: Channel, backend: str, replica: str, attempt: int, after: int, deadline: float, timeout: timedelta
+    talk: Channel,
+    backend: str,
+    replica: str,
+    attempt: int,
+    after: int,
+    deadline: float,
+    timeout: timedelta,
+    replaced_by_joiner: bool = False,
 ) -> tuple[Membership, float, int, int] | None:
     """Join, as ``replica``, the newest generation of ``attempt`` above ``after`` that forms (one that a newer
     supersedes before everyone arrived is skipped). Returns its membership, when it was read (wall clock), this
-    rank and the world size; None when ``replica`` is no longer a member (an elastic group scaled down).
+    rank and the world size; None when ``replica`` is no longer a member (an elastic group scaled down) or,
+    for a running member (``replaced_by_joiner``), when a spare joins in its place (it was handed over).
     ``deadline`` (monotonic) bounds the wait for a membership; ``timeout`` each generation's forming."""
     while True:
         found = wait_for_membership(talk, attempt, after, deadline)
         if found is None:
             raise RuntimeError("the group was not repaired in time: no new membership was published")
         found_at = time.time()
-        if replica not in found["members"]:
+        if replica not in found["members"] or (replaced_by_joiner and replica in found["joined"]):
             return None
         if everyone_arrived(talk, found, timeout):
             rank, world = found["members"].index(replica), len(found["members"])

@@ -9,11 +9,12 @@ the model in a new DDP, and carries on from the step that failed. The lost membe
 spare: a process that ran the same script up to ``torchjob.train.init`` (torch and the script's imports
 loaded) and waited there.
 
-An elastic group (``TORCHJOB_ELASTIC``) also changes size by decision: the controller publishes a smaller
-membership (scaled down) or a larger one (a spare takes an empty place). Members that are not failing
+The group also changes by decision: an elastic group (``TORCHJOB_ELASTIC``) when the controller publishes a
+smaller membership (scaled down) or a larger one (a spare takes an empty place), and any group when a member on
+notice of eviction hands its place to a spare (``torchjob.train.eviction``). Members that are not failing
 cannot be interrupted, so before every step they agree, with one all-reduce of one integer, on the newest
 membership any of them has seen (a background thread reads it), and re-form together at that step when it
-changed; a member left out exits. Forming itself is ``torchjob.train.generations``.
+changed; a member left out, or replaced, exits. Forming itself is ``torchjob.train.generations``.
 
 Every member runs the same collectives after a re-form (state broadcast, then ``DDP()``), so a joiner and
 the survivors never disagree on what comes next, and every member gets a new DDP: a kept DDP beside a fresh
@@ -44,8 +45,9 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
 from torchjob import worker_files
-from torchjob.train import channel, generations, peers
+from torchjob.train import channel, generations, peers, preemption
 from torchjob.train.context import DistContext
+from torchjob.train.eviction import EvictionHold
 from torchjob.train.step_clock import StepClock
 from torchjob.worker_files import Membership
 
@@ -95,11 +97,11 @@ class InPlaceTraining:
         self.has_state = not ctx.joined
         self._unlogged: dict[str, Any] | None = None  # the last re-form's timings, until its first step is done
         self._reporter = False  # whether this rank says and records the last re-form (the lowest survivor)
-        self.elastic = self.repairable and os.environ.get(worker_files.ENV_ELASTIC) == "1"
         # A step far past its usual time, while the controller has published the next membership, waits on a
         # silent peer (peers.py).
         self.clock = StepClock()
         self.watch: generations.MembershipWatch | None = None
+        self.eviction: EvictionHold | None = None  # a notice of eviction held until a spare takes the place
         self._announced_at = -math.inf
         self._said_waiting: int | None = None
         if self.repairable:
@@ -110,6 +112,7 @@ class InPlaceTraining:
             self.ddp = self._wrap()
         if self.repairable:
             self._announce()
+            self.eviction = EvictionHold(ctx.rank, lambda: self.ctx.generation, self._newest, self._note_eviction)
 
     def run(self, step_fn: StepFunction, total_steps: int, start_step: int = 0) -> None:
         if not self.ctx.joined:
@@ -189,9 +192,16 @@ class InPlaceTraining:
             flush=True,
         )
 
+    def _newest(self) -> int:
+        return self.watch.newest if self.watch is not None else -1
+
+    def _note_eviction(self) -> None:
+        preemption.record_notice(self.ctx.local_rank, self.ctx.rank)
+
     def _membership_changed(self) -> bool:
-        """Elastic groups: whether any member saw a newer membership (all of them get the same answer)."""
-        if self.watch is None or not self.elastic:
+        """Whether any member saw a newer membership (all of them get the same answer): an elastic group grew
+        or shrank, or a member on notice of eviction handed its place to a spare."""
+        if self.watch is None:
             return False
         newest = torch.tensor([self.watch.newest], dtype=torch.int64, device=self.ctx.device)
         dist.all_reduce(newest, op=dist.ReduceOp.MAX)
@@ -199,6 +209,8 @@ class InPlaceTraining:
 
     def _repair(self, failed_at: float) -> None:
         started = time.monotonic()
+        if self.eviction is not None:
+            self.eviction.repairing(True)
         # Drop the broken group at once, and every reference to it (the DDP reducer holds one): peers that
         # are not the dead rank's neighbours learn of the failure only when the survivors' sockets close.
         broken = weakref.ref(dist.distributed_c10d._get_default_group())
@@ -227,11 +239,14 @@ class InPlaceTraining:
         timeout = timedelta(seconds=max(self.repair_timeout, 30.0))
         deadline = started + self.repair_timeout
         args = (self.channel, self.ctx.backend, self.replica, self.attempt, self.ctx.generation, deadline, timeout)
-        joined = generations.join_next(*args)
+        joined = generations.join_next(*args, replaced_by_joiner=True)
         if joined is None:
-            # An elastic group scaled down past this member: the controller stops it, and it goes first.
+            # An elastic group scaled down past this member, or its place went to a spare on notice of its
+            # eviction: the controller stops it, and it goes first.
             print(f"torchjob: {self.replica} has no place in the group any more and leaves it", flush=True)
             os._exit(0)
+        if self.eviction is not None:
+            self.eviction.repairing(False)
         found, published_at, rank, world = joined
         self.ctx = replace(self.ctx, rank=rank, world_size=world, generation=found["generation"])
         source = self._take_state_and_wrap()

@@ -39,7 +39,7 @@ class PreemptionWatch:
         def on_sigterm(signum: int, _frame: FrameType | None) -> None:
             if not self.signalled:
                 self.signalled = True
-                self._record_notice()
+                record_notice(self.ctx.local_rank, self.ctx.rank)
                 timer = threading.Timer(grace_seconds, os._exit, args=(PREEMPTED_EXIT_CODE,))
                 timer.daemon = True
                 timer.start()
@@ -67,15 +67,17 @@ class PreemptionWatch:
         sys.stderr.flush()
         os._exit(PREEMPTED_EXIT_CODE)
 
-    def _record_notice(self) -> None:
-        """Tell the controller when the notice came: peers may crash before this rank is done saving."""
-        output = os.environ.get(worker_files.ENV_OUTPUT_DIR)
-        if not output:
-            return
-        key = worker_files.process_key(os.environ.get(worker_files.ENV_REPLICA), self.ctx.local_rank, self.ctx.rank)
-        path = worker_files.preemption_file(output, key)
-        with contextlib.suppress(OSError):
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_suffix(".tmp")
-            tmp.write_text(json.dumps({"time": time.time()}))
-            os.replace(tmp, path)
+
+def record_notice(local_rank: int, rank: int) -> None:
+    """Tell the controller when a notice came (``worker_files.preemption_file``): peers may crash before this
+    rank is done saving, and a member of an in-place group hands its place over on it."""
+    output = os.environ.get(worker_files.ENV_OUTPUT_DIR)
+    if not output:
+        return
+    key = worker_files.process_key(os.environ.get(worker_files.ENV_REPLICA), local_rank, rank)
+    path = worker_files.preemption_file(output, key)
+    with contextlib.suppress(OSError):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps({"time": time.time()}))
+        os.replace(tmp, path)

@@ -254,6 +254,8 @@ class KubernetesBackend(Backend):
         """A repaired replica's lost Pod goes, its output kept."""
         uid = str(lost_pod["metadata"].get("uid", ""))[:8]  # one lost Pod of the replica among several
         self.logs.keep(job, [(action.attempt, f"{action.replica}.lost-{uid}", lost_pod)])
+        if action.handover:
+            return  # still training until the group re-forms without it: its eviction's grace period ends it
         # A hung Pod is still running: no grace, so that its peers, blocked in a collective with it, see it
         # fail at once (a stopped process never acts on SIGTERM anyway).
         self._delete(Pod, lost_pod["metadata"]["name"], job.namespace, grace_period=0 if action.force else 1)

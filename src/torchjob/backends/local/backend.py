@@ -43,6 +43,7 @@ from torchjob.core.observed import Observed, Phase, SpareObservation
 from torchjob.core.replicas import ROLE_SPARE, ROLE_STORE, expected_replicas
 
 ROLE_REPLICA = "replica"
+ROLE_LEAVING = "leaving"  # a replica that handed its place to a spare and is on its way out
 # The longest the controller sleeps without a reason. It is woken at once by any replica's exit (pidfd) and
 # by the planner's own deadlines, so this only bounds how stale a missed event can get.
 MAX_IDLE_SECONDS = 5.0
@@ -231,7 +232,11 @@ class LocalBackend(Backend):
         if spare is None:
             return  # gone meanwhile: the lost replica stays failed, and the planner restarts the group
         for lost in self._live(ROLE_REPLICA, str(action.replica)):
-            if lost.attempt == action.attempt:
+            if lost.attempt == action.attempt and action.handover:
+                # It leaves the group at its next step by itself: under another name, stopped after the grace.
+                self.children.rename(lost, f"{lost.replica}.leaving")
+                lost.replica, lost.role, lost.stopping_since = f"{lost.replica}.leaving", ROLE_LEAVING, time.time()
+            elif lost.attempt == action.attempt:
                 if self.children.exit_status(lost) is None:
                     # Hung, not dead: stop it now (SIGKILL reaches a stopped process), so that its peers,
                     # blocked in a collective with it, see it fail and re-form.
@@ -241,6 +246,8 @@ class LocalBackend(Backend):
                 lost.removed = True
         self.children.rename(spare, str(action.replica))
         spare.replica, spare.role = str(action.replica), ROLE_REPLICA
+        # The replica's notices and reports before now were its predecessor's (a notice of eviction above all).
+        spare.started_at = time.time()
 
     def _store(self) -> ProcessRecord | None:
         """The job's rendezvous store process, while it runs and is not being stopped."""

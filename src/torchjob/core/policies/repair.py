@@ -27,7 +27,7 @@ from torchjob.api import extensions
 from torchjob.api.types import GroupMembership, PyTorchJob
 from torchjob.core.actions import Action, Cause, CreateSpare, DeleteSpare
 from torchjob.core.envs import in_place
-from torchjob.core.observed import Phase, ReplicaObservation, SpareObservation
+from torchjob.core.observed import Phase, PlatformReason, ReplicaObservation, SpareObservation
 from torchjob.core.policies import restart
 from torchjob.core.replicas import ReplicaId, node_rank
 
@@ -85,6 +85,26 @@ def decide_hung(
     silent_since = culprit.last_beat
     cause = Cause(f"{culprit.replica} stopped responding (hung)", "Hung", silent_since)
     return _replace(job, attempt, current, spares, [(culprit, cause)])
+
+
+def decide_handover(
+    job: PyTorchJob, attempt: int, current: list[ReplicaObservation], spares: list[SpareObservation]
+) -> list[Repair]:
+    """The handovers to make: a member the platform is evicting gracefully (its Pod being deleted under a
+    DisruptionTarget, as the Eviction API and ``kubectl drain`` do; locally, a SIGTERM it noted) gives its place
+    to a ready spare while it still runs. The group re-forms at its next step and the evicted member leaves it
+    there, so no step is failed or retried. Static groups only (an elastic one shrinks around it instead)."""
+    if job.spec.elastic_policy is not None:
+        return []
+    leaving = [o for o in current if o.phase is Phase.RUNNING and o.disrupted_at is not None and o.repairable]
+    noticed = [
+        (o, Cause(f"{o.replica} is being {_disruption(o)}", restart.kind_of(o), o.disrupted_at)) for o in leaving
+    ]
+    return _replace(job, attempt, current, spares, noticed) if noticed else []
+
+
+def _disruption(observation: ReplicaObservation) -> str:
+    return "preempted" if observation.reason is PlatformReason.PREEMPTED else "evicted"
 
 
 def _replace(

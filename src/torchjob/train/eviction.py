@@ -1,0 +1,108 @@
+"""An eviction notice held by a member of an in-place group, so that a warm spare takes its place first.
+
+A Pod evicted through the Eviction API (``kubectl drain``, a spot node's notice handler) gets SIGTERM and its
+grace period; a local replica gets a SIGTERM from outside. Left alone, SIGTERM ends the member at once and its
+peers repair around it: the step in progress fails and is retried. A member of an in-place group instead notes
+the notice (the preemption file the local controller reads; in a Pod, its DisruptionTarget condition tells the
+operator) and keeps training. The controller gives its place to a ready spare (a handover,
+``policies/repair.decide_handover``), the group re-forms at its next step, and this member leaves it there with
+exit code 0: no step is failed. When no newer membership comes within ``HOLD_SECONDS`` (no spare was ready, or
+torchjob itself is stopping the group), or the notice comes while the member is repairing, it exits with 143 as
+a preempted process does.
+
+SIGTERM is read by a thread from the signal module's wakeup file descriptor rather than acted on in a Python
+handler: Python runs handlers in the main thread only, which may be blocked in a collective for a long time.
+Nothing is held where the script handles SIGTERM itself, or where a wakeup descriptor is already in use.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+from collections.abc import Callable
+from types import FrameType
+
+from torchjob.train.preemption import PREEMPTED_EXIT_CODE
+
+# How long a member on notice waits for the controller to publish the membership that hands its place over.
+# The operator publishes within a pass of seeing the eviction (well under a second); a stop torchjob makes
+# itself (a group restart, a suspended or deleted job) costs at most this much longer.
+HOLD_SECONDS = 2.0
+
+
+def _read_by_thread(_signum: int, _frame: FrameType | None) -> None:
+    """SIGTERM's Python handler: nothing (the reading thread acts); its identity says the hold is in place."""
+
+
+class EvictionHold:
+    def __init__(self, rank: int, generation: Callable[[], int], newest: Callable[[], int], note: Callable[[], None]):
+        """``generation()``: the group's current generation; ``newest()``: the newest one published (the
+        membership watch); ``note()`` records the notice for the controller."""
+        self.rank, self._generation, self._newest, self._note = rank, generation, newest, note
+        self.noticed_at: float | None = None
+        self._generation_at_notice = -1
+        self._repairing = False
+        self.active = self._install()
+
+    def repairing(self, now: bool) -> None:
+        """The member repairs (``now`` True) or trains again: a notice during a repair ends it at once."""
+        self._repairing = now
+        if now and self.noticed_at is not None:
+            self._leave("it was on notice of eviction when its group broke")
+
+    def _install(self) -> bool:
+        if threading.current_thread() is not threading.main_thread():
+            return False
+        if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+            return False  # the script handles SIGTERM itself
+        reader, writer = socket.socketpair()
+        writer.setblocking(False)
+        previous = signal.set_wakeup_fd(writer.fileno(), warn_on_full_buffer=False)
+        if previous != -1:  # someone else (an event loop) reads signals this way: leave it to them
+            signal.set_wakeup_fd(previous)
+            reader.close()
+            writer.close()
+            return False
+        signal.signal(signal.SIGTERM, _read_by_thread)
+        self._sockets = (reader, writer)  # kept open for the process's life
+        threading.Thread(target=self._read, args=(reader,), name="torchjob-eviction", daemon=True).start()
+        return True
+
+    def _read(self, reader: socket.socket) -> None:
+        while True:
+            received = reader.recv(64)
+            if not received:
+                return
+            if signal.SIGTERM in received and signal.getsignal(signal.SIGTERM) is _read_by_thread:
+                self._on_notice()
+
+    def _on_notice(self) -> None:
+        if self.noticed_at is not None:
+            return
+        self.noticed_at = time.monotonic()
+        self._generation_at_notice = self._generation()
+        self._note()
+        if self._repairing:
+            self._leave("it was repairing its group")
+        print(
+            f"torchjob: rank {self.rank}: SIGTERM (a notice of eviction): training on for up to {HOLD_SECONDS:g}s "
+            "while a spare takes this place",
+            flush=True,
+        )
+        timer = threading.Timer(HOLD_SECONDS, self._hold_over)
+        timer.daemon = True
+        timer.start()
+
+    def _hold_over(self) -> None:
+        if self._newest() > self._generation_at_notice:
+            return  # the group re-forms at its next step; a member whose place went to a spare leaves it there
+        self._leave(f"no spare took its place within {HOLD_SECONDS:g}s")
+
+    def _leave(self, why: str) -> None:
+        print(f"torchjob: rank {self.rank}: leaving on SIGTERM: {why}", flush=True)
+        sys.stderr.flush()
+        os._exit(PREEMPTED_EXIT_CODE)
