@@ -1,6 +1,6 @@
-"""In-place repair on real Pods: a SIGKILLed or hung (SIGSTOPped) Worker's place goes to a warm spare Pod, and
-the survivors' Pods are never recreated (the local twins are in tests/integration/test_inplace_repair.py and
-test_mnist_example.py)."""
+"""In-place repair on real Pods: a SIGKILLed or hung (SIGSTOPped) Worker's place goes to a warm spare Pod, an
+evicted one hands it over before it goes, and the survivors' Pods are never recreated (the local twins are in
+tests/integration/test_inplace_repair.py and test_mnist_example.py)."""
 
 from __future__ import annotations
 
@@ -31,6 +31,17 @@ def _uid(cluster: Cluster, namespace: str, pod: str) -> str:
     return cluster.kubectl("get", "pod", pod, "-n", namespace, "-o", "jsonpath={.metadata.uid}").stdout
 
 
+def _warm_and_training(cluster: Cluster, namespace: str) -> None:
+    deadline = time.monotonic() + 300
+    while True:
+        log = cluster.kubectl("logs", "-n", namespace, f"{JOB}-worker-1", check=False).stdout
+        if "epoch: 2/" in log and _status(cluster, namespace).get("sparesReady") == 1:
+            return
+        pods = cluster.kubectl("get", "pods", "-n", namespace, check=False).stdout
+        assert time.monotonic() < deadline, f"worker-1 never reached epoch 2 beside a warm spare:\n{pods}"
+        time.sleep(0.5)
+
+
 @pytest.mark.parametrize("fault", [signal.SIGKILL, signal.SIGSTOP], ids=["killed", "hung"])
 def test_a_lost_worker_pod_is_replaced_by_a_warm_spare_and_the_survivors_pods_carry_on(
     cluster: Cluster, node_operator: OperatorProcess, fault: signal.Signals
@@ -44,14 +55,7 @@ def test_a_lost_worker_pod_is_replaced_by_a_warm_spare_and_the_survivors_pods_ca
     for spec in job["spec"]["pytorchReplicaSpecs"].values():
         spec["template"]["spec"]["containers"][0]["args"] = ["--epochs", "3"]
     cluster.apply(job)
-    deadline = time.monotonic() + 300
-    while True:
-        log = cluster.kubectl("logs", "-n", namespace, f"{JOB}-worker-1", check=False).stdout
-        if "epoch: 2/" in log and _status(cluster, namespace).get("sparesReady") == 1:
-            break
-        pods = cluster.kubectl("get", "pods", "-n", namespace, check=False).stdout
-        assert time.monotonic() < deadline, f"worker-1 never reached epoch 2 beside a warm spare:\n{pods}"
-        time.sleep(0.5)
+    _warm_and_training(cluster, namespace)
     survivors = {pod: _uid(cluster, namespace, pod) for pod in (f"{JOB}-master-0", f"{JOB}-worker-0")}
     for pid in cluster.container_pids(namespace, f"{JOB}-worker-1"):
         os.kill(pid, fault)
@@ -122,3 +126,38 @@ def test_an_elastic_group_on_pods_shrinks_at_once_and_grows_back_when_the_spare_
     assert float(log.split("test accuracy=")[1].split()[0]) >= 0.90
     spare_log = cluster.kubectl("logs", "-n", namespace, f"{name}-spare-0-0").stdout
     assert f"spare {name}-spare-0-0 joins as worker-1 (rank 1 of 3)" in spare_log, spare_log[-2000:]
+
+
+def test_a_worker_pod_evicted_through_the_eviction_api_hands_its_place_to_the_spare_before_it_goes(
+    cluster: Cluster, node_operator: OperatorProcess
+) -> None:
+    """What `kubectl drain` and a spot notice's handler do to one Pod: the Eviction API marks it
+    DisruptionTarget and deletes it gracefully (SIGTERM, then its grace period). worker-1 trains on, the operator
+    gives its place to the warm spare, and the group re-forms at a step boundary: no step fails, nothing
+    restarts, the survivors' Pods carry on."""
+    namespace = cluster.namespace("inplace-evicted")
+    job = yaml.safe_load((ROOT / "examples" / "mnist" / "job-inplace.yaml").read_text())
+    job["metadata"]["namespace"] = namespace
+    for spec in job["spec"]["pytorchReplicaSpecs"].values():
+        spec["template"]["spec"]["containers"][0]["args"] = ["--epochs", "3"]
+    cluster.apply(job)
+    _warm_and_training(cluster, namespace)
+    survivors = {pod: _uid(cluster, namespace, pod) for pod in (f"{JOB}-master-0", f"{JOB}-worker-0")}
+    eviction = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": f"{JOB}-worker-1"}}
+    path = f"/api/v1/namespaces/{namespace}/pods/{JOB}-worker-1/eviction"
+    cluster.kubectl("create", "--raw", path, "-f", "-", input=json.dumps(eviction))
+    finished = wait_for_condition(cluster, namespace, JOB, {"Succeeded", "Failed"}, timeout=400)
+    conditions = {c["type"]: c for c in finished["status"]["conditions"]}
+    assert "Failed" not in conditions, conditions["Failed"]["message"]
+    status = finished["status"]
+    events = cluster.kubectl("get", "events", "-n", namespace, "-o", "jsonpath={.items[*].message}").stdout
+    assert f"worker-1 is being evicted; {JOB}-spare-0-0 takes its place in the running group" in events, events[-3000:]
+    assert (status["attempt"], status["restartCount"], status["repairs"]) == (0, 0, 1), status["attempts"]
+    assert {pod: _uid(cluster, namespace, pod) for pod in survivors} == survivors
+    master_log = cluster.kubectl("logs", "-n", namespace, f"{JOB}-master-0").stdout
+    # Re-formed at a step boundary, never repaired after a failed step.
+    assert "group re-formed in place (generation 1, 3 ranks" in master_log, master_log[-3000:]
+    assert "group repaired in place" not in master_log, master_log[-3000:]
+    assert float(master_log.split("test accuracy=")[1].split()[0]) >= 0.90
+    spare_log = cluster.kubectl("logs", "-n", namespace, f"{JOB}-spare-0-0").stdout
+    assert f"torchjob: spare {JOB}-spare-0-0 joins as worker-1 (rank 2 of 3)" in spare_log, spare_log[-2000:]
