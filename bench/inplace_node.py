@@ -10,16 +10,21 @@ operators' group restarts.
 nothing fails or closes, and the operator must find the one member the others wait for from the announcements the
 Pods send it (one every 0.15 s, each also reading the membership; three missed confirm it). ``--node-lost`` runs
 it on three nodes with master, worker and spare a node each, and stops the worker's node instead: a vanished
-node, whose silence ends no collective.
+node, whose silence ends no collective. ``--evicted`` alternates, on one node, a SIGKILL (the anchor) with an
+eviction through the Eviction API (what `kubectl drain` does to a Pod): the evicted member hands its place to the
+spare and the group re-forms at a step boundary. Both report the stall: from the survivor's last step before the
+change to its first step after it.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -59,9 +64,14 @@ def _repair_times(cluster: Cluster, namespace: str, replica: str, since: float) 
     and (where it had to) when its watching thread saw the repair published and left its step, all after
     ``since``."""
     log = cluster.kubectl("logs", "--timestamps", "-n", namespace, f"{JOB}-{replica}").stdout.splitlines()
-    repaired = next(i for i, line in enumerate(log) if "group repaired in place" in line)
+    repaired = next(i for i, line in enumerate(log) if "group repaired in place" in line or "re-formed in" in line)
     first = next(line for line in log[repaired + 1 :] if "batch: " in line)
-    found = {"reformed": _stamp(log[repaired]) - since, "first_step": _stamp(first) - since}
+    last = next(line for line in reversed(log[:repaired]) if "batch: " in line)
+    found = {
+        "reformed": _stamp(log[repaired]) - since,
+        "first_step": _stamp(first) - since,
+        "stall": _stamp(first) - _stamp(last),
+    }
     left = next((line for line in log[:repaired] if "left the step" in line), None)
     return found if left is None else {"left": _stamp(left) - since, **found}
 
@@ -89,6 +99,26 @@ def trial(
         return _repair_times(cluster, namespace, "master-0", killed_at) if _repaired_once(cluster, namespace) else None
     finally:
         _delete_job(cluster, namespace, "trainjob" if trainjob else "pytorchjob")
+
+
+def evicted_trial(cluster: Cluster, namespace: str) -> dict[str, float] | None:
+    """The same job, worker-1's Pod evicted through the Eviction API in epoch 2: times after the eviction from
+    the master's log; None when the job was not handed over (or repaired) in place once."""
+    job = yaml.safe_load(EXAMPLE.read_text())
+    job["metadata"]["namespace"] = namespace
+    for spec in job["spec"]["pytorchReplicaSpecs"].values():
+        spec["template"]["spec"]["containers"][0]["args"] = ["--epochs", "3", "--log-interval", "1"]
+    cluster.apply(job)
+    try:
+        if not _in_epoch_2_beside_a_spare(cluster, namespace, "worker-1"):
+            return None
+        eviction = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": f"{JOB}-worker-1"}}
+        evicted_at = time.time()
+        path = f"/api/v1/namespaces/{namespace}/pods/{JOB}-worker-1/eviction"
+        cluster.kubectl("create", "--raw", path, "-f", "-", input=json.dumps(eviction))
+        return _repair_times(cluster, namespace, "master-0", evicted_at) if _repaired_once(cluster, namespace) else None
+    finally:
+        _delete_job(cluster, namespace)
 
 
 def _as_trainjob(job: dict[str, Any]) -> dict[str, Any]:
@@ -154,8 +184,9 @@ def vanished_trial(cluster: Cluster, namespace: str) -> dict[str, float] | None:
         _delete_job(cluster, namespace)
 
 
-def run(trials: int, node_lost: bool) -> list[dict[str, float] | None]:
-    """Trials on a fresh rig with the torchjob operator: SIGSTOP on one node, or a vanished node of three."""
+def run(trials: int, mode: str) -> dict[str, list[dict[str, float] | None]]:
+    """Trials on a fresh rig with the torchjob operator, by kind: SIGSTOP on one node (``frozen``), a vanished
+    node of three (``node-lost``), or SIGKILL and eviction alternating on one node (``evicted``)."""
     from tests.support.images import push_test_images
 
     from bench.real_node import _start_operator
@@ -163,19 +194,27 @@ def run(trials: int, node_lost: bool) -> list[dict[str, float] | None]:
 
     directory = Path(tempfile.mkdtemp(prefix="bench-inplace-node-"))
     name = f"bench-{os.getpid()}"
-    nodes = NodeConfig("kubelet", 3 if node_lost else 1)
+    nodes = NodeConfig("kubelet", 3 if mode == "node-lost" else 1)
     cluster = create(ClusterConfig(name, (nodes,)), directory / "rig")
+    Trial = Callable[[str], dict[str, float] | None]
+    kinds: dict[str, Trial] = {}
+    if mode == "frozen":
+        kinds["SIGSTOP in a Pod"] = lambda ns: trial(cluster, ns, signal.SIGSTOP)
+    elif mode == "node-lost":
+        kinds["node of a member stopped"] = lambda ns: vanished_trial(cluster, ns)
+    else:
+        kinds["SIGKILL in a Pod (anchor)"] = lambda ns: trial(cluster, ns, signal.SIGKILL)
+        kinds["Pod evicted (Eviction API)"] = lambda ns: evicted_trial(cluster, ns)
     try:
         push_test_images(cluster)
-        namespace = cluster.namespace("vanished" if node_lost else "frozen")
+        namespace = cluster.namespace(mode)
         operator = _start_operator(cluster, "torchjob", directory / "operator")
         try:
-            found = []
+            found: dict[str, list[dict[str, float] | None]] = {kind: [] for kind in kinds}
             for number in range(trials):
-                found.append(
-                    vanished_trial(cluster, namespace) if node_lost else trial(cluster, namespace, signal.SIGSTOP)
-                )
-                print(f"  trial {number + 1}: {found[-1]}", flush=True)
+                for kind, one in kinds.items():
+                    found[kind].append(one(namespace))
+                    print(f"  trial {number + 1}, {kind}: {found[kind][-1]}", flush=True)
             return found
         finally:
             operator.stop()
@@ -184,16 +223,17 @@ def run(trials: int, node_lost: bool) -> list[dict[str, float] | None]:
 
 
 if __name__ == "__main__":
-    node_lost = "--node-lost" in sys.argv
-    numbers = [a for a in sys.argv[1:] if a != "--node-lost"]
-    results = run(int(numbers[0]) if numbers else 3, node_lost)
-    repaired = [r for r in results if r is not None]
-    firsts = sorted(r["first_step"] for r in repaired)
-    what = "node of a member stopped" if node_lost else "SIGSTOP in a Pod"
-    if firsts:
+    mode = next((a[2:] for a in sys.argv[1:] if a in ("--node-lost", "--evicted")), "frozen")
+    numbers = [a for a in sys.argv[1:] if not a.startswith("--")]
+    for what, results in run(int(numbers[0]) if numbers else 3, mode).items():
+        repaired = [r for r in results if r is not None]
+        if not repaired:
+            print(f"{what}: never repaired in place")
+            continue
+        firsts = sorted(r["first_step"] for r in repaired)
+        stalls = sorted(r["stall"] for r in repaired)
         print(
-            f"{what} -> first step of the repaired group: median {firsts[len(firsts) // 2]:.2f} s "
-            f"({len(repaired)} of {len(results)} repaired in place; all: {', '.join(f'{v:.2f}' for v in firsts)})"
+            f"{what} -> first step of the re-formed group: median {firsts[len(firsts) // 2]:.2f} s; the survivor's "
+            f"stall median {stalls[len(stalls) // 2]:.2f} s ({len(repaired)} of {len(results)} in place; "
+            f"first steps {', '.join(f'{v:.2f}' for v in firsts)}; stalls {', '.join(f'{v:.2f}' for v in stalls)})"
         )
-    else:
-        print("never repaired in place")
