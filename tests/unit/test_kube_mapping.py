@@ -433,6 +433,7 @@ def test_pods_made_while_a_node_is_silent_are_kept_off_it() -> None:
 
 
 def test_what_replaces_a_replica_removed_while_running_prefers_other_nodes() -> None:
+    from torchjob.backends.kubernetes import nodes
     from torchjob.backends.kubernetes.nodes import NodeReader
 
     reader = NodeReader(None, lambda _verb: None)  # type: ignore[arg-type]  # nothing here reads the API
@@ -445,6 +446,13 @@ def test_what_replaces_a_replica_removed_while_running_prefers_other_nodes() -> 
     away = {"matchFields": [{"key": "metadata.name", "operator": "NotIn", "values": ["n1"]}]}
     assert preferred == [{"weight": 100, "preference": away}]
     assert "requiredDuringSchedulingIgnoredDuringExecution" not in spec["affinity"]["nodeAffinity"]  # never a must
+    # A suspect is forgotten after its minute (and the record of it goes, so that it never grows).
+    reader.suspects["n1"] -= nodes.SUSPECT_SECONDS
+    reader.suspect([])
+    assert reader.suspects == {}
+    later: dict[str, Any] = {}
+    reader.keep_off_silent(later)
+    assert "affinity" not in later
 
 
 def test_the_store_runs_where_the_workers_may_but_does_not_take_part_in_their_spreading() -> None:

@@ -93,6 +93,7 @@ class NodeReader:
         silent is replaced within a second, long before its node is known silent (the node monitor's grace, or
         even a missed beat of the operator's probe); if its node vanished, its replacement must not go there."""
         now = time.monotonic()
+        self.suspects = {node: at for node, at in self.suspects.items() if now - at < SUSPECT_SECONDS}
         for pod in pods:
             if _running(pod) and _node_of(pod):
                 self.suspects[_node_of(pod)] = now
