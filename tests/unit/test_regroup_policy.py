@@ -10,7 +10,7 @@ from tests.unit.test_planning import T0, at
 from tests.unit.test_repair_policy import beating, told
 from torchjob.api.types import PyTorchJob
 from torchjob.core.actions import CreateReplica, CreateSpare, DeleteReplica, Plan, ReformGroup, RepairReplica
-from torchjob.core.observed import ReplicaObservation, SpareObservation
+from torchjob.core.observed import PlatformReason, ReplicaObservation, SpareObservation
 from torchjob.core.planning import plan
 from torchjob.core.policies import regroup
 from torchjob.testing import failed, make_job, running, succeeded
@@ -183,3 +183,29 @@ def test_a_membership_the_backend_no_longer_serves_is_published_again_from_the_s
     assert stale.actions[0] == ReformGroup(kept)
     served_already = step(smaller, members("worker-0", "worker-2"))
     assert not any(isinstance(a, ReformGroup) for a in served_already.actions)
+
+
+def evicted(name: str) -> ReplicaObservation:
+    """A running Worker whose Pod is being deleted on a disruption (the Eviction API, a drain)."""
+    return replace(running(name), repairable=True, stopping=True, disrupted_at=at(4), reason=PlatformReason.EVICTED)
+
+
+def test_an_evicted_member_leaves_at_its_next_step_once_and_its_place_is_filled_later() -> None:
+    job = elastic_job()
+    result = step(job, [*members("worker-0", "worker-2"), evicted("worker-1")])
+    # The platform deletes its Pod: nothing to delete, only the smaller membership to publish.
+    assert result.actions == [told(1, ("worker-0", "worker-2")), CreateSpare(0, rendezvous_at_store=True)]
+    assert [e.reason for e in result.events] == ["MemberLeaving"]
+    assert (result.status.attempt, result.status.restart_count, result.status.membership_changes) == (0, 0, 1)
+    # While it finishes its step and goes, the next passes publish nothing again.
+    smaller = job.model_copy(update={"status": result.status})
+    again = step(smaller, [*members("worker-0", "worker-2"), evicted("worker-1")], [WARMING])
+    assert not any(isinstance(a, ReformGroup | DeleteReplica) for a in again.actions)
+    assert again.status.membership_changes == 1
+
+
+def test_an_evicted_member_stays_while_its_leaving_would_take_the_group_below_its_minimum() -> None:
+    job = elastic_job(minimum=3)
+    result = step(job, [*members("worker-0", "worker-2"), evicted("worker-1")])
+    assert not any(isinstance(a, ReformGroup | DeleteReplica) for a in result.actions)
+    assert result.status.membership_changes == 0 and result.status.attempt == 0

@@ -88,7 +88,9 @@ def regrouped(
 ) -> Regroup | None:
     """Apply ``policies/regroup``'s decision for the group (around a ``hung`` member, if named); None when
     it has none."""
-    change = regroup.decide(state.job, state.status.attempt, current, spares_of(state), hung)
+    group = state.status.membership
+    members = group.members if group is not None and group.attempt == state.status.attempt else None
+    change = regroup.decide(state.job, state.status.attempt, current, spares_of(state), hung, members)
     if change is None:
         return None
     state.actions += change.actions

@@ -8,6 +8,8 @@ store torchjob hosts, like a fixed group under in-place repair. Its membership i
 - a Worker lost to a retryable failure leaves the group, and so does a live Worker above the target count
   (after ``torchjob scale``), as long as minReplicas Workers remain and every remaining member can be
   repaired around (it announced the in-place loop);
+- a Worker being evicted (its Pod deleted under a DisruptionTarget, as ``kubectl drain`` does) leaves the group
+  at its next step while it still runs (it holds the notice: ``torchjob.train.eviction``), on the same terms;
 - an empty place of the target group (a lost or a new Worker's) goes to a ready spare of the attempt, the
   lowest index first; the spares to start are the idle ones the annotation asks for plus one per empty place;
 - whenever members leave or join, the group is told its next membership (the planner's ``ReformGroup``): after
@@ -21,6 +23,7 @@ Leaving and joining are counted in ``status.membershipChanges``, never as restar
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from torchjob.api.types import PyTorchJob, ReplicaType
@@ -59,11 +62,15 @@ def decide(
     current: list[ReplicaObservation],
     spares: list[SpareObservation],
     hung: ReplicaObservation | None = None,
+    members_now: Sequence[str] | None = None,
 ) -> Regroup | None:
     """The group's change for this pass (nothing to change: an empty one); None when a loss cannot be
     absorbed in place, so that it fails the attempt like any other. ``hung``: the one member of a hung group
-    that stopped responding (``policies/progress``); it is stopped at once and leaves like a lost one."""
+    that stopped responding (``policies/progress``); it is stopped at once and leaves like a lost one.
+    ``members_now``: the group's current membership, None before the attempt's first change (an evicted member
+    leaves it once)."""
     live = [o for o in current if not o.stopping]
+    evicted = [o for o in current if _evicted(o) and (members_now is None or str(o.replica) in members_now)]
     lost = [o for o in live if o.phase is Phase.FAILED]
     if lost and not all(_can_leave(job, o) for o in lost):
         return None
@@ -79,6 +86,8 @@ def decide(
     workers_left = sum(o.replica.replica_type is ReplicaType.WORKER for o in staying)
     if (lost or surplus) and (not all(o.repairable for o in staying) or workers_left < (minimum or 1)):
         return None
+    if not all(o.repairable for o in staying) or workers_left < (minimum or 1):
+        evicted = []  # it stays a member until it goes: its loss is then dealt with like any other
     present = {o.replica for o in staying}
     finished = {o.replica for o in live if o.phase is Phase.SUCCEEDED}  # training is over: no place to fill
     empty = [r for r in expected_replicas(job) if r not in present and r not in finished]
@@ -89,10 +98,12 @@ def decide(
         ready = []  # still starting, or ending: a spare joins a group that trains
     fills = list(zip(empty, ready, strict=False))
     members = (
-        repair.members_in_rank_order(job, [*present, *(r for r, _ in fills)]) if lost or surplus or fills else None
+        repair.members_in_rank_order(job, [*present, *(r for r, _ in fills)])
+        if lost or surplus or fills or evicted
+        else None
     )
     change = Regroup(
-        leaving=lost + surplus,
+        leaving=lost + surplus + evicted,
         joining=len(fills),
         empty_places=len(empty) - len(fills),
         members=members,
@@ -104,6 +115,9 @@ def decide(
         change.events.append(Event("Warning", "MemberLost", f"{message} (minReplicas {minimum})"))
         reason = "a hung member of the elastic group" if o is hung else "a lost member of the elastic group"
         change.actions.append(DeleteReplica(o.replica, o.attempt, reason, at_once=o is hung, force=lost_with_node(o)))
+    for o in evicted:  # the platform removes its Pod: nothing to delete
+        message = f"{o.replica} is being evicted: it leaves the group at its next step, which carries on in place"
+        change.events.append(Event("Normal", "MemberLeaving", f"{message} with {workers_left} Worker(s)"))
     for o in surplus:
         change.events.append(Event("Normal", "ScaledDown", f"{o.replica} leaves: scaled to {target} Worker(s)"))
         change.actions.append(DeleteReplica(o.replica, o.attempt, f"scaled down to {target} Worker(s)"))
@@ -111,6 +125,17 @@ def decide(
         change.events.append(Event("Normal", "MemberAdded", f"{spare} joins the running group as {replica}"))
         change.actions.append(RepairReplica(replica, attempt, spare))
     return change
+
+
+def _evicted(observation: ReplicaObservation) -> bool:
+    """A running Worker whose Pod the platform is deleting on a disruption (a drain, a preemption)."""
+    return (
+        observation.stopping
+        and observation.phase is Phase.RUNNING
+        and observation.disrupted_at is not None
+        and observation.replica.replica_type is ReplicaType.WORKER
+        and observation.repairable
+    )
 
 
 def _can_leave(job: PyTorchJob, lost: ReplicaObservation) -> bool:
