@@ -90,14 +90,23 @@ def test_a_lost_worker_pod_is_replaced_by_a_warm_spare_and_the_survivors_pods_ca
     assert f"torchjob: spare {JOB}-spare-0-0 joins as worker-1 (rank 2 of 3)" in spare_log, spare_log[-2000:]
 
 
+def _evict(cluster: Cluster, namespace: str, pod: str) -> None:
+    """What `kubectl drain` does to one Pod: the Eviction API (DisruptionTarget, then a graceful delete)."""
+    eviction = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": pod}}
+    path = f"/api/v1/namespaces/{namespace}/pods/{pod}/eviction"
+    cluster.kubectl("create", "--raw", path, "-f", "-", input=json.dumps(eviction))
+
+
+@pytest.mark.parametrize("fault", ["killed", "evicted"])
 def test_an_elastic_group_on_pods_shrinks_at_once_and_grows_back_when_the_spare_pod_is_warm(
-    cluster: Cluster, node_operator: OperatorProcess
+    cluster: Cluster, node_operator: OperatorProcess, fault: str
 ) -> None:
-    """The elastic in-place MNIST job (3 Workers, at least 2, no idle spare): worker-1's trainer is SIGKILLed;
-    the two other Pods carry on as a group of 2 at once, a spare Pod started for the place joins as worker-1,
-    and the group trains at 3 again. No Pod but the lost one is recreated, and nothing restarts."""
+    """The elastic in-place MNIST job (3 Workers, at least 2, no idle spare): worker-1's trainer is SIGKILLed, or
+    its Pod evicted; the two other Pods carry on as a group of 2 at once (an evicted member leaves at a step
+    boundary: no step fails), a spare Pod started for the place joins as worker-1, and the group trains at 3
+    again. No Pod but the lost one is recreated, and nothing restarts."""
     name = "mnist-elastic-inplace"
-    namespace = cluster.namespace("inplace-elastic")
+    namespace = cluster.namespace(f"inplace-elastic-{fault}")
     job = yaml.safe_load((ROOT / "examples" / "mnist" / "job-elastic-inplace.yaml").read_text())
     job["metadata"]["namespace"] = namespace
     # Long enough after the kill for a spare Pod to start, import torch and join while the others train.
@@ -109,20 +118,29 @@ def test_an_elastic_group_on_pods_shrinks_at_once_and_grows_back_when_the_spare_
         assert time.monotonic() < deadline, f"worker-1 never reached epoch 2:\n{pods}"
         time.sleep(0.5)
     survivors = {pod: _uid(cluster, namespace, pod) for pod in (f"{name}-worker-0", f"{name}-worker-2")}
-    for pid in cluster.container_pids(namespace, f"{name}-worker-1"):
-        os.kill(pid, signal.SIGKILL)
+    if fault == "evicted":
+        _evict(cluster, namespace, f"{name}-worker-1")
+    else:
+        for pid in cluster.container_pids(namespace, f"{name}-worker-1"):
+            os.kill(pid, signal.SIGKILL)
     finished = wait_for_condition(cluster, namespace, name, {"Succeeded", "Failed"}, timeout=400)
     conditions = {c["type"]: c for c in finished["status"]["conditions"]}
     assert "Failed" not in conditions, conditions["Failed"]["message"]
     status = finished["status"]
     events = cluster.kubectl("get", "events", "-n", namespace, "-o", "jsonpath={.items[*].message}").stdout
-    assert "the group carries on in place with 2 Worker(s)" in events, events[-3000:]
+    if fault == "evicted":
+        assert "worker-1 is being evicted: it leaves the group at its next step" in events, events[-3000:]
+    else:
+        assert "the group carries on in place with 2 Worker(s)" in events, events[-3000:]
     assert f"{name}-spare-0-0 joins the running group as worker-1" in events, events[-3000:]
     assert (status["attempt"], status["restartCount"], status["membershipChanges"]) == (0, 0, 2), status
     assert {pod: _uid(cluster, namespace, pod) for pod in survivors} == survivors
     log = cluster.kubectl("logs", "-n", namespace, f"{name}-worker-0").stdout
-    assert "group repaired in place (generation 1, 2 ranks" in log, log[-3000:]
+    shrunk = "re-formed" if fault == "evicted" else "repaired"
+    assert f"group {shrunk} in place (generation 1, 2 ranks" in log, log[-3000:]
     assert "group re-formed in place (generation 2, 3 ranks" in log, log[-3000:]
+    if fault == "evicted":
+        assert "group repaired in place" not in log, log[-3000:]  # no step failed
     assert float(log.split("test accuracy=")[1].split()[0]) >= 0.90
     spare_log = cluster.kubectl("logs", "-n", namespace, f"{name}-spare-0-0").stdout
     assert f"spare {name}-spare-0-0 joins as worker-1 (rank 1 of 3)" in spare_log, spare_log[-2000:]
@@ -143,9 +161,7 @@ def test_a_worker_pod_evicted_through_the_eviction_api_hands_its_place_to_the_sp
     cluster.apply(job)
     _warm_and_training(cluster, namespace)
     survivors = {pod: _uid(cluster, namespace, pod) for pod in (f"{JOB}-master-0", f"{JOB}-worker-0")}
-    eviction = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": f"{JOB}-worker-1"}}
-    path = f"/api/v1/namespaces/{namespace}/pods/{JOB}-worker-1/eviction"
-    cluster.kubectl("create", "--raw", path, "-f", "-", input=json.dumps(eviction))
+    _evict(cluster, namespace, f"{JOB}-worker-1")
     finished = wait_for_condition(cluster, namespace, JOB, {"Succeeded", "Failed"}, timeout=400)
     conditions = {c["type"]: c for c in finished["status"]["conditions"]}
     assert "Failed" not in conditions, conditions["Failed"]["message"]

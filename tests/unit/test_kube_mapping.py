@@ -144,6 +144,15 @@ def test_observations_from_pod_status(
         assert seen.describe().startswith(described)
 
 
+def test_a_pod_that_succeeded_while_being_deleted_is_stopping() -> None:
+    # A member that left its group (evicted, or scaled down) exits 0: that is no success of the job's.
+    pod = pod_status("Succeeded", **terminated(0, "Completed"))
+    pod["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:04Z"
+    seen = observe_pod(pod)
+    assert seen is not None and seen.phase is Phase.SUCCEEDED and seen.stopping
+    assert not observe_pod(pod_status("Succeeded", **terminated(0, "Completed"))).stopping  # type: ignore[union-attr]
+
+
 def test_a_preemption_notice_is_the_failures_onset() -> None:
     notice = {"type": "DisruptionTarget", "status": "True", "reason": "PreemptionByScheduler"}
     seen = observe_pod(pod_status("Running", conditions=[{**notice, "lastTransitionTime": "2026-01-01T00:00:01Z"}]))

@@ -139,9 +139,9 @@ def observe_pod(
         phase = Phase.RUNNING  # the node's kubelet lost touch with the API server without being declared lost
     terminated = _terminated_state(status)
     if phase is Phase.SUCCEEDED:
-        return ReplicaObservation(
-            replica, attempt, phase, exit_code=0, finished_at=parse_time((terminated or {}).get("finishedAt"))
-        )
+        # One being deleted (a member that left its group, evicted or scaled down) did not finish the job's work.
+        finished_at = parse_time((terminated or {}).get("finishedAt"))
+        return ReplicaObservation(replica, attempt, phase, exit_code=0, finished_at=finished_at, stopping=stopping)
     if phase is not Phase.FAILED:
         waiting = _node_problem(node) or _unschedulable(status) or _waiting_message(status)
         return ReplicaObservation(
