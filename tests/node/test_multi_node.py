@@ -280,3 +280,51 @@ def test_in_place_a_spare_on_another_node_takes_the_place_of_a_replica_whose_nod
             time.sleep(1)
     finally:
         kubelet.start(cluster.state, node)
+
+
+def test_kubectl_drain_moves_an_in_place_replica_to_the_spare_on_another_node_before_its_pod_goes(
+    three_nodes: Cluster,
+) -> None:
+    """The in-place MNIST job with one Pod per node (master, worker, warm spare), and `kubectl drain` of the
+    worker's node, as a spot notice's handler runs it: the node is cordoned and the job's Pod on it evicted. The
+    evicted worker trains on until the operator in the cluster has given its place to the spare on the third
+    node; the group re-forms at a step boundary, no step fails, and the drain completes once the Pod is gone."""
+    cluster = three_nodes
+    _all_nodes_ready(cluster, timeout=180)
+    namespace = cluster.namespace("inplace-drained")
+    job = inplace_one_per_node(namespace)
+    name = job["metadata"]["name"]
+    cluster.apply(job)
+    deadline = time.monotonic() + 300
+    while True:
+        found = cluster.kubectl_json("get", "pytorchjob", name, "-n", namespace)
+        log = cluster.kubectl("logs", "-n", namespace, f"{name}-worker-0", check=False).stdout
+        if "epoch: 2/" in log and (found.get("status") or {}).get("sparesReady") == 1:
+            break
+        assert time.monotonic() < deadline, f"worker-0 never reached epoch 2 beside a warm spare:\n{log[-1500:]}"
+        time.sleep(0.5)
+    before = {p["metadata"]["name"]: p for p in cluster.kubectl_json("get", "pods", "-n", namespace)["items"]}
+    where = {pod: p["spec"]["nodeName"] for pod, p in before.items()}
+    drained, survivor = lost_and_survivor(name, where)  # never the node of the rendezvous store
+    node = where[f"{name}-{drained}"]
+    try:
+        selector = f"training.kubeflow.org/job-name={name},training.kubeflow.org/replica-type"
+        cluster.kubectl("drain", node, "--pod-selector", selector, "--timeout=120s", timeout=150)
+        done = wait_for_condition(cluster, namespace, name, {"Succeeded", "Failed"}, timeout=400)
+        conditions = {c["type"]: c for c in done["status"]["conditions"]}
+        assert "Failed" not in conditions, conditions["Failed"]["message"]
+        status = done["status"]
+        assert (status["attempt"], status["restartCount"], status["repairs"]) == (0, 0, 1), status.get("attempts")
+        events = cluster.kubectl("get", "events", "-n", namespace, "-o", "jsonpath={.items[*].message}").stdout
+        assert f"{drained} is being evicted; {name}-spare-0-0 takes its place" in events, events[-3000:]
+        kept = f"{name}-{survivor}"
+        assert (
+            cluster.kubectl_json("get", "pod", kept, "-n", namespace)["metadata"]["uid"]
+            == (before[kept]["metadata"]["uid"])
+        )
+        log = cluster.kubectl("logs", "-n", namespace, kept).stdout
+        assert "group re-formed in place (generation 1, 2 ranks" in log, log[-3000:]
+        assert "group repaired in place" not in log, log[-3000:]  # no step failed
+        assert float(log.split("test accuracy=")[1].split()[0]) >= 0.90
+    finally:
+        cluster.kubectl("uncordon", node, check=False)
