@@ -6,7 +6,9 @@ operator through its Service; the operator reaches the API server through ``kube
 that runs the operator's leader vanishes, the standby takes over and, once Kubernetes has marked that node
 unreachable, the next job runs on the remaining nodes. When the node of a training replica vanishes mid-training
 (seed 004), the operator does not wait for the platform's eviction (which never completes without a kubelet): the
-group restarts on the surviving nodes, resumed from the checkpoint on storage every node reaches.
+group restarts on the surviving nodes, resumed from the checkpoint on storage every node reaches. In place, a
+spare on another node takes the vanished replica's place, and `kubectl drain` of a member's node hands its place
+to that spare before the Pod goes.
 """
 
 from __future__ import annotations
