@@ -83,10 +83,7 @@ def trial(
     when the job was not repaired in place. ``trainjob``: the same job as a TrainJob of Kubeflow's
     ``torch-distributed`` runtime (three nodes, the spare annotation on the TrainJob), which torchjob runs as
     this PyTorchJob."""
-    job = yaml.safe_load(EXAMPLE.read_text())
-    job["metadata"]["namespace"] = namespace
-    for spec in job["spec"]["pytorchReplicaSpecs"].values():
-        spec["template"]["spec"]["containers"][0]["args"] = ["--epochs", "3", "--log-interval", "1"]
+    job = _example_job(namespace)
     cluster.apply(_as_trainjob(job) if trainjob else job)
     try:
         if not _in_epoch_2_beside_a_spare(cluster, namespace, "worker-1"):
@@ -101,13 +98,19 @@ def trial(
         _delete_job(cluster, namespace, "trainjob" if trainjob else "pytorchjob")
 
 
-def evicted_trial(cluster: Cluster, namespace: str) -> dict[str, float] | None:
-    """The same job, worker-1's Pod evicted through the Eviction API in epoch 2: times after the eviction from
-    the master's log; None when the job was not handed over (or repaired) in place once."""
-    job = yaml.safe_load(EXAMPLE.read_text())
+def _example_job(namespace: str) -> dict[str, Any]:
+    """examples/mnist/job-inplace.yaml in ``namespace``, 3 epochs, every step logged (the times come from the log)."""
+    job: dict[str, Any] = yaml.safe_load(EXAMPLE.read_text())
     job["metadata"]["namespace"] = namespace
     for spec in job["spec"]["pytorchReplicaSpecs"].values():
         spec["template"]["spec"]["containers"][0]["args"] = ["--epochs", "3", "--log-interval", "1"]
+    return job
+
+
+def evicted_trial(cluster: Cluster, namespace: str) -> dict[str, float] | None:
+    """The same job, worker-1's Pod evicted through the Eviction API in epoch 2: times after the eviction from
+    the master's log; None when the job was not handed over (or repaired) in place once."""
+    job = _example_job(namespace)
     cluster.apply(job)
     try:
         if not _in_epoch_2_beside_a_spare(cluster, namespace, "worker-1"):

@@ -16,7 +16,7 @@ from pathlib import Path
 
 LOCALHOST = "127.0.0.1"
 _PORT_RANGE_FILE = Path("/proc/sys/net/ipv4/ip_local_port_range")
-_LINUX_DEFAULT_RANGE = "32768 60999"
+_LINUX_DEFAULT_LOW = 32768  # where Linux's ephemeral range starts when the machine does not say
 _LOWEST = 10000  # above the ports system services use
 _TRIES = 100
 
@@ -25,7 +25,7 @@ def _ephemeral_low() -> int:
     try:
         return int(_PORT_RANGE_FILE.read_text().split()[0])
     except (OSError, ValueError, IndexError):
-        return int(_LINUX_DEFAULT_RANGE.split()[0])
+        return _LINUX_DEFAULT_LOW
 
 
 def free_port() -> int:

@@ -84,9 +84,10 @@ def decide(
     staying = [o for o in staying if o not in surplus]
     minimum = job.spec.elastic_policy.min_replicas if job.spec.elastic_policy else None
     workers_left = sum(o.replica.replica_type is ReplicaType.WORKER for o in staying)
-    if (lost or surplus) and (not all(o.repairable for o in staying) or workers_left < (minimum or 1)):
+    may_shrink = all(o.repairable for o in staying) and workers_left >= (minimum or 1)
+    if (lost or surplus) and not may_shrink:
         return None
-    if not all(o.repairable for o in staying) or workers_left < (minimum or 1):
+    if not may_shrink:
         evicted = []  # it stays a member until it goes: its loss is then dealt with like any other
     present = {o.replica for o in staying}
     finished = {o.replica for o in live if o.phase is Phase.SUCCEEDED}  # training is over: no place to fill
