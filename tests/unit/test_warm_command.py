@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from torchjob.backends.local.warm_command import ColdStart, WarmEntry, warm_entry
+from torchjob.backends.local.warm_command import warm_entry
+from torchjob.launch.entry import ColdStart, WarmEntry
 
 PYTHON = sys.executable
 BIN = str(Path(PYTHON).parent)

@@ -22,7 +22,8 @@ from torchjob.backends.local.processes import Identity
 from torchjob.backends.local.shim import ExitRecord
 from torchjob.backends.local.store import ProcessRecord
 from torchjob.backends.local.warm import WarmInterpreter
-from torchjob.backends.local.warm_command import WarmEntry, warm_entry
+from torchjob.backends.local.warm_command import warm_entry
+from torchjob.launch.entry import WarmEntry
 
 
 class Children:

@@ -23,21 +23,14 @@ from typing import Any
 from torchjob import worker_files
 from torchjob.api import extensions
 from torchjob.api.types import PyTorchJob
-from torchjob.backends.local import processes, proctitle
+from torchjob.backends.local import processes
 from torchjob.backends.local.processes import Identity
-from torchjob.backends.local.warm_command import WarmEntry
+from torchjob.launch import preload as preloading
+from torchjob.launch import proctitle
+from torchjob.launch.entry import WarmEntry
 
-# What every warm interpreter imports: torch, its distributed package, and what DDP's constructor pulls in.
-# torch._dynamo last of torch's: what comes before it is frozen (zygote.SAFE_TO_FREEZE).
-DEFAULT_PRELOAD = (
-    "torch",
-    "torch.distributed",
-    "torch.nn.parallel",
-    "torch.utils.data",
-    "torch.optim",
-    "torch._dynamo",
-    "torchjob.autoreport",
-)
+# What every warm interpreter imports: torch's modules (launch/preload.py), and torchjob's progress reports.
+DEFAULT_PRELOAD = (*preloading.TORCH, "torchjob.autoreport")
 # Importing torch on a busy 2-core machine takes seconds; this only bounds a warm interpreter that hangs.
 READY_SECONDS = 300.0
 ANSWER_SECONDS = 30.0
@@ -45,9 +38,7 @@ ANSWER_SECONDS = 30.0
 
 def preload(job: PyTorchJob) -> list[str]:
     """The modules the job's warm interpreter imports: torch's, then those the job adds."""
-    extra = job.annotation(extensions.WARM_PRELOAD) or ""
-    added = [name.strip() for name in extra.split(",") if name.strip()]
-    return [*DEFAULT_PRELOAD, *(name for name in added if name not in DEFAULT_PRELOAD)]
+    return preloading.with_extra(DEFAULT_PRELOAD, job.annotation(extensions.WARM_PRELOAD) or "")
 
 
 def for_job(job: PyTorchJob, job_uid: str, log_path: Path) -> WarmInterpreter | None:

@@ -20,33 +20,15 @@ A job opts out with ``torchjob.io/warm-start: "false"``.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 from pathlib import Path
+
+from torchjob.launch.entry import ColdStart, WarmEntry, python_entry
 
 # Read by Python only while it starts; a warm process started long ago cannot honour a replica's own value.
 # PYTHONPATH and PYTHONUNBUFFERED are the exceptions: the warm start applies them itself (zygote.py).
 _APPLIED_WARM = ("PYTHONPATH", "PYTHONUNBUFFERED")
-# Options that only change buffering, which the warm start applies too.
-_UNBUFFERED = ("-u",)
 # What a console script's first line may hold besides the interpreter's path.
 _SHEBANG = "#!"
-
-
-@dataclass(frozen=True)
-class WarmEntry:
-    """How a warm process runs the replica: a script file, or a module, as ``__main__`` with ``argv``."""
-
-    module: bool  # True: ``target`` is a module name (``-m``); False: a file path
-    target: str
-    argv: list[str]  # sys.argv as a cold ``python`` would set it (argv[0] rewritten by runpy for -m)
-    unbuffered: bool = False
-
-
-@dataclass(frozen=True)
-class ColdStart:
-    """Why a replica starts cold; said once in its log."""
-
-    reason: str
 
 
 def warm_entry(
@@ -64,25 +46,10 @@ def warm_entry(
     if program is None:
         return ColdStart(f"{command[0]!r} is not on the replica's PATH")
     if _same_file(program, python):
-        return _python_entry(command[1:])
+        return python_entry(command[1:])
     if _console_script_of(program, python):
         return WarmEntry(module=False, target=program, argv=[program, *command[1:]])
     return ColdStart(f"{command[0]!r} is not the Python torchjob runs in, nor one of its console scripts")
-
-
-def _python_entry(args: list[str]) -> WarmEntry | ColdStart:
-    unbuffered = False
-    while args and args[0].startswith("-") and args[0] != "-":
-        option = args[0]
-        if option in _UNBUFFERED:
-            unbuffered, args = True, args[1:]
-        elif option == "-m" and len(args) >= 2:
-            return WarmEntry(module=True, target=args[1], argv=[args[1], *args[2:]], unbuffered=unbuffered)
-        else:
-            return ColdStart(f"the interpreter option {option} changes how Python starts")
-    if not args or args[0] == "-":
-        return ColdStart("the script comes from standard input")
-    return WarmEntry(module=False, target=args[0], argv=list(args), unbuffered=unbuffered)
 
 
 def _resolve(program: str, path: str, cwd: str) -> str | None:

@@ -19,9 +19,6 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import gc
-import importlib
-import itertools
 import json
 import os
 import select
@@ -31,14 +28,13 @@ import time
 import traceback
 from typing import Any
 
-from torchjob.backends.local import proctitle, shim
+from torchjob.backends.local import shim
 from torchjob.backends.local.shim import ExitRecord
+from torchjob.launch import preload, proctitle
 
 PR_SET_PDEATHSIG = 1
 # How often finished shims are reaped while no request comes.
 REAP_SECONDS = 0.2
-# The preloads whose objects are frozen (see _freeze): the leading ones of the list that are among these.
-SAFE_TO_FREEZE = frozenset({"torch", "torch.distributed", "torch.nn.parallel", "torch.utils.data", "torch.optim"})
 
 
 class BecomeReplica(BaseException):
@@ -51,14 +47,14 @@ class BecomeReplica(BaseException):
 
 
 def main() -> None:
-    fd, controller, preload = int(sys.argv[1]), int(sys.argv[2]), json.loads(sys.argv[3])
+    fd, controller, modules = int(sys.argv[1]), int(sys.argv[2]), json.loads(sys.argv[3])
     with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
     if os.getppid() != controller:
         sys.exit(1)  # the controller died before we could watch it
     proctitle.set_command_line([sys.executable, "-m", __spec__.name if __spec__ else "zygote", "(warm interpreter)"])
     base_path = list(sys.path[1:])  # without this process's own sys.path[0] (its working directory)
-    failed = _preload(preload)
+    failed = preload.preload(modules)
     _send(fd, {"ready": True, "failed": failed})
     try:
         _serve(fd)
@@ -67,40 +63,9 @@ def main() -> None:
         request = replica.request
     # Out of the except clause: the script's own exceptions must not be chained to BecomeReplica ("During
     # handling of the above exception...") in its traceback.
-    from torchjob.backends.local import warm_start  # only the replica process needs it
+    from torchjob.launch import warm_start  # only the replica process needs it
 
     warm_start.run(request, base_path)  # raises SystemExit, as a script's end does
-
-
-def _preload(modules: list[str]) -> list[str]:
-    """Import what the replicas will import; the names that failed (a replica will say why itself)."""
-    core = list(itertools.takewhile(SAFE_TO_FREEZE.__contains__, modules))
-    failed = _import(core)
-    _freeze()
-    failed += _import(modules[len(core) :])
-    sys.stdout.flush()
-    sys.stderr.flush()
-    return failed
-
-
-def _import(modules: list[str]) -> list[str]:
-    failed = []
-    for name in modules:
-        try:
-            importlib.import_module(name)
-        except Exception:  # noqa: BLE001 - a module that cannot be preloaded is imported cold by the script
-            failed.append(name)
-    return failed
-
-
-def _freeze() -> None:
-    """Put what the interpreter holds now out of the collector's sight (gc.freeze, made for servers that fork):
-    a replica's full collections, the last one at its exit above all, then neither walk torch's objects nor
-    copy their pages by touching them. That last collection took a second, and a group restart waits for it
-    in every survivor. Only torch's core is frozen: torch._dynamo brings in Triton, whose nanobind bindings
-    print every object of theirs still alive at exit as a leak, and a frozen object is never collected."""
-    gc.collect()
-    gc.freeze()
 
 
 def _serve(channel: int) -> None:

@@ -1,5 +1,5 @@
-"""In a replica process forked from the warm interpreter (zygote.py): become what ``python SCRIPT ARGS`` would
-have been, then run the script as ``__main__``.
+"""In a replica process forked from a warm interpreter (the local backend's zygote.py, a Pod's launcher,
+pod.py): become what ``python SCRIPT ARGS`` would have been, then run the script as ``__main__``.
 
 A cold interpreter sets these while it starts; a forked one inherits the warm interpreter's, so they are set
 again here, from the replica's request: the environment (``os.environ``, and so what C code reads with
@@ -21,11 +21,12 @@ import os
 import random
 import runpy
 import signal
+import site
 import sys
 from types import TracebackType
 from typing import Any, NoReturn
 
-from torchjob.backends.local import proctitle
+from torchjob.launch import proctitle
 
 # The hooks Python's site module runs at start-up, looked up again on the replica's own PYTHONPATH.
 _START_UP_HOOKS = ("sitecustomize", "usercustomize")
@@ -48,6 +49,8 @@ def run(request: dict[str, Any], base_path: list[str]) -> NoReturn:
                 reconfigure(write_through=True)
     _fresh_seeds()
     _threads_from_environment()
+    if request.get("user_site"):
+        site.addsitedir(request["user_site"])  # as Python's site module does at start-up, .pth files included
     _run_start_up_hooks(pythonpath)
     try:
         if entry["module"]:

@@ -1,0 +1,51 @@
+"""What a warm interpreter imports before it forks, and how it keeps those imports cheap for what it forks."""
+
+from __future__ import annotations
+
+import gc
+import importlib
+import itertools
+import sys
+
+# What every warm interpreter imports: torch, its distributed package, and what DDP's constructor pulls in.
+# torch._dynamo last of torch's: what comes before it is frozen (SAFE_TO_FREEZE).
+TORCH = ("torch", "torch.distributed", "torch.nn.parallel", "torch.utils.data", "torch.optim", "torch._dynamo")
+# The preloads whose objects are frozen (see _freeze): the leading ones of the list that are among these.
+SAFE_TO_FREEZE = frozenset({"torch", "torch.distributed", "torch.nn.parallel", "torch.utils.data", "torch.optim"})
+
+
+def with_extra(base: tuple[str, ...], extra: str) -> list[str]:
+    """``base``, then the comma-separated module names of ``extra`` that it lacks (a job's own preloads)."""
+    added = [name.strip() for name in extra.split(",") if name.strip()]
+    return [*base, *(name for name in added if name not in base)]
+
+
+def preload(modules: list[str]) -> list[str]:
+    """Import what the replicas will import; the names that failed (a replica will say why itself)."""
+    core = list(itertools.takewhile(SAFE_TO_FREEZE.__contains__, modules))
+    failed = _import(core)
+    _freeze()
+    failed += _import(modules[len(core) :])
+    sys.stdout.flush()
+    sys.stderr.flush()
+    return failed
+
+
+def _import(modules: list[str]) -> list[str]:
+    failed = []
+    for name in modules:
+        try:
+            importlib.import_module(name)
+        except Exception:  # noqa: BLE001 - a module that cannot be preloaded is imported cold by the script
+            failed.append(name)
+    return failed
+
+
+def _freeze() -> None:
+    """Put what the interpreter holds now out of the collector's sight (gc.freeze, made for servers that fork):
+    a replica's full collections, the last one at its exit above all, then neither walk torch's objects nor
+    copy their pages by touching them. That last collection took a second, and a group restart waits for it
+    in every survivor. Only torch's core is frozen: torch._dynamo brings in Triton, whose nanobind bindings
+    print every object of theirs still alive at exit as a leak, and a frozen object is never collected."""
+    gc.collect()
+    gc.freeze()
