@@ -84,6 +84,11 @@ ANNOUNCE_ATTEMPT = "attempt"
 ANNOUNCE_TIME = "time"
 ANNOUNCE_EVERY = "every"
 ANNOUNCE_WAITING = "waiting"
+# A Pod's launcher (torchjob.launch) to the operator: its trainer's attempt, and how it ended once it has.
+TRAINER_ATTEMPT = "attempt"
+TRAINER_EXIT_CODE = "exit_code"
+# The modules a Pod's launcher imports besides torch's (``torchjob.io/warm-preload``).
+ENV_WARM_PRELOAD = "TORCHJOB_WARM_PRELOAD"
 MEMBERSHIP_FILE = "membership.json"
 REPAIRS_FILE = "repairs.jsonl"
 PREEMPTED_DIR = "preempted"
@@ -168,6 +173,30 @@ class Membership(TypedDict):
     members: list[str]  # replica names, in rank order
     joined: list[str]  # the replicas that joined in this generation
     spares: dict[str, str]  # every spare promoted into the attempt's group → the replica it became
+
+
+class RestartOrder(TypedDict):
+    """The operator's answer to a Pod's launcher when the group restarts: run ``attempt`` with ``env`` set
+    (the contract variables of that attempt), after stopping what is left of the trainer within ``grace``
+    seconds (0: at once)."""
+
+    attempt: int
+    env: dict[str, str]
+    grace: float
+
+
+def parse_restart_order(found: object) -> RestartOrder | None:
+    """A well-formed restart order from decoded JSON, or None (no order, or not one)."""
+    if not isinstance(found, dict):
+        return None
+    attempt, env, grace = found.get("attempt"), found.get("env"), found.get("grace")
+    if not isinstance(attempt, int) or isinstance(attempt, bool) or attempt < 0 or not isinstance(env, dict):
+        return None
+    if not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
+        return None
+    if not isinstance(grace, int | float) or isinstance(grace, bool) or not 0 <= grace <= 3600:
+        return None
+    return RestartOrder(attempt=attempt, env=env, grace=float(grace))
 
 
 def parse_membership(found: object) -> Membership | None:

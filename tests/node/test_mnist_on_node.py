@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 from kuberig import Cluster
@@ -125,18 +126,29 @@ def _watch_progress(cluster: Cluster, namespace: str, submitted: subprocess.Pope
     return seen
 
 
+@pytest.mark.parametrize("start", ["cold", "warm"])
 def test_sigkill_of_a_training_process_restarts_the_group_from_the_claims_checkpoint(
-    cluster: Cluster, node_operator: OperatorProcess, tmp_path: Path
+    cluster: Cluster, node_operator: OperatorProcess, tmp_path: Path, start: str
 ) -> None:
-    namespace = cluster.namespace("mnist-kill")
+    """Cold: every Pod of the group is created again. Warm (``torchjob.io/warm-start: "true"``): no Pod is; each
+    one's launcher forks the script again for the next attempt, torch already imported."""
+    namespace = cluster.namespace(f"mnist-kill-{start}")
     data = cluster.claim(namespace, "data")
-    submitted = _submit(cluster, mnist_on_a_claim(namespace, "--checkpoint-every", "10"), tmp_path, follow=False)
+    job = mnist_on_a_claim(namespace, "--checkpoint-every", "10")
+    if start == "warm":
+        job["metadata"]["annotations"] = {"torchjob.io/warm-start": "true"}
+    submitted = _submit(cluster, job, tmp_path, follow=False)
     assert submitted.wait(timeout=60) == 0, submitted.stdout.read() if submitted.stdout else ""
     deadline = time.monotonic() + 300
     while not list((data / "checkpoints").glob("*")):
         assert time.monotonic() < deadline, "no checkpoint was written to the claim"
         time.sleep(0.5)
+    pods_before = _pod_uids(cluster, namespace)
     victims = cluster.container_pids(namespace, "mnist-worker-1")
+    if start == "warm":  # the training process, as the OOM killer or a crash ends it: not its Pod's launcher
+        launchers = [pid for pid in victims if b"torchjob.launch" in Path(f"/proc/{pid}/cmdline").read_bytes()]
+        assert len(launchers) == 1, victims
+        victims = [pid for pid in victims if pid not in launchers]
     assert victims, "the training container has no processes"
     for pid in victims:  # from the host, as the kernel's OOM killer or a crash would end it
         os.kill(pid, signal.SIGKILL)
@@ -144,8 +156,16 @@ def test_sigkill_of_a_training_process_restarts_the_group_from_the_claims_checkp
     conditions = {c["type"]: c for c in job["status"]["conditions"]}
     assert "Failed" not in conditions, conditions["Failed"]["message"]
     assert job["status"]["restartCount"] == 1
-    outcome = job["status"]["attempts"][0]["outcome"]  # the first attempt's root cause, from the real kubelet
+    outcome = job["status"]["attempts"][0]["outcome"]  # the first attempt's root cause
     assert "worker-1" in outcome and ("137" in outcome or "SIGKILL" in outcome), outcome
     restarted_log = cluster.kubectl("logs", "-n", namespace, "mnist-master-0").stdout
     assert "resumed from the checkpoint of step" in restarted_log, restarted_log[-2000:]
     assert float(restarted_log.split("test accuracy=")[1].split()[0]) >= 0.90
+    if start == "warm":
+        assert _pod_uids(cluster, namespace) == pods_before  # no Pod was created again
+        assert "torchjob: attempt 1 starts in this Pod, warm" in restarted_log
+
+
+def _pod_uids(cluster: Cluster, namespace: str) -> dict[str, str]:
+    pods = cluster.kubectl_json("get", "pods", "-n", namespace, "-l", "training.kubeflow.org/job-name=mnist")
+    return {p["metadata"]["name"]: p["metadata"]["uid"] for p in pods["items"]}

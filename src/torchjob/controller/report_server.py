@@ -13,6 +13,9 @@ misfile it; the job in the path only says which job to look at again soon.
   /membership``): a member's watching thread makes one request for both.
 - ``GET /membership/<namespace>/<job>``: the group's membership as the operator last formed it (the JSON
   of ``membership.json`` locally), ``{}`` before any repair.
+- ``POST /trainers/<namespace>/<job>``: a Pod's launcher (torchjob.launch) says how its trainer is:
+  ``{"attempt": A}`` running, ``{"attempt": A, "exit_code": C}`` ended. 200 with ``{}``, or the order to start a
+  later attempt warm (``worker_files.RestartOrder``).
 """
 
 from __future__ import annotations
@@ -26,14 +29,14 @@ from datetime import datetime, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from torchjob.backends.kubernetes.report_board import ReportBoard
+from torchjob.backends.kubernetes.report_board import ReportBoard, TrainerState
 from torchjob.backends.kubernetes.token_review import PodIdentity, ReviewUnavailable, TokenReviewer
 from torchjob.core.observed import MemberAnnouncement
 
 log = logging.getLogger("torchjob.operator")
 
 _PATH = re.compile(
-    r"^/(?P<kind>reports|announcements|membership)/(?P<namespace>[a-z0-9-]{1,63})/(?P<job>[a-z0-9.-]{1,253})$"
+    r"^/(?P<kind>reports|announcements|membership|trainers)/(?P<namespace>[a-z0-9-]{1,63})/(?P<job>[a-z0-9.-]{1,253})$"
 )
 _MAX_BODY = 4096
 
@@ -61,7 +64,7 @@ def report_server(
                 self._answer(200, json.dumps(board.membership(matched[0], matched[1]) or {}))
 
         def do_POST(self) -> None:
-            matched = self._authorized("reports", "announcements")
+            matched = self._authorized("reports", "announcements", "trainers")
             if matched is None:
                 return
             (namespace, job), pod = matched, self._pod
@@ -74,6 +77,15 @@ def report_server(
                 body = json.loads(self.rfile.read(length))
             except ValueError:
                 body = None
+            if self._kind == "trainers":
+                state = TrainerState.from_message(body, datetime.now(timezone.utc))
+                if state is None:
+                    self._answer(400, 'a trainer\'s state is {"attempt": <integer>[, "exit_code": <0-255>]}')
+                    return
+                news, order = board.trainer_said(pod, state)
+                on_report(namespace, job, news)
+                self._answer(200, json.dumps(order or {}))
+                return
             if self._kind == "announcements":
                 announcement = MemberAnnouncement.from_message(body, datetime.now(timezone.utc))
                 if announcement is None:
@@ -93,7 +105,8 @@ def report_server(
             self._pod: PodIdentity | None = None
             matched = _PATH.match(self.path)
             if matched is None or matched["kind"] not in kinds:
-                self._answer(404, "no such endpoint: POST /reports|/announcements, GET /membership /<namespace>/<job>")
+                endpoints = "POST /reports|/announcements|/trainers, GET /membership /<namespace>/<job>"
+                self._answer(404, f"no such endpoint: {endpoints}")
                 return None
             self._kind = matched["kind"]
             token = (self.headers.get("Authorization") or "").removeprefix("Bearer ").strip()

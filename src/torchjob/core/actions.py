@@ -42,6 +42,19 @@ class DeleteReplica:
 
 
 @dataclass(frozen=True)
+class RestartWarm:
+    """Start a replica's next attempt in its running Pod (process), from the warm interpreter that started it
+    (``torchjob.launch``): what is left of the old attempt's trainer is stopped (``at_once``: without a grace
+    period, see DeleteReplica) and the script is forked again with the next attempt's variables. It stands for
+    DeleteReplica of ``attempt`` and CreateReplica of ``next_attempt``, without the Pod's start and the import."""
+
+    replica: ReplicaId
+    attempt: int
+    next_attempt: int
+    at_once: bool = False
+
+
+@dataclass(frozen=True)
 class CreateRendezvousStore:
     """Start the job's c10d rendezvous store, outside every agent, so any member of an elastic group can be
     lost (see ``policies/elastic.hosts_rendezvous_store``). One per job, for the job's whole life."""
@@ -126,6 +139,7 @@ class Event:
 Action = (
     CreateReplica
     | DeleteReplica
+    | RestartWarm
     | CreateRendezvousStore
     | DeleteRendezvousStore
     | CreateSpare

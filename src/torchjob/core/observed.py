@@ -190,6 +190,9 @@ class ReplicaObservation:
     # Running, yet nothing it reported has reached this operator since it began to listen at this time (a new
     # leader hears only what Pods send after it took over): None when it was heard, or nobody listens.
     unheard_since: datetime | None = None
+    # Its Pod keeps a warm interpreter that can start the next attempt in place (torchjob.launch): a group
+    # restart restarts it there instead of deleting it.
+    restarts_warm: bool = False
 
     def __post_init__(self) -> None:
         # A reason given by its value ("Evicted", as the API server spells it) is the same reason.

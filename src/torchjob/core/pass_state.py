@@ -11,7 +11,7 @@ from datetime import datetime
 
 from torchjob.api.types import ConditionType, JobStatus, PyTorchJob
 from torchjob.core import conditions, envs
-from torchjob.core.actions import Action, DeleteReplica, Event
+from torchjob.core.actions import Action, DeleteReplica, Event, RestartWarm
 from torchjob.core.observed import ReplicaObservation, SpareObservation, lost_with_node
 from torchjob.core.policies import elastic, regroup, repair
 
@@ -78,6 +78,13 @@ class PassState:
             for o in replicas
             if not o.stopping or lost_with_node(o)
         ]
+
+    def _end_for_restart(self, replicas: list[ReplicaObservation], reason: str, at_once: bool) -> None:
+        """End the attempt's replicas for a group restart: one whose Pod can start the next attempt warm does so
+        in place (RestartWarm); the others are stopped, and the next attempt creates them again."""
+        warm = [o for o in replicas if o.restarts_warm and not o.stopping]
+        self.actions += [RestartWarm(o.replica, o.attempt, self.status.attempt + 1, at_once) for o in warm]
+        self._stop_all([o for o in replicas if o not in warm], reason, at_once=at_once)
 
     # -- helpers --------------------------------------------------------------------------------------
 

@@ -215,7 +215,7 @@ class _Planner(PassState):
         # After a hang or a lost node the survivors wait in a collective that will not end, and a script that
         # checkpoints on SIGTERM would wait out its whole grace period there: they are stopped at once.
         blocked = cause.kind in (PlatformReason.NODE_LOST.value, progress.HUNG)
-        self._stop_all(self._current(), f"group restart after attempt {attempt + 1}", at_once=blocked)
+        self._end_for_restart(self._current(), f"group restart after attempt {attempt + 1}", at_once=blocked)
         attempts.end_current(self.status, cause.text, self.now)
         if counted:
             self.status.restart_count += 1

@@ -29,8 +29,9 @@ from torchjob.core.actions import (
     Event,
     ReformGroup,
     RepairReplica,
+    RestartWarm,
 )
-from torchjob.core.observed import Observed, ReplicaObservation, SpareObservation
+from torchjob.core.observed import Observed, Phase, ReplicaObservation, SpareObservation
 from torchjob.testing.builders import failed, running, succeeded
 
 START = datetime(2026, 1, 1, tzinfo=timezone.utc)
@@ -95,6 +96,13 @@ class FakeBackend(Backend):
                     key = (str(action.replica), action.attempt)
                     if key in self.replicas:
                         self.replicas[key] = replace(self.replicas[key], stopping=True)
+                case RestartWarm():
+                    # Its Pod stays: the replica is the next attempt's at once, still able to restart warm.
+                    warm = self.replicas.pop((str(action.replica), action.attempt), None)
+                    if warm is not None:
+                        self.replicas[(str(action.replica), action.next_attempt)] = ReplicaObservation(
+                            action.replica, action.next_attempt, Phase.RUNNING, restarts_warm=True
+                        )
                 case CreateRendezvousStore():
                     self.store_running = True
                 case DeleteRendezvousStore():

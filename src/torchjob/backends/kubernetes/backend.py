@@ -9,7 +9,6 @@ and only when it changed; events are ``core/v1`` Events on the job, so ``kubectl
 from __future__ import annotations
 
 import contextlib
-import secrets
 from datetime import datetime, timezone
 from typing import Any
 
@@ -22,7 +21,7 @@ from typing_extensions import assert_never
 from torchjob.api import extensions
 from torchjob.api.types import PyTorchJob
 from torchjob.backends.base import Backend
-from torchjob.backends.kubernetes import autoreport_boot, crd, mapping, observing
+from torchjob.backends.kubernetes import autoreport_boot, events, mapping, observing, warm_pods
 from torchjob.backends.kubernetes import spares as spares_mapping
 from torchjob.backends.kubernetes.cluster import PyTorchJobResource, as_dict
 from torchjob.backends.kubernetes.log_keeper import LogKeeper
@@ -42,12 +41,10 @@ from torchjob.core.actions import (
     Event,
     ReformGroup,
     RepairReplica,
+    RestartWarm,
 )
 from torchjob.core.observed import Observed, Progress
 from torchjob.core.replicas import ReplicaId
-from torchjob.core.times import timestamp
-
-COMPONENT = "torchjob-operator"
 
 
 class KubernetesBackend(Backend):
@@ -91,14 +88,17 @@ class KubernetesBackend(Backend):
             self.reports.forget_other_jobs_membership(job.namespace, job.name, job.metadata.uid or "")
         served = self.reports.membership(job.namespace, job.name) if self.reports is not None else None
         published = None if served is None else (served["attempt"], served["generation"])
+        if self.reports is not None:
+            warm_pods.give_lost_orders(self.reports, job, owned, lambda n: mapping.addressing(job, n, at_store=False))
         nodes, silent = self.nodes.for_pods([p for p in owned if observing.replica_of(p)], self._progress_of)
         for stuck in never_finishing(owned, silent):
             self._delete(Pod, stuck["metadata"]["name"], job.namespace, grace_period=0)
         observations = []
         for pod in owned:
             name = (pod.get("spec") or {}).get("nodeName", "")
+            found = observing.observe_pod(pod, nodes.get(name), silent.get(name))
             observations.append(
-                observing.with_reports(self.reports, observing.observe_pod(pod, nodes.get(name), silent.get(name)), pod)
+                warm_pods.with_trainer(self.reports, observing.with_reports(self.reports, found, pod), pod)
             )
         store = self._pods.get(mapping.store_name(job))
         store_running = store is not None and store["metadata"].get("deletionTimestamp") is None
@@ -165,6 +165,8 @@ class KubernetesBackend(Backend):
                     self._reform(job, action)
                 case DeleteReplica():
                     self._delete_pod(job, action)
+                case RestartWarm():
+                    self._restart_warm(job, action.replica, action.attempt, action.next_attempt, action.at_once)
                 case DeleteJob():
                     self.counter.add("delete")
                     with contextlib.suppress(ApiError):
@@ -191,29 +193,8 @@ class KubernetesBackend(Backend):
 
     def emit(self, namespace: str, name: str, uid: str | None, event: Event) -> None:
         """A ``core/v1`` Event on the job (best effort: a pass never fails over one)."""
-        now = timestamp(datetime.now(timezone.utc))
-        body = KubeEvent.from_dict(  # type: ignore[no-untyped-call]
-            {
-                "apiVersion": "v1",
-                "kind": "Event",
-                "metadata": {"name": f"{name}.{secrets.token_hex(8)}", "namespace": namespace},
-                "involvedObject": {
-                    "apiVersion": f"{crd.GROUP}/{crd.VERSION}",
-                    "kind": crd.KIND,
-                    "name": name,
-                    "namespace": namespace,
-                    "uid": uid,
-                },
-                "type": event.type,
-                "reason": event.reason,
-                "message": event.message[:1024],
-                "source": {"component": COMPONENT},
-                "reportingComponent": COMPONENT,
-                "firstTimestamp": now,
-                "lastTimestamp": now,
-                "count": 1,
-            }
-        )
+        manifest = events.event_manifest(namespace, name, uid, event, datetime.now(timezone.utc))
+        body = KubeEvent.from_dict(manifest)  # type: ignore[no-untyped-call]
         self.counter.add("create")
         with contextlib.suppress(ApiError):
             self.client.create(body, namespace=namespace)
@@ -260,6 +241,22 @@ class KubernetesBackend(Backend):
         # fail at once (a stopped process never acts on SIGTERM anyway).
         self._delete(Pod, lost_pod["metadata"]["name"], job.namespace, grace_period=0 if action.force else 1)
         self._pods.pop(lost_pod["metadata"]["name"], None)
+
+    def _restart_warm(self, job: PyTorchJob, replica: ReplicaId, attempt: int, after: int, at_once: bool) -> None:
+        """The replica's Pod moves into attempt ``after`` (its label) and its launcher is told to start it there."""
+        pod = self._pod_of(replica, attempt)
+        if pod is None or self.reports is None:
+            return  # gone meanwhile: the next pass finds the replica missing and creates it
+        self.counter.add("patch")
+        relabel = {"metadata": {"labels": {replicas.LABEL_ATTEMPT: str(after)}}}
+        try:
+            self.client.patch(
+                Pod, pod["metadata"]["name"], relabel, namespace=job.namespace, patch_type=PatchType.MERGE
+            )
+        except ApiError:
+            return  # the same
+        order = warm_pods.restart_order(job, replica, after, mapping.addressing(job, after, at_store=False), at_once)
+        self.reports.order_restart(pod["metadata"]["uid"], order)
 
     def _reform(self, job: PyTorchJob, action: ReformGroup) -> None:
         """Tell the group its next membership (the operator's ``/membership`` endpoint, which its members poll)."""

@@ -23,7 +23,7 @@ from typing import Any
 from torchjob import worker_files
 from torchjob.api import extensions
 from torchjob.api.types import DEFAULT_CONTAINER_NAME, DEFAULT_PORT, DEFAULT_PORT_NAME, PyTorchJob, ReplicaType
-from torchjob.backends.kubernetes import autoreport_boot
+from torchjob.backends.kubernetes import autoreport_boot, warm_pods
 from torchjob.core import replicas
 from torchjob.core.envs import DEFAULT_RDZV_PORT, Addressing, replica_env
 from torchjob.core.replicas import ReplicaId
@@ -199,6 +199,7 @@ def pod_manifest(
         spec = with_report_channel(spec, worker_files.report_url(report_url, job.namespace, job.name), report_ca)
         if autoreport_boot.wanted(job):  # scripts that never import torchjob report through the same channel
             spec = autoreport_boot.with_autoreport(spec, job)
+        spec = warm_pods.with_launcher(spec, job)  # its restart orders come through the same channel
     return {
         "apiVersion": "v1",
         "kind": "Pod",

@@ -9,16 +9,38 @@ Pods it observes: a report from a Pod of another job, or of an earlier attempt, 
 from __future__ import annotations
 
 import threading
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 
 from torchjob.backends.kubernetes.token_review import PodIdentity
 from torchjob.core.observed import MemberAnnouncement, Progress
 from torchjob.core.policies import silent_member
-from torchjob.worker_files import Membership
+from torchjob.worker_files import TRAINER_ATTEMPT, TRAINER_EXIT_CODE, Membership, RestartOrder
 
 # A Pod silent this long is forgotten (its job has long been judged hung or finished).
 _FORGET_SECONDS = 3600.0
+
+
+@dataclass(frozen=True)
+class TrainerState:
+    """What a Pod's launcher (torchjob.launch) last said of its trainer: it runs ``attempt``, or it ended with
+    ``exit_code`` (first heard at ``ended_at``, by the operator's clock); ``heard_at``: when it last said so."""
+
+    attempt: int
+    heard_at: datetime
+    exit_code: int | None = None
+    ended_at: datetime | None = None
+
+    @classmethod
+    def from_message(cls, message: object, heard_at: datetime) -> TrainerState | None:
+        if not isinstance(message, dict):
+            return None
+        attempt, code = message.get(TRAINER_ATTEMPT), message.get(TRAINER_EXIT_CODE)
+        if not isinstance(attempt, int) or isinstance(attempt, bool) or attempt < 0:
+            return None
+        if code is not None and (not isinstance(code, int) or isinstance(code, bool) or not 0 <= code <= 255):
+            return None
+        return cls(attempt, heard_at, code, heard_at if code is not None else None)
 
 
 class ReportBoard:
@@ -34,6 +56,8 @@ class ReportBoard:
         self._announced: dict[str, MemberAnnouncement] = {}
         self._memberships: dict[tuple[str, str], Membership] = {}
         self._membership_owners: dict[tuple[str, str], str] = {}  # the uid of the job each was published for
+        self._trainers: dict[str, TrainerState] = {}  # by Pod uid: what its launcher said
+        self._orders: dict[str, RestartOrder] = {}  # by Pod uid: the attempt its launcher is to start
 
     def announce(self, pod: PodIdentity, announcement: MemberAnnouncement) -> bool:
         """Keep what ``pod`` announced; True when it is news the job should be looked at for at once (a Pod
@@ -60,6 +84,43 @@ class ReportBoard:
         with self._lock:
             found = self._announced.get(uid or "")
         return found if found is not None and found.attempt == attempt else None
+
+    def trainer_said(self, pod: PodIdentity, state: TrainerState) -> tuple[bool, RestartOrder | None]:
+        """Keep what ``pod``'s launcher said of its trainer. Returns whether it is news the job should be looked
+        at for at once (its trainer ended, or started an attempt), and the order that waits for it, if any."""
+        with self._lock:
+            before = self._trainers.get(pod.uid)
+            if before is not None and (before.attempt, before.exit_code) == (state.attempt, state.exit_code):
+                state = replace(state, ended_at=before.ended_at)  # it ended when it was first said
+            self._trainers[pod.uid] = state
+            order = self._orders.get(pod.uid)
+            if order is not None and order["attempt"] <= state.attempt:
+                # Carried out: what the Pod reports from now on is the new attempt's.
+                del self._orders[pod.uid]
+                self._latest.pop(pod.uid, None)
+                order = None
+            if before is None and len(self._trainers) % 256 == 0:  # Pods come and go: forget the long gone
+                self._trainers = {
+                    uid: said
+                    for uid, said in self._trainers.items()
+                    if (state.heard_at - said.heard_at).total_seconds() < _FORGET_SECONDS
+                }
+        news = before is None or (before.attempt, before.exit_code) != (state.attempt, state.exit_code)
+        return news, order
+
+    def trainer(self, uid: str | None) -> TrainerState | None:
+        with self._lock:
+            return self._trainers.get(uid or "")
+
+    def order_restart(self, uid: str, order: RestartOrder) -> None:
+        """Have the launcher of Pod ``uid`` start ``order``'s attempt; its old trainer's progress is forgotten."""
+        with self._lock:
+            self._orders[uid] = order
+            self._latest.pop(uid, None)
+
+    def has_order(self, uid: str | None) -> bool:
+        with self._lock:
+            return (uid or "") in self._orders
 
     def publish_membership(self, namespace: str, job: str, membership: Membership, job_uid: str = "") -> None:
         with self._lock:

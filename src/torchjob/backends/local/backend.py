@@ -38,6 +38,7 @@ from torchjob.core.actions import (
     Event,
     ReformGroup,
     RepairReplica,
+    RestartWarm,
 )
 from torchjob.core.observed import Observed, Phase, SpareObservation
 from torchjob.core.replicas import ROLE_SPARE, ROLE_STORE, expected_replicas
@@ -125,7 +126,9 @@ class LocalBackend(Backend):
             match action:
                 case CreateReplica():
                     self._start(job, action)
-                case DeleteReplica():
+                case DeleteReplica() | RestartWarm():
+                    # Locally every start is warm already (the job's zygote): a RestartWarm, never planned here
+                    # (no process observed here restarts in place), would be a stop, then the next attempt's start.
                     self._stop(str(action.replica), action.attempt, action.at_once)
                 case CreateRendezvousStore():
                     self._start_store(job)

@@ -1,0 +1,134 @@
+"""A Pod's launcher (``python -s -m torchjob.launch -- python SCRIPT``) as its own process, talking to the
+operator's real report endpoint over loopback (the API server's token review is the only stand-in). The test
+plays the operator's backend: it gives the restart orders a group restart gives (warm_pods.restart_order)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from torchjob import worker_files
+from torchjob.backends.kubernetes.report_board import ReportBoard
+from torchjob.backends.kubernetes.token_review import PodIdentity
+from torchjob.controller.report_server import report_server
+
+SCRIPTS = Path(__file__).parent / "scripts"
+POD = PodIdentity("team-a", "mnist-worker-0", "uid-1")
+
+
+class Reviewer:
+    def review(self, token: str) -> PodIdentity | None:
+        return POD if token == "pod-token" else None
+
+
+@dataclass
+class Operator:
+    url: str
+    board: ReportBoard
+
+    def wait_for_exit(self, attempt: int, timeout: float = 120) -> int:
+        """The exit code the launcher reports for its trainer of ``attempt``."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            state = self.board.trainer(POD.uid)
+            if state is not None and state.attempt == attempt and state.exit_code is not None:
+                return state.exit_code
+            time.sleep(0.05)
+        raise AssertionError(f"the launcher never reported the end of attempt {attempt}")
+
+    def order(self, attempt: int, grace: float = 0.0) -> None:
+        env = {worker_files.ENV_ATTEMPT: str(attempt), "RANK": "1"}
+        self.board.order_restart(POD.uid, worker_files.RestartOrder(attempt=attempt, env=env, grace=grace))
+
+
+@pytest.fixture
+def operator() -> Iterator[Operator]:
+    board = ReportBoard()
+    server = report_server(board, Reviewer(), ("127.0.0.1", 0), lambda ns, job, news: None)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield Operator(f"http://127.0.0.1:{server.server_address[1]}", board)
+    server.shutdown()
+
+
+def _launch(operator: Operator, tmp_path: Path, command: list[str], plan: dict[str, str]) -> subprocess.Popen[str]:
+    token = tmp_path / "token"
+    token.write_text("pod-token\n")
+    env = {
+        **os.environ,
+        worker_files.ENV_REPORT_URL: worker_files.report_url(operator.url, POD.namespace, "mnist"),
+        worker_files.ENV_REPORT_TOKEN_FILE: str(token),
+        worker_files.ENV_ATTEMPT: "0",
+        "PROBE_DO": json.dumps(plan),
+    }
+    launcher = [sys.executable, "-s", "-m", "torchjob.launch", "--", *command]
+    return subprocess.Popen(launcher, cwd=SCRIPTS, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def _probes(output: str) -> list[dict[str, object]]:
+    return [json.loads(line.split(" ", 1)[1]) for line in output.splitlines() if line.startswith("PROBE ")]
+
+
+@pytest.mark.parametrize("form", ["script", "module"])
+def test_a_killed_trainer_starts_again_warm_on_the_operators_order_as_the_same_command(
+    operator: Operator, tmp_path: Path, form: str
+) -> None:
+    command = ["python", "launcher_probe.py", "--lr", "0.1"] if form == "script" else ["python", "-m", "launcher_probe"]
+    launcher = _launch(operator, tmp_path, command, {"0": "kill", "1": "workers"})
+    assert operator.wait_for_exit(0) == 137  # 128 + SIGKILL, as a container reports it
+    operator.order(1)
+    output, _ = launcher.communicate(timeout=120)
+    assert launcher.returncode == 0, output  # the script succeeded: so does the container
+    first, second = _probes(output)
+    assert (first["attempt"], second["attempt"]) == ("0", "1")
+    assert first["warm"] and second["warm"], output  # torch was imported before either script ran
+    assert first["pid"] != second["pid"]
+    expected_argv = ["launcher_probe.py", "--lr", "0.1"] if form == "script" else [str(SCRIPTS / "launcher_probe.py")]
+    assert first["argv"] == second["argv"] == expected_argv
+    assert second["cmdline"] == command  # ps and pgrep -f show the script's own command line
+    assert "PROBE_SUM 28" in output  # DataLoader workers forked from the warm trainer
+    assert "torchjob: attempt 1 starts in this Pod, warm" in output
+
+
+def test_a_pod_deleted_while_its_trainer_runs_ends_with_the_trainers_end(operator: Operator, tmp_path: Path) -> None:
+    launcher = _launch(operator, tmp_path, ["python", "launcher_probe.py"], {"0": "sleep"})
+    deadline = time.monotonic() + 120
+    while (state := operator.board.trainer(POD.uid)) is None:  # the launcher said its trainer runs
+        assert time.monotonic() < deadline and launcher.poll() is None
+        time.sleep(0.1)
+    assert state.exit_code is None
+    launcher.send_signal(signal.SIGTERM)  # what the kubelet sends a deleted Pod's first process
+    output, _ = launcher.communicate(timeout=60)
+    assert launcher.returncode == 128 + signal.SIGTERM, output  # the trainer ended by it: so does the container
+    trainer = _probes(output)[0]["pid"]
+    assert not Path(f"/proc/{trainer}").exists()
+
+
+def test_a_failed_trainer_waits_for_an_order_and_a_deleted_pod_ends_with_the_scripts_code(
+    operator: Operator, tmp_path: Path
+) -> None:
+    """The job failed for good (exit 3 under restartPolicy ExitCode): no order comes, and the Pod is deleted."""
+    launcher = _launch(operator, tmp_path, ["python", "launcher_probe.py"], {"0": "fail"})
+    assert operator.wait_for_exit(0) == 3
+    assert launcher.poll() is None  # waiting for an order, in case the group restarts
+    launcher.send_signal(signal.SIGTERM)
+    output, _ = launcher.communicate(timeout=60)
+    assert launcher.returncode == 3, output
+
+
+def test_a_command_python_cannot_start_warm_runs_as_it_is(operator: Operator, tmp_path: Path) -> None:
+    launcher = _launch(operator, tmp_path, ["python", "-X", "dev", "launcher_probe.py"], {"0": "fail"})
+    output, _ = launcher.communicate(timeout=120)
+    assert launcher.returncode == 3, output
+    assert "the script starts cold and restarts with its Pod: the interpreter option -X changes" in output
+    assert _probes(output)[0]["warm"] is False
+    assert operator.board.trainer(POD.uid) is None  # nothing to restart in place: the launcher stood aside
