@@ -5,10 +5,12 @@ One real node (kuberig); the operators take turns, each with its own CRD. The sa
   Running (pod start latency) → Succeeded;
 - the same job over three epochs, with the Worker's training process SIGKILLed from the host once it has done
   10 steps: does the job recover, how long from the kill to the Worker's first step after it, steps lost;
+  for torchjob also with ``torchjob.io/warm-start: "true"`` (the Pods stay, each one's launcher forks the script
+  again, torch already imported; the kill ends the training process, not its Pod's launcher);
 - behaviour under ``restartPolicy: ExitCode`` with exit 1 and with SIGKILL, and a crash loop under OnFailure
   with ``backoffLimit: 2``: the state and message each operator shows (a table for the README).
 
-    .venv/bin/python -m bench.real_node [TRIALS]
+    .venv/bin/python -m bench.real_node [TRIALS] [--recovery]   (--recovery: the SIGKILL trials only)
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ class OperatorRun:
     to_running: list[float] = field(default_factory=list)
     to_succeeded: list[float] = field(default_factory=list)
     recovery: list[float | None] = field(default_factory=list)  # kill → first step after it; None: never
+    warm_recovery: list[float | None] = field(default_factory=list)  # torchjob only: the same, warm restarts
     steps_lost: list[int] = field(default_factory=list)
     behaviour: dict[str, str] = field(default_factory=dict)
     # torchjob only: the in-place MNIST job, kill → re-formed and → first step (None: not repaired)
@@ -51,6 +54,7 @@ class OperatorRun:
 def _job(name: str, epochs: int, **changes: Any) -> dict[str, Any]:
     job: dict[str, Any] = yaml.safe_load((DATA / "valid" / "kubeflow-mnist.yaml").read_text())
     job["metadata"]["name"] = name
+    job["metadata"]["annotations"] = changes.get("annotations", {})
     for spec in job["spec"]["pytorchReplicaSpecs"].values():
         spec["template"]["spec"]["containers"][0]["command"][-1] = f"--epochs={epochs}"
         spec["template"]["spec"]["containers"][0]["command"].append("--log-interval=5")
@@ -123,18 +127,26 @@ def _steps(log: str) -> int:
     return (epoch - 1) * per_epoch + batch
 
 
-def _recovery(cluster: Cluster, run: OperatorRun) -> None:
+WARM_MARK = "torchjob: attempt 1 starts in this Pod, warm"
+
+
+def _recovery(cluster: Cluster, run: OperatorRun, warm: bool = False) -> None:
     rig = cluster
-    rig.apply(_job("kill", epochs=3))
+    annotations = {"torchjob.io/warm-start": "true"} if warm else {}
+    rig.apply(_job("kill", epochs=3, annotations=annotations))
+    times = run.warm_recovery if warm else run.recovery
     if _wait(lambda: _steps(_worker_log(rig, "kill")) >= 10, 300) is None:
-        run.recovery.append(None)
+        times.append(None)
         _clean(rig, "kill")
         return
     before = {p["metadata"]["uid"]: p for p in _pods(rig, "kill")}
     worker = next(p for p in before.values() if p["metadata"]["name"] == "kill-worker-0")
     done = _steps(_worker_log(rig, "kill"))
+    victims = cluster.container_pids(NAMESPACE, "kill-worker-0")
+    if warm:  # the training process, as the OOM killer or a crash ends it: not its Pod's launcher
+        victims = [pid for pid in victims if b"torchjob.launch" not in Path(f"/proc/{pid}/cmdline").read_bytes()]
     killed_at = time.monotonic()
-    for pid in cluster.container_pids(NAMESPACE, "kill-worker-0"):
+    for pid in victims:
         os.kill(pid, signal.SIGKILL)
 
     def restarted_and_stepping() -> bool:
@@ -142,12 +154,15 @@ def _recovery(cluster: Cluster, run: OperatorRun) -> None:
         current = pods.get("kill-worker-0")
         if current is None:
             return False
+        if warm:
+            log = _worker_log(rig, "kill")
+            return WARM_MARK in log and _steps(log.split(WARM_MARK, 1)[1]) >= 5
         restarts = container_restarts([current])
         fresh = current["metadata"]["uid"] != worker["metadata"]["uid"] or restarts > 0
         return fresh and _steps(_worker_log(rig, "kill")) >= 5
 
     took = _wait(restarted_and_stepping, 180, poll=0.25)
-    run.recovery.append(took if took is None else time.monotonic() - killed_at)
+    times.append(took if took is None else time.monotonic() - killed_at)
     if took is not None:
         run.steps_lost.append(done)  # the plain script keeps no checkpoint: the new attempt starts at step 0
         _wait(lambda: _state(rig, "kill")[0] in ("Succeeded", "Failed"), 300)
@@ -210,7 +225,7 @@ def _start_operator(cluster: Cluster, name: str, directory: Path) -> Any:
     return deploy_operator(cluster, directory, "--workers=1", f"--report-address={cluster.host_ip}:{free_port()}")
 
 
-def measure(trials: int = 3) -> dict[str, OperatorRun]:
+def measure(trials: int = 3, recovery_only: bool = False) -> dict[str, OperatorRun]:
     results = {name: OperatorRun() for name in OPERATORS}
 
     def prepare(cluster: Cluster) -> None:
@@ -219,12 +234,15 @@ def measure(trials: int = 3) -> dict[str, OperatorRun]:
         cluster.namespace(NAMESPACE)
 
     def trial(cluster: Cluster, name: str) -> None:
-        _latency(cluster, results[name])
+        if not recovery_only:
+            _latency(cluster, results[name])
         _recovery(cluster, results[name])
         if name == "torchjob":
+            _recovery(cluster, results[name], warm=True)
+        if name == "torchjob" and not recovery_only:
             results[name].inplace.append(inplace_node.trial(cluster, NAMESPACE))
 
-    behaviour = ("behaviour", lambda cluster, name: _behaviour(cluster, results[name]))
+    behaviour = ("behaviour", lambda cluster, name: None if recovery_only else _behaviour(cluster, results[name]))
     alternating.alternate("real-node", prepare, OPERATORS, trials, _start_operator, trial, behaviour)
     return results
 
@@ -239,13 +257,19 @@ def report(results: dict[str, OperatorRun]) -> str:
     rows.append(f"| apply → both Pods Running (median s) | {_median(t.to_running)} | {_median(k.to_running)} |")
     rows.append(f"| apply → Succeeded, 1 epoch (median s) | {_median(t.to_succeeded)} | {_median(k.to_succeeded)} |")
 
-    def recovered(run: OperatorRun) -> str:
-        ok = [r for r in run.recovery if r is not None]
-        return f"{len(ok)} of {len(run.recovery)}" + (f", median {median(ok):.1f} s" if ok else "")
+    def recovered(times: list[float | None]) -> str:
+        ok = [r for r in times if r is not None]
+        return f"{len(ok)} of {len(times)}" + (f", median {median(ok):.1f} s" if ok else "")
 
     rows.append(
-        f"| SIGKILL of the Worker's trainer: recovered, kill → its first step | {recovered(t)} | {recovered(k)} |"
+        "| SIGKILL of the Worker's trainer: recovered, kill → its first step "
+        f"| {recovered(t.recovery)} | {recovered(k.recovery)} |"
     )
+    if t.warm_recovery:
+        rows.append(
+            '| the same with `torchjob.io/warm-start: "true"` (the Pods stay; each launcher forks the script again) '
+            f"| {recovered(t.warm_recovery)} | no warm restart: the row above |"
+        )
     repaired = [r for r in t.inplace if r is not None]
     if t.inplace:
         rows.append(
@@ -268,6 +292,7 @@ def report(results: dict[str, OperatorRun]) -> str:
 
 
 if __name__ == "__main__":
-    measured = measure(int(sys.argv[1]) if len(sys.argv) > 1 else 3)
+    numbers = [a for a in sys.argv[1:] if a.isdigit()]
+    measured = measure(int(numbers[0]) if numbers else 3, recovery_only="--recovery" in sys.argv)
     print(report(measured))
     print(json.dumps({name: run.__dict__ for name, run in measured.items()}))

@@ -176,27 +176,29 @@ class Membership(TypedDict):
 
 
 class RestartOrder(TypedDict):
-    """The operator's answer to a Pod's launcher when the group restarts: run ``attempt`` with ``env`` set
-    (the contract variables of that attempt), after stopping what is left of the trainer within ``grace``
-    seconds (0: at once)."""
+    """The operator's answer to a Pod's launcher when the group restarts, in two steps. First ``start`` false:
+    stop what is left of the trainer within ``grace`` seconds (0: at once), and wait. Then, once no trainer of
+    the old attempt is left anywhere in the group, ``start`` true: run ``attempt`` with ``env`` set (the contract
+    variables of that attempt)."""
 
     attempt: int
     env: dict[str, str]
     grace: float
+    start: bool
 
 
 def parse_restart_order(found: object) -> RestartOrder | None:
     """A well-formed restart order from decoded JSON, or None (no order, or not one)."""
     if not isinstance(found, dict):
         return None
-    attempt, env, grace = found.get("attempt"), found.get("env"), found.get("grace")
+    attempt, env, grace, start = found.get("attempt"), found.get("env"), found.get("grace"), found.get("start")
     if not isinstance(attempt, int) or isinstance(attempt, bool) or attempt < 0 or not isinstance(env, dict):
         return None
-    if not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
+    if not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items()) or not isinstance(start, bool):
         return None
     if not isinstance(grace, int | float) or isinstance(grace, bool) or not 0 <= grace <= 3600:
         return None
-    return RestartOrder(attempt=attempt, env=env, grace=float(grace))
+    return RestartOrder(attempt=attempt, env=env, grace=float(grace), start=start)
 
 
 def parse_membership(found: object) -> Membership | None:

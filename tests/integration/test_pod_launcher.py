@@ -46,9 +46,10 @@ class Operator:
             time.sleep(0.05)
         raise AssertionError(f"the launcher never reported the end of attempt {attempt}")
 
-    def order(self, attempt: int, grace: float = 0.0) -> None:
+    def order(self, attempt: int, start: bool, grace: float = 0.0) -> None:
         env = {worker_files.ENV_ATTEMPT: str(attempt), "RANK": "1"}
-        self.board.order_restart(POD.uid, worker_files.RestartOrder(attempt=attempt, env=env, grace=grace))
+        order = worker_files.RestartOrder(attempt=attempt, env=env, grace=grace, start=start)
+        self.board.order_restart(POD.uid, order)
 
 
 @pytest.fixture
@@ -63,8 +64,13 @@ def operator() -> Iterator[Operator]:
 def _launch(operator: Operator, tmp_path: Path, command: list[str], plan: dict[str, str]) -> subprocess.Popen[str]:
     token = tmp_path / "token"
     token.write_text("pod-token\n")
+    # A user site as the operator mounts one for progress reports: its .pth file must run in the trainer only.
+    user_site = tmp_path / "user" / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}" / "site-packages"
+    user_site.mkdir(parents=True)
+    (user_site / "probe.pth").write_text('import os; os.environ["PROBE_PTH_PID"] = str(os.getpid())\n')
     env = {
         **os.environ,
+        "PYTHONUSERBASE": str(tmp_path / "user"),
         worker_files.ENV_REPORT_URL: worker_files.report_url(operator.url, POD.namespace, "mnist"),
         worker_files.ENV_REPORT_TOKEN_FILE: str(token),
         worker_files.ENV_ATTEMPT: "0",
@@ -85,7 +91,7 @@ def test_a_killed_trainer_starts_again_warm_on_the_operators_order_as_the_same_c
     command = ["python", "launcher_probe.py", "--lr", "0.1"] if form == "script" else ["python", "-m", "launcher_probe"]
     launcher = _launch(operator, tmp_path, command, {"0": "kill", "1": "workers"})
     assert operator.wait_for_exit(0) == 137  # 128 + SIGKILL, as a container reports it
-    operator.order(1)
+    operator.order(1, start=True)
     output, _ = launcher.communicate(timeout=120)
     assert launcher.returncode == 0, output  # the script succeeded: so does the container
     first, second = _probes(output)
@@ -96,16 +102,38 @@ def test_a_killed_trainer_starts_again_warm_on_the_operators_order_as_the_same_c
     assert first["argv"] == second["argv"] == expected_argv
     assert second["cmdline"] == command  # ps and pgrep -f show the script's own command line
     assert "PROBE_SUM 28" in output  # DataLoader workers forked from the warm trainer
+    # The user site's .pth ran in each trainer (as at a cold start), not in the launcher they were forked from.
+    assert [first["user_site_ran_in"], second["user_site_ran_in"]] == [str(first["pid"]), str(second["pid"])]
     assert "torchjob: attempt 1 starts in this Pod, warm" in output
+
+
+def test_a_group_restart_stops_a_running_trainer_first_and_starts_the_next_attempt_only_when_told(
+    operator: Operator, tmp_path: Path
+) -> None:
+    launcher = _launch(operator, tmp_path, ["python", "launcher_probe.py"], {"0": "sleep", "1": "exit"})
+    _wait_until_running(operator, launcher)
+    operator.order(1, start=False, grace=5.0)  # a survivor's trainer: SIGTERM, then the grace period
+    assert operator.wait_for_exit(0) == 128 + signal.SIGTERM
+    time.sleep(1.0)
+    state = operator.board.trainer(POD.uid)
+    assert state is not None and state.attempt == 0 and launcher.poll() is None  # waits for the start
+    operator.order(1, start=True)
+    output, _ = launcher.communicate(timeout=120)
+    assert launcher.returncode == 0, output
+    assert [probe["attempt"] for probe in _probes(output)] == ["0", "1"]
+
+
+def _wait_until_running(operator: Operator, launcher: subprocess.Popen[str]) -> None:
+    """Until the launcher said its trainer runs (and so has imported torch and forked it)."""
+    deadline = time.monotonic() + 120
+    while operator.board.trainer(POD.uid) is None:
+        assert time.monotonic() < deadline and launcher.poll() is None
+        time.sleep(0.1)
 
 
 def test_a_pod_deleted_while_its_trainer_runs_ends_with_the_trainers_end(operator: Operator, tmp_path: Path) -> None:
     launcher = _launch(operator, tmp_path, ["python", "launcher_probe.py"], {"0": "sleep"})
-    deadline = time.monotonic() + 120
-    while (state := operator.board.trainer(POD.uid)) is None:  # the launcher said its trainer runs
-        assert time.monotonic() < deadline and launcher.poll() is None
-        time.sleep(0.1)
-    assert state.exit_code is None
+    _wait_until_running(operator, launcher)
     launcher.send_signal(signal.SIGTERM)  # what the kubelet sends a deleted Pod's first process
     output, _ = launcher.communicate(timeout=60)
     assert launcher.returncode == 128 + signal.SIGTERM, output  # the trainer ended by it: so does the container

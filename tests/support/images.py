@@ -36,6 +36,7 @@ def push_test_images(cluster: Cluster) -> None:
             "/opt/pytorch-mnist/mnist.py": MNIST / "train_plain.py",
             "/opt/pytorch-mnist/mnist_data.py": MNIST / "mnist_data.py",
             "/opt/pytorch-mnist/model.py": MNIST / "model.py",
+            **TORCHJOB,  # for torchjob.io/warm-start's launcher (bench.real_node); the script never imports it
             **TORCHRUN,  # what pip writes for torch's console script: `render --to indexed-job` runs torchrun
         },
     )

@@ -83,21 +83,14 @@ def test_without_a_report_endpoint_no_pod_gets_the_launcher() -> None:
 
 
 def test_the_order_carries_the_next_attempts_variables_but_not_the_templates_own() -> None:
-    job = (
-        make_job("mnist")
-        .master()
-        .workers(1)
-        .env(MASTER_PORT="29999")
-        .annotate(**{"torchjob.io/termination-grace-seconds": "5"})
-        .build()
-    )
-    order = warm_pods.restart_order(job, WORKER_0, 3, addressing(job, 3, at_store=False), at_once=False)
-    assert order["attempt"] == 3
+    job = make_job("mnist").master().workers(1).env(MASTER_PORT="29999")
+    job = job.annotate(**{"torchjob.io/termination-grace-seconds": "5"}).build()
+    where = addressing(job, 3, at_store=False)
+    order = warm_pods.restart_order(job, WORKER_0, 3, where, at_once=False, start=False)
+    assert (order["attempt"], order["start"], order["grace"]) == (3, False, 5.0)
     assert order["env"][worker_files.ENV_ATTEMPT] == "3" and order["env"]["RANK"] == "1"
     assert "MASTER_PORT" not in order["env"]  # the template sets it: the Pod keeps its own
-    assert order["grace"] == 5.0
-    at_once = warm_pods.restart_order(job, WORKER_0, 3, addressing(job, 3, at_store=False), at_once=True)
-    assert at_once["grace"] == 0.0
+    assert warm_pods.restart_order(job, WORKER_0, 3, where, at_once=True, start=True)["grace"] == 0.0
     assert worker_files.parse_restart_order(order) == order
 
 
@@ -138,9 +131,27 @@ def test_a_trainer_that_ended_fails_its_replica_while_its_pod_runs_on() -> None:
     seen = warm_pods.with_trainer(board, running("worker-0"), _pod(0))
     assert seen is not None and (seen.phase, seen.exit_code, seen.finished_at) == (Phase.FAILED, 137, NOW)
     assert seen.restarts_warm and "exited with code 137 (SIGKILL)" in seen.describe()
-    # Relabelled into the next attempt: the old trainer's end is not the new attempt's.
-    moved = warm_pods.with_trainer(board, running("worker-0", attempt=1), _pod(1))
-    assert moved is not None and moved.phase is Phase.RUNNING and moved.restarts_warm
+
+
+def test_a_pod_moved_into_the_next_attempt_is_its_old_attempts_until_its_trainer_ended_then_empty_then_starting() -> (
+    None
+):
+    job = make_job("mnist").master().workers(1).annotate(**{"torchjob.io/warm-start": "true"}).build()
+    board = ReportBoard()
+    board.trainer_said(POD, TrainerState(0, NOW))  # the survivor's trainer still runs
+    moved = running("worker-0", attempt=1)
+    stopping = warm_pods.with_trainer(board, moved, _pod(1))
+    assert stopping is not None and (stopping.attempt, stopping.stopping) == (0, True)
+    assert not warm_pods.waits_to_start(board, _pod(1), 1)
+    board.trainer_said(POD, TrainerState(0, NOW, exit_code=143, ended_at=NOW))  # stopped on the order
+    assert warm_pods.with_trainer(board, moved, _pod(1)) is None  # the planner finds its place empty
+    assert warm_pods.waits_to_start(board, _pod(1), 1) and not warm_pods.waits_to_start(board, _pod(1, True), 1)
+    start = warm_pods.restart_order(job, WORKER_0, 1, addressing(job, 1, False), at_once=True, start=True)
+    board.order_restart(POD.uid, start)
+    starting = warm_pods.with_trainer(board, moved, _pod(1))
+    assert starting is not None and (starting.attempt, starting.phase) == (1, Phase.PENDING)
+    board.trainer_said(POD, TrainerState(1, NOW))
+    assert warm_pods.with_trainer(board, moved, _pod(1)) == replace(moved, restarts_warm=True)
 
 
 def test_a_pod_being_deleted_or_unheard_from_does_not_restart_warm() -> None:
@@ -151,28 +162,28 @@ def test_a_pod_being_deleted_or_unheard_from_does_not_restart_warm() -> None:
     assert warm_pods.with_trainer(board, stopping, _pod(0, deleting=True)) == stopping
 
 
-def test_an_order_waits_until_the_launcher_started_its_attempt_and_its_old_progress_is_forgotten() -> None:
+def test_an_order_is_given_until_the_launcher_started_its_attempt_and_its_old_progress_is_forgotten() -> None:
     board = ReportBoard()
     board.put(POD, {"step": 40, "time": 1.0})
     news, order = board.trainer_said(POD, TrainerState(0, NOW, exit_code=1, ended_at=NOW))
     assert news and order is None
-    wanted = worker_files.RestartOrder(attempt=1, env={worker_files.ENV_ATTEMPT: "1"}, grace=0.0)
+    wanted = worker_files.RestartOrder(attempt=1, env={worker_files.ENV_ATTEMPT: "1"}, grace=0.0, start=True)
     board.order_restart(POD.uid, wanted)
     assert board.latest(POD.uid) is None
     assert board.trainer_said(POD, TrainerState(0, NOW, exit_code=1)) == (False, wanted)  # asked again: same order
     assert board.trainer_said(POD, TrainerState(1, NOW)) == (True, None)  # carried out
-    assert not board.has_order(POD.uid)
+    assert board.order(POD.uid) is None
 
 
-def test_an_order_lost_with_the_leader_is_given_again() -> None:
+def test_a_stop_order_lost_with_the_leader_is_given_again() -> None:
     job = make_job("mnist").master().workers(1).annotate(**{"torchjob.io/warm-start": "true"}).build()
     board = ReportBoard()
-    board.trainer_said(POD, TrainerState(0, NOW, exit_code=137, ended_at=NOW))
+    board.trainer_said(POD, TrainerState(0, NOW))
     warm_pods.give_lost_orders(board, job, [_pod(0), _pod(1, deleting=True)], lambda n: addressing(job, n, False))
-    assert not board.has_order(POD.uid)  # still attempt 0, or going: nothing to order
+    assert board.order(POD.uid) is None  # still attempt 0, or going: nothing to order
     warm_pods.give_lost_orders(board, job, [_pod(1)], lambda n: addressing(job, n, False))
-    _, order = board.trainer_said(POD, TrainerState(0, NOW, exit_code=137))
-    assert order is not None and order["attempt"] == 1 and order["grace"] == 0.0
+    order = board.order(POD.uid)
+    assert order is not None and (order["attempt"], order["start"], order["grace"]) == (1, False, 0.0)
 
 
 def test_a_group_restart_restarts_warm_pods_in_place_and_recreates_only_the_others() -> None:
@@ -199,5 +210,8 @@ def test_a_group_restart_restarts_warm_pods_in_place_and_recreates_only_the_othe
     assert sorted(str(a.replica) for a in warm) == ["master-0", "worker-0"]
     assert all((a.attempt, a.next_attempt) == (0, 1) for a in warm)
     stopped = [str(a.replica) for a in backend.executed if isinstance(a, DeleteReplica) and a.attempt == 0]
-    created = [str(a.replica) for a in backend.executed if isinstance(a, CreateReplica) and a.attempt == 1]
-    assert stopped == created == ["worker-1"]
+    assert stopped == ["worker-1"]
+    # The next attempt starts as a whole once the old one is gone: in their Pods for two (the fake knows which).
+    created = [a for a in backend.executed if isinstance(a, CreateReplica) and a.attempt == 1]
+    assert sorted(str(a.replica) for a in created) == ["master-0", "worker-0", "worker-1"]
+    assert backend.waiting_warm == set()

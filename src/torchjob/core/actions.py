@@ -43,10 +43,11 @@ class DeleteReplica:
 
 @dataclass(frozen=True)
 class RestartWarm:
-    """Start a replica's next attempt in its running Pod (process), from the warm interpreter that started it
-    (``torchjob.launch``): what is left of the old attempt's trainer is stopped (``at_once``: without a grace
-    period, see DeleteReplica) and the script is forked again with the next attempt's variables. It stands for
-    DeleteReplica of ``attempt`` and CreateReplica of ``next_attempt``, without the Pod's start and the import."""
+    """End a replica's attempt without removing its Pod, whose warm interpreter (``torchjob.launch``) will start
+    the next attempt there: the Pod moves to ``next_attempt`` and what is left of its trainer is stopped
+    (``at_once``: without a grace period, see DeleteReplica). It stands for the DeleteReplica of a group restart:
+    until that trainer has ended the replica is observed in its old attempt, being stopped; then the next
+    attempt's CreateReplica starts the script again in the same Pod, without a Pod's start and torch's import."""
 
     replica: ReplicaId
     attempt: int

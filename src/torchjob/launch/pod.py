@@ -4,9 +4,10 @@ The operator starts it in place of the script when the job asks for warm restart
 "true"``, ``backends/kubernetes/warm_pods.py``). It imports torch once (preload.py), then forks the script from
 itself: the script runs as ``__main__`` with its own argv, environment and command line (warm_start.py), as a cold
 ``python SCRIPT`` would. It tells the operator how its trainer is (orders.py): running in attempt A, or ended with
-code C. When the group restarts, the operator answers with an order for the next attempt, and the launcher stops
-what is left of its trainer and forks the script again: the Pod, its address, its node, its image and its imports
-stay, so the restart costs neither a Pod nor a container nor a torch import.
+code C. When the group restarts, the operator answers with orders for the next attempt: first stop what is left
+of the trainer, then, once no trainer of the old attempt is left in the group, start the next attempt: the launcher
+forks the script again. The Pod, its address, its node, its image and its imports stay, so the restart costs
+neither a Pod nor a container nor a torch import.
 
 The container ends as the script would have: 0 when the script succeeds; the script's code (128+N for signal N)
 when the Pod is deleted (its SIGTERM is passed on to the trainer, whose end is the container's) or when no order
@@ -39,7 +40,7 @@ from torchjob.launch.orders import TrainerChannel
 # restarts the group is awaited then; a survivor's trainer usually fails on its own within a second of its peer).
 RUNNING_POLL_SECONDS = 0.5
 ENDED_POLL_SECONDS = 0.1
-ORDER_WAIT_SECONDS = 120.0
+ORDER_WAIT_SECONDS = 300.0
 USAGE = "usage: python -s -m torchjob.launch -- python [-u] SCRIPT|-m MODULE [ARGS...]"
 
 
@@ -104,19 +105,23 @@ class Launcher:
                 sys.exit(self.exit_code if self.exit_code is not None else 128 + self.stop_signal)
             order = self.channel.tell(self.attempt, self.exit_code)
             if order is not None and self.stop_signal is None:
-                self._restart(order)
+                self._obey(order)
             elif self.exit_code is not None and time.monotonic() - self.ended_at > ORDER_WAIT_SECONDS:
                 sys.exit(self.exit_code)
 
-    def _restart(self, order: worker_files.RestartOrder) -> None:
-        """Stop what is left of the trainer (within the order's grace), then start the order's attempt."""
+    def _obey(self, order: worker_files.RestartOrder) -> None:
+        """Stop what is left of the trainer (within the order's grace); then, when the order says so, start its
+        attempt."""
         if self.pid is not None:
             self._signal_trainer(signal.SIGTERM if order["grace"] > 0 else signal.SIGKILL)
             deadline = time.monotonic() + order["grace"]
-            while self._reap() is None:
+            while (ended := self._reap()) is None:
                 if time.monotonic() >= deadline:
                     self._signal_trainer(signal.SIGKILL)
                 self._sleep(0.05)
+            self.exit_code, self.ended_at = ended, time.monotonic()
+        if not order["start"]:
+            return  # told again at every poll until the start comes; the trainer is gone by then
         self.attempt, self.exit_code = order["attempt"], None
         self.env.update(order["env"])
         print(f"torchjob: attempt {self.attempt} starts in this Pod, warm", file=sys.stderr, flush=True)

@@ -31,7 +31,7 @@ from torchjob.core.actions import (
     RepairReplica,
     RestartWarm,
 )
-from torchjob.core.observed import Observed, Phase, ReplicaObservation, SpareObservation
+from torchjob.core.observed import Observed, ReplicaObservation, SpareObservation
 from torchjob.testing.builders import failed, running, succeeded
 
 START = datetime(2026, 1, 1, tzinfo=timezone.utc)
@@ -69,6 +69,7 @@ class FakeBackend(Backend):
     spares_started: int = 0
     warm_spares: bool = True  # a spare is ready as soon as it starts (else: the test calls warm())
     membership: GroupMembership | None = None  # the membership the group can read now
+    waiting_warm: set[str] = field(default_factory=set)  # replicas whose Pod waits to start the next attempt
 
     # -- Backend --------------------------------------------------------------------------------------
 
@@ -91,18 +92,22 @@ class FakeBackend(Backend):
         for action in actions:
             match action:
                 case CreateReplica():
+                    warm = str(action.replica) in self.waiting_warm
+                    self.waiting_warm.discard(str(action.replica))
                     self._run(str(action.replica), action.attempt)
+                    if warm:  # started in the Pod that waited for it: still able to restart warm
+                        key = (str(action.replica), action.attempt)
+                        self.replicas[key] = replace(self.replicas[key], restarts_warm=True)
                 case DeleteReplica():
                     key = (str(action.replica), action.attempt)
                     if key in self.replicas:
                         self.replicas[key] = replace(self.replicas[key], stopping=True)
                 case RestartWarm():
-                    # Its Pod stays: the replica is the next attempt's at once, still able to restart warm.
-                    warm = self.replicas.pop((str(action.replica), action.attempt), None)
-                    if warm is not None:
-                        self.replicas[(str(action.replica), action.next_attempt)] = ReplicaObservation(
-                            action.replica, action.next_attempt, Phase.RUNNING, restarts_warm=True
-                        )
+                    # Its Pod stays: stopped now (gone by the next look), it starts the next attempt warm.
+                    key = (str(action.replica), action.attempt)
+                    if key in self.replicas:
+                        self.replicas[key] = replace(self.replicas[key], stopping=True)
+                        self.waiting_warm.add(str(action.replica))
                 case CreateRendezvousStore():
                     self.store_running = True
                 case DeleteRendezvousStore():

@@ -18,6 +18,7 @@ said = {
     "warm": warm,
     "pid": os.getpid(),
     "cmdline": [a.decode() for a in cmdline],
+    "user_site_ran_in": os.environ.get("PROBE_PTH_PID"),  # set by a .pth file of the user site, where one ran
 }
 print("PROBE " + json.dumps(said), flush=True)
 what = json.loads(os.environ["PROBE_DO"]).get(attempt, "exit")

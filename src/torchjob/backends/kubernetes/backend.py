@@ -142,6 +142,8 @@ class KubernetesBackend(Backend):
                 case CreateReplica():
                     self._autoreport(job)
                     self._create(mapping.service_manifest(job, action.replica), Service)
+                    if self._start_warm(job, action.replica, action.attempt):
+                        continue  # its Pod is there, waiting: its launcher starts the attempt
                     pod = mapping.pod_manifest(
                         job, action.replica, action.attempt, self.report_url, action.rendezvous_at_store, self.report_ca
                     )
@@ -243,20 +245,29 @@ class KubernetesBackend(Backend):
         self._pods.pop(lost_pod["metadata"]["name"], None)
 
     def _restart_warm(self, job: PyTorchJob, replica: ReplicaId, attempt: int, after: int, at_once: bool) -> None:
-        """The replica's Pod moves into attempt ``after`` (its label) and its launcher is told to start it there."""
+        """The replica's Pod moves into attempt ``after`` (its label) and its launcher is told to stop its trainer."""
         pod = self._pod_of(replica, attempt)
         if pod is None or self.reports is None:
             return  # gone meanwhile: the next pass finds the replica missing and creates it
         self.counter.add("patch")
         relabel = {"metadata": {"labels": {replicas.LABEL_ATTEMPT: str(after)}}}
+        name, uid = pod["metadata"]["name"], pod["metadata"]["uid"]
         try:
-            self.client.patch(
-                Pod, pod["metadata"]["name"], relabel, namespace=job.namespace, patch_type=PatchType.MERGE
-            )
+            self.client.patch(Pod, name, relabel, namespace=job.namespace, patch_type=PatchType.MERGE)
         except ApiError:
             return  # the same
-        order = warm_pods.restart_order(job, replica, after, mapping.addressing(job, after, at_store=False), at_once)
+        where = mapping.addressing(job, after, at_store=False)
+        self.reports.order_restart(uid, warm_pods.restart_order(job, replica, after, where, at_once, start=False))
+
+    def _start_warm(self, job: PyTorchJob, replica: ReplicaId, attempt: int) -> bool:
+        """Start ``attempt`` in the replica's Pod, if its launcher waits for it there (see RestartWarm)."""
+        pod = self._pods.get(replica.pod_name(job.name))
+        if self.reports is None or pod is None or not warm_pods.waits_to_start(self.reports, pod, attempt):
+            return False
+        where = mapping.addressing(job, attempt, at_store=False)
+        order = warm_pods.restart_order(job, replica, attempt, where, at_once=True, start=True)
         self.reports.order_restart(pod["metadata"]["uid"], order)
+        return True
 
     def _reform(self, job: PyTorchJob, action: ReformGroup) -> None:
         """Tell the group its next membership (the operator's ``/membership`` endpoint, which its members poll)."""

@@ -118,9 +118,9 @@ class ReportBoard:
             self._orders[uid] = order
             self._latest.pop(uid, None)
 
-    def has_order(self, uid: str | None) -> bool:
+    def order(self, uid: str | None) -> RestartOrder | None:
         with self._lock:
-            return (uid or "") in self._orders
+            return self._orders.get(uid or "")
 
     def publish_membership(self, namespace: str, job: str, membership: Membership, job_uid: str = "") -> None:
         with self._lock:

@@ -4,8 +4,11 @@ A job asks for them with ``torchjob.io/warm-start: "true"`` (on Kubernetes they 
 is torchjob's, so the image must have torchjob installed). The trainer container of such a job, when it runs a
 Python script (``python [-u] SCRIPT|-m MODULE ...``, ``launch/entry.py``), runs it through the launcher:
 ``python -s -m torchjob.launch -- <its command>``. Its Pod then says how its trainer is (report_board.py), and a
-group restart gives it an order (``RestartWarm``) instead of deleting it: the Pod is relabelled into the next
-attempt and its launcher forks the script again, torch already imported, within a poll of the order.
+group restart does not delete it (``RestartWarm``): the Pod is relabelled into the next attempt and its launcher
+told to stop its trainer. Until that trainer has ended, the Pod is observed as its old attempt's, being stopped;
+then as no replica at all, so that the planner's usual rule holds: the next attempt starts only once the whole
+earlier one is gone. The planner's ``CreateReplica`` for it then starts the script again in that Pod (a second
+order), torch already imported, instead of creating a Pod. A new trainer never meets an old one's store.
 
 Static groups only: an elastic group's agents restart their own workers, and an in-place group is repaired
 around its running members. A command of any other form starts cold, as before, and so does every replica
@@ -63,10 +66,11 @@ def with_launcher(spec: dict[str, Any], job: PyTorchJob) -> dict[str, Any]:
 
 
 def restart_order(
-    job: PyTorchJob, replica: ReplicaId, attempt: int, addressing: Addressing, at_once: bool
+    job: PyTorchJob, replica: ReplicaId, attempt: int, addressing: Addressing, at_once: bool, start: bool
 ) -> worker_files.RestartOrder:
-    """The order that starts ``attempt`` of ``replica`` in its Pod: the attempt's contract variables (those the
-    container does not set itself, as in its Pod's manifest), and how long the old trainer may take to stop."""
+    """The order that stops the trainer of ``replica``'s Pod for ``attempt``, and with ``start`` starts it: the
+    attempt's contract variables (those the container does not set itself, as in its Pod's manifest), and how
+    long what is left of the old trainer may take to stop."""
     template = job.spec.pytorch_replica_specs[replica.replica_type].template
     spec = template.get("spec") or {}
     trainer = [c for c in spec.get("containers") or [] if c.get("name") == DEFAULT_CONTAINER_NAME]
@@ -75,38 +79,60 @@ def restart_order(
     # As a Pod's deletion would give it: the job's grace, else the Pod's own, else Kubernetes' default.
     grace = job.annotation(extensions.TERMINATION_GRACE) or spec.get("terminationGracePeriodSeconds")
     seconds = 0.0 if at_once else float(grace) if grace is not None else POD_GRACE_SECONDS
-    return worker_files.RestartOrder(attempt=attempt, env=env, grace=seconds)
+    return worker_files.RestartOrder(attempt=attempt, env=env, grace=seconds, start=start)
 
 
 def with_trainer(
     board: ReportBoard | None, seen: ReplicaObservation | None, pod: dict[str, Any]
 ) -> ReplicaObservation | None:
-    """A running replica with what its launcher said: it can restart warm, and its trainer's end is the
-    replica's failure (the Pod runs on, waiting for the order). Untouched where no launcher spoke."""
-    state = board.trainer(pod["metadata"].get("uid")) if board is not None else None
-    if seen is None or state is None or seen.phase is not Phase.RUNNING:
+    """A running replica as its launcher tells it: it can restart warm; its trainer's end is the replica's
+    failure (the Pod runs on, waiting for orders); relabelled into a later attempt, it is its old attempt's until
+    that trainer has ended, then nothing until the start is ordered, then starting. Untouched where no launcher
+    spoke."""
+    uid = pod["metadata"].get("uid")
+    state = board.trainer(uid) if board is not None else None
+    if board is None or seen is None or state is None or seen.phase is not Phase.RUNNING:
         return seen
     if seen.stopping or seen.silent_node is not None:
         return seen  # going, or perhaps lost with its node: it starts no attempt again
     if state.attempt > seen.attempt:
         return seen  # cannot be: a launcher starts a later attempt only once its Pod was relabelled
-    if state.attempt == seen.attempt and state.exit_code not in (None, 0):
+    if state.attempt < seen.attempt:
+        order = board.order(uid)
+        if order is not None and order["start"]:
+            return replace(seen, phase=Phase.PENDING, progress=None, restarts_warm=True)
+        if state.exit_code is None:  # the old attempt's trainer still runs: it is being stopped
+            return replace(seen, attempt=state.attempt, stopping=True, progress=None)
+        return None  # stopped: its place in the new attempt is empty until the planner fills it
+    if state.exit_code not in (None, 0):
         ended = replace(seen, phase=Phase.FAILED, exit_code=state.exit_code, finished_at=state.ended_at)
         return replace(ended, progress=None, message=None, restarts_warm=True)
     return replace(seen, restarts_warm=True)
 
 
+def waits_to_start(board: ReportBoard | None, pod: dict[str, Any] | None, attempt: int) -> bool:
+    """Whether ``pod`` was relabelled into ``attempt`` and its launcher's trainer of an earlier attempt has ended:
+    it waits for the order that starts ``attempt``."""
+    state = board.trainer(pod["metadata"].get("uid")) if board is not None and pod is not None else None
+    if pod is None or state is None or pod["metadata"].get("deletionTimestamp"):
+        return False
+    identity = observing.replica_of(pod)
+    return identity is not None and identity[1] == attempt and state.attempt < attempt and state.exit_code is not None
+
+
 def give_lost_orders(
     board: ReportBoard, job: PyTorchJob, pods: list[dict[str, Any]], addressing: Callable[[int], Addressing]
 ) -> None:
-    """Order again the restart of each Pod relabelled into a later attempt whose launcher still runs an earlier
-    one with no order waiting: the order was given by an operator that has since lost the lead (orders live in
-    the leader's memory). ``addressing``: where attempt N meets (mapping.addressing)."""
+    """Order again the stop of each Pod relabelled into a later attempt whose launcher still runs an earlier
+    trainer with no order waiting: the order was given by an operator that has since lost the lead (orders live
+    in the leader's memory). ``addressing``: where attempt N meets (mapping.addressing). One whose trainer has
+    ended needs none: the planner's CreateReplica starts it."""
     for pod in pods:
         uid = pod["metadata"].get("uid")
         state, identity = board.trainer(uid), observing.replica_of(pod)
-        if state is None or identity is None or pod["metadata"].get("deletionTimestamp") or board.has_order(uid):
+        if state is None or identity is None or pod["metadata"].get("deletionTimestamp") or board.order(uid):
             continue
         replica, attempt = identity
-        if state.attempt < attempt:
-            board.order_restart(uid, restart_order(job, replica, attempt, addressing(attempt), at_once=True))
+        if state.attempt < attempt and state.exit_code is None:
+            stop = restart_order(job, replica, attempt, addressing(attempt), at_once=True, start=False)
+            board.order_restart(uid, stop)
