@@ -5,7 +5,9 @@ The README's MNIST job (``examples/mnist/job.yaml`` as shipped, checkpointing ev
 node mounts, its replicas spread over the nodes). Once it has checkpointed, the node of worker-1 is stopped as a
 spot VM vanishes (``kuberig`` ``node stop``: its link goes silent first, then everything on it dies). Measured:
 node stopped → the first step of a new group (the master's "resumed from the checkpoint" line, in a new Pod),
-and what each operator was waiting for when the window closed. The operators take turns, alternating trials.
+and what each operator was waiting for when the window closed. The operators take turns, alternating trials;
+torchjob runs the job twice per trial: as shipped, and with ``torchjob.io/warm-start: "true"`` (``torchjob-warm``:
+the survivors' Pods stay and their launchers fork the script again; only the lost replica's Pod is created anew).
 
     .venv/bin/python -m bench.node_loss [TRIALS] [WINDOW_SECONDS]
 """
@@ -26,13 +28,15 @@ from tests.support.images import push_test_images
 from tests.support.mnist_jobs import mnist_on_a_claim
 
 from bench import inplace_node
-from bench.real_node import OPERATORS, _start_operator, _wait
+from bench.real_node import _start_operator, _wait
 from kuberig import Cluster, ClusterConfig, NodeConfig, create, delete
 from kuberig.addons import kubeflow_operator
 from kuberig.node import kubelet
 from torchjob.core.times import parse_timestamp
 
 RESUMED = "resumed from the checkpoint of step"
+WARM_MARK = "torchjob: attempt 1 starts in this Pod, warm"
+CONTROLLERS = ("torchjob", "torchjob-warm", "kubeflow")
 
 
 @dataclass
@@ -53,10 +57,14 @@ def _pods(cluster: Cluster, namespace: str) -> dict[str, dict[str, Any]]:
 
 
 def _resumed(cluster: Cluster, namespace: str, before: set[str]) -> bool:
+    """The master of a new group resumed: in a new Pod, or after a warm restart in its own."""
     master = _pods(cluster, namespace).get("mnist-master-0")
-    if master is None or master["metadata"]["uid"] in before:
+    if master is None:
         return False
-    return RESUMED in cluster.kubectl("logs", "-n", namespace, "mnist-master-0", check=False).stdout
+    log = cluster.kubectl("logs", "-n", namespace, "mnist-master-0", check=False).stdout
+    if master["metadata"]["uid"] in before:
+        log = log.split(WARM_MARK, 1)[1] if WARM_MARK in log else ""
+    return RESUMED in log
 
 
 def _state(cluster: Cluster, namespace: str) -> str:
@@ -94,6 +102,10 @@ def _phases(cluster: Cluster, namespace: str, stopped: float) -> dict[str, float
     state = master["status"]["containerStatuses"][0]["state"]
     started = parse_timestamp((state.get("running") or state.get("terminated"))["startedAt"]).timestamp()
     log = cluster.kubectl("logs", "--timestamps", "-n", namespace, "mnist-master-0").stdout.splitlines()
+    warm = [line for line in log if WARM_MARK in line]
+    if warm:  # restarted warm in its own Pod: the new attempt started at the launcher's line
+        started = inplace_node._stamp(warm[0])
+        log = log[log.index(warm[0]) :]
     resumed = inplace_node._stamp(next(line for line in log if RESUMED in line))
     return {"declared": ended - stopped, "started": started - stopped, "resumed": resumed - stopped}
 
@@ -109,9 +121,16 @@ def _floor(cluster: Cluster, namespace: str) -> float | None:
     return None if took is None else time.monotonic() - started
 
 
-def trial(cluster: Cluster, namespace: str, run: NodeLossRun, window: float) -> None:
+def _job(namespace: str, warm: bool) -> dict[str, Any]:
+    job = mnist_on_a_claim(namespace, "--checkpoint-every", "10", spread=True)
+    if warm:
+        job["metadata"]["annotations"] = {"torchjob.io/warm-start": "true"}
+    return job
+
+
+def trial(cluster: Cluster, namespace: str, run: NodeLossRun, window: float, warm: bool = False) -> None:
     data = cluster.claim(namespace, "data")
-    cluster.apply(mnist_on_a_claim(namespace, "--checkpoint-every", "10", spread=True))
+    cluster.apply(_job(namespace, warm))
     if _wait(lambda: any((data / "checkpoints").glob("*")), 300, poll=0.5) is None:
         raise RuntimeError(f"{namespace}: no checkpoint in 300 s")
     first = _pods(cluster, namespace)
@@ -137,7 +156,7 @@ def trial(cluster: Cluster, namespace: str, run: NodeLossRun, window: float) -> 
     finally:
         kubelet.start(cluster.state, node)
         _wait(lambda: _nodes_ready(cluster), 180, poll=1)
-        if measured_floor and run.succeeded[-1:] == [True]:
+        if measured_floor and run.succeeded[-1:] == [True] and not warm:
             floor = _floor(cluster, namespace)
             if floor is not None:
                 run.floor.append(floor)
@@ -149,17 +168,19 @@ def measure(trials: int = 1, window: float = 180) -> dict[str, NodeLossRun]:
     directory = Path(tempfile.mkdtemp(prefix="bench-node-loss-"))
     name = f"loss-{os.getpid()}"
     cluster = create(ClusterConfig(name, (NodeConfig("kubelet", 3),)), directory / "rig")
-    results = {name: NodeLossRun() for name in OPERATORS}
+    results = {name: NodeLossRun() for name in CONTROLLERS}
     try:
         push_test_images(cluster)
         kubeflow_operator.push_init_image(cluster)
         for number in range(trials):
-            for operator_name in OPERATORS:
+            for operator_name in CONTROLLERS:
                 print(f"  {operator_name} operator, trial {number + 1} ...", flush=True)
-                operator = _start_operator(cluster, operator_name, directory / f"{operator_name}-{number}")
+                kind = operator_name.removesuffix("-warm")
+                operator = _start_operator(cluster, kind, directory / f"{operator_name}-{number}")
                 try:
                     namespace = cluster.namespace(f"loss-{operator_name}-{number}")
-                    trial(cluster, namespace, results[operator_name], window)
+                    warm = operator_name.endswith("-warm")
+                    trial(cluster, namespace, results[operator_name], window, warm)
                 finally:
                     operator.stop()
     finally:
@@ -177,17 +198,21 @@ def report(results: dict[str, NodeLossRun], window: float) -> str:
         waits = sorted(set(run.waiting_on) - {"nothing on the lost node"})
         return text + (f"; left on the lost node: {'; '.join(waits)}" if waits else "")
 
-    t, k = results["torchjob"], results["kubeflow"]
+    t, w, k = results["torchjob"], results["torchjob-warm"], results["kubeflow"]
     rows = [
         "| three real nodes, the README's MNIST job | torchjob operator | Kubeflow training-operator v1.8.1 |",
         "|---|---|---|",
         f"| node of worker-1 stopped → first step of the new group | {shown(t)} | {shown(k)} |",
+        f'| … with `torchjob.io/warm-start: "true"` (survivors restart in their Pods) | {shown(w)} | |',
     ]
-    if t.phases:
-        phases = " / ".join(f"{median(p[key] for p in t.phases):.1f}" for key in ("declared", "started", "resumed"))
-        rows.append(
-            f"| … torchjob: loss declared / new master started / its first step (s after the stop) | {phases} | |"
-        )
+    for label, run in (("", t), (", warm", w)):
+        if run.phases:
+            keys = ("declared", "started", "resumed")
+            phases = " / ".join(f"{median(p[key] for p in run.phases):.1f}" for key in keys)
+            rows.append(
+                f"| … torchjob{label}: loss declared / new master started / its first step (s after the stop) "
+                f"| {phases} | |"
+            )
     if t.floor:
         rows.append(f"| cold floor: the same job applied → its first step resumed (s) | {median(t.floor):.1f} | |")
     return "\n".join(rows)

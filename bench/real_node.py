@@ -254,8 +254,11 @@ def _median(values: list[float]) -> str:
 def report(results: dict[str, OperatorRun]) -> str:
     rows = ["| on the real node | torchjob operator | Kubeflow training-operator v1.8.1 |", "|---|---|---|"]
     t, k = results["torchjob"], results["kubeflow"]
-    rows.append(f"| apply → both Pods Running (median s) | {_median(t.to_running)} | {_median(k.to_running)} |")
-    rows.append(f"| apply → Succeeded, 1 epoch (median s) | {_median(t.to_succeeded)} | {_median(k.to_succeeded)} |")
+    if t.to_running or k.to_running:  # not measured with --recovery
+        rows.append(f"| apply → both Pods Running (median s) | {_median(t.to_running)} | {_median(k.to_running)} |")
+        rows.append(
+            f"| apply → Succeeded, 1 epoch (median s) | {_median(t.to_succeeded)} | {_median(k.to_succeeded)} |"
+        )
 
     def recovered(times: list[float | None]) -> str:
         ok = [r for r in times if r is not None]
@@ -285,6 +288,8 @@ def report(results: dict[str, OperatorRun]) -> str:
         )
     lost = [_median([float(s) for s in run.steps_lost]) for run in (t, k)]
     rows.append(f"| steps lost (plain script, no checkpoint) | {lost[0]} | {lost[1]} |")
+    if not t.behaviour:
+        return "\n".join(rows)
     rows += ["", "| behaviour | torchjob operator | Kubeflow training-operator v1.8.1 |", "|---|---|---|"]
     for label in _BEHAVIOURS:
         rows.append(f"| {label} | {t.behaviour.get(label, '')} | {k.behaviour.get(label, '')} |")
