@@ -154,12 +154,14 @@ def test_a_pod_moved_into_the_next_attempt_is_its_old_attempts_until_its_trainer
     assert warm_pods.with_trainer(board, moved, _pod(1)) == replace(moved, restarts_warm=True)
 
 
-def test_a_pod_being_deleted_or_unheard_from_does_not_restart_warm() -> None:
+def test_a_pod_being_deleted_evicted_or_unheard_from_does_not_restart_warm() -> None:
     board = ReportBoard()
     assert warm_pods.with_trainer(board, running("worker-0"), _pod(0)) == running("worker-0")
     board.trainer_said(POD, TrainerState(0, NOW))
     stopping = running("worker-0", stopping=True)
     assert warm_pods.with_trainer(board, stopping, _pod(0, deleting=True)) == stopping
+    evicted = replace(running("worker-0"), disrupted_at=NOW)  # its Pod goes at the end of its grace period
+    assert warm_pods.with_trainer(board, evicted, _pod(0)) == evicted
 
 
 def test_an_order_is_given_until_the_launcher_started_its_attempt_and_its_old_progress_is_forgotten() -> None:

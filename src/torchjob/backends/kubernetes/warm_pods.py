@@ -93,8 +93,8 @@ def with_trainer(
     state = board.trainer(uid) if board is not None else None
     if board is None or seen is None or state is None or seen.phase is not Phase.RUNNING:
         return seen
-    if seen.stopping or seen.silent_node is not None:
-        return seen  # going, or perhaps lost with its node: it starts no attempt again
+    if seen.stopping or seen.silent_node is not None or seen.disrupted_at is not None:
+        return seen  # going (deleted, evicted), or perhaps lost with its node: it starts no attempt again
     if state.attempt > seen.attempt:
         return seen  # cannot be: a launcher starts a later attempt only once its Pod was relabelled
     if state.attempt < seen.attempt:
