@@ -1,6 +1,7 @@
 """The MNIST example on a real node, through `torchjob submit --follow` (on a terminal: with a progress bar):
 it trains to the same accuracy as locally, writes its model to a PersistentVolumeClaim, and survives a SIGKILL
-of a training process by a group restart that resumes from the checkpoint on that claim."""
+of a training process by a group restart that resumes from the checkpoint on that claim: with new Pods, or, with
+``torchjob.io/warm-start: "true"``, in the same Pods, each one's launcher forking the script again."""
 
 from __future__ import annotations
 
