@@ -29,9 +29,10 @@ from types import FrameType
 from torchjob.train.preemption import PREEMPTED_EXIT_CODE
 
 # How long a member on notice waits for the controller to publish the membership that hands its place over.
-# The operator publishes within a pass of seeing the eviction (well under a second); a stop torchjob makes
-# itself (a group restart, a suspended or deleted job) costs at most this much longer.
-HOLD_SECONDS = 2.0
+# The operator publishes within a pass of seeing the eviction (well under a second on a quiet machine, but 2 s
+# proved too short on a loaded one: the member left first and its peers repaired around it); a stop torchjob
+# makes itself (a group restart, a suspended or deleted job) costs at most this much longer.
+HOLD_SECONDS = 5.0
 
 
 def _read_by_thread(_signum: int, _frame: FrameType | None) -> None:
