@@ -195,13 +195,14 @@ def test_a_node_lost_mid_training_restarts_the_group_on_the_survivors_from_the_c
         assert "Failed" not in conditions, conditions["Failed"]["message"]
         print(f"node of {lost} lost; the job succeeded {time.monotonic() - stopped:.1f}s later")
         print("attempts:", job["status"]["attempts"])
-        # Two witnesses end the attempt: the worker's own silence (three missed beats) and its node's, which the
-        # operator cannot reach (its own connection to the kubelet goes unanswered), long before the node's
-        # Lease is overdue or its silence passes the liveness deadline (a hang, counted). The platform's
-        # doing, not counted; the lost Pod goes by force, which is what lets the next attempt start.
+        # Two witnesses end the attempt: the worker's own silence and its node's: the operator cannot reach it (its
+        # own connection to the kubelet goes unanswered) or, where the operator never reached that node from its Pod
+        # (seen under CI's load: a first probe that failed is tried again only a minute later), the node's Lease
+        # is overdue. Never a hang (counted). The platform's doing, not counted; the lost Pod goes by force, which
+        # is what lets the next attempt start. tests/unit/test_reachability.py covers the probe itself.
         outcome = job["status"]["attempts"][0]["outcome"]
         assert outcome.startswith(f"{lost} was lost with its node: node {node.name} stopped reporting"), outcome
-        assert outcome.endswith("(the operator cannot reach the node either)"), outcome
+        assert f"and {lost} has not beaten since" in outcome, outcome
         assert (job["status"]["restartCount"], len(job["status"]["attempts"])) == (0, 2)
         pods = cluster.kubectl_json("get", "pods", "-n", namespace)["items"]
         assert {p["metadata"]["name"] for p in pods} == set(first)  # no Pod twice
