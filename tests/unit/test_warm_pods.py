@@ -13,12 +13,12 @@ from torchjob import worker_files
 from torchjob.api.types import ReplicaType
 from torchjob.backends.kubernetes import warm_pods
 from torchjob.backends.kubernetes.mapping import addressing, pod_manifest
-from torchjob.backends.kubernetes.report_board import ReportBoard, TrainerState
+from torchjob.backends.kubernetes.report_board import ReportBoard
 from torchjob.backends.kubernetes.token_review import PodIdentity
 from torchjob.controller.supervise import run_until_done
 from torchjob.core import conditions
 from torchjob.core.actions import CreateReplica, DeleteReplica, RestartWarm
-from torchjob.core.observed import Phase
+from torchjob.core.observed import Phase, TrainerState
 from torchjob.core.replicas import ReplicaId
 from torchjob.testing import FakeBackend, make_job
 from torchjob.testing.builders import running

@@ -29,9 +29,9 @@ from datetime import datetime, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from torchjob.backends.kubernetes.report_board import ReportBoard, TrainerState
+from torchjob.backends.kubernetes.report_board import ReportBoard
 from torchjob.backends.kubernetes.token_review import PodIdentity, ReviewUnavailable, TokenReviewer
-from torchjob.core.observed import MemberAnnouncement
+from torchjob.core.observed import MemberAnnouncement, TrainerState
 
 log = logging.getLogger("torchjob.operator")
 

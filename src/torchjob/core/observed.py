@@ -148,6 +148,28 @@ class MemberAnnouncement:
 
 
 @dataclass(frozen=True)
+class TrainerState:
+    """What a Pod's launcher (torchjob.launch) last said of its trainer: it runs ``attempt``, or it ended with
+    ``exit_code`` (first heard at ``ended_at``, by the operator's clock); ``heard_at``: when it last said so."""
+
+    attempt: int
+    heard_at: datetime
+    exit_code: int | None = None
+    ended_at: datetime | None = None
+
+    @classmethod
+    def from_message(cls, message: object, heard_at: datetime) -> TrainerState | None:
+        """A trainer's state as its launcher sent it (``worker_files`` names the keys); None when it is not one."""
+        if not isinstance(message, Mapping):
+            return None
+        attempt, code = _whole(message.get(worker_files.TRAINER_ATTEMPT)), message.get(worker_files.TRAINER_EXIT_CODE)
+        exit_code = _whole(code)
+        if attempt is None or (code is not None and (exit_code is None or exit_code > 255)):
+            return None
+        return cls(attempt, heard_at, exit_code, heard_at if exit_code is not None else None)
+
+
+@dataclass(frozen=True)
 class SilentNode:
     """A node whose kubelet stopped reporting, and when it was last heard; ``unreachable``: the operator's own
     connection to it goes unanswered too (a host that vanished, not only a kubelet that stopped)."""

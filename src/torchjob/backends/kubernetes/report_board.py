@@ -9,38 +9,16 @@ Pods it observes: a report from a Pod of another job, or of an earlier attempt, 
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from datetime import datetime, timezone
 
 from torchjob.backends.kubernetes.token_review import PodIdentity
-from torchjob.core.observed import MemberAnnouncement, Progress
+from torchjob.core.observed import MemberAnnouncement, Progress, TrainerState
 from torchjob.core.policies import silent_member
-from torchjob.worker_files import TRAINER_ATTEMPT, TRAINER_EXIT_CODE, Membership, RestartOrder
+from torchjob.worker_files import Membership, RestartOrder
 
 # A Pod silent this long is forgotten (its job has long been judged hung or finished).
 _FORGET_SECONDS = 3600.0
-
-
-@dataclass(frozen=True)
-class TrainerState:
-    """What a Pod's launcher (torchjob.launch) last said of its trainer: it runs ``attempt``, or it ended with
-    ``exit_code`` (first heard at ``ended_at``, by the operator's clock); ``heard_at``: when it last said so."""
-
-    attempt: int
-    heard_at: datetime
-    exit_code: int | None = None
-    ended_at: datetime | None = None
-
-    @classmethod
-    def from_message(cls, message: object, heard_at: datetime) -> TrainerState | None:
-        if not isinstance(message, dict):
-            return None
-        attempt, code = message.get(TRAINER_ATTEMPT), message.get(TRAINER_EXIT_CODE)
-        if not isinstance(attempt, int) or isinstance(attempt, bool) or attempt < 0:
-            return None
-        if code is not None and (not isinstance(code, int) or isinstance(code, bool) or not 0 <= code <= 255):
-            return None
-        return cls(attempt, heard_at, code, heard_at if code is not None else None)
 
 
 class ReportBoard:
