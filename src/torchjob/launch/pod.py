@@ -32,7 +32,7 @@ import traceback
 from typing import Any, NoReturn
 
 from torchjob import worker_files
-from torchjob.launch import preload, warm_start
+from torchjob.launch import preload, reaping, warm_start
 from torchjob.launch.entry import ColdStart, WarmEntry, python_entry
 from torchjob.launch.orders import TrainerChannel
 
@@ -151,18 +151,11 @@ class Launcher:
     def _reap(self) -> int | None:
         """The trainer's exit code (128+N for signal N) once it ended; None while it runs. As the container's first
         process, also reaps the orphans it left."""
-        ended = None
-        while True:
-            try:
-                pid, status = os.waitpid(-1, os.WNOHANG)
-            except ChildProcessError:
-                break
-            if pid == 0:
-                break
-            if pid == self.pid:
-                code = os.waitstatus_to_exitcode(status)
-                ended, self.pid = (128 - code if code < 0 else code), None
-        return ended
+        ended = reaping.reap_finished()
+        if self.pid is None or self.pid not in ended:
+            return None
+        code, self.pid = ended[self.pid], None
+        return code
 
     def _on_stop(self, signum: int, _: Any) -> None:
         self.stop_signal = signum

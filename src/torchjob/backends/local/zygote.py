@@ -30,7 +30,7 @@ from typing import Any
 
 from torchjob.backends.local import shim
 from torchjob.backends.local.shim import ExitRecord
-from torchjob.launch import preload, proctitle
+from torchjob.launch import preload, proctitle, reaping
 
 PR_SET_PDEATHSIG = 1
 # How often finished shims are reaped while no request comes.
@@ -73,7 +73,7 @@ def _serve(channel: int) -> None:
     # close the number again later (when the number may name one of the script's files).
     pending = b""
     while True:
-        _reap()
+        reaping.reap_finished()  # the controller reads how each shim ended from its exit record
         ready, _, _ = select.select([channel], [], [], REAP_SECONDS)
         if not ready:
             continue
@@ -128,17 +128,6 @@ def _become_shim(request: dict[str, Any]) -> None:
         raise BecomeReplica(request)
 
     os._exit(shim.supervise(status_path, float(grace), zygote, become_replica))
-
-
-def _reap() -> None:
-    """Collect finished shims (the controller reads how each ended from its exit record)."""
-    while True:
-        try:
-            pid, _ = os.waitpid(-1, os.WNOHANG)
-        except ChildProcessError:
-            return
-        if pid == 0:
-            return
 
 
 def _send(channel: int, message: dict[str, Any]) -> None:
