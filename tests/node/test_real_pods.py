@@ -12,8 +12,9 @@ import pytest
 from kuberig import Cluster
 from tests.conftest import DATA
 from tests.node.conftest import wait_for_condition
-from tests.support.images import KUBEFLOW_MNIST
+from tests.support.images import KUBEFLOW_MNIST, TEST_SCRIPTS
 from tests.support.operator import OperatorProcess
+from torchjob.backends.kubernetes import log_archive
 
 
 def _pod(cluster: Cluster, namespace: str, name: str) -> dict:  # type: ignore[type-arg]
@@ -84,6 +85,45 @@ def test_a_container_over_its_memory_limit_fails_the_job_as_oomkilled(
     assert "OOMKilled" in failed["message"], failed
     terminated = _pod(cluster, namespace, "greedy-worker-0")["status"]["containerStatuses"][0]["state"]["terminated"]
     assert (terminated["reason"], terminated["exitCode"]) == ("OOMKilled", 137)
+
+
+def test_a_script_that_fails_in_a_warm_pod_is_named_with_its_last_lines_and_its_output_kept(
+    cluster: Cluster, node_operator: OperatorProcess
+) -> None:
+    """With ``torchjob.io/warm-start: "true"`` the container outlives its script: no termination message. The
+    Failed reason of the attempt still quotes the script's last lines (read from the Pod's log), the next attempt
+    starts in the same Pod, and the ended attempt's output is kept in its log archive."""
+    namespace = cluster.namespace("warm-fails")
+    container = {
+        "name": "pytorch",
+        "image": TEST_SCRIPTS,
+        "command": ["python3", "launcher_probe.py"],
+        "env": [{"name": "PROBE_DO", "value": json.dumps({"0": "raise", "1": "exit"})}],
+    }
+    template = {"spec": {"containers": [container], "terminationGracePeriodSeconds": 2}}
+    cluster.apply(
+        {
+            "apiVersion": "kubeflow.org/v1",
+            "kind": "PyTorchJob",
+            "metadata": {"name": "probe", "namespace": namespace, "annotations": {"torchjob.io/warm-start": "true"}},
+            "spec": {
+                "pytorchReplicaSpecs": {"Master": {"replicas": 1, "restartPolicy": "OnFailure", "template": template}}
+            },
+        }
+    )
+    job = wait_for_condition(cluster, namespace, "probe", {"Succeeded", "Failed"}, timeout=240)
+    states = {c["type"]: c for c in job["status"]["conditions"]}
+    assert "Failed" not in states, states["Failed"]["message"]
+    assert job["status"]["restartCount"] == 1
+    outcome = job["status"]["attempts"][0]["outcome"]
+    assert "RuntimeError: the probe failed in attempt 0" in outcome, outcome
+    pod = _pod(cluster, namespace, "probe-master-0")
+    assert pod["status"]["containerStatuses"][0]["restartCount"] == 0  # one container ran both attempts
+    log = cluster.kubectl("logs", "-n", namespace, "probe-master-0").stdout
+    assert "torchjob: attempt 1 starts in this Pod, warm" in log, log
+    kept = log_archive.read(cluster.kubectl_json("get", "configmap", "probe-logs-0", "-n", namespace))
+    assert '"attempt": "0"' in kept["master-0"] and "RuntimeError" in kept["master-0"], kept
+    assert '"attempt": "1"' not in kept["master-0"], kept
 
 
 def test_rendered_indexed_job_trains_with_torchrun_in_pods(cluster: Cluster) -> None:

@@ -1,6 +1,7 @@
 """Run by a Pod's launcher (torchjob.launch) in tests/integration/test_pod_launcher.py: says how it was started,
 then does what PROBE_DO says for its attempt (TORCHJOB_ATTEMPT): ``kill`` (SIGKILL itself), ``fail`` (exit 3),
-``sleep`` (until stopped), ``workers`` (a DataLoader with two worker processes, then exit 0)."""
+``raise`` (an uncaught RuntimeError), ``sleep`` (until stopped), ``workers`` (a DataLoader with two worker
+processes, then exit 0)."""
 
 import json
 import os
@@ -26,6 +27,8 @@ if what == "kill":
     os.kill(os.getpid(), signal.SIGKILL)
 elif what == "fail":
     sys.exit(3)
+elif what == "raise":
+    raise RuntimeError(f"the probe failed in attempt {attempt}")
 elif what == "sleep":
     time.sleep(600)
 elif what == "workers":

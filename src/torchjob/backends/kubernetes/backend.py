@@ -28,6 +28,7 @@ from torchjob.backends.kubernetes.log_keeper import LogKeeper
 from torchjob.backends.kubernetes.nodes import NodeReader, never_finishing
 from torchjob.backends.kubernetes.report_board import ReportBoard
 from torchjob.backends.kubernetes.requests import RequestCounter
+from torchjob.backends.kubernetes.warm_restarts import WarmRestarts
 from torchjob.core import replicas
 from torchjob.core.actions import (
     Action,
@@ -68,6 +69,7 @@ class KubernetesBackend(Backend):
         self.nodes = NodeReader(client, self.counter.add)
         self.reports = reports
         self.report_url = report_url
+        self.warm = WarmRestarts(client, reports, self.counter.add, self.logs) if reports is not None else None
         # The CA Pods verify an https report endpoint with (set by the operator once it serves one).
         self.report_ca: str | None = None
         # The Pods seen by the last observe(), by name: deletes check they remove the attempt they mean.
@@ -97,9 +99,8 @@ class KubernetesBackend(Backend):
         for pod in owned:
             name = (pod.get("spec") or {}).get("nodeName", "")
             found = observing.observe_pod(pod, nodes.get(name), silent.get(name))
-            observations.append(
-                warm_pods.with_trainer(self.reports, observing.with_reports(self.reports, found, pod), pod)
-            )
+            heard = warm_pods.with_trainer(self.reports, observing.with_reports(self.reports, found, pod), pod)
+            observations.append(self.warm.with_last_lines(job, heard, pod) if self.warm is not None else heard)
         store = self._pods.get(mapping.store_name(job))
         store_running = store is not None and store["metadata"].get("deletionTimestamp") is None
         spares = [
@@ -142,7 +143,8 @@ class KubernetesBackend(Backend):
                 case CreateReplica():
                     self._autoreport(job)
                     self._create(mapping.service_manifest(job, action.replica), Service)
-                    if self._start_warm(job, action.replica, action.attempt):
+                    waiting = self._pods.get(action.replica.pod_name(job.name))
+                    if self.warm is not None and self.warm.start(job, waiting, action.replica, action.attempt):
                         continue  # its Pod is there, waiting: its launcher starts the attempt
                     pod = mapping.pod_manifest(
                         job, action.replica, action.attempt, self.report_url, action.rendezvous_at_store, self.report_ca
@@ -168,7 +170,9 @@ class KubernetesBackend(Backend):
                 case DeleteReplica():
                     self._delete_pod(job, action)
                 case RestartWarm():
-                    self._restart_warm(job, action.replica, action.attempt, action.next_attempt, action.at_once)
+                    restarting = self._pod_of(action.replica, action.attempt)
+                    if self.warm is not None and restarting is not None:  # else the next pass creates it
+                        self.warm.restart(job, restarting, action.replica, action.next_attempt, action.at_once)
                 case DeleteJob():
                     self.counter.add("delete")
                     with contextlib.suppress(ApiError):
@@ -243,31 +247,6 @@ class KubernetesBackend(Backend):
         # fail at once (a stopped process never acts on SIGTERM anyway).
         self._delete(Pod, lost_pod["metadata"]["name"], job.namespace, grace_period=0 if action.force else 1)
         self._pods.pop(lost_pod["metadata"]["name"], None)
-
-    def _restart_warm(self, job: PyTorchJob, replica: ReplicaId, attempt: int, after: int, at_once: bool) -> None:
-        """The replica's Pod moves into attempt ``after`` (its label) and its launcher is told to stop its trainer."""
-        pod = self._pod_of(replica, attempt)
-        if pod is None or self.reports is None:
-            return  # gone meanwhile: the next pass finds the replica missing and creates it
-        self.counter.add("patch")
-        relabel = {"metadata": {"labels": {replicas.LABEL_ATTEMPT: str(after)}}}
-        name, uid = pod["metadata"]["name"], pod["metadata"]["uid"]
-        try:
-            self.client.patch(Pod, name, relabel, namespace=job.namespace, patch_type=PatchType.MERGE)
-        except ApiError:
-            return  # the same
-        where = mapping.addressing(job, after, at_store=False)
-        self.reports.order_restart(uid, warm_pods.restart_order(job, replica, after, where, at_once, start=False))
-
-    def _start_warm(self, job: PyTorchJob, replica: ReplicaId, attempt: int) -> bool:
-        """Start ``attempt`` in the replica's Pod, if its launcher waits for it there (see RestartWarm)."""
-        pod = self._pods.get(replica.pod_name(job.name))
-        if self.reports is None or pod is None or not warm_pods.waits_to_start(self.reports, pod, attempt):
-            return False
-        where = mapping.addressing(job, attempt, at_store=False)
-        order = warm_pods.restart_order(job, replica, attempt, where, at_once=True, start=True)
-        self.reports.order_restart(pod["metadata"]["uid"], order)
-        return True
 
     def _reform(self, job: PyTorchJob, action: ReformGroup) -> None:
         """Tell the group its next membership (the operator's ``/membership`` endpoint, which its members poll)."""

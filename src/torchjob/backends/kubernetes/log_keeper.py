@@ -30,7 +30,7 @@ class LogKeeper:
         """File each ``(attempt, key, pod)``'s output under ``key`` in that attempt's ConfigMap."""
         by_attempt: dict[int, dict[str, str]] = {}
         for attempt, key, pod in pods:
-            text = self._read(job, pod) if _has_run(pod) else None
+            text = self.read(job, pod, log_archive.TAIL_LINES) if _has_run(pod) else None
             if text is not None:
                 by_attempt.setdefault(attempt, {})[key] = text
         for attempt, logs in by_attempt.items():
@@ -46,16 +46,17 @@ class LogKeeper:
                     name, patch = kept["metadata"]["name"], {"binaryData": kept["binaryData"]}
                     self.client.patch(ConfigMap, name, patch, namespace=job.namespace, patch_type=PatchType.MERGE)
 
-    def _read(self, job: PyTorchJob, pod: dict[str, Any]) -> str | None:
+    def read(self, job: PyTorchJob, pod: dict[str, Any], lines: int) -> str | None:
+        """The last ``lines`` lines of the Pod's trainer container; None when they cannot be read."""
         self.count("get")
         try:
-            lines = self.client.log(
+            found = self.client.log(
                 pod["metadata"]["name"],
                 namespace=job.namespace,
                 container=replicas.container_name(job),
-                tail_lines=log_archive.TAIL_LINES,
+                tail_lines=lines,
             )
-            return "".join(lines)
+            return "".join(found)
         except (ApiError, httpx.HTTPError):
             return None
 

@@ -166,7 +166,7 @@ def observe_pod(
         Phase.FAILED,
         exit_code=int(exit_code) if exit_code is not None else None,
         reason=reason,
-        message=_last_lines(message) or None,
+        message=last_lines(message) or None,
         finished_at=parse_time(terminated.get("finishedAt")) or parse_time(status.get("startTime")),
         stopping=stopping,
         disrupted_at=disrupted_at,
@@ -194,7 +194,7 @@ def _unschedulable(status: dict[str, Any]) -> str | None:
     nvidia.com/gpu. ..."), which otherwise only ``kubectl describe pod`` shows."""
     scheduled = _condition(status, "PodScheduled") or {}
     if scheduled.get("status") == "False" and scheduled.get("reason") == "Unschedulable":
-        return _last_lines(str(scheduled.get("message") or "Unschedulable"))
+        return last_lines(str(scheduled.get("message") or "Unschedulable"))
     return None
 
 
@@ -207,7 +207,8 @@ def _waiting_message(status: dict[str, Any]) -> str | None:
     return None
 
 
-def _last_lines(message: str) -> str:
+def last_lines(message: str) -> str:
+    """The last three non-empty lines of a crash's output, on one line, shortened from the left."""
     lines = [line.strip() for line in message.splitlines() if line.strip()]
     text = " | ".join(lines[-3:])
     return text if len(text) <= _MAX_MESSAGE else "…" + text[-_MAX_MESSAGE:]
