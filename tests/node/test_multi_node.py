@@ -215,6 +215,21 @@ def test_a_node_lost_mid_training_restarts_the_group_on_the_survivors_from_the_c
         kubelet.start(cluster.state, node)
 
 
+def _wait_for_epoch_2_beside_a_spare(cluster: Cluster, namespace: str, name: str) -> None:
+    """Until the in-place job's worker-0 trains its second epoch and its warm spare is reported ready."""
+    deadline = time.monotonic() + 300
+    while True:
+        found = cluster.kubectl_json("get", "pytorchjob", name, "-n", namespace)
+        log = cluster.kubectl("logs", "-n", namespace, f"{name}-worker-0", check=False).stdout
+        if "epoch: 2/" in log and (found.get("status") or {}).get("sparesReady") == 1:
+            return
+        if time.monotonic() > deadline:
+            pods = cluster.kubectl("get", "pods", "-n", namespace, "-o", "wide", check=False).stdout
+            events = cluster.kubectl("get", "events", "-n", namespace, check=False).stdout
+            pytest.fail(f"worker-0 never reached epoch 2 beside a warm spare:\n{pods}\n{events[-3000:]}\n{log[-1500:]}")
+        time.sleep(0.5)
+
+
 def test_in_place_a_spare_on_another_node_takes_the_place_of_a_replica_whose_node_vanished(
     three_nodes: Cluster,
 ) -> None:
@@ -228,17 +243,7 @@ def test_in_place_a_spare_on_another_node_takes_the_place_of_a_replica_whose_nod
     job = inplace_one_per_node(namespace)
     name = job["metadata"]["name"]
     cluster.apply(job)
-    deadline = time.monotonic() + 300
-    while True:
-        found = cluster.kubectl_json("get", "pytorchjob", name, "-n", namespace)
-        log = cluster.kubectl("logs", "-n", namespace, f"{name}-worker-0", check=False).stdout
-        if "epoch: 2/" in log and (found.get("status") or {}).get("sparesReady") == 1:
-            break
-        if time.monotonic() > deadline:
-            pods = cluster.kubectl("get", "pods", "-n", namespace, "-o", "wide", check=False).stdout
-            events = cluster.kubectl("get", "events", "-n", namespace, check=False).stdout
-            pytest.fail(f"worker-0 never reached epoch 2 beside a warm spare:\n{pods}\n{events[-3000:]}\n{log[-1500:]}")
-        time.sleep(0.5)
+    _wait_for_epoch_2_beside_a_spare(cluster, namespace, name)
     before = {p["metadata"]["name"]: p for p in cluster.kubectl_json("get", "pods", "-n", namespace)["items"]}
     where = {pod: p["spec"]["nodeName"] for pod, p in before.items()}
     assert len({where[f"{name}-{r}"] for r in ("master-0", "worker-0", "spare-0-0")}) == 3  # a node each
@@ -298,14 +303,7 @@ def test_kubectl_drain_moves_an_in_place_replica_to_the_spare_on_another_node_be
     job = inplace_one_per_node(namespace)
     name = job["metadata"]["name"]
     cluster.apply(job)
-    deadline = time.monotonic() + 300
-    while True:
-        found = cluster.kubectl_json("get", "pytorchjob", name, "-n", namespace)
-        log = cluster.kubectl("logs", "-n", namespace, f"{name}-worker-0", check=False).stdout
-        if "epoch: 2/" in log and (found.get("status") or {}).get("sparesReady") == 1:
-            break
-        assert time.monotonic() < deadline, f"worker-0 never reached epoch 2 beside a warm spare:\n{log[-1500:]}"
-        time.sleep(0.5)
+    _wait_for_epoch_2_beside_a_spare(cluster, namespace, name)
     before = {p["metadata"]["name"]: p for p in cluster.kubectl_json("get", "pods", "-n", namespace)["items"]}
     where = {pod: p["spec"]["nodeName"] for pod, p in before.items()}
     drained, survivor = lost_and_survivor(name, where)  # never the node of the rendezvous store
@@ -332,3 +330,68 @@ def test_kubectl_drain_moves_an_in_place_replica_to_the_spare_on_another_node_be
         assert float(log.split("test accuracy=")[1].split()[0]) >= 0.90
     finally:
         cluster.kubectl("uncordon", node, check=False)
+
+
+def test_in_place_the_job_carries_on_when_the_node_of_its_rendezvous_store_vanishes(three_nodes: Cluster) -> None:
+    """The in-place MNIST job, and the node that holds its rendezvous store Pod stopped, with whichever of the
+    job's Pods shares it (a member or the spare). The store goes by force and is created again on a node that
+    reports; a member lost with it is repaired in place, its survivor re-forming with the spare at the new store."""
+    cluster = three_nodes
+    _all_nodes_ready(cluster, timeout=180)
+    namespace = cluster.namespace("store-node-lost")
+    job = inplace_one_per_node(namespace)
+    name = job["metadata"]["name"]
+    # The Master on one node; the Workers' template (the worker's, the spare's and the store's) prefers a second
+    # one, which the store, created first, and then the worker take: the store's node holds a member.
+    first, second = sorted(n.name for n in cluster.nodes)[:2]
+    specs = job["spec"]["pytorchReplicaSpecs"]
+    specs["Master"]["template"]["spec"]["nodeSelector"] = {"kubernetes.io/hostname": first}
+    term = {"matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "In", "values": [second]}]}
+    specs["Worker"]["template"]["spec"]["affinity"]["nodeAffinity"] = {
+        "preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 100, "preference": term}]
+    }
+    cluster.apply(job)
+    _wait_for_epoch_2_beside_a_spare(cluster, namespace, name)
+    before = {p["metadata"]["name"]: p for p in cluster.kubectl_json("get", "pods", "-n", namespace)["items"]}
+    store = before[f"{name}-rdzv"]
+    node = cluster.node(store["spec"]["nodeName"])
+    assert isinstance(node, kubelet.KubeletNode)
+    lost = sorted(pod for pod, p in before.items() if p["spec"]["nodeName"] == node.name and pod != f"{name}-rdzv")
+    kubelet.stop(cluster.state, node)
+    stopped = time.monotonic()
+    try:
+        done = wait_for_condition(cluster, namespace, name, {"Succeeded", "Failed"}, timeout=400)
+        conditions = {c["type"]: c for c in done["status"]["conditions"]}
+        assert "Failed" not in conditions, conditions["Failed"]["message"]
+        print(f"the store's node lost with {lost}; the job succeeded {time.monotonic() - stopped:.1f}s later")
+        status = done["status"]
+        members_lost = [pod for pod in lost if "-spare-" not in pod]
+        if (status["attempt"], status["restartCount"], status["repairs"]) != (0, 0, len(members_lost)):
+            events = cluster.kubectl("get", "events", "-n", namespace, check=False).stdout
+            operator = cluster.kubectl(
+                "logs", "-n", "torchjob-system", "-l", "app.kubernetes.io/name=torchjob-operator", check=False
+            )
+            pytest.fail(
+                f"not carried on in place: {status.get('attempts')}\n{events[-4000:]}\n{operator.stdout[-3000:]}"
+            )
+        pods = {p["metadata"]["name"]: p for p in cluster.kubectl_json("get", "pods", "-n", namespace)["items"]}
+        survivors = [pod for pod in before if pod not in lost and pod != f"{name}-rdzv" and pod in pods]
+        assert all(pods[pod]["metadata"]["uid"] == before[pod]["metadata"]["uid"] for pod in survivors)
+        logs = "".join(cluster.kubectl("logs", "-n", namespace, pod, check=False).stdout for pod in pods)
+        if members_lost:  # the survivor met the spare at a store created again elsewhere, under its name
+            assert "group repaired in place (generation 1, 2 ranks" in logs, logs[-3000:]
+            assert f"{name}-rdzv" not in pods or pods[f"{name}-rdzv"]["metadata"]["uid"] != store["metadata"]["uid"]
+        assert float(logs.split("test accuracy=")[1].split()[0]) >= 0.90
+
+        # Nothing of the job is left on the lost node: the store (and a spare) go by force once the node is known
+        # to have stopped reporting, even after the job's end (the store's deletion would never complete).
+        def on_the_lost_node() -> set[str]:
+            found = cluster.kubectl_json("get", "pods", "-n", namespace)["items"]
+            return {p["metadata"]["name"] for p in found if p["spec"].get("nodeName") == node.name}
+
+        deadline = time.monotonic() + 120
+        while on_the_lost_node():
+            assert time.monotonic() < deadline, on_the_lost_node()
+            time.sleep(1)
+    finally:
+        kubelet.start(cluster.state, node)

@@ -34,14 +34,33 @@ from torchjob.worker_files import Membership
 # repaired in place (it hears only what is sent after it took over).
 REANNOUNCE_SECONDS = 5.0
 
+# One try to connect to the store (store_client).
+STORE_TRY_SECONDS = 3.0
+
 # The store key (under a generation's prefix) that counts the members that arrived to form it.
 _ARRIVALS = "torchjob/arrived"
 
 
 def store_client(timeout: timedelta) -> Any:
-    """The store torchjob hosts for the job (``TORCHJOB_STORE``): it outlives every trainer."""
+    """The store torchjob hosts for the job (``TORCHJOB_STORE``): it outlives every trainer, not always its node.
+
+    Connected in short tries, each resolving the name again: a store lost with its node is created again under
+    the same name at another address, and one try at the old address (no answer ever, no refusal) would last
+    the whole timeout. Once connected, the store's operations get the whole timeout."""
     host, _, port = os.environ[worker_files.ENV_STORE].rpartition(":")
-    return dist.TCPStore(host, int(port), is_master=False, timeout=timeout)  # type: ignore[attr-defined]
+    deadline = time.monotonic() + timeout.total_seconds()
+    while True:
+        left = deadline - time.monotonic()
+        try:
+            one_try = timedelta(seconds=max(0.1, min(STORE_TRY_SECONDS, left)))
+            store = dist.TCPStore(host, int(port), is_master=False, timeout=one_try)  # type: ignore[attr-defined]
+        except RuntimeError:  # DistNetworkError, DistStoreError: no store there (yet)
+            if left <= STORE_TRY_SECONDS:
+                raise
+            time.sleep(0.2)
+            continue
+        store.set_timeout(timeout)
+        return store
 
 
 def is_newer(found: Membership | None, attempt: int, generation: int) -> bool:

@@ -92,16 +92,22 @@ class KubernetesBackend(Backend):
         published = None if served is None else (served["attempt"], served["generation"])
         if self.reports is not None:
             warm_pods.give_lost_orders(self.reports, job, owned, lambda n: mapping.addressing(job, n, at_store=False))
-        nodes, silent = self.nodes.for_pods([p for p in owned if observing.replica_of(p)], self._progress_of)
+        store = self._pods.get(mapping.store_name(job))
+        # Every Pod's node, the store's and spares' too: one left on a silent node must go by force.
+        nodes, silent = self.nodes.for_pods(owned, self._progress_of)
         for stuck in never_finishing(owned, silent):
             self._delete(Pod, stuck["metadata"]["name"], job.namespace, grace_period=0)
+        if store is not None and _lost_with_node(store, silent):
+            # The group's next re-forming needs a store that answers: this one goes by force (no kubelet will
+            # confirm its stop) and the planner creates it again, away from the silent node, under its name.
+            self._delete(Pod, mapping.store_name(job), job.namespace, grace_period=0)
+            store = None
         observations = []
         for pod in owned:
             name = (pod.get("spec") or {}).get("nodeName", "")
             found = observing.observe_pod(pod, nodes.get(name), silent.get(name))
             heard = warm_pods.with_trainer(self.reports, observing.with_reports(self.reports, found, pod), pod)
             observations.append(self.warm.with_last_lines(job, heard, pod) if self.warm is not None else heard)
-        store = self._pods.get(mapping.store_name(job))
         store_running = store is not None and store["metadata"].get("deletionTimestamp") is None
         spares = [
             observing.observe_spare(self.reports, p) for p in owned if observing.role_of(p) == replicas.ROLE_SPARE
@@ -278,6 +284,10 @@ class KubernetesBackend(Backend):
         if action.final:
             # The job is over: its Services go with its Pods (under cleanPodPolicy, as Kubeflow does).
             self._delete(Service, action.replica.pod_name(job.name), job.namespace)
+
+
+def _lost_with_node(pod: dict[str, Any], silent: dict[str, Any]) -> bool:
+    return not pod["metadata"].get("deletionTimestamp") and (pod.get("spec") or {}).get("nodeName") in silent
 
 
 def _owned_by(pod: dict[str, Any], uid: str | None) -> bool:

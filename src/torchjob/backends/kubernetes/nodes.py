@@ -57,7 +57,9 @@ class NodeReader:
         running = [p for p in pods if _running(p)]
         # Every node under a running Pod, once: a node may vanish a second after its Pods' first report.
         self.reach.learn({_node_of(p) for p in running} - {""})
-        quiet = {_node_of(p) for p in running if _quiet(progress_of(p), now)} - {""}
+        # Quiet: under a process that stopped beating, or a suspect (a replica running there was just removed,
+        # perhaps lost with it): a Pod that never beats, such as the rendezvous store, may share its fate.
+        quiet = {_node_of(p) for p in running if _quiet(progress_of(p), now) or self._suspected(_node_of(p))} - {""}
         unreachable = self.reach.unreachable(quiet)
         leases = {name: self._get(Lease, name, NODE_LEASES) for name in quiet | set(self.avoided)}
         silent = {}
@@ -97,6 +99,10 @@ class NodeReader:
         for pod in pods:
             if _running(pod) and _node_of(pod):
                 self.suspects[_node_of(pod)] = now
+
+    def _suspected(self, node: str) -> bool:
+        at = self.suspects.get(node)
+        return at is not None and time.monotonic() - at < SUSPECT_SECONDS
 
     def _get(self, kind: type[Any], name: str, namespace: str | None = None) -> dict[str, Any] | None:
         self.count("get")
