@@ -479,3 +479,29 @@ def test_the_store_runs_where_the_workers_may_but_does_not_take_part_in_their_sp
     store = kube.store_pod_manifest(job)["spec"]
     assert store["affinity"] == {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": where}}
     assert store["tolerations"] == [{"key": "spot", "operator": "Exists"}]
+
+
+def test_the_node_of_a_replica_just_removed_is_looked_at_for_the_pods_that_never_beat() -> None:
+    """The rendezvous store never reports progress, so its node is never quiet on its own account: where a
+    replica running beside it was just removed (perhaps lost with the node), that node's Lease is read too."""
+    from datetime import timedelta
+
+    from torchjob.backends.kubernetes.nodes import NodeReader
+
+    renewed = (datetime.now(timezone.utc) - timedelta(seconds=30)).isoformat()
+    read: list[str] = []
+
+    class Leases:  # the API server's answers: every node's Lease last renewed 30 s ago, Nodes with no address
+        def get(self, kind: type[Any], name: str, namespace: str | None = None) -> dict[str, Any]:
+            read.append(f"{kind.__name__}/{name}")
+            if kind.__name__ == "Lease":
+                return {"spec": {"renewTime": renewed, "leaseDurationSeconds": 40}}
+            return {"metadata": {"name": name}, "status": {}}
+
+    reader = NodeReader(Leases(), lambda _verb: None)  # type: ignore[arg-type]
+    store = {"metadata": {"name": "job-rdzv"}, "spec": {"nodeName": "n1"}, "status": {"phase": "Running"}}
+    _, silent = reader.for_pods([store], lambda _pod: None)
+    assert silent == {} and "Lease/n1" not in read  # nothing gave a reason to look
+    reader.suspect([{"spec": {"nodeName": "n1"}, "status": {"phase": "Running"}}])
+    _, silent = reader.for_pods([store], lambda _pod: None)
+    assert list(silent) == ["n1"] and "Lease/n1" in read
