@@ -230,6 +230,45 @@ def _wait_for_epoch_2_beside_a_spare(cluster: Cluster, namespace: str, name: str
         time.sleep(0.5)
 
 
+def test_a_node_lost_with_the_operators_leader_and_a_replica_restarts_the_group_under_the_new_leader(
+    three_nodes: Cluster,
+) -> None:
+    """The node under the operator's leader and a replica of a plain checkpointing job vanishes at once. The
+    standby takes the lease; it never heard the lost replica, so the survivors' stalled progress is its witness
+    (a hang), and the lost Pod goes by force once its node is known silent. The group restarts on the two
+    nodes left, resumed from the checkpoint."""
+    cluster = three_nodes
+    _all_nodes_ready(cluster, timeout=180)
+    namespace = cluster.namespace("leader-node-lost")
+    data = cluster.claim(namespace, "data")
+    cluster.apply(mnist_on_a_claim(namespace, "--checkpoint-every", "10", spread=True))
+    _wait_for_a_checkpoint(data, timeout=300)
+    first = {p["metadata"]["name"]: p for p in cluster.kubectl_json("get", "pods", "-n", namespace)["items"]}
+    leader = _leader(cluster)
+    node = cluster.node(_operator_pods(cluster)[leader])
+    assert isinstance(node, kubelet.KubeletNode)
+    lost = [pod for pod, p in first.items() if p["spec"]["nodeName"] == node.name]
+    assert len(lost) == 1, f"the leader's node {node.name} holds {lost}, not one replica: {first.keys()}"
+    kubelet.stop(cluster.state, node)
+    stopped = time.monotonic()
+    try:
+        job = wait_for_condition(cluster, namespace, "mnist", {"Succeeded", "Failed"}, timeout=500)
+        conditions = {c["type"]: c for c in job["status"]["conditions"]}
+        assert "Failed" not in conditions, conditions["Failed"]["message"]
+        print(f"the leader's node lost with {lost}; the job succeeded {time.monotonic() - stopped:.1f}s later")
+        print("attempts:", job["status"]["attempts"])
+        assert _leader(cluster) != leader
+        assert len(job["status"]["attempts"]) >= 2
+        pods = cluster.kubectl_json("get", "pods", "-n", namespace)["items"]
+        assert {p["metadata"]["name"] for p in pods} == set(first)  # no Pod twice
+        assert node.name not in {p["spec"]["nodeName"] for p in pods}  # the new group runs on the survivors
+        log = cluster.kubectl("logs", "-n", namespace, "mnist-master-0").stdout
+        assert "resumed from the checkpoint of step" in log, log[-2000:]
+        assert float(log.split("test accuracy=")[1].split()[0]) >= 0.90
+    finally:
+        kubelet.start(cluster.state, node)
+
+
 def test_in_place_a_spare_on_another_node_takes_the_place_of_a_replica_whose_node_vanished(
     three_nodes: Cluster,
 ) -> None:
