@@ -171,20 +171,14 @@ def _wait_for_a_checkpoint(data: Path, timeout: float) -> None:
         time.sleep(0.5)
 
 
-@pytest.mark.parametrize("start", ["cold", "warm"])
 def test_a_node_lost_mid_training_restarts_the_group_on_the_survivors_from_the_checkpoint(
-    three_nodes: Cluster, start: str
+    three_nodes: Cluster,
 ) -> None:
-    """Cold: every Pod of the group is created again. Warm (``torchjob.io/warm-start: "true"``): only the lost
-    replica's; the survivors' launchers fork the script again in their Pods."""
     cluster = three_nodes
     _all_nodes_ready(cluster, timeout=180)
-    namespace = cluster.namespace(f"node-lost-{start}")
+    namespace = cluster.namespace("node-lost")
     data = cluster.claim(namespace, "data")
-    job = mnist_on_a_claim(namespace, "--checkpoint-every", "10", spread=True)
-    if start == "warm":
-        job["metadata"]["annotations"] = {"torchjob.io/warm-start": "true"}
-    cluster.apply(job)
+    cluster.apply(mnist_on_a_claim(namespace, "--checkpoint-every", "10", spread=True))
     _wait_for_a_checkpoint(data, timeout=300)
     first = {p["metadata"]["name"]: p for p in cluster.kubectl_json("get", "pods", "-n", namespace)["items"]}
     # A worker away from the operator's leader, where it can be: a new leader never reached the lost node, so it
@@ -213,22 +207,7 @@ def test_a_node_lost_mid_training_restarts_the_group_on_the_survivors_from_the_c
         pods = cluster.kubectl_json("get", "pods", "-n", namespace)["items"]
         assert {p["metadata"]["name"] for p in pods} == set(first)  # no Pod twice
         assert node.name not in {p["spec"]["nodeName"] for p in pods}  # the new group runs on the survivors
-        created = {
-            p["metadata"]["name"]
-            for p in pods
-            if p["metadata"]["uid"] != first[p["metadata"]["name"]]["metadata"]["uid"]
-        }
-        if created != ({f"mnist-{lost}"} if start == "warm" else set(first)):
-            operator = cluster.kubectl(
-                "logs",
-                "-n",
-                "torchjob-system",
-                "-l",
-                "app.kubernetes.io/name=torchjob-operator",
-                "--tail=200",
-                check=False,
-            )
-            pytest.fail(f"{start}: Pods created again: {sorted(created)}\n{operator.stdout[-6000:]}")
+        assert all(p["metadata"]["uid"] != first[p["metadata"]["name"]]["metadata"]["uid"] for p in pods)
         log = cluster.kubectl("logs", "-n", namespace, "mnist-master-0").stdout
         assert "resumed from the checkpoint of step" in log, log[-2000:]
         assert float(log.split("test accuracy=")[1].split()[0]) >= 0.90
@@ -360,7 +339,9 @@ def test_kubectl_drain_moves_an_in_place_replica_to_the_spare_on_another_node_be
     cluster = three_nodes
     _all_nodes_ready(cluster, timeout=180)
     namespace = cluster.namespace("inplace-drained")
-    job = inplace_one_per_node(namespace)
+    # Five epochs, not three: the spare must be warm before the drain, and under CI's load one was seen still
+    # starting when a three-epoch job had ended.
+    job = inplace_one_per_node(namespace, "--epochs", "5")
     name = job["metadata"]["name"]
     cluster.apply(job)
     _wait_for_epoch_2_beside_a_spare(cluster, namespace, name)

@@ -450,7 +450,7 @@ def test_what_replaces_a_replica_removed_while_running_prefers_other_nodes() -> 
     crashed = {"spec": {"nodeName": "n2"}, "status": {"phase": "Failed"}}  # its node did nothing wrong
     reader.suspect([running, crashed])
     spec: dict[str, Any] = {}
-    reader.keep_off_silent(spec)
+    reader.keep_off_silent({"metadata": {}, "spec": spec})
     preferred = spec["affinity"]["nodeAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
     away = {"matchFields": [{"key": "metadata.name", "operator": "NotIn", "values": ["n1"]}]}
     assert preferred == [{"weight": 100, "preference": away}]
@@ -460,7 +460,7 @@ def test_what_replaces_a_replica_removed_while_running_prefers_other_nodes() -> 
     reader.suspect([])
     assert reader.suspects == {}
     later: dict[str, Any] = {}
-    reader.keep_off_silent(later)
+    reader.keep_off_silent({"metadata": {}, "spec": later})
     assert "affinity" not in later
 
 
@@ -505,3 +505,38 @@ def test_the_node_of_a_replica_just_removed_is_looked_at_for_the_pods_that_never
     reader.suspect([{"spec": {"nodeName": "n1"}, "status": {"phase": "Running"}}])
     _, silent = reader.for_pods([store], lambda _pod: None)
     assert list(silent) == ["n1"] and "Lease/n1" in read
+
+
+def test_a_spare_kept_off_a_node_that_came_back_is_made_anew_while_the_scheduler_cannot_place_it() -> None:
+    """A Pod's spec is fixed once made: a spare (or the store) made while a node was silent stays off it for
+    good. Once that node reports again, such a Pod left unschedulable is replaced (``kept_off_needlessly``)."""
+    from datetime import timedelta
+
+    from torchjob.backends.kubernetes.nodes import KEPT_OFF, NodeReader, kept_off_needlessly
+
+    went_silent = datetime.now(timezone.utc) - timedelta(seconds=60)
+    renewals = {"n2": went_silent - timedelta(seconds=5)}  # n2's kubelet last renewed before it fell silent
+
+    class Leases:
+        def get(self, kind: type[Any], name: str, namespace: str | None = None) -> dict[str, Any]:
+            return {"spec": {"renewTime": renewals[name].isoformat(), "leaseDurationSeconds": 40}}
+
+    reader = NodeReader(Leases(), lambda _verb: None)  # type: ignore[arg-type]
+    reader.avoided["n2"] = SilentNode("n2", went_silent)
+    spare: dict[str, Any] = {"metadata": {"name": "job-spare-0-0"}, "spec": {}}
+    reader.keep_off_silent(spare)
+    assert spare["metadata"]["annotations"][KEPT_OFF] == "n2"
+    terms = spare["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    assert terms["nodeSelectorTerms"] == [
+        {"matchFields": [{"key": "metadata.name", "operator": "NotIn", "values": ["n2"]}]}
+    ]
+    unplaced = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}
+    spare["status"] = {"phase": "Pending", "conditions": [unplaced]}
+    assert not kept_off_needlessly(spare, reader.avoided)  # n2 is still silent: right to keep it off
+    renewals["n2"] = datetime.now(timezone.utc)  # n2's kubelet reports again
+    fresh: dict[str, Any] = {"metadata": {"name": "job-spare-0-1"}, "spec": {}}
+    reader.keep_off_silent(fresh)
+    assert "n2" not in reader.avoided and "annotations" not in fresh["metadata"] and fresh["spec"] == {}
+    assert kept_off_needlessly(spare, reader.avoided)  # the old one cannot go there: made anew
+    placed = {**spare, "spec": {**spare["spec"], "nodeName": "n1"}, "status": {"phase": "Running"}}
+    assert not kept_off_needlessly(placed, reader.avoided)  # placed elsewhere meanwhile: it stays

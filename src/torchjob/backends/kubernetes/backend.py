@@ -21,11 +21,11 @@ from typing_extensions import assert_never
 from torchjob.api import extensions
 from torchjob.api.types import PyTorchJob
 from torchjob.backends.base import Backend
-from torchjob.backends.kubernetes import autoreport_boot, events, mapping, observing, warm_pods
+from torchjob.backends.kubernetes import autoreport_boot, events, mapping, observing, stuck_pods, warm_pods
 from torchjob.backends.kubernetes import spares as spares_mapping
 from torchjob.backends.kubernetes.cluster import PyTorchJobResource, as_dict
 from torchjob.backends.kubernetes.log_keeper import LogKeeper
-from torchjob.backends.kubernetes.nodes import NodeReader, never_finishing
+from torchjob.backends.kubernetes.nodes import NodeReader
 from torchjob.backends.kubernetes.report_board import ReportBoard
 from torchjob.backends.kubernetes.requests import RequestCounter
 from torchjob.backends.kubernetes.warm_restarts import WarmRestarts
@@ -92,22 +92,22 @@ class KubernetesBackend(Backend):
         published = None if served is None else (served["attempt"], served["generation"])
         if self.reports is not None:
             warm_pods.give_lost_orders(self.reports, job, owned, lambda n: mapping.addressing(job, n, at_store=False))
-        store = self._pods.get(mapping.store_name(job))
         # Every Pod's node, the store's and spares' too: one left on a silent node must go by force.
         nodes, silent = self.nodes.for_pods(owned, self._progress_of)
-        for stuck in never_finishing(owned, silent):
-            self._delete(Pod, stuck["metadata"]["name"], job.namespace, grace_period=0)
-        if store is not None and _lost_with_node(store, silent):
-            # The group's next re-forming needs a store that answers: this one goes by force (no kubelet will
-            # confirm its stop) and the planner creates it again, away from the silent node, under its name.
-            self._delete(Pod, mapping.store_name(job), job.namespace, grace_period=0)
-            store = None
+        owned = stuck_pods.clear_the_way(
+            owned,
+            silent,
+            self.nodes.avoided,
+            mapping.store_name(job),
+            lambda name: self._delete(Pod, name, job.namespace, grace_period=0),
+        )
         observations = []
         for pod in owned:
             name = (pod.get("spec") or {}).get("nodeName", "")
             found = observing.observe_pod(pod, nodes.get(name), silent.get(name))
             heard = warm_pods.with_trainer(self.reports, observing.with_reports(self.reports, found, pod), pod)
             observations.append(self.warm.with_last_lines(job, heard, pod) if self.warm is not None else heard)
+        store = next((p for p in owned if p["metadata"]["name"] == mapping.store_name(job)), None)
         store_running = store is not None and store["metadata"].get("deletionTimestamp") is None
         spares = [
             observing.observe_spare(self.reports, p) for p in owned if observing.role_of(p) == replicas.ROLE_SPARE
@@ -141,7 +141,7 @@ class KubernetesBackend(Backend):
                 case CreateRendezvousStore():
                     self._create(mapping.store_service_manifest(job), Service)
                     store = mapping.store_pod_manifest(job)
-                    self.nodes.keep_off_silent(store["spec"])
+                    self.nodes.keep_off_silent(store)
                     self._create(store, Pod)
                 case DeleteRendezvousStore():
                     self._delete(Pod, mapping.store_name(job), job.namespace)
@@ -155,7 +155,7 @@ class KubernetesBackend(Backend):
                     pod = mapping.pod_manifest(
                         job, action.replica, action.attempt, self.report_url, action.rendezvous_at_store, self.report_ca
                     )
-                    self.nodes.keep_off_silent(pod["spec"])
+                    self.nodes.keep_off_silent(pod)
                     self._create(spares_mapping.with_store(pod, job) if action.meets_at_store else pod, Pod)
                 case CreateSpare():
                     self._autoreport(job)
@@ -163,7 +163,7 @@ class KubernetesBackend(Backend):
                     spare = spares_mapping.spare_pod_manifest(
                         job, name, action.attempt, self.report_url, action.rendezvous_at_store, self.report_ca
                     )
-                    self.nodes.keep_off_silent(spare["spec"])
+                    self.nodes.keep_off_silent(spare)
                     self._create(spare, Pod)
                 case DeleteSpare():
                     self._delete(Pod, action.name, job.namespace)
@@ -284,10 +284,6 @@ class KubernetesBackend(Backend):
         if action.final:
             # The job is over: its Services go with its Pods (under cleanPodPolicy, as Kubeflow does).
             self._delete(Service, action.replica.pod_name(job.name), job.namespace)
-
-
-def _lost_with_node(pod: dict[str, Any], silent: dict[str, Any]) -> bool:
-    return not pod["metadata"].get("deletionTimestamp") and (pod.get("spec") or {}).get("nodeName") in silent
 
 
 def _owned_by(pod: dict[str, Any], uid: str | None) -> bool:

@@ -33,6 +33,8 @@ log = logging.getLogger("torchjob.operator")
 NODE_LEASES = "kube-node-lease"
 # Two missed beats (a process beats every second): quiet enough to look at its node, never a verdict alone.
 QUIET_SECONDS = 2.0
+# The nodes a Pod was kept off when torchjob made it (``NodeReader.keep_off_silent``), comma-separated.
+KEPT_OFF = "torchjob.io/kept-off-nodes"
 # How long the node of a replica removed while running is a suspect (``NodeReader.suspect``).
 SUSPECT_SECONDS = 60.0
 
@@ -82,10 +84,23 @@ class NodeReader:
         self.avoided.update(silent)
         return nodes, silent
 
-    def keep_off_silent(self, spec: dict[str, Any]) -> None:
+    def keep_off_silent(self, pod: dict[str, Any]) -> None:
         """Keep a Pod about to be created off every node known silent (``avoiding``), and let it prefer other
-        nodes than those of replicas removed while running in the last ``SUSPECT_SECONDS`` (``preferring_away``)."""
+        nodes than those of replicas removed while running in the last ``SUSPECT_SECONDS`` (``preferring_away``).
+
+        A Pod's spec cannot change once made: a node kept out of it stays out for the Pod's life, even once it
+        reports again (seen: a spare whose only possible node had come back stayed Pending until the job ended).
+        So a node is kept out only until its kubelet has renewed its Lease since it fell silent, read now, and
+        the nodes kept out are named in the Pod's ``KEPT_OFF`` annotation (see ``kept_off_needlessly``)."""
+        for name, silent in list(self.avoided.items()):
+            lease = self._get(Lease, name, NODE_LEASES) or {}
+            renewed = observing.parse_time((lease.get("spec") or {}).get("renewTime"))
+            if renewed is not None and renewed > silent.since:
+                self.avoided.pop(name, None)
+        spec = pod["spec"]
         avoiding(spec, list(self.avoided))
+        if self.avoided:
+            pod["metadata"].setdefault("annotations", {})[KEPT_OFF] = ",".join(sorted(self.avoided))
         now = time.monotonic()
         recent = [n for n, at in self.suspects.items() if now - at < SUSPECT_SECONDS and n not in self.avoided]
         preferring_away(spec, recent)
@@ -110,6 +125,18 @@ class NodeReader:
             return as_dict(self.client.get(kind, name, namespace=namespace))
         except ApiError:
             return None  # deleted, or not readable: the Pod says what it says
+
+
+def kept_off_needlessly(pod: dict[str, Any], avoided: dict[str, SilentNode]) -> bool:
+    """A Pod the scheduler cannot place that torchjob kept off a node which reports again: only a new Pod can
+    go there (for a spare or the rendezvous store, which nobody waits on yet, the backend makes one)."""
+    kept_off = ((pod["metadata"].get("annotations") or {}).get(KEPT_OFF) or "").split(",")
+    status = pod.get("status") or {}
+    unschedulable = any(
+        c.get("type") == "PodScheduled" and c.get("reason") == "Unschedulable" for c in status.get("conditions") or []
+    )
+    stale = {name for name in kept_off if name} - set(avoided)
+    return bool(stale) and unschedulable and not (pod.get("spec") or {}).get("nodeName")
 
 
 def avoiding(spec: dict[str, Any], nodes: list[str]) -> dict[str, Any]:

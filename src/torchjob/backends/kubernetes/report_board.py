@@ -8,6 +8,7 @@ Pods it observes: a report from a Pod of another job, or of an earlier attempt, 
 
 from __future__ import annotations
 
+import logging
 import threading
 from dataclasses import replace
 from datetime import datetime, timezone
@@ -16,6 +17,8 @@ from torchjob.backends.kubernetes.token_review import PodIdentity
 from torchjob.core.observed import MemberAnnouncement, Progress, TrainerState
 from torchjob.core.policies import silent_member
 from torchjob.worker_files import Membership, RestartOrder
+
+log = logging.getLogger("torchjob.operator")
 
 # A Pod silent this long is forgotten (its job has long been judged hung or finished).
 _FORGET_SECONDS = 3600.0
@@ -84,6 +87,9 @@ class ReportBoard:
                     if (state.heard_at - said.heard_at).total_seconds() < _FORGET_SECONDS
                 }
         news = before is None or (before.attempt, before.exit_code) != (state.attempt, state.exit_code)
+        if news:
+            how = "runs" if state.exit_code is None else f"ended with exit code {state.exit_code}"
+            log.info("%s/%s: its launcher's trainer of attempt %d %s", pod.namespace, pod.name, state.attempt, how)
         return news, order
 
     def trainer(self, uid: str | None) -> TrainerState | None:
