@@ -540,3 +540,25 @@ def test_a_spare_kept_off_a_node_that_came_back_is_made_anew_while_the_scheduler
     assert kept_off_needlessly(spare, reader.avoided)  # the old one cannot go there: made anew
     placed = {**spare, "spec": {**spare["spec"], "nodeName": "n1"}, "status": {"phase": "Running"}}
     assert not kept_off_needlessly(placed, reader.avoided)  # placed elsewhere meanwhile: it stays
+
+
+def test_what_would_hold_a_job_up_for_good_is_removed_by_force_before_it_is_observed() -> None:
+    from torchjob.backends.kubernetes.nodes import KEPT_OFF
+    from torchjob.backends.kubernetes.stuck_pods import clear_the_way
+
+    def pod(name: str, node: str, role: str | None = None, **extra: Any) -> dict[str, Any]:
+        labels = {"torchjob.io/role": role} if role else {}
+        return {"metadata": {"name": name, "labels": labels, **extra}, "spec": {"nodeName": node}, "status": {}}
+
+    silent = {"n3": SilentNode("n3", datetime.now(timezone.utc))}
+    replica = pod("job-worker-0", "n1")
+    store = pod("job-rdzv", "n3", "rendezvous-store")  # on a node that stopped reporting
+    spare = pod("job-spare-0-0", "", "spare", annotations={KEPT_OFF: "n2"})  # kept off n2, which reports again
+    spare["status"] = {"phase": "Pending", "conditions": [{"type": "PodScheduled", "reason": "Unschedulable"}]}
+    going = pod("job-worker-1", "n3", deletionTimestamp="2026-01-01T00:00:00Z")  # deleted, its kubelet gone
+    removed: list[str] = []
+    left = clear_the_way([replica, store, spare, going], silent, silent, "job-rdzv", removed.append)
+    assert sorted(removed) == ["job-rdzv", "job-spare-0-0", "job-worker-1"]
+    assert left == [replica, going]  # the one being deleted is still observed (stopping) until it is gone
+    # A replica on a silent node stays: the planner decides about replicas (node_loss), never this.
+    assert clear_the_way([pod("job-master-0", "n3")], silent, silent, "job-rdzv", removed.append) != []
