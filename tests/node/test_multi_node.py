@@ -101,9 +101,7 @@ def test_a_job_spread_over_three_nodes_trains_and_reports_to_the_operator_in_the
     cluster = three_nodes
     namespace = cluster.namespace("spread")
     cluster.apply(_spread_job("spread", namespace, steps=30))
-    job = wait_for_condition(cluster, namespace, "spread", {"Succeeded", "Failed"}, timeout=300)
-    conditions = {c["type"]: c for c in job["status"]["conditions"]}
-    assert "Failed" not in conditions, conditions["Failed"]["message"]
+    job = _succeeded(cluster, namespace, "spread", timeout=300)
     pods = cluster.kubectl_json("get", "pods", "-n", namespace)["items"]
     assert len({p["spec"]["nodeName"] for p in pods}) == 3  # one rank per node: the group crossed nodes
     # The Pods' reports reached the operator through its Service (ClusterIP, kube-proxy): progress is known.
@@ -138,9 +136,7 @@ def test_when_the_leaders_node_vanishes_the_standby_takes_over(three_nodes: Clus
             spec["template"]["spec"].pop("affinity", None)  # one template, shared
         job["spec"]["pytorchReplicaSpecs"]["Worker"]["replicas"] = 1
         cluster.apply(job)
-        done = wait_for_condition(cluster, namespace, "after", {"Succeeded", "Failed"}, timeout=300)
-        conditions = {c["type"]: c for c in done["status"]["conditions"]}
-        assert "Failed" not in conditions, conditions["Failed"]["message"]
+        _succeeded(cluster, namespace, "after", timeout=300)
         pods = cluster.kubectl_json("get", "pods", "-n", namespace)["items"]
         assert node.name not in {p["spec"]["nodeName"] for p in pods}
     finally:
@@ -161,6 +157,54 @@ def _all_nodes_ready(cluster: Cluster, timeout: float) -> None:
         if len(ready) == len(nodes):
             return
         assert time.monotonic() < deadline, "not every node came back Ready"
+        time.sleep(1)
+
+
+def _succeeded(cluster: Cluster, namespace: str, name: str, timeout: float) -> dict[str, Any]:
+    """The job once it ended, which must be a success."""
+    job: dict[str, Any] = wait_for_condition(cluster, namespace, name, {"Succeeded", "Failed"}, timeout=timeout)
+    conditions = {c["type"]: c for c in job["status"]["conditions"]}
+    assert "Failed" not in conditions, conditions["Failed"]["message"]
+    return job
+
+
+def _restarted_on_the_survivors(
+    cluster: Cluster, namespace: str, first: dict[str, Any], lost_node: str
+) -> list[dict[str, Any]]:
+    """The MNIST job's Pods after a group restart away from ``lost_node``: the same names (no Pod twice), none on
+    that node, and the Master resumed from the checkpoint to a good accuracy."""
+    pods: list[dict[str, Any]] = cluster.kubectl_json("get", "pods", "-n", namespace)["items"]
+    assert {p["metadata"]["name"] for p in pods} == set(first)  # no Pod twice
+    assert lost_node not in {p["spec"]["nodeName"] for p in pods}  # the new group runs on the survivors
+    log = cluster.kubectl("logs", "-n", namespace, "mnist-master-0").stdout
+    assert "resumed from the checkpoint of step" in log, log[-2000:]
+    assert float(log.split("test accuracy=")[1].split()[0]) >= 0.90
+    return pods
+
+
+def _fail_unless_in_place(cluster: Cluster, namespace: str, status: dict[str, Any], repairs: int) -> None:
+    """The in-place job carried on in its first attempt with ``repairs`` repairs; else fail with its events and
+    the operator's log."""
+    if (status["attempt"], status["restartCount"], status["repairs"]) != (0, 0, repairs):
+        events = cluster.kubectl("get", "events", "-n", namespace, check=False).stdout
+        operator = cluster.kubectl(
+            "logs", "-n", "torchjob-system", "-l", "app.kubernetes.io/name=torchjob-operator", check=False
+        )
+        pytest.fail(f"not carried on in place: {status.get('attempts')}\n{events[-4000:]}\n{operator.stdout[-3000:]}")
+
+
+def _wait_until_gone_from(
+    cluster: Cluster, namespace: str, node: str, keeping: frozenset[str] | set[str] = frozenset()
+) -> None:
+    """Until no Pod of the namespace but ``keeping`` is on ``node`` (removed by force: its kubelet is gone)."""
+
+    def on_the_node() -> set[str]:
+        pods = cluster.kubectl_json("get", "pods", "-n", namespace)["items"]
+        return {p["metadata"]["name"] for p in pods if p["spec"].get("nodeName") == node} - set(keeping)
+
+    deadline = time.monotonic() + 120
+    while on_the_node():
+        assert time.monotonic() < deadline, on_the_node()
         time.sleep(1)
 
 
@@ -190,9 +234,7 @@ def test_a_node_lost_mid_training_restarts_the_group_on_the_survivors_from_the_c
     kubelet.stop(cluster.state, node)  # the node of the worker vanishes: its link first, then all of it at once
     stopped = time.monotonic()
     try:
-        job = wait_for_condition(cluster, namespace, "mnist", {"Succeeded", "Failed"}, timeout=500)
-        conditions = {c["type"]: c for c in job["status"]["conditions"]}
-        assert "Failed" not in conditions, conditions["Failed"]["message"]
+        job = _succeeded(cluster, namespace, "mnist", timeout=500)
         print(f"node of {lost} lost; the job succeeded {time.monotonic() - stopped:.1f}s later")
         print("attempts:", job["status"]["attempts"])
         # Two witnesses end the attempt: the worker's own silence and its node's: the operator cannot reach it (its
@@ -204,13 +246,8 @@ def test_a_node_lost_mid_training_restarts_the_group_on_the_survivors_from_the_c
         assert outcome.startswith(f"{lost} was lost with its node: node {node.name} stopped reporting"), outcome
         assert f"and {lost} has not beaten since" in outcome, outcome
         assert (job["status"]["restartCount"], len(job["status"]["attempts"])) == (0, 2)
-        pods = cluster.kubectl_json("get", "pods", "-n", namespace)["items"]
-        assert {p["metadata"]["name"] for p in pods} == set(first)  # no Pod twice
-        assert node.name not in {p["spec"]["nodeName"] for p in pods}  # the new group runs on the survivors
+        pods = _restarted_on_the_survivors(cluster, namespace, first, node.name)
         assert all(p["metadata"]["uid"] != first[p["metadata"]["name"]]["metadata"]["uid"] for p in pods)
-        log = cluster.kubectl("logs", "-n", namespace, "mnist-master-0").stdout
-        assert "resumed from the checkpoint of step" in log, log[-2000:]
-        assert float(log.split("test accuracy=")[1].split()[0]) >= 0.90
     finally:
         kubelet.start(cluster.state, node)
 
@@ -252,19 +289,12 @@ def test_a_node_lost_with_the_operators_leader_and_a_replica_restarts_the_group_
     kubelet.stop(cluster.state, node)
     stopped = time.monotonic()
     try:
-        job = wait_for_condition(cluster, namespace, "mnist", {"Succeeded", "Failed"}, timeout=500)
-        conditions = {c["type"]: c for c in job["status"]["conditions"]}
-        assert "Failed" not in conditions, conditions["Failed"]["message"]
+        job = _succeeded(cluster, namespace, "mnist", timeout=500)
         print(f"the leader's node lost with {lost}; the job succeeded {time.monotonic() - stopped:.1f}s later")
         print("attempts:", job["status"]["attempts"])
         assert _leader(cluster) != leader
         assert len(job["status"]["attempts"]) >= 2
-        pods = cluster.kubectl_json("get", "pods", "-n", namespace)["items"]
-        assert {p["metadata"]["name"] for p in pods} == set(first)  # no Pod twice
-        assert node.name not in {p["spec"]["nodeName"] for p in pods}  # the new group runs on the survivors
-        log = cluster.kubectl("logs", "-n", namespace, "mnist-master-0").stdout
-        assert "resumed from the checkpoint of step" in log, log[-2000:]
-        assert float(log.split("test accuracy=")[1].split()[0]) >= 0.90
+        _restarted_on_the_survivors(cluster, namespace, first, node.name)
     finally:
         kubelet.start(cluster.state, node)
 
@@ -292,17 +322,10 @@ def test_in_place_a_spare_on_another_node_takes_the_place_of_a_replica_whose_nod
     kubelet.stop(cluster.state, node)
     stopped = time.monotonic()
     try:
-        done = wait_for_condition(cluster, namespace, name, {"Succeeded", "Failed"}, timeout=400)
-        conditions = {c["type"]: c for c in done["status"]["conditions"]}
-        assert "Failed" not in conditions, conditions["Failed"]["message"]
+        done = _succeeded(cluster, namespace, name, timeout=400)
         print(f"{lost}'s node lost; the job succeeded {time.monotonic() - stopped:.1f}s later")
         status = done["status"]
-        if (status["attempt"], status["restartCount"], status["repairs"]) != (0, 0, 1):
-            events = cluster.kubectl("get", "events", "-n", namespace, check=False).stdout
-            operator = cluster.kubectl(
-                "logs", "-n", "torchjob-system", "-l", "app.kubernetes.io/name=torchjob-operator", check=False
-            )
-            pytest.fail(f"not repaired in place: {status.get('attempts')}\n{events[-4000:]}\n{operator.stdout[-3000:]}")
+        _fail_unless_in_place(cluster, namespace, status, repairs=1)
         kept = f"{name}-{survivor}"
         assert (
             cluster.kubectl_json("get", "pod", kept, "-n", namespace)["metadata"]["uid"]
@@ -317,14 +340,7 @@ def test_in_place_a_spare_on_another_node_takes_the_place_of_a_replica_whose_nod
         # The lost Pod goes too. A repair found by its member's silence comes before the node's lease is overdue,
         # and the job may end first: the Pod is then removed by force on a later pass (a resync at the latest),
         # once the node is known to have stopped reporting (backends/kubernetes/nodes.never_finishing).
-        def on_the_lost_node() -> set[str]:
-            pods = cluster.kubectl_json("get", "pods", "-n", namespace)["items"]
-            return {p["metadata"]["name"] for p in pods if p["spec"].get("nodeName") == node.name} - {f"{name}-rdzv"}
-
-        deadline = time.monotonic() + 120
-        while on_the_lost_node():
-            assert time.monotonic() < deadline, on_the_lost_node()
-            time.sleep(1)
+        _wait_until_gone_from(cluster, namespace, node.name, keeping={f"{name}-rdzv"})
     finally:
         kubelet.start(cluster.state, node)
 
@@ -352,9 +368,7 @@ def test_kubectl_drain_moves_an_in_place_replica_to_the_spare_on_another_node_be
     try:
         selector = f"training.kubeflow.org/job-name={name},training.kubeflow.org/replica-type"
         cluster.kubectl("drain", node, "--pod-selector", selector, "--timeout=120s", timeout=150)
-        done = wait_for_condition(cluster, namespace, name, {"Succeeded", "Failed"}, timeout=400)
-        conditions = {c["type"]: c for c in done["status"]["conditions"]}
-        assert "Failed" not in conditions, conditions["Failed"]["message"]
+        done = _succeeded(cluster, namespace, name, timeout=400)
         status = done["status"]
         assert (status["attempt"], status["restartCount"], status["repairs"]) == (0, 0, 1), status.get("attempts")
         events = cluster.kubectl("get", "events", "-n", namespace, "-o", "jsonpath={.items[*].message}").stdout
@@ -401,20 +415,11 @@ def test_in_place_the_job_carries_on_when_the_node_of_its_rendezvous_store_vanis
     kubelet.stop(cluster.state, node)
     stopped = time.monotonic()
     try:
-        done = wait_for_condition(cluster, namespace, name, {"Succeeded", "Failed"}, timeout=400)
-        conditions = {c["type"]: c for c in done["status"]["conditions"]}
-        assert "Failed" not in conditions, conditions["Failed"]["message"]
+        done = _succeeded(cluster, namespace, name, timeout=400)
         print(f"the store's node lost with {lost}; the job succeeded {time.monotonic() - stopped:.1f}s later")
         status = done["status"]
         members_lost = [pod for pod in lost if "-spare-" not in pod]
-        if (status["attempt"], status["restartCount"], status["repairs"]) != (0, 0, len(members_lost)):
-            events = cluster.kubectl("get", "events", "-n", namespace, check=False).stdout
-            operator = cluster.kubectl(
-                "logs", "-n", "torchjob-system", "-l", "app.kubernetes.io/name=torchjob-operator", check=False
-            )
-            pytest.fail(
-                f"not carried on in place: {status.get('attempts')}\n{events[-4000:]}\n{operator.stdout[-3000:]}"
-            )
+        _fail_unless_in_place(cluster, namespace, status, repairs=len(members_lost))
         pods = {p["metadata"]["name"]: p for p in cluster.kubectl_json("get", "pods", "-n", namespace)["items"]}
         survivors = [pod for pod in before if pod not in lost and pod != f"{name}-rdzv" and pod in pods]
         assert all(pods[pod]["metadata"]["uid"] == before[pod]["metadata"]["uid"] for pod in survivors)
@@ -426,13 +431,6 @@ def test_in_place_the_job_carries_on_when_the_node_of_its_rendezvous_store_vanis
 
         # Nothing of the job is left on the lost node: the store (and a spare) go by force once the node is known
         # to have stopped reporting, even after the job's end (the store's deletion would never complete).
-        def on_the_lost_node() -> set[str]:
-            found = cluster.kubectl_json("get", "pods", "-n", namespace)["items"]
-            return {p["metadata"]["name"] for p in found if p["spec"].get("nodeName") == node.name}
-
-        deadline = time.monotonic() + 120
-        while on_the_lost_node():
-            assert time.monotonic() < deadline, on_the_lost_node()
-            time.sleep(1)
+        _wait_until_gone_from(cluster, namespace, node.name)
     finally:
         kubelet.start(cluster.state, node)
