@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from typing import Any
 
 import pytest
@@ -30,6 +30,28 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.node)
             # One node per session: keep every real-node test on the same xdist worker (--dist loadgroup).
             item.add_marker(pytest.mark.xdist_group("node"))
+
+
+_OPERATOR_LOG_AT = pytest.StashKey[int]()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, Any, None]:
+    """A failed test that used the session's operator carries what the operator logged while it ran: the operator
+    is shared by every real-node test, so its own log is the only record of why it acted as it did."""
+    outcome = yield
+    operator = getattr(item, "funcargs", {}).get("node_operator")
+    if not isinstance(operator, OperatorProcess) or not operator.log.exists():
+        return
+    if call.when == "setup":
+        item.stash[_OPERATOR_LOG_AT] = operator.log.stat().st_size
+        return
+    report = outcome.get_result()
+    if report.failed:
+        with open(operator.log, "rb") as log:
+            log.seek(item.stash.get(_OPERATOR_LOG_AT, 0))
+            lines = log.read().decode(errors="replace").splitlines()
+        report.sections.append(("operator log while the test ran (last 300 lines)", "\n".join(lines[-300:])))
 
 
 @pytest.fixture(scope="session")

@@ -144,8 +144,11 @@ def test_an_announcement_after_a_silence_is_news() -> None:
     board, start = ReportBoard(), datetime(2026, 11, 25, tzinfo=timezone.utc)
     assert board.announce(POD, MemberAnnouncement(0, start, every=0.15, waiting_in=2))  # heard first
     assert not board.announce(POD, MemberAnnouncement(0, start + timedelta(seconds=0.15), every=0.15, waiting_in=2))
-    # Silent past three announcements (a slow machine): a verdict may have waited for it, so look again now.
-    assert board.announce(POD, MemberAnnouncement(0, start + timedelta(seconds=0.8), every=0.15, waiting_in=2))
+    assert not board.announce(POD, MemberAnnouncement(0, start + timedelta(seconds=1.2), every=0.15, waiting_in=2))
+    # Silent past its allowance (twice the 1.05 s it was once late): a verdict may have waited for it, look again.
+    assert board.announce(POD, MemberAnnouncement(0, start + timedelta(seconds=3.6), every=0.15, waiting_in=2))
+    said = board.announcement("uid-1", 0)  # the board keeps how late the member has been heard
+    assert said is not None and said.longest_gap == 2.4
 
 
 def test_announcements_of_pods_long_gone_are_forgotten_as_new_pods_come() -> None:

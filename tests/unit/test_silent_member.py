@@ -1,6 +1,7 @@
-"""A member of an in-place group that fell silent is confirmed within a second by two witnesses: every other
-member says it waits in the group's current generation, and the accused has missed its own announcements.
-One member's word, a slow member, or a whole group gone quiet never gets a healthy member replaced."""
+"""A member of an in-place group that fell silent is confirmed in seconds by two witnesses: every other member
+says it waits in the group's current generation, and the accused has missed its own announcements for at least
+1.5 s (longer for a member once heard late). One member's word, a slow or late member, or a whole group gone
+quiet never gets a healthy member replaced."""
 
 from __future__ import annotations
 
@@ -25,23 +26,24 @@ def member(name: str, heard: float, waiting_in: int | None = None, every: float 
 
 
 def test_the_one_member_the_others_wait_for_is_named_once_its_silence_is_confirmed() -> None:
-    group = [member("master-0", 10.9, waiting_in=2), member("worker-0", 10.95, waiting_in=2), member("worker-1", 10.2)]
-    assert silent_member.find(group, 2, at(10.7)) == (None, at(10.8))  # 3 missed announcements of 0.2 s
-    found, _ = silent_member.find(group, 2, at(10.85))
+    group = [member("master-0", 11.4, waiting_in=2), member("worker-0", 11.45, waiting_in=2), member("worker-1", 10.2)]
+    # 3 missed announcements of 0.2 s would be 0.6 s: the floor, 1.5 s, is what counts.
+    assert silent_member.find(group, 2, at(11.6)) == (None, at(11.7))
+    found, _ = silent_member.find(group, 2, at(11.75))
     assert found is not None and str(found.replica) == "worker-1"
-    verdict = progress.check(JOB, group, at(1), at(10.85), started=at(1), generation=2)
+    verdict = progress.check(JOB, group, at(1), at(11.75), started=at(1), generation=2)
     assert verdict.hung and verdict.culprit is not None and str(verdict.culprit.replica) == "worker-1"
     assert verdict.message.startswith(
         "Hung: worker-1 fell silent while every other member waits for it in generation 2"
     )
     assert verdict.message.endswith("worker-1 stopped responding, the others wait for it")
     # Before it is confirmed, the planner is told when to look again.
-    assert progress.check(JOB, group, at(1), at(10.7), started=at(1), generation=2).check_at == at(10.8)
+    assert progress.check(JOB, group, at(1), at(11.6), started=at(1), generation=2).check_at == at(11.7)
 
 
 def test_a_slow_member_a_lone_claim_an_old_generation_or_a_silent_group_single_nobody_out() -> None:
     slow = [member("master-0", 11, waiting_in=2), member("worker-0", 11, waiting_in=2), member("worker-1", 10.95)]
-    assert silent_member.find(slow, 2, at(11)) == (None, at(11.55))  # it still announces: it is only slow
+    assert silent_member.find(slow, 2, at(11)) == (None, at(12.45))  # it still announces: it is only slow
     lone = [member("master-0", 11, waiting_in=2), member("worker-0", 10), member("worker-1", 10)]
     assert silent_member.find(lone, 2, at(11)) == (None, None)  # one member's word accuses nobody
     old = [member("master-0", 11, waiting_in=1), member("worker-0", 11, waiting_in=1), member("worker-1", 10)]
@@ -50,6 +52,20 @@ def test_a_slow_member_a_lone_claim_an_old_generation_or_a_silent_group_single_n
     assert silent_member.find(everyone, 2, at(11)) == (None, None)  # nobody heard: this controller stalled
     unannounced = [replace(o, member=None) for o in slow]
     assert silent_member.find(unannounced, 2, at(11)) == (None, None)  # not an in-place group
+
+
+def test_a_member_once_heard_late_may_be_silent_twice_as_long_before_it_counts() -> None:
+    first = MemberAnnouncement(attempt=0, heard_at=at(10), every=0.15)
+    late = MemberAnnouncement(attempt=0, heard_at=at(11.2), every=0.15).after(first)
+    on_time = MemberAnnouncement(attempt=0, heard_at=at(11.35), every=0.15).after(late)
+    assert (late.longest_gap, on_time.longest_gap) == (1.2, 1.2)  # the longest gap of the attempt is kept
+    # A new attempt starts afresh.
+    assert MemberAnnouncement(attempt=1, heard_at=at(12), every=0.15).after(on_time).longest_gap == 0
+    others = [member("master-0", 13.6, waiting_in=2), member("worker-0", 13.6, waiting_in=2)]
+    group = [*others, replace(running("worker-1"), repairable=True, member=on_time)]
+    assert silent_member.find(group, 2, at(13.6)) == (None, at(13.75))  # 2 × 1.2 s, not 1.5 s
+    stalled = replace(on_time, longest_gap=30.0)  # never longer than the liveness deadline's 10 s
+    assert silent_member.find([*others, replace(group[2], member=stalled)], 2, at(13.6)) == (None, at(21.35))
 
 
 def test_announcements_are_read_strictly() -> None:

@@ -39,7 +39,7 @@ class Channel(Protocol):
 class FileChannel:
     poll_seconds = 0.005
     watch_seconds = 0.05
-    alive_seconds = 0.2  # a file write: the controller confirms a silent member within a second
+    alive_seconds = 0.2  # a file write: the controller confirms a silent member in 1.5 s
     answers_with_membership = False
 
     def __init__(self, output_dir: str) -> None:

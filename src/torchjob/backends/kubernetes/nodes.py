@@ -107,7 +107,7 @@ class NodeReader:
 
     def suspect(self, pods: list[dict[str, Any]]) -> None:
         """Pods about to be removed: the nodes of those still running are suspects for a while. A member found
-        silent is replaced within a second, long before its node is known silent (the node monitor's grace, or
+        silent is replaced within two seconds, long before its node is known silent (the node monitor's grace, or
         even a missed beat of the operator's probe); if its node vanished, its replacement must not go there."""
         now = time.monotonic()
         self.suspects = {node: at for node, at in self.suspects.items() if now - at < SUSPECT_SECONDS}

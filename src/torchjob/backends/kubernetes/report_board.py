@@ -46,7 +46,7 @@ class ReportBoard:
         heard again after a silence that may have held a verdict back)."""
         with self._lock:
             before = self._announced.get(pod.uid)
-            self._announced[pod.uid] = announcement
+            self._announced[pod.uid] = announcement.after(before)
             if before is None and len(self._announced) % 256 == 0:  # Pods come and go: forget the long gone
                 self._announced = {
                     uid: said

@@ -1,11 +1,12 @@
-"""A member of an in-place group that went silent, found in about a second: its peers say they wait for it.
+"""A member of an in-place group that went silent, found in seconds: its peers say they wait for it.
 
 The liveness deadline (``policies/progress.py``) names a process that stops beating after 10 s, because a
 beat once a second from a busy machine can be late. A group under in-place repair knows more: every member's
 watching thread says it runs several times a second (``MemberAnnouncement.every``), and a member whose step
 has run far past its usual time says which generation's step it waits in. When every member but one waits in
 the group's current generation, and that one has not been heard for ``MISSED`` of its own announcements
-while the waiting ones were, it is the one they wait for: SIGSTOPped, frozen, or cut off with its node.
+while the waiting ones were (and for at least ``MIN_SILENCE``, longer for a member once heard late), it is
+the one they wait for: SIGSTOPped, frozen, or cut off with its node.
 
 Two witnesses, so that one member's word never gets a healthy one replaced: the waiting peers (a forged or
 mistaken claim of waiting changes nothing while the accused still announces), and the accused's own silence. A
@@ -21,8 +22,15 @@ from datetime import datetime
 from torchjob.core.observed import MemberAnnouncement, Phase, ReplicaObservation
 from torchjob.core.times import later
 
-# Announcements a member may miss before its silence counts (0.6 s locally, 0.45 s in a Pod).
+# Announcements a member may miss before its silence counts, and never less than MIN_SILENCE: a healthy member of
+# a loaded machine can be late by more than three announcements (0.45 s in a Pod): a master starved of its two
+# cores for half a second beside three busy Pods was once replaced that way, in CI.
 MISSED = 3
+MIN_SILENCE = 1.5
+# A member once heard late by G seconds (its longest gap between announcements) may be silent LATE_FACTOR × G before
+# it counts, up to MAX_SILENCE (the liveness deadline's default: a silence that long is named anyway).
+LATE_FACTOR = 2.0
+MAX_SILENCE = 10.0
 _DEFAULT_EVERY = 1.0
 
 
@@ -67,4 +75,5 @@ def heard_again(before: MemberAnnouncement, after: MemberAnnouncement) -> bool:
 
 
 def _allowed(said: MemberAnnouncement) -> float:
-    return MISSED * (said.every or _DEFAULT_EVERY)
+    missed = MISSED * (said.every or _DEFAULT_EVERY)
+    return max(missed, MIN_SILENCE, min(LATE_FACTOR * said.longest_gap, MAX_SILENCE))
