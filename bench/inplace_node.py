@@ -8,12 +8,12 @@ operators' group restarts.
 
 ``python -m bench.inplace_node [TRIALS]`` runs the frozen case on its own (#31): worker-1's process SIGSTOPped,
 nothing fails or closes, and the operator must find the one member the others wait for from the announcements the
-Pods send it (one every 0.15 s, each also reading the membership; three missed confirm it). ``--node-lost`` runs
-it on three nodes with master, worker and spare a node each, and stops the worker's node instead: a vanished
-node, whose silence ends no collective. ``--evicted`` alternates, on one node, a SIGKILL (the anchor) with an
-eviction through the Eviction API (what `kubectl drain` does to a Pod): the evicted member hands its place to the
-spare and the group re-forms at a step boundary. Both report the stall: from the survivor's last step before the
-change to its first step after it.
+Pods send it (one every 0.15 s, each also reading the membership; a silence of 1.5 s, or twice the longest gap the
+member was heard with, confirms it). ``--node-lost`` runs it on three nodes with master, worker and spare a node
+each, and stops the worker's node instead: a vanished node, whose silence ends no collective. ``--evicted``
+alternates, on one node, a SIGKILL (the anchor) with an eviction through the Eviction API (what `kubectl drain`
+does to a Pod): the evicted member hands its place to the spare and the group re-forms at a step boundary. Both
+report the stall: from the survivor's last step before the change to its first step after it.
 """
 
 from __future__ import annotations
