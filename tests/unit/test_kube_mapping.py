@@ -534,12 +534,47 @@ def test_a_spare_kept_off_a_node_that_came_back_is_made_anew_while_the_scheduler
     spare["status"] = {"phase": "Pending", "conditions": [unplaced]}
     assert not kept_off_needlessly(spare, reader.avoided)  # n2 is still silent: right to keep it off
     renewals["n2"] = datetime.now(timezone.utc)  # n2's kubelet reports again
+    reader.for_pods([], lambda _pod: None)  # each pass reads the Leases of the nodes kept off
     fresh: dict[str, Any] = {"metadata": {"name": "job-spare-0-1"}, "spec": {}}
     reader.keep_off_silent(fresh)
     assert "n2" not in reader.avoided and "annotations" not in fresh["metadata"] and fresh["spec"] == {}
     assert kept_off_needlessly(spare, reader.avoided)  # the old one cannot go there: made anew
     placed = {**spare, "spec": {**spare["spec"], "nodeName": "n1"}, "status": {"phase": "Running"}}
     assert not kept_off_needlessly(placed, reader.avoided)  # placed elsewhere meanwhile: it stays
+
+
+def test_a_node_found_silent_by_the_probe_is_kept_off_until_its_kubelet_renews_its_lease_again() -> None:
+    """A node that vanished a second ago has a Lease seconds old, not yet overdue: once its Pods are gone (nothing
+    quiet to probe it for), it stays kept off until its kubelet renews the Lease, not until the Lease looks fresh."""
+    from datetime import timedelta
+
+    from torchjob.backends.kubernetes.nodes import NodeReader
+
+    renewals = {"n2": datetime.now(timezone.utc) - timedelta(seconds=3)}
+
+    class Leases:
+        def get(self, kind: type[Any], name: str, namespace: str | None = None) -> dict[str, Any]:
+            return {"spec": {"renewTime": renewals[name].isoformat(), "leaseDurationSeconds": 40}}
+
+    class Probe:  # the operator's probe of the kubelet's port: n2 answers nothing
+        def learn(self, names: Any) -> None:
+            pass
+
+        def unreachable(self, names: Any) -> set[str]:
+            return set(names) & {"n2"}
+
+    reader = NodeReader(Leases(), lambda _verb: None)  # type: ignore[arg-type]
+    reader.reach = Probe()  # type: ignore[assignment]
+    reader.suspect([{"spec": {"nodeName": "n2"}, "status": {"phase": "Running"}}])
+    store = {"metadata": {"name": "job-rdzv"}, "spec": {"nodeName": "n2"}, "status": {"phase": "Running"}}
+    _, silent = reader.for_pods([store], lambda _pod: None)
+    assert list(silent) == ["n2"] and silent["n2"].unreachable and "n2" in reader.avoided
+    reader.suspects.clear()  # its Pods removed: nothing quiet on n2 any more, its Lease still not overdue
+    _, silent = reader.for_pods([], lambda _pod: None)
+    assert silent == {} and "n2" in reader.avoided
+    renewals["n2"] = datetime.now(timezone.utc) + timedelta(seconds=1)  # its kubelet renews: it reports again
+    reader.for_pods([], lambda _pod: None)
+    assert "n2" not in reader.avoided
 
 
 def test_what_would_hold_a_job_up_for_good_is_removed_by_force_before_it_is_observed() -> None:

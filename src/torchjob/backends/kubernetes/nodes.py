@@ -46,6 +46,7 @@ class NodeReader:
         # Every node found silent, until its kubelet reports again: Pods created meanwhile are kept off it
         # (the scheduler places Pods on a vanished node until Kubernetes taints it, tens of seconds later).
         self.avoided: dict[str, SilentNode] = {}
+        self._found_silent_at: dict[str, datetime] = {}  # when each avoided node was found silent (this clock)
         self.reach = Reachability(lambda name: self._get(Node, name))
         self.suspects: dict[str, float] = {}  # node → when a replica running on it was removed (monotonic)
 
@@ -69,8 +70,8 @@ class NodeReader:
             found = observing.silent_node(name, nodes.get(name), leases.get(name), now, name in unreachable)
             if found is not None:
                 silent[name] = found
-            elif name in leases and leases[name] is not None:
-                self.avoided.pop(name, None)  # its kubelet renews its lease again
+            elif name in self.avoided and self._reports_again(name, leases.get(name)):
+                del self.avoided[name]
         for name in sorted(set(silent) - set(self.avoided)):
             beats = {p["metadata"]["name"]: _last_beat(progress_of(p)) for p in pods if _node_of(p) == name}
             unanswered = " and answers nothing at its kubelet's port" if silent[name].unreachable else ""
@@ -81,8 +82,19 @@ class NodeReader:
                 unanswered,
                 beats,
             )
+        for name in set(silent) - set(self.avoided):
+            self._found_silent_at[name] = now
         self.avoided.update(silent)
+        self._found_silent_at = {name: at for name, at in self._found_silent_at.items() if name in self.avoided}
         return nodes, silent
+
+    def _reports_again(self, name: str, lease: dict[str, Any] | None) -> bool:
+        """Whether avoided node ``name``'s kubelet has renewed its Lease since the node was found silent. Not merely
+        a Lease that is not overdue yet: a node found silent by the probe vanished with a Lease seconds old, and a
+        Pod placed there in those seconds would go nowhere."""
+        renewed = observing.parse_time(((lease or {}).get("spec") or {}).get("renewTime"))
+        found_at = self._found_silent_at.get(name, self.avoided[name].since)
+        return renewed is not None and renewed > found_at
 
     def keep_off_silent(self, pod: dict[str, Any]) -> None:
         """Keep a Pod about to be created off every node known silent (``avoiding``), and let it prefer other
@@ -90,13 +102,9 @@ class NodeReader:
 
         A Pod's spec cannot change once made: a node kept out of it stays out for the Pod's life, even once it
         reports again (seen: a spare whose only possible node had come back stayed Pending until the job ended).
-        So a node is kept out only until its kubelet has renewed its Lease since it fell silent, read now, and
-        the nodes kept out are named in the Pod's ``KEPT_OFF`` annotation (see ``kept_off_needlessly``)."""
-        for name, silent in list(self.avoided.items()):
-            lease = self._get(Lease, name, NODE_LEASES) or {}
-            renewed = observing.parse_time((lease.get("spec") or {}).get("renewTime"))
-            if renewed is not None and renewed > silent.since:
-                self.avoided.pop(name, None)
+        So a node is kept out only until its kubelet has renewed its Lease since it was found silent (read by
+        ``for_pods`` in this pass), and the nodes kept out are named in the Pod's ``KEPT_OFF`` annotation (see
+        ``kept_off_needlessly``)."""
         spec = pod["spec"]
         avoiding(spec, list(self.avoided))
         if self.avoided:
