@@ -98,6 +98,15 @@ def _operator_pods(cluster: Cluster) -> dict[str, str]:
     return {p["metadata"]["name"]: p["spec"].get("nodeName", "") for p in found["items"]}
 
 
+def _operator_logs(cluster: Cluster) -> str:
+    """Each operator Pod's recent log, under its name and node (what a failed test shows)."""
+    logs = ""
+    for pod, node in _operator_pods(cluster).items():
+        got = cluster.kubectl("logs", "-n", "torchjob-system", pod, "--tail=600", check=False)
+        logs += f"\n==== {pod} on {node}: {got.stderr.strip()}\n{got.stdout}"
+    return logs
+
+
 def test_a_job_spread_over_three_nodes_trains_and_reports_to_the_operator_in_the_cluster(three_nodes: Cluster) -> None:
     cluster = three_nodes
     namespace = cluster.namespace("spread")
@@ -188,10 +197,8 @@ def _fail_unless_in_place(cluster: Cluster, namespace: str, status: dict[str, An
     the operator's log."""
     if (status["attempt"], status["restartCount"], status["repairs"]) != (0, 0, repairs):
         events = cluster.kubectl("get", "events", "-n", namespace, check=False).stdout
-        operator = cluster.kubectl(
-            "logs", "-n", "torchjob-system", "-l", "app.kubernetes.io/name=torchjob-operator", check=False
-        )
-        pytest.fail(f"not carried on in place: {status.get('attempts')}\n{events[-4000:]}\n{operator.stdout[-3000:]}")
+        operator = _operator_logs(cluster)
+        pytest.fail(f"not carried on in place: {status.get('attempts')}\n{events[-4000:]}\n{operator[-6000:]}")
 
 
 def _wait_until_gone_from(
@@ -216,14 +223,20 @@ def _wait_for_a_checkpoint(data: Path, timeout: float) -> None:
         time.sleep(0.5)
 
 
+@pytest.mark.parametrize("start", ["cold", "warm"])
 def test_a_node_lost_mid_training_restarts_the_group_on_the_survivors_from_the_checkpoint(
-    three_nodes: Cluster,
+    three_nodes: Cluster, start: str
 ) -> None:
+    """Cold: every Pod of the group is created again. Warm (``torchjob.io/warm-start: "true"``): only the lost
+    replica's; the survivors' launchers fork the script again in their Pods."""
     cluster = three_nodes
     _all_nodes_ready(cluster, timeout=180)
-    namespace = cluster.namespace("node-lost")
+    namespace = cluster.namespace(f"node-lost-{start}")
     data = cluster.claim(namespace, "data")
-    cluster.apply(mnist_on_a_claim(namespace, "--checkpoint-every", "10", spread=True))
+    job = mnist_on_a_claim(namespace, "--checkpoint-every", "10", spread=True)
+    if start == "warm":
+        job["metadata"]["annotations"] = {"torchjob.io/warm-start": "true"}
+    cluster.apply(job)
     _wait_for_a_checkpoint(data, timeout=300)
     first = {p["metadata"]["name"]: p for p in cluster.kubectl_json("get", "pods", "-n", namespace)["items"]}
     # A worker away from the operator's leader, where it can be: a new leader never reached the lost node, so it
@@ -248,7 +261,10 @@ def test_a_node_lost_mid_training_restarts_the_group_on_the_survivors_from_the_c
         assert f"and {lost} has not beaten since" in outcome, outcome
         assert (job["status"]["restartCount"], len(job["status"]["attempts"])) == (0, 2)
         pods = _restarted_on_the_survivors(cluster, namespace, first, node.name)
-        assert all(p["metadata"]["uid"] != first[p["metadata"]["name"]]["metadata"]["uid"] for p in pods)
+        uids = {p["metadata"]["name"]: p["metadata"]["uid"] for p in first.values()}
+        created = {p["metadata"]["name"] for p in pods if p["metadata"]["uid"] != uids[p["metadata"]["name"]]}
+        if created != ({f"mnist-{lost}"} if start == "warm" else set(first)):
+            pytest.fail(f"{start}: Pods created again: {sorted(created)}\n{_operator_logs(cluster)[-12000:]}")
     finally:
         kubelet.start(cluster.state, node)
 

@@ -9,6 +9,7 @@ and only when it changed; events are ``core/v1`` Events on the job, so ``kubectl
 from __future__ import annotations
 
 import contextlib
+import threading
 from datetime import datetime, timezone
 from typing import Any
 
@@ -72,10 +73,19 @@ class KubernetesBackend(Backend):
         self.warm = WarmRestarts(client, reports, self.counter.add, self.logs) if reports is not None else None
         # The CA Pods verify an https report endpoint with (set by the operator once it serves one).
         self.report_ca: str | None = None
-        # The Pods seen by the last observe(), by name: deletes check they remove the attempt they mean.
-        self._pods: dict[str, dict[str, Any]] = {}
+        # The Pods this pass's observe() saw, by name: deletes check they remove the attempt they mean. Per thread:
+        # the operator's workers reconcile several jobs at once through this one backend, and a pass's execute()
+        # must act on its own job's Pods (shared, a second job's observe() made the first one's actions find no
+        # Pod, so a warm restart became a cold one).
+        self._pass = threading.local()
         # The jobs (by uid) whose autoreport ConfigMap this operator made or found.
         self._booted: set[str] = set()
+
+    @property
+    def _pods(self) -> dict[str, dict[str, Any]]:
+        """The Pods this thread's last observe() saw (the job of the pass in progress)."""
+        pods: dict[str, dict[str, Any]] = getattr(self._pass, "pods", {})
+        return pods
 
     # -- Backend --------------------------------------------------------------------------------------
 
@@ -85,7 +95,7 @@ class KubernetesBackend(Backend):
         pods = [as_dict(p) for p in self.client.list(Pod, namespace=job.namespace, labels=selector)]
         # Only Pods this job object owns: a job deleted and created again under the same name starts afresh.
         owned = [p for p in pods if _owned_by(p, job.metadata.uid)]
-        self._pods = {p["metadata"]["name"]: p for p in owned}
+        self._pass.pods = {p["metadata"]["name"]: p for p in owned}
         if self.reports is not None:
             self.reports.forget_other_jobs_membership(job.namespace, job.name, job.metadata.uid or "")
         served = self.reports.membership(job.namespace, job.name) if self.reports is not None else None
@@ -97,7 +107,7 @@ class KubernetesBackend(Backend):
         owned = stuck_pods.clear_the_way(
             owned,
             silent,
-            self.nodes.avoided,
+            self.nodes.avoided_now(),
             mapping.store_name(job),
             lambda name: self._delete(Pod, name, job.namespace, grace_period=0),
         )

@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable
 from datetime import datetime, timezone
@@ -47,6 +48,9 @@ class NodeReader:
         # (the scheduler places Pods on a vanished node until Kubernetes taints it, tens of seconds later).
         self.avoided: dict[str, SilentNode] = {}
         self._found_silent_at: dict[str, datetime] = {}  # when each avoided node was found silent (this clock)
+        # The operator's workers reconcile several jobs at once: what they learn of nodes is shared, under this lock
+        # (held for the bookkeeping only, never while the API server or a node is asked).
+        self._lock = threading.Lock()
         self.reach = Reachability(lambda name: self._get(Node, name))
         self.suspects: dict[str, float] = {}  # node → when a replica running on it was removed (monotonic)
 
@@ -64,15 +68,22 @@ class NodeReader:
         # perhaps lost with it): a Pod that never beats, such as the rendezvous store, may share its fate.
         quiet = {_node_of(p) for p in running if _quiet(progress_of(p), now) or self._suspected(_node_of(p))} - {""}
         unreachable = self.reach.unreachable(quiet)
-        leases = {name: self._get(Lease, name, NODE_LEASES) for name in quiet | set(self.avoided)}
+        leases = {name: self._get(Lease, name, NODE_LEASES) for name in quiet | set(self.avoided_now())}
         silent = {}
         for name in set(nodes) | set(leases):
             found = observing.silent_node(name, nodes.get(name), leases.get(name), now, name in unreachable)
             if found is not None:
                 silent[name] = found
-            elif name in self.avoided and self._reports_again(name, leases.get(name)):
-                del self.avoided[name]
-        for name in sorted(set(silent) - set(self.avoided)):
+        with self._lock:
+            for name in set(leases) - set(silent):
+                if name in self.avoided and self._reports_again(name, leases[name]):
+                    del self.avoided[name]
+            new = sorted(set(silent) - set(self.avoided))
+            for name in new:
+                self._found_silent_at[name] = now
+            self.avoided.update(silent)
+            self._found_silent_at = {name: at for name, at in self._found_silent_at.items() if name in self.avoided}
+        for name in new:
             beats = {p["metadata"]["name"]: _last_beat(progress_of(p)) for p in pods if _node_of(p) == name}
             unanswered = " and answers nothing at its kubelet's port" if silent[name].unreachable else ""
             log.info(
@@ -82,16 +93,17 @@ class NodeReader:
                 unanswered,
                 beats,
             )
-        for name in set(silent) - set(self.avoided):
-            self._found_silent_at[name] = now
-        self.avoided.update(silent)
-        self._found_silent_at = {name: at for name, at in self._found_silent_at.items() if name in self.avoided}
         return nodes, silent
 
+    def avoided_now(self) -> dict[str, SilentNode]:
+        """The nodes kept off new Pods, as they stand (a copy: other jobs' passes change them)."""
+        with self._lock:
+            return dict(self.avoided)
+
     def _reports_again(self, name: str, lease: dict[str, Any] | None) -> bool:
-        """Whether avoided node ``name``'s kubelet has renewed its Lease since the node was found silent. Not merely
-        a Lease that is not overdue yet: a node found silent by the probe vanished with a Lease seconds old, and a
-        Pod placed there in those seconds would go nowhere."""
+        """Under the lock: whether avoided node ``name``'s kubelet has renewed its Lease since the node was found
+        silent. Not merely a Lease that is not overdue yet: a node found silent by the probe vanished with a Lease
+        seconds old, and a Pod placed there in those seconds would go nowhere."""
         renewed = observing.parse_time(((lease or {}).get("spec") or {}).get("renewTime"))
         found_at = self._found_silent_at.get(name, self.avoided[name].since)
         return renewed is not None and renewed > found_at
@@ -106,11 +118,13 @@ class NodeReader:
         ``for_pods`` in this pass), and the nodes kept out are named in the Pod's ``KEPT_OFF`` annotation (see
         ``kept_off_needlessly``)."""
         spec = pod["spec"]
-        avoiding(spec, list(self.avoided))
-        if self.avoided:
-            pod["metadata"].setdefault("annotations", {})[KEPT_OFF] = ",".join(sorted(self.avoided))
         now = time.monotonic()
-        recent = [n for n, at in self.suspects.items() if now - at < SUSPECT_SECONDS and n not in self.avoided]
+        with self._lock:
+            avoided = sorted(self.avoided)
+            recent = [n for n, at in self.suspects.items() if now - at < SUSPECT_SECONDS and n not in self.avoided]
+        avoiding(spec, avoided)
+        if avoided:
+            pod["metadata"].setdefault("annotations", {})[KEPT_OFF] = ",".join(avoided)
         preferring_away(spec, recent)
 
     def suspect(self, pods: list[dict[str, Any]]) -> None:
@@ -118,10 +132,11 @@ class NodeReader:
         silent is replaced within two seconds, long before its node is known silent (the node monitor's grace, or
         even a missed beat of the operator's probe); if its node vanished, its replacement must not go there."""
         now = time.monotonic()
-        self.suspects = {node: at for node, at in self.suspects.items() if now - at < SUSPECT_SECONDS}
-        for pod in pods:
-            if _running(pod) and _node_of(pod):
-                self.suspects[_node_of(pod)] = now
+        with self._lock:
+            self.suspects = {node: at for node, at in self.suspects.items() if now - at < SUSPECT_SECONDS}
+            for pod in pods:
+                if _running(pod) and _node_of(pod):
+                    self.suspects[_node_of(pod)] = now
 
     def _suspected(self, node: str) -> bool:
         at = self.suspects.get(node)

@@ -1,0 +1,52 @@
+"""The Kubernetes backend is one object for the operator's workers, which reconcile several jobs at once: what a
+pass's observe() saw is what the same pass's execute() acts on, whatever another job's pass observed meanwhile."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from torchjob.api.types import ReplicaType
+from torchjob.backends.kubernetes import mapping
+from torchjob.backends.kubernetes.backend import KubernetesBackend
+from torchjob.core.actions import DeleteReplica
+from torchjob.core.replicas import ReplicaId
+from torchjob.testing import make_job
+
+MASTER = ReplicaId(ReplicaType.MASTER, 0)
+
+
+class Pods:
+    """The API server's Pods, by namespace, as lightkube's client lists and deletes them."""
+
+    def __init__(self, pods: list[dict[str, Any]]) -> None:
+        self.pods = pods
+        self.deleted: list[tuple[str, str]] = []
+
+    def list(self, kind: type[Any], namespace: str, labels: dict[str, Any]) -> list[dict[str, Any]]:
+        return [p for p in self.pods if p["metadata"]["namespace"] == namespace]
+
+    def delete(self, kind: type[Any], name: str, namespace: str, grace_period: int | None = None) -> None:
+        self.deleted.append((namespace, name))
+
+
+def _job(namespace: str, name: str) -> Any:
+    job = make_job(name).master().workers(1).build()
+    metadata = job.metadata.model_copy(update={"namespace": namespace, "uid": f"uid-{namespace}"})
+    return job.model_copy(update={"metadata": metadata})
+
+
+def test_a_pass_acts_on_the_pods_it_observed_while_another_job_is_observed_in_another_thread() -> None:
+    team_a, team_b = _job("team-a", "mnist"), _job("team-b", "resnet")
+    pods = [mapping.pod_manifest(job, MASTER, 0) for job in (team_a, team_b)]
+    for pod, job in zip(pods, (team_a, team_b), strict=True):
+        pod["metadata"]["ownerReferences"] = [{"uid": job.metadata.uid}]
+        pod["status"] = {"phase": "Pending"}
+    client = Pods(pods)
+    backend = KubernetesBackend(client)  # type: ignore[arg-type]
+    backend.observe(team_a)
+    other = threading.Thread(target=backend.observe, args=(team_b,))  # another worker, another job
+    other.start()
+    other.join()
+    backend.execute(team_a, [DeleteReplica(MASTER, 0, "a group restart")])
+    assert client.deleted == [("team-a", "mnist-master-0")]
