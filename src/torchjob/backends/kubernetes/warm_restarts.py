@@ -80,6 +80,6 @@ class WarmRestarts:
             known = (seen.finished_at, observing.last_lines(text or "") or None)
             self._failures.pop(uid, None)
             self._failures[uid] = known
-            while len(self._failures) > REMEMBERED:
-                del self._failures[next(iter(self._failures))]
+            while len(self._failures) > REMEMBERED:  # the oldest first; another worker may be dropping it too
+                self._failures.pop(next(iter(self._failures)), None)
         return replace(seen, message=known[1])
