@@ -56,11 +56,12 @@ def test_a_slow_member_a_lone_claim_an_old_generation_or_a_silent_group_single_n
 
 def test_a_member_once_heard_late_may_be_silent_twice_as_long_before_it_counts() -> None:
     first = MemberAnnouncement(attempt=0, heard_at=at(10), every=0.15)
-    late = MemberAnnouncement(attempt=0, heard_at=at(11.2), every=0.15).after(first)
-    on_time = MemberAnnouncement(attempt=0, heard_at=at(11.35), every=0.15).after(late)
+    late = silent_member.with_longest_gap(first, MemberAnnouncement(attempt=0, heard_at=at(11.2), every=0.15))
+    on_time = silent_member.with_longest_gap(late, MemberAnnouncement(attempt=0, heard_at=at(11.35), every=0.15))
     assert (late.longest_gap, on_time.longest_gap) == (1.2, 1.2)  # the longest gap of the attempt is kept
     # A new attempt starts afresh.
-    assert MemberAnnouncement(attempt=1, heard_at=at(12), every=0.15).after(on_time).longest_gap == 0
+    next_attempt = MemberAnnouncement(attempt=1, heard_at=at(12), every=0.15)
+    assert silent_member.with_longest_gap(on_time, next_attempt).longest_gap == 0
     others = [member("master-0", 13.6, waiting_in=2), member("worker-0", 13.6, waiting_in=2)]
     group = [*others, replace(running("worker-1"), repairable=True, member=on_time)]
     assert silent_member.find(group, 2, at(13.6)) == (None, at(13.75))  # 2 × 1.2 s, not 1.5 s

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import signal
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import Enum
 from typing import Any
@@ -129,20 +129,13 @@ class MemberAnnouncement:
     in-place loop of ``attempt``, it runs (``heard_at``, sent every ``every`` seconds), and, when its step
     has waited past its allowance, the generation of that step (``waiting_in``): a peer it needs is silent.
     ``longest_gap``: the longest time between two of its announcements heard so far in the attempt, where the
-    hearer keeps them (how late a healthy member of this machine's load can be)."""
+    hearer keeps them (``silent_member.with_longest_gap``: how late a healthy member of this load can be)."""
 
     attempt: int
     heard_at: datetime
     every: float | None = None
     waiting_in: int | None = None
     longest_gap: float = 0.0
-
-    def after(self, before: MemberAnnouncement | None) -> MemberAnnouncement:
-        """This announcement with the longest gap of its member's attempt so far (``before``: the last one)."""
-        if before is None or before.attempt != self.attempt:
-            return self
-        gap = (self.heard_at - before.heard_at).total_seconds()
-        return replace(self, longest_gap=max(before.longest_gap, gap, self.longest_gap))
 
     @classmethod
     def from_message(cls, message: object, heard_at: datetime) -> MemberAnnouncement | None:

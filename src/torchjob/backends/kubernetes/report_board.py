@@ -46,7 +46,7 @@ class ReportBoard:
         heard again after a silence that may have held a verdict back)."""
         with self._lock:
             before = self._announced.get(pod.uid)
-            self._announced[pod.uid] = announcement.after(before)
+            self._announced[pod.uid] = silent_member.with_longest_gap(before, announcement)
             if before is None and len(self._announced) % 256 == 0:  # Pods come and go: forget the long gone
                 self._announced = {
                     uid: said

@@ -17,6 +17,7 @@ singled out, and the longer deadlines decide.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import datetime
 
 from torchjob.core.observed import MemberAnnouncement, Phase, ReplicaObservation
@@ -66,6 +67,15 @@ def describe(suspect: ReplicaObservation, generation: int, now: datetime) -> str
 def _said(observation: ReplicaObservation) -> MemberAnnouncement:
     assert observation.member is not None
     return observation.member
+
+
+def with_longest_gap(before: MemberAnnouncement | None, after: MemberAnnouncement) -> MemberAnnouncement:
+    """``after`` carrying the longest gap of its member's attempt so far (``before``: what it said last), which
+    lengthens the silence it is allowed (``_allowed``)."""
+    if before is None or before.attempt != after.attempt:
+        return after
+    gap = (after.heard_at - before.heard_at).total_seconds()
+    return replace(after, longest_gap=max(before.longest_gap, gap, after.longest_gap))
 
 
 def heard_again(before: MemberAnnouncement, after: MemberAnnouncement) -> bool:
