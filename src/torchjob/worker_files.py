@@ -84,6 +84,9 @@ ANNOUNCE_ATTEMPT = "attempt"
 ANNOUNCE_TIME = "time"
 ANNOUNCE_EVERY = "every"
 ANNOUNCE_WAITING = "waiting"
+# A member on notice of eviction says so (True); the operator's answer says once a pass has looked at it.
+ANNOUNCE_NOTICE = "notice"
+NOTICE_CONSIDERED = "noticeConsidered"
 # A Pod's launcher (torchjob.launch) to the operator: its trainer's attempt, and how it ended once it has.
 TRAINER_ATTEMPT = "attempt"
 TRAINER_EXIT_CODE = "exit_code"

@@ -29,6 +29,16 @@ def test_with_no_spare_taking_its_place_it_leaves_as_preempted_after_the_hold() 
     assert "leaving on SIGTERM: no spare took its place within 5s" in output and "trained on" not in output
 
 
+def test_it_holds_past_the_usual_hold_until_a_controller_that_tells_has_looked_at_the_notice() -> None:
+    """The operator under load: it looks at the notice after 7 s and hands nothing over (the member leaves
+    then, not at 5 s), or publishes the handover after 6.5 s (the member trains on)."""
+    code, output = noticed("late")
+    assert code == 143 and "leaving on SIGTERM: no spare took its place within 5s" in output, output
+    assert "trained on" not in output
+    code, output = noticed("late-handover")
+    assert code == 0 and "trained on" in output and "leaving" not in output, output
+
+
 def test_once_a_newer_membership_is_published_it_trains_on_and_the_group_decides() -> None:
     code, output = noticed("handover")
     assert code == 0 and "trained on" in output and "leaving" not in output

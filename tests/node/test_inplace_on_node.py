@@ -7,14 +7,16 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
-from kuberig import Cluster
+from kuberig import Cluster, toolchain
 from tests.node.conftest import wait_for_condition
 from tests.support.operator import OperatorProcess
 
@@ -90,16 +92,31 @@ def test_a_lost_worker_pod_is_replaced_by_a_warm_spare_and_the_survivors_pods_ca
     assert f"torchjob: spare {JOB}-spare-0-0 joins as worker-1 (rank 2 of 3)" in spare_log, spare_log[-2000:]
 
 
-def _evict(cluster: Cluster, namespace: str, pod: str) -> None:
-    """What `kubectl drain` does to one Pod: the Eviction API (DisruptionTarget, then a graceful delete)."""
+def _evict(cluster: Cluster, namespace: str, pod: str, followed: Path) -> Callable[[], str]:
+    """What `kubectl drain` does to one Pod: the Eviction API (DisruptionTarget, then a graceful delete).
+    Returns what the Pod's trainer said of its notice (its log is followed into ``followed`` until it goes),
+    to show when an assertion fails."""
+    with followed.open("wb") as into:
+        subprocess.Popen(
+            [str(toolchain.kubectl()), "logs", "-f", "-n", namespace, pod],
+            stdout=into,
+            stderr=subprocess.STDOUT,
+            env=cluster.env(),
+        )
     eviction = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": pod}}
     path = f"/api/v1/namespaces/{namespace}/pods/{pod}/eviction"
     cluster.kubectl("create", "--raw", path, "-f", "-", input=json.dumps(eviction))
 
+    def said() -> str:
+        lines = followed.read_text(errors="replace").splitlines()
+        return f"\n{pod} said:\n" + "\n".join([line for line in lines if "torchjob" in line] + lines[-5:])
+
+    return said
+
 
 @pytest.mark.parametrize("fault", ["killed", "evicted"])
 def test_an_elastic_group_on_pods_shrinks_at_once_and_grows_back_when_the_spare_pod_is_warm(
-    cluster: Cluster, node_operator: OperatorProcess, fault: str
+    cluster: Cluster, node_operator: OperatorProcess, fault: str, tmp_path: Path
 ) -> None:
     """The elastic in-place MNIST job (3 Workers, at least 2, no idle spare): worker-1's trainer is SIGKILLed, or
     its Pod evicted; the two other Pods carry on as a group of 2 at once (an evicted member leaves at a step
@@ -118,8 +135,9 @@ def test_an_elastic_group_on_pods_shrinks_at_once_and_grows_back_when_the_spare_
         assert time.monotonic() < deadline, f"worker-1 never reached epoch 2:\n{pods}"
         time.sleep(0.5)
     survivors = {pod: _uid(cluster, namespace, pod) for pod in (f"{name}-worker-0", f"{name}-worker-2")}
+    said: Callable[[], str] = str
     if fault == "evicted":
-        _evict(cluster, namespace, f"{name}-worker-1")
+        said = _evict(cluster, namespace, f"{name}-worker-1", tmp_path / "worker-1.log")
     else:
         for pid in cluster.container_pids(namespace, f"{name}-worker-1"):
             os.kill(pid, signal.SIGKILL)
@@ -137,17 +155,17 @@ def test_an_elastic_group_on_pods_shrinks_at_once_and_grows_back_when_the_spare_
     assert {pod: _uid(cluster, namespace, pod) for pod in survivors} == survivors
     log = cluster.kubectl("logs", "-n", namespace, f"{name}-worker-0").stdout
     shrunk = "re-formed" if fault == "evicted" else "repaired"
-    assert f"group {shrunk} in place (generation 1, 2 ranks" in log, log[-3000:]
+    assert f"group {shrunk} in place (generation 1, 2 ranks" in log, log[-3000:] + said()
     assert "group re-formed in place (generation 2, 3 ranks" in log, log[-3000:]
     if fault == "evicted":
-        assert "group repaired in place" not in log, log[-3000:]  # no step failed
+        assert "group repaired in place" not in log, log[-3000:] + said()  # no step failed
     assert float(log.split("test accuracy=")[1].split()[0]) >= 0.90
     spare_log = cluster.kubectl("logs", "-n", namespace, f"{name}-spare-0-0").stdout
     assert f"spare {name}-spare-0-0 joins as worker-1 (rank 1 of 3)" in spare_log, spare_log[-2000:]
 
 
 def test_a_worker_pod_evicted_through_the_eviction_api_hands_its_place_to_the_spare_before_it_goes(
-    cluster: Cluster, node_operator: OperatorProcess
+    cluster: Cluster, node_operator: OperatorProcess, tmp_path: Path
 ) -> None:
     """What `kubectl drain` and a spot notice's handler do to one Pod: the Eviction API marks it
     DisruptionTarget and deletes it gracefully (SIGTERM, then its grace period). worker-1 trains on, the operator
@@ -161,7 +179,7 @@ def test_a_worker_pod_evicted_through_the_eviction_api_hands_its_place_to_the_sp
     cluster.apply(job)
     _warm_and_training(cluster, namespace)
     survivors = {pod: _uid(cluster, namespace, pod) for pod in (f"{JOB}-master-0", f"{JOB}-worker-0")}
-    _evict(cluster, namespace, f"{JOB}-worker-1")
+    said = _evict(cluster, namespace, f"{JOB}-worker-1", tmp_path / "worker-1.log")
     finished = wait_for_condition(cluster, namespace, JOB, {"Succeeded", "Failed"}, timeout=400)
     conditions = {c["type"]: c for c in finished["status"]["conditions"]}
     assert "Failed" not in conditions, conditions["Failed"]["message"]
@@ -172,8 +190,8 @@ def test_a_worker_pod_evicted_through_the_eviction_api_hands_its_place_to_the_sp
     assert {pod: _uid(cluster, namespace, pod) for pod in survivors} == survivors
     master_log = cluster.kubectl("logs", "-n", namespace, f"{JOB}-master-0").stdout
     # Re-formed at a step boundary, never repaired after a failed step.
-    assert "group re-formed in place (generation 1, 3 ranks" in master_log, master_log[-3000:]
-    assert "group repaired in place" not in master_log, master_log[-3000:]
+    assert "group re-formed in place (generation 1, 3 ranks" in master_log, master_log[-3000:] + said()
+    assert "group repaired in place" not in master_log, master_log[-3000:] + said()
     assert float(master_log.split("test accuracy=")[1].split()[0]) >= 0.90
     spare_log = cluster.kubectl("logs", "-n", namespace, f"{JOB}-spare-0-0").stdout
     assert f"torchjob: spare {JOB}-spare-0-0 joins as worker-1 (rank 2 of 3)" in spare_log, spare_log[-2000:]

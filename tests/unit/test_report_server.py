@@ -129,6 +129,26 @@ def test_in_place_repairs_channel_announcements_in_and_the_membership_out(endpoi
     assert get("/membership/team-a/mnist") == (200, {})
 
 
+def test_a_member_on_notice_of_eviction_is_told_once_a_pass_that_began_after_its_notice_ended(
+    endpoint: Endpoint,
+) -> None:
+    """Its hold (torchjob.train.eviction) lasts until then: a newer membership published by that pass, or none."""
+    notice = b'{"attempt": 0, "every": 0.15, "notice": true}'
+    passed_before = datetime.now(timezone.utc)  # a pass under way when the notice came
+    assert endpoint.answer("/announcements/team-a/mnist", notice) == (200, b"{}\n")
+    assert endpoint.answer("/announcements/team-a/mnist", notice) == (200, b"{}\n")  # heard again: no news
+    assert [news for *_, news in endpoint.woken] == [True, False]  # the job is looked at at once
+    endpoint.board.notices.looked_at("team-a", "mnist", passed_before)
+    endpoint.board.notices.looked_at("team-a", "other-job", datetime.now(timezone.utc))
+    assert json.loads(endpoint.answer("/announcements/team-a/mnist", notice)[1]) == {}  # not yet looked at
+    body = {"attempt": 0, "generation": 1, "members": ["master-0", "worker-1"]}
+    endpoint.board.publish_membership("team-a", "mnist", body, "job-uid-1")  # type: ignore[arg-type]
+    endpoint.board.notices.looked_at("team-a", "mnist", datetime.now(timezone.utc))  # the pass that published it
+    answered = json.loads(endpoint.answer("/announcements/team-a/mnist", notice)[1])
+    assert answered == {**body, "noticeConsidered": True}
+    assert not endpoint.board.notices.considered("uid-2")
+
+
 def test_a_report_of_the_same_step_proves_the_pod_alive_but_not_progress() -> None:
     board, first = ReportBoard(), datetime(2026, 11, 24, tzinfo=timezone.utc)
     board.put(POD, {"step": 12}, now=first)

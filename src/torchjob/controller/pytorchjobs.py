@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import time
+from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
 from lightkube import ApiError
@@ -34,6 +35,13 @@ class PyTorchJobs:
         self.operator = operator
 
     def reconcile(self, key: JobKey) -> None:
+        began = datetime.now(timezone.utc)  # the report board's clock
+        self._reconcile(key)
+        if self.operator.reports is not None:
+            # What the pass decided is published: members on notice heard before it began may go on it.
+            self.operator.reports.notices.looked_at(*key, began)
+
+    def _reconcile(self, key: JobKey) -> None:
         namespace, name = key
         self.operator.counter.add("get")
         try:

@@ -29,6 +29,7 @@ from datetime import datetime, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from torchjob import worker_files
 from torchjob.backends.kubernetes.report_board import ReportBoard
 from torchjob.backends.kubernetes.token_review import PodIdentity, ReviewUnavailable, TokenReviewer
 from torchjob.core.observed import MemberAnnouncement, TrainerState
@@ -61,7 +62,8 @@ def report_server(
         def do_GET(self) -> None:
             matched = self._authorized("membership")
             if matched is not None:
-                self._answer(200, json.dumps(board.membership(matched[0], matched[1]) or {}))
+                assert self._pod is not None
+                self._answer(200, json.dumps(_membership_for(board, matched[0], matched[1], self._pod.uid)))
 
         def do_POST(self) -> None:
             matched = self._authorized("reports", "announcements", "trainers")
@@ -91,8 +93,11 @@ def report_server(
                 if announcement is None:
                     self._answer(400, 'an announcement is {"attempt": <the attempt, an integer>}')
                     return
-                on_report(namespace, job, board.announce(pod, announcement))
-                self._answer(200, json.dumps(board.membership(namespace, job) or {}))
+                news = board.announce(pod, announcement)
+                if body.get(worker_files.ANNOUNCE_NOTICE) is True:  # on notice of eviction: look at once
+                    news = board.notices.heard(namespace, job, pod.uid, announcement.heard_at) or news
+                on_report(namespace, job, news)
+                self._answer(200, json.dumps(_membership_for(board, namespace, job, pod.uid)))
                 return
             if not isinstance(body, dict) or not board.put(pod, body):
                 self._answer(400, "the body is not a progress report: a JSON object with an integer step")
@@ -133,6 +138,16 @@ def report_server(
     server = _Server(address, Handler)
     server.daemon_threads = True
     return server
+
+
+def _membership_for(board: ReportBoard, namespace: str, job: str, uid: str) -> dict[str, Any]:
+    """The job's membership as Pod ``uid`` is told it, saying whether a pass has looked at its notice of
+    eviction since it was heard (notices.py). Read in that order: a pass publishes before it counts as ended."""
+    considered = board.notices.considered(uid)
+    answer: dict[str, Any] = dict(board.membership(namespace, job) or {})
+    if considered:
+        answer[worker_files.NOTICE_CONSIDERED] = True
+    return answer
 
 
 class _Server(ThreadingHTTPServer):

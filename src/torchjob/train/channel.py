@@ -28,6 +28,10 @@ class Channel(Protocol):
     # Whether an announcement is answered with the membership, so that a member's watching thread needs only
     # the one call (a request in a Pod); a file costs nothing to read, so the file channel reads it apart.
     answers_with_membership: bool
+    # Whether the controller tells a member on notice of eviction once it has looked at the notice
+    # (``notice_considered``, set from the answer that said so): the operator does; the file channel cannot.
+    tells_notice_considered: bool
+    notice_considered: bool
 
     def announce(self, key: str, attempt: int, more: dict[str, Any] | None = None) -> worker_files.Membership | None:
         """Say it; the group's membership when ``answers_with_membership`` (None: none published yet)."""
@@ -41,6 +45,8 @@ class FileChannel:
     watch_seconds = 0.05
     alive_seconds = 0.2  # a file write: the controller confirms a silent member in 1.5 s
     answers_with_membership = False
+    tells_notice_considered = False
+    notice_considered = False
 
     def __init__(self, output_dir: str) -> None:
         self.output_dir = output_dir
@@ -70,8 +76,10 @@ class OperatorChannel:
     watch_seconds = 0.15
     alive_seconds = 0.15
     answers_with_membership = True
+    tells_notice_considered = True
 
     def __init__(self, report_url: str, token_file: Path) -> None:
+        self.notice_considered = False
         self.announcements = worker_files.operator_endpoint(report_url, "announcements")
         self.memberships = worker_files.operator_endpoint(report_url, "membership")
         self.token_file = token_file
@@ -90,7 +98,10 @@ class OperatorChannel:
             text = call_operator(url, self.token_file, body)
         except (OSError, ValueError):
             return None  # asked again at the next poll; a process that is never answered times out
-        return json.loads(text) if text else None
+        answer = json.loads(text) if text else None
+        if isinstance(answer, dict) and answer.get(worker_files.NOTICE_CONSIDERED) is True:
+            self.notice_considered = True
+        return answer
 
 
 def from_env() -> Channel:

@@ -8,7 +8,10 @@ operator) and keeps training. The controller gives its place to a ready spare (a
 ``policies/repair.decide_handover``), the group re-forms at its next step, and this member leaves it there with
 exit code 0: no step is failed. When no newer membership comes within ``HOLD_SECONDS`` (no spare was ready, or
 torchjob itself is stopping the group), or the notice comes while the member is repairing, it exits with 143 as
-a preempted process does.
+a preempted process does. In a Pod the hold lasts longer where the operator has not yet looked at the notice
+(it says so with the membership: ``backends/kubernetes/notices.py``): on a loaded machine its pass can come after
+``HOLD_SECONDS``, and a member that left first would fail its peers' step. ``HOLD_CAP_SECONDS`` bounds that wait
+(an operator that never answers), within the default grace period of 30 s.
 
 SIGTERM is read by a thread from the signal module's wakeup file descriptor rather than acted on in a Python
 handler: Python runs handlers in the main thread only, which may be blocked in a collective for a long time.
@@ -33,6 +36,8 @@ from torchjob.train.preemption import PREEMPTED_EXIT_CODE
 # proved too short on a loaded one: the member left first and its peers repaired around it); a stop torchjob
 # makes itself (a group restart, a suspended or deleted job) costs at most this much longer.
 HOLD_SECONDS = 5.0
+# How long it waits at most for a controller that tells when it looked at the notice (the operator) to do so.
+HOLD_CAP_SECONDS = 20.0
 
 
 def _read_by_thread(_signum: int, _frame: FrameType | None) -> None:
@@ -40,10 +45,20 @@ def _read_by_thread(_signum: int, _frame: FrameType | None) -> None:
 
 
 class EvictionHold:
-    def __init__(self, rank: int, generation: Callable[[], int], newest: Callable[[], int], note: Callable[[], None]):
+    def __init__(
+        self,
+        rank: int,
+        generation: Callable[[], int],
+        newest: Callable[[], int],
+        note: Callable[[], None],
+        considered: Callable[[], bool] | None = None,
+    ):
         """``generation()``: the group's current generation; ``newest()``: the newest one published (the
-        membership watch); ``note()`` records the notice for the controller."""
+        membership watch); ``note()`` records the notice for the controller. ``considered()``, where the
+        controller says when it has looked at the notice: whether the last answer read said so."""
         self.rank, self._generation, self._newest, self._note = rank, generation, newest, note
+        self._tells_considered, self._considered_now = considered is not None, considered
+        self.considered = False  # latched by the watch after the newest membership it read with it
         self.noticed_at: float | None = None
         self._generation_at_notice = -1
         self._repairing = False
@@ -89,19 +104,34 @@ class EvictionHold:
         self._note()
         if self._repairing:
             self._leave("it was repairing its group")
+        longer = f", until the operator looked at it (at most {HOLD_CAP_SECONDS:g}s)" if self._tells_considered else ""
         print(
-            f"torchjob: rank {self.rank}: SIGTERM (a notice of eviction): training on for up to {HOLD_SECONDS:g}s "
-            "while a spare takes this place",
+            f"torchjob: rank {self.rank}: SIGTERM (a notice of eviction): training on for up to {HOLD_SECONDS:g}s"
+            f"{longer} while a spare takes this place",
             flush=True,
         )
-        timer = threading.Timer(HOLD_SECONDS, self._hold_over)
-        timer.daemon = True
-        timer.start()
+        for seconds in (HOLD_SECONDS, HOLD_CAP_SECONDS) if self._tells_considered else (HOLD_SECONDS,):
+            timer = threading.Timer(seconds, self.check)
+            timer.daemon = True
+            timer.start()
 
-    def _hold_over(self) -> None:
-        if self._newest() > self._generation_at_notice:
+    def after_read(self) -> None:
+        """In the membership watch, after each read (and after it took in the newest membership read)."""
+        if self._considered_now is not None and not self.considered and self._considered_now():
+            self.considered = True
+            self.check()
+
+    def check(self) -> None:
+        """Leave if the hold is over: no newer membership, and ``HOLD_SECONDS`` passed with the controller done
+        looking at the notice (or unable to say), or ``HOLD_CAP_SECONDS`` passed."""
+        considered = self.considered  # before newest: the watch sets it after the newest it came with
+        if self.noticed_at is None or self._newest() > self._generation_at_notice:
             return  # the group re-forms at its next step; a member whose place went to a spare leaves it there
-        self._leave(f"no spare took its place within {HOLD_SECONDS:g}s")
+        held = time.monotonic() - self.noticed_at
+        if held >= HOLD_CAP_SECONDS - 0.01:
+            self._leave(f"its controller did not look at the notice within {HOLD_CAP_SECONDS:g}s")
+        elif held >= HOLD_SECONDS - 0.01 and (considered or not self._tells_considered):
+            self._leave(f"no spare took its place within {HOLD_SECONDS:g}s")
 
     def _leave(self, why: str) -> None:
         print(f"torchjob: rank {self.rank}: leaving on SIGTERM: {why}", flush=True)

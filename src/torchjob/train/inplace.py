@@ -105,14 +105,15 @@ class InPlaceTraining:
         self._announced_at = -math.inf
         self._said_waiting: int | None = None
         if self.repairable:
-            self.watch = generations.MembershipWatch(self._look, self.attempt, self._pause, self._leave_if_replaced)
+            self.watch = generations.MembershipWatch(self._look, self.attempt, self._pause, self._after_look)
         if ctx.joined:
             self._take_state_and_wrap()
         else:
             self.ddp = self._wrap()
         if self.repairable:
             self._announce()
-            self.eviction = EvictionHold(ctx.rank, lambda: self.ctx.generation, self._newest, self._note_eviction)
+            told = (lambda: self.channel.notice_considered) if self.channel.tells_notice_considered else None
+            self.eviction = EvictionHold(ctx.rank, lambda: self.ctx.generation, self._newest, self._note_eviction, told)
 
     def run(self, step_fn: StepFunction, total_steps: int, start_step: int = 0) -> None:
         if not self.ctx.joined:
@@ -151,6 +152,8 @@ class InPlaceTraining:
         more: dict[str, Any] = {worker_files.ANNOUNCE_EVERY: self.channel.alive_seconds}
         if waiting_in is not None:
             more[worker_files.ANNOUNCE_WAITING] = waiting_in
+        if self.eviction is not None and self.eviction.noticed_at is not None:
+            more[worker_files.ANNOUNCE_NOTICE] = True  # the operator looks at once, and says when it has
         self._said_waiting = waiting_in
         return self.channel.announce(worker_files.process_key(self.replica, 0, self.ctx.rank), self.attempt, more)
 
@@ -175,11 +178,13 @@ class InPlaceTraining:
             return self.channel.watch_seconds
         return self.channel.poll_seconds if left <= 0 else min(self.channel.watch_seconds, left + 0.001)
 
-    def _leave_if_replaced(self, newest: int) -> None:
-        """In the watching thread: the controller published a generation after the one this step runs in, and
-        the step has outlasted its allowance, so it waits on a peer that will never answer (stopped, or on a
-        vanished node, which sends no reset). Cut the old group's connections: the step fails at once and the
-        group is repaired."""
+    def _after_look(self, newest: int) -> None:
+        """In the watching thread, after each read: a hold on notice of eviction may be over (eviction.py). And
+        when the controller published a generation after the one this step runs in, and the step has outlasted
+        its allowance, it waits on a peer that will never answer (stopped, or on a vanished node, which sends no
+        reset): cut the old group's connections, so that the step fails at once and the group is repaired."""
+        if self.eviction is not None:
+            self.eviction.after_read()
         with self.clock.lock:
             waiting_in = self.clock.waiting_in(_LEAVING_FACTOR)
             if waiting_in is None or newest <= waiting_in:

@@ -13,6 +13,7 @@ import threading
 from dataclasses import replace
 from datetime import datetime, timezone
 
+from torchjob.backends.kubernetes.notices import Notices
 from torchjob.backends.kubernetes.token_review import PodIdentity
 from torchjob.core.observed import MemberAnnouncement, Progress, TrainerState
 from torchjob.core.policies import silent_member
@@ -38,6 +39,7 @@ class ReportBoard:
         self._memberships: dict[tuple[str, str], Membership] = {}
         self._membership_owners: dict[tuple[str, str], str] = {}  # the uid of the job each was published for
         self._trainers: dict[str, TrainerState] = {}  # by Pod uid: what its launcher said
+        self.notices = Notices()  # members on notice of eviction, and whether a pass has looked since
         self._orders: dict[str, RestartOrder] = {}  # by Pod uid: the attempt its launcher is to start
 
     def announce(self, pod: PodIdentity, announcement: MemberAnnouncement) -> bool:
