@@ -84,6 +84,7 @@ ANNOUNCE_ATTEMPT = "attempt"
 ANNOUNCE_TIME = "time"
 ANNOUNCE_EVERY = "every"
 ANNOUNCE_WAITING = "waiting"
+ANNOUNCE_LONGEST_GAP = "longest_gap"  # the longest time between two of its announcements so far, by its clock
 # A member on notice of eviction says so (True); the operator's answer says once a pass has looked at it.
 ANNOUNCE_NOTICE = "notice"
 NOTICE_CONSIDERED = "noticeConsidered"

@@ -5,12 +5,14 @@ quiet never gets a healthy member replaced."""
 
 from __future__ import annotations
 
+import time
 from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 
 from torchjob.core.observed import MemberAnnouncement, ReplicaObservation
 from torchjob.core.policies import progress, silent_member
 from torchjob.testing import make_job, running
+from torchjob.train.channel import LongestGap
 
 T0 = datetime(2026, 11, 25, 12, 0, tzinfo=timezone.utc)
 JOB = make_job("j").master().workers(2).build()
@@ -80,3 +82,24 @@ def test_announcements_are_read_strictly() -> None:
         assert MemberAnnouncement.from_message(bad, heard) is None
     odd = MemberAnnouncement.from_message({"attempt": 0, "every": -1, "waiting": "x"}, heard)
     assert odd == MemberAnnouncement(0, heard)
+
+
+def test_a_member_says_how_late_it_has_been_where_no_hearer_keeps_its_gaps() -> None:
+    """Locally the controller reads each member's announcement file afresh: the member's own count of its
+    longest gap (``channel.LongestGap``) lengthens its allowance as a hearer's would; nonsense counts as none."""
+    said = MemberAnnouncement.from_message({"attempt": 0, "every": 0.2, "longest_gap": 1.3}, at(10))
+    assert said is not None and said.longest_gap == 1.3
+    others = [member("master-0", 11.6, waiting_in=2), member("worker-0", 11.6, waiting_in=2)]
+    group = [*others, replace(running("worker-1"), repairable=True, member=said)]
+    assert silent_member.find(group, 2, at(11.6)) == (None, at(12.6))  # 2 × 1.3 s, not 1.5 s
+    for nonsense in (-1, "2", float("nan"), True):
+        found = MemberAnnouncement.from_message({"attempt": 0, "longest_gap": nonsense}, at(10))
+        assert found is not None and found.longest_gap == 0.0
+    # A spare says it waits every 5 s, with no ``every``: promoted, its gaps as a spare are not held against it.
+    spare = MemberAnnouncement(attempt=0, heard_at=at(5), longest_gap=5.0)
+    promoted = silent_member.with_longest_gap(spare, MemberAnnouncement(attempt=0, heard_at=at(10), every=0.15))
+    assert promoted.longest_gap == 0.0
+    gap = LongestGap()
+    assert gap.said_now() == 0.0  # nothing to measure before the second announcement
+    time.sleep(0.05)
+    assert gap.said_now() >= 0.05

@@ -128,8 +128,8 @@ class MemberAnnouncement:
     """What a member of an in-place group last said of itself, from its watching thread: it trains under the
     in-place loop of ``attempt``, it runs (``heard_at``, sent every ``every`` seconds), and, when its step
     has waited past its allowance, the generation of that step (``waiting_in``): a peer it needs is silent.
-    ``longest_gap``: the longest time between two of its announcements heard so far in the attempt, where the
-    hearer keeps them (``silent_member.with_longest_gap``: how late a healthy member of this load can be)."""
+    ``longest_gap``: the longest time between two of its announcements in the attempt, by its own count or as
+    heard (``silent_member.with_longest_gap``): how late a healthy member of this load can be."""
 
     attempt: int
     heard_at: datetime
@@ -147,7 +147,8 @@ class MemberAnnouncement:
             return None
         every = _finite(message.get(worker_files.ANNOUNCE_EVERY))
         waiting = _whole(message.get(worker_files.ANNOUNCE_WAITING))  # the first generation is 0
-        return cls(attempt, heard_at, every if every and every > 0 else None, waiting)
+        gap = max(_finite(message.get(worker_files.ANNOUNCE_LONGEST_GAP)) or 0.0, 0.0)
+        return cls(attempt, heard_at, every if every and every > 0 else None, waiting, gap)
 
 
 @dataclass(frozen=True)

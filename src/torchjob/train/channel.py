@@ -40,6 +40,22 @@ class Channel(Protocol):
     def membership(self) -> worker_files.Membership | None: ...
 
 
+class LongestGap:
+    """The longest time between two announcements of this process so far, sent with each: a member of a loaded
+    machine says how late it can be, and is allowed that much more silence (``core/policies/silent_member``)."""
+
+    def __init__(self) -> None:
+        self._last: float | None = None
+        self.seconds = 0.0
+
+    def said_now(self) -> float:
+        now = time.monotonic()
+        if self._last is not None:
+            self.seconds = max(self.seconds, now - self._last)
+        self._last = now
+        return round(self.seconds, 3)
+
+
 class FileChannel:
     poll_seconds = 0.005
     watch_seconds = 0.05
@@ -50,12 +66,18 @@ class FileChannel:
 
     def __init__(self, output_dir: str) -> None:
         self.output_dir = output_dir
+        self.gap = LongestGap()
 
     def announce(self, key: str, attempt: int, more: dict[str, Any] | None = None) -> worker_files.Membership | None:
         path = worker_files.inplace_file(self.output_dir, key)
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(".tmp")
-        message = {worker_files.ANNOUNCE_ATTEMPT: attempt, worker_files.ANNOUNCE_TIME: time.time(), **(more or {})}
+        message = {
+            worker_files.ANNOUNCE_ATTEMPT: attempt,
+            worker_files.ANNOUNCE_TIME: time.time(),
+            worker_files.ANNOUNCE_LONGEST_GAP: self.gap.said_now(),
+            **(more or {}),
+        }
         tmp.write_text(json.dumps(message))
         os.replace(tmp, path)
         return None  # the membership is another file, read at no cost
@@ -80,6 +102,7 @@ class OperatorChannel:
 
     def __init__(self, report_url: str, token_file: Path) -> None:
         self.notice_considered = False
+        self.gap = LongestGap()
         self.announcements = worker_files.operator_endpoint(report_url, "announcements")
         self.memberships = worker_files.operator_endpoint(report_url, "membership")
         self.token_file = token_file
@@ -87,7 +110,13 @@ class OperatorChannel:
     def announce(self, key: str, attempt: int, more: dict[str, Any] | None = None) -> worker_files.Membership | None:
         # The operator files it under the Pod the token names (and dates it by its own clock); the key is only
         # for its log. Its answer is the membership (None: none published yet, or the call failed).
-        said = {worker_files.ANNOUNCE_ATTEMPT: attempt, "key": key, **(more or {})}
+        gap = self.gap.said_now()
+        said = {
+            worker_files.ANNOUNCE_ATTEMPT: attempt,
+            "key": key,
+            worker_files.ANNOUNCE_LONGEST_GAP: gap,
+            **(more or {}),
+        }
         return worker_files.parse_membership(self._call(self.announcements, said))
 
     def membership(self) -> worker_files.Membership | None:

@@ -71,8 +71,9 @@ def _said(observation: ReplicaObservation) -> MemberAnnouncement:
 
 def with_longest_gap(before: MemberAnnouncement | None, after: MemberAnnouncement) -> MemberAnnouncement:
     """``after`` carrying the longest gap of its member's attempt so far (``before``: what it said last), which
-    lengthens the silence it is allowed (``_allowed``)."""
-    if before is None or before.attempt != after.attempt:
+    lengthens the silence it is allowed (``_allowed``). Gaps after a spare's announcements (they carry no
+    ``every``: a waiting spare says so every few seconds) are no member's lateness: a promoted spare starts afresh."""
+    if before is None or before.attempt != after.attempt or before.every is None:
         return after
     gap = (after.heard_at - before.heard_at).total_seconds()
     return replace(after, longest_gap=max(before.longest_gap, gap, after.longest_gap))
