@@ -112,7 +112,7 @@ def test_scale_up_and_down_of_a_running_elastic_job(tmp_path: Path, torchjob_hom
     job = job_object(torchjob_home, "scales")
     status = job["status"]
     assert status["conditions"][-1]["type"] == "Succeeded"
-    assert (status["attempt"], status["restartCount"], status["membershipChanges"]) == (0, 0, 2)
+    assert (status["attempt"], status["restartCount"], status["membershipChanges"]) == (0, 0, 2), status["attempts"]
     assert job["spec"]["pytorchReplicaSpecs"]["Worker"]["replicas"] == 1
     grown = [r for r in rounds(torchjob_home, "scales") if r["world"] == 2]
     assert {r["replica"] for r in grown} == {"worker-0", "worker-1"}
