@@ -57,7 +57,7 @@ class EvictionHold:
         membership watch); ``note()`` records the notice for the controller. ``considered()``, where the
         controller says when it has looked at the notice: whether the last answer read said so."""
         self.rank, self._generation, self._newest, self._note = rank, generation, newest, note
-        self._tells_considered, self._considered_now = considered is not None, considered
+        self._considered_now = considered
         self.considered = False  # latched by the watch after the newest membership it read with it
         self.noticed_at: float | None = None
         self._generation_at_notice = -1
@@ -114,6 +114,10 @@ class EvictionHold:
             timer = threading.Timer(seconds, self.check)
             timer.daemon = True
             timer.start()
+
+    @property
+    def _tells_considered(self) -> bool:
+        return self._considered_now is not None
 
     def after_read(self) -> None:
         """In the membership watch, after each read (and after it took in the newest membership read)."""
