@@ -9,7 +9,8 @@ from datetime import datetime, timedelta, timezone
 from torchjob.api.types import LearnedDeadlines
 from torchjob.cli.get import summary
 from torchjob.core.actions import Plan
-from torchjob.core.observed import Progress, ReplicaObservation
+from torchjob.core.heard import Progress
+from torchjob.core.observed import ReplicaObservation
 from torchjob.core.planning import plan
 from torchjob.core.policies import learned, progress
 from torchjob.testing import make_job, running

@@ -6,7 +6,8 @@ from __future__ import annotations
 from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 
-from torchjob.core.observed import Progress, ReplicaObservation
+from torchjob.core.heard import Progress
+from torchjob.core.observed import ReplicaObservation
 from torchjob.core.policies import progress
 from torchjob.testing import make_job, running
 

@@ -11,7 +11,8 @@ import pytest
 from torchjob.api.types import ReplicaType
 from torchjob.backends.local.observing import observe_process, preemption_onset, slowest
 from torchjob.backends.local.shim import ExitRecord
-from torchjob.core.observed import Phase, PlatformReason, Progress
+from torchjob.core.heard import Progress
+from torchjob.core.observed import Phase, PlatformReason
 from torchjob.core.replicas import ReplicaId
 
 WORKER = ReplicaId(ReplicaType.WORKER, 1)

@@ -7,7 +7,8 @@ from datetime import datetime, timedelta, timezone
 
 from torchjob.api.types import TrainerMetric, TrainerStatus
 from torchjob.core.actions import CreateReplica, DeleteReplica
-from torchjob.core.observed import Phase, PlatformReason, Progress, ReplicaObservation, SilentNode, SpareObservation
+from torchjob.core.heard import Progress
+from torchjob.core.observed import Phase, PlatformReason, ReplicaObservation, SilentNode, SpareObservation
 from torchjob.core.planning import plan
 from torchjob.core.policies import repair
 from torchjob.core.policies.node_loss import declare_lost, look_again_at

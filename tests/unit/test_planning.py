@@ -10,7 +10,8 @@ import pytest
 from torchjob.api.types import ConditionType, PyTorchJob
 from torchjob.core import conditions
 from torchjob.core.actions import CreateReplica, DeleteJob, DeleteReplica, Plan
-from torchjob.core.observed import Progress, ReplicaObservation
+from torchjob.core.heard import Progress
+from torchjob.core.observed import ReplicaObservation
 from torchjob.core.planning import plan
 from torchjob.core.policies import elastic
 from torchjob.core.times import timestamp

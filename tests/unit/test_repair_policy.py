@@ -11,7 +11,8 @@ from tests.unit.test_planning import T0, at
 from torchjob.api.errors import ValidationError
 from torchjob.api.types import ElasticPolicy, GroupMembership, PyTorchJob
 from torchjob.core.actions import CreateReplica, CreateSpare, DeleteReplica, DeleteSpare, ReformGroup, RepairReplica
-from torchjob.core.observed import PlatformReason, Progress, ReplicaObservation, SpareObservation
+from torchjob.core.heard import Progress
+from torchjob.core.observed import PlatformReason, ReplicaObservation, SpareObservation
 from torchjob.core.planning import plan
 from torchjob.core.policies import repair
 from torchjob.testing import failed, make_job, running

@@ -9,7 +9,8 @@ import time
 from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 
-from torchjob.core.observed import MemberAnnouncement, ReplicaObservation
+from torchjob.core.heard import MemberAnnouncement
+from torchjob.core.observed import ReplicaObservation
 from torchjob.core.policies import progress, silent_member
 from torchjob.testing import make_job, running
 from torchjob.train.channel import LongestGap

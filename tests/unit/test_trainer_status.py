@@ -6,7 +6,8 @@ from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 
 from torchjob.api.types import PyTorchJob
-from torchjob.core.observed import Progress, ReplicaObservation
+from torchjob.core.heard import Progress
+from torchjob.core.observed import ReplicaObservation
 from torchjob.core.planning import plan
 from torchjob.core.policies.trainer_status import summarize
 from torchjob.testing import make_job, running, succeeded

@@ -18,7 +18,8 @@ from torchjob.backends.kubernetes.token_review import PodIdentity
 from torchjob.controller.supervise import run_until_done
 from torchjob.core import conditions
 from torchjob.core.actions import CreateReplica, DeleteReplica, RestartWarm
-from torchjob.core.observed import Phase, TrainerState
+from torchjob.core.heard import TrainerState
+from torchjob.core.observed import Phase
 from torchjob.core.replicas import ReplicaId
 from torchjob.testing import FakeBackend, make_job
 from torchjob.testing.builders import running

@@ -45,7 +45,8 @@ from torchjob.core.actions import (
     RepairReplica,
     RestartWarm,
 )
-from torchjob.core.observed import Observed, Progress
+from torchjob.core.heard import Progress
+from torchjob.core.observed import Observed
 from torchjob.core.replicas import ReplicaId
 
 

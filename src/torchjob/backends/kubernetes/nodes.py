@@ -27,7 +27,8 @@ from lightkube.resources.core_v1 import Node
 from torchjob.backends.kubernetes import observing
 from torchjob.backends.kubernetes.cluster import as_dict
 from torchjob.backends.kubernetes.reachability import Reachability
-from torchjob.core.observed import Progress, SilentNode
+from torchjob.core.heard import Progress
+from torchjob.core.observed import SilentNode
 
 log = logging.getLogger("torchjob.operator")
 

@@ -15,7 +15,7 @@ from datetime import datetime, timezone
 
 from torchjob.backends.kubernetes.notices import Notices
 from torchjob.backends.kubernetes.token_review import PodIdentity
-from torchjob.core.observed import MemberAnnouncement, Progress, TrainerState
+from torchjob.core.heard import MemberAnnouncement, Progress, TrainerState
 from torchjob.core.policies import silent_member
 from torchjob.worker_files import Membership, RestartOrder
 

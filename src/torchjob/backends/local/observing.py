@@ -11,7 +11,8 @@ import signal
 from datetime import datetime, timezone
 
 from torchjob.backends.local.shim import ExitRecord
-from torchjob.core.observed import MemberAnnouncement, Phase, PlatformReason, Progress, ReplicaObservation
+from torchjob.core.heard import MemberAnnouncement, Progress
+from torchjob.core.observed import Phase, PlatformReason, ReplicaObservation
 from torchjob.core.replicas import ReplicaId
 
 

@@ -20,7 +20,8 @@ from __future__ import annotations
 from dataclasses import replace
 from datetime import datetime
 
-from torchjob.core.observed import MemberAnnouncement, Phase, ReplicaObservation
+from torchjob.core.heard import MemberAnnouncement
+from torchjob.core.observed import Phase, ReplicaObservation
 from torchjob.core.times import later
 
 # Announcements a member may miss before its silence counts, and never less than MIN_SILENCE: a healthy member of
