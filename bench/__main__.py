@@ -34,6 +34,7 @@ def main() -> None:
     refused = refusals.measure()
     print("launch latency ...", flush=True)
     lat = launch.measure(trials)
+    lat_ddp = launch.measure(trials, "ddp")
     print("steady state ...", flush=True)
     steady = steady_state.measure(2 if args.quick else 4)
     print("recovery ...", flush=True)
@@ -64,6 +65,14 @@ def main() -> None:
             lat_ratio <= 0.90,
         ),
         _row("launch floor: bare spawn of 3 processes (median s)", f"{lat['bare']:.2f}", "", None, "—", True),
+        _row(
+            "launch → first DDP step on 3 ranks (median s)",
+            f"{lat_ddp['torchjob']:.2f}",
+            f"torchrun {lat_ddp['torchrun']:.2f}; bare spawn {lat_ddp['bare']:.2f}",
+            lat_ddp["torchjob"] / lat_ddp["torchrun"],
+            "ratio ≤ 0.5",
+            lat_ddp["torchjob"] / lat_ddp["torchrun"] <= 0.5,
+        ),
         _row(
             "MNIST training throughput, rank 0 (samples/s)",
             f"{steady.torchjob_samples_per_second:.0f}",
