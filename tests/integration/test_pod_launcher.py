@@ -1,6 +1,7 @@
-"""A Pod's launcher (``python -s -m torchjob.launch -- python SCRIPT``) as its own process, talking to the
-operator's real report endpoint over loopback (the API server's token review is the only stand-in). The test
-plays the operator's backend: it gives the restart orders a group restart gives (warm_pods.restart_order)."""
+"""A Pod's launcher (``python -s -c BOOT -- python SCRIPT``, BOOT running ``torchjob.launch``) as its own
+process, talking to the operator's real report endpoint over loopback (the API server's token review is the only
+stand-in). The test plays the operator's backend: it gives the restart orders a group restart gives
+(warm_pods.restart_order)."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from torchjob import worker_files
+from torchjob.backends.kubernetes import warm_pods
 from torchjob.backends.kubernetes.report_board import ReportBoard
 from torchjob.backends.kubernetes.token_review import PodIdentity
 from torchjob.controller.report_server import report_server
@@ -76,7 +78,7 @@ def _launch(operator: Operator, tmp_path: Path, command: list[str], plan: dict[s
         worker_files.ENV_ATTEMPT: "0",
         "PROBE_DO": json.dumps(plan),
     }
-    launcher = [sys.executable, "-s", "-m", "torchjob.launch", "--", *command]
+    launcher = [sys.executable, *warm_pods.LAUNCHER, *command]
     return subprocess.Popen(launcher, cwd=SCRIPTS, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
@@ -160,3 +162,30 @@ def test_a_command_python_cannot_start_warm_runs_as_it_is(operator: Operator, tm
     assert "the script starts cold and restarts with its Pod: the interpreter option -X changes" in output
     assert _probes(output)[0]["warm"] is False
     assert operator.board.trainer(POD.uid) is None  # nothing to restart in place: the launcher stood aside
+
+
+def test_an_image_without_torchjob_runs_the_command_cold_with_the_reason(tmp_path: Path) -> None:
+    """The operator's launcher command in an image that lacks torchjob (here the interpreter this test's virtual
+    environment was made from, which has neither torchjob nor torch): the script runs all the same, cold."""
+    bare = getattr(sys, "_base_executable", "")
+    probe = subprocess.run([bare, "-c", "import torchjob"], capture_output=True, text=True)
+    assert probe.returncode != 0, f"{bare} has torchjob: it cannot stand for an image without it"
+    command = [bare, "-c", "import sys; print('RAN', sys.argv[1:]); sys.exit(4)", "--lr", "0.1"]
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    ran = subprocess.run([bare, *warm_pods.LAUNCHER, *command], env=env, capture_output=True, text=True, timeout=60)
+    assert ran.returncode == 4, ran.stderr  # the command's own exit code: it was exec'd, not wrapped
+    assert "RAN ['--lr', '0.1']" in ran.stdout
+    assert "the script starts cold and restarts with its Pod: torchjob is not installed in its image" in ran.stderr
+
+
+def test_an_image_with_torchjob_runs_the_launcher(tmp_path: Path) -> None:
+    """The same command where torchjob is installed runs torchjob's launcher; with no operator to give it orders
+    (no report endpoint in its environment) the launcher says so and runs the command cold."""
+    script = tmp_path / "train.py"
+    script.write_text("import sys; print('RAN', sys.argv[1:])\n")
+    command = [sys.executable, str(script), "--lr", "0.1"]
+    env = {k: v for k, v in os.environ.items() if k != worker_files.ENV_REPORT_URL}
+    ran = subprocess.run([sys.executable, *warm_pods.LAUNCHER, *command], env=env, capture_output=True, text=True)
+    assert ran.returncode == 0, ran.stderr
+    assert "RAN ['--lr', '0.1']" in ran.stdout
+    assert "no operator gives this Pod restart orders" in ran.stderr

@@ -44,8 +44,8 @@ def test_a_python_script_of_a_job_that_asks_starts_through_the_launcher() -> Non
     assert container["command"] == [
         "python3",
         "-s",
-        "-m",
-        "torchjob.launch",
+        "-c",
+        warm_pods.BOOT,
         "--",
         "python3",
         "-u",

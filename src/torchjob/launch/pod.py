@@ -1,4 +1,5 @@
-"""A Pod's launcher: the trainer container runs ``python -s -m torchjob.launch -- python SCRIPT ARGS...``.
+"""A Pod's launcher: the trainer container runs ``python -s -m torchjob.launch -- python SCRIPT ARGS...`` (the
+operator writes it as ``python -s -c BOOT -- ...``, which runs this where the image has torchjob: warm_pods.py).
 
 The operator starts it in place of the script when the job asks for warm restarts (``torchjob.io/warm-start:
 "true"``, ``backends/kubernetes/warm_pods.py``). It imports torch once (preload.py), then forks the script from

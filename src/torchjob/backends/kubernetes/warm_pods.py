@@ -1,18 +1,20 @@
 """Warm restarts in Pods: the operator's half of a Pod's launcher (``torchjob.launch``, pod.py).
 
-A job asks for them with ``torchjob.io/warm-start: "true"`` (on Kubernetes they are off by default: the launcher
-is torchjob's, so the image must have torchjob installed). The trainer container of such a job, when it runs a
-Python script (``python [-u] SCRIPT|-m MODULE ...``, ``launch/entry.py``), runs it through the launcher:
-``python -s -m torchjob.launch -- <its command>``. Its Pod then says how its trainer is (report_board.py), and a
-group restart does not delete it (``RestartWarm``): the Pod is relabelled into the next attempt and its launcher
-told to stop its trainer. Until that trainer has ended, the Pod is observed as its old attempt's, being stopped;
-then as no replica at all, so that the planner's usual rule holds: the next attempt starts only once the whole
-earlier one is gone. The planner's ``CreateReplica`` for it then starts the script again in that Pod (a second
-order), torch already imported, instead of creating a Pod. A new trainer never meets an old one's store.
+A job asks for them with ``torchjob.io/warm-start: "true"`` (on Kubernetes they are off by default: the launcher is
+torchjob's, so only an image with torchjob installed restarts warm). The trainer container of such a job, when it
+runs a Python script (``python [-u] SCRIPT|-m MODULE ...``, ``launch/entry.py``), runs it through the launcher:
+``python -s -c BOOT -- <its command>``, where BOOT runs ``torchjob.launch``, or the command itself, cold, in an
+image without torchjob (the operator then never hears a launcher: the Pod is a cold one). Its Pod then says how its
+trainer is (report_board.py), and a group restart does not delete it (``RestartWarm``): the Pod is relabelled into
+the next attempt and its launcher told to stop its trainer. Until that trainer has ended, the Pod is observed as its
+old attempt's, being stopped; then as no replica at all, so that the planner's usual rule holds: the next attempt
+starts only once the whole earlier one is gone. The planner's ``CreateReplica`` for it then starts the script again
+in that Pod (a second order), torch already imported, instead of creating a Pod. A new trainer never meets an old
+one's store.
 
-Static groups only: an elastic group's agents restart their own workers, and an in-place group is repaired
-around its running members. A command of any other form starts cold, as before, and so does every replica
-whose Pod cannot restart warm (its container ended, its node is lost): the planner deletes and recreates those.
+Static groups only: an elastic group's agents restart their own workers, and an in-place group is repaired around
+its running members. A command of any other form starts cold, as before, and so does every replica whose Pod cannot
+restart warm (its container ended, its node is lost): the planner deletes and recreates those.
 """
 
 from __future__ import annotations
@@ -34,7 +36,16 @@ from torchjob.core.observed import Phase, ReplicaObservation
 from torchjob.core.replicas import ReplicaId
 from torchjob.launch.entry import WarmEntry, python_entry
 
-LAUNCHER = ["-s", "-m", "torchjob.launch", "--"]
+# The launcher, where the image has it (torchjob installed); else the command itself, cold, as without warm starts,
+# with the reason in the Pod's log: an image the annotation was wrong about runs the job all the same.
+BOOT = (
+    "import importlib.util as u,os,runpy,sys\n"
+    "if u.find_spec('torchjob') and u.find_spec('torchjob.launch'):"
+    "runpy.run_module('torchjob.launch',run_name='__main__')\n"
+    "else:print('torchjob: the script starts cold and restarts with its Pod: torchjob is not installed in its "
+    "image',file=sys.stderr,flush=True);os.execvp(sys.argv[2],sys.argv[2:])"
+)
+LAUNCHER = ["-s", "-c", BOOT, "--"]
 POD_GRACE_SECONDS = 30.0  # a Pod's terminationGracePeriodSeconds when it sets none
 _PYTHON = re.compile(r"python(3(\.\d+)?)?")
 
