@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import socket
 import threading
 import time
 from collections.abc import Callable
@@ -46,21 +47,38 @@ def store_client(timeout: timedelta) -> Any:
 
     Connected in short tries, each resolving the name again: a store lost with its node is created again under
     the same name at another address, and one try at the old address (no answer ever, no refusal) would last
-    the whole timeout. Once connected, the store's operations get the whole timeout."""
+    the whole timeout. Once connected, the store's operations get the whole timeout.
+
+    Each try first knocks with a plain socket: torch's client logs every failed connection as an error with a
+    C++ stack trace, and while a lost store is replaced a member may try for seconds; its log must say what
+    happened, not look like a crash. The last try goes to torch, whose error is raised."""
     host, _, port = os.environ[worker_files.ENV_STORE].rpartition(":")
     deadline = time.monotonic() + timeout.total_seconds()
     while True:
         left = deadline - time.monotonic()
+        one_try = max(0.1, min(STORE_TRY_SECONDS, left))
+        if left > STORE_TRY_SECONDS and not _answers(host, int(port), one_try):
+            time.sleep(0.2)
+            continue
         try:
-            one_try = timedelta(seconds=max(0.1, min(STORE_TRY_SECONDS, left)))
-            store = dist.TCPStore(host, int(port), is_master=False, timeout=one_try)  # type: ignore[attr-defined]
-        except RuntimeError:  # DistNetworkError, DistStoreError: no store there (yet)
+            store = dist.TCPStore(host, int(port), is_master=False, timeout=timedelta(seconds=one_try))  # type: ignore[attr-defined]
+        except RuntimeError:  # DistNetworkError, DistStoreError: no store there (any more)
             if left <= STORE_TRY_SECONDS:
                 raise
             time.sleep(0.2)
             continue
         store.set_timeout(timeout)
         return store
+
+
+def _answers(host: str, port: int, timeout: float) -> bool:
+    """Whether something accepts a connection at ``host:port`` within ``timeout`` seconds (the name resolved
+    afresh: a store created again elsewhere keeps its name)."""
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            return True
+    except OSError:  # refused, unreachable, timed out, a name that does not resolve (yet)
+        return False
 
 
 def is_newer(found: Membership | None, attempt: int, generation: int) -> bool:
