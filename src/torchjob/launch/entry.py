@@ -22,6 +22,11 @@ class WarmEntry:
     unbuffered: bool = False
 
 
+# How a Pod's trainer says in its log that it starts cold, before the reason: the launcher's words (pod.py), and
+# the operator's boot line's where the image has no torchjob to launch it (backends/kubernetes/warm_pods.py).
+POD_COLD_START = "torchjob: the script starts cold and restarts with its Pod: "
+
+
 @dataclass(frozen=True)
 class ColdStart:
     """Why a replica starts cold; said once in its log."""

@@ -34,7 +34,7 @@ from typing import Any, NoReturn
 
 from torchjob import worker_files
 from torchjob.launch import preload, reaping, warm_start
-from torchjob.launch.entry import ColdStart, WarmEntry, python_entry
+from torchjob.launch.entry import POD_COLD_START, ColdStart, WarmEntry, python_entry
 from torchjob.launch.orders import TrainerChannel
 
 # How often the operator hears from the launcher: while its trainer runs, and once it has failed (the order that
@@ -64,7 +64,7 @@ def main(argv: list[str] | None = None) -> NoReturn:
     channel = TrainerChannel.from_env()
     if isinstance(entry, ColdStart) or channel is None:
         why = entry.reason if isinstance(entry, ColdStart) else "no operator gives this Pod restart orders"
-        print(f"torchjob: the script starts cold and restarts with its Pod: {why}", file=sys.stderr, flush=True)
+        print(f"{POD_COLD_START}{why}", file=sys.stderr, flush=True)
         os.execvp(command[0], command)
     base_path = list(sys.path[1:])  # without this process's own sys.path[0] (its working directory)
     preload.preload(preload.with_extra(preload.TORCH, os.environ.get(worker_files.ENV_WARM_PRELOAD, "")))

@@ -34,7 +34,7 @@ from torchjob.core import envs, replicas
 from torchjob.core.envs import Addressing, replica_env
 from torchjob.core.observed import Phase, ReplicaObservation
 from torchjob.core.replicas import ReplicaId
-from torchjob.launch.entry import WarmEntry, python_entry
+from torchjob.launch.entry import POD_COLD_START, WarmEntry, python_entry
 
 # The launcher, where the image has it (torchjob installed); else the command itself, cold, as without warm starts,
 # with the reason in the Pod's log: an image the annotation was wrong about runs the job all the same.
@@ -42,8 +42,8 @@ BOOT = (
     "import importlib.util as u,os,runpy,sys\n"
     "if u.find_spec('torchjob') and u.find_spec('torchjob.launch'):"
     "runpy.run_module('torchjob.launch',run_name='__main__')\n"
-    "else:print('torchjob: the script starts cold and restarts with its Pod: torchjob is not installed in its "
-    "image',file=sys.stderr,flush=True);os.execvp(sys.argv[2],sys.argv[2:])"
+    f"else:print({POD_COLD_START + 'torchjob is not installed in its image'!r},file=sys.stderr,flush=True);"
+    "os.execvp(sys.argv[2],sys.argv[2:])"
 )
 LAUNCHER = ["-s", "-c", BOOT, "--"]
 POD_GRACE_SECONDS = 30.0  # a Pod's terminationGracePeriodSeconds when it sets none
