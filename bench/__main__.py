@@ -52,6 +52,7 @@ def main() -> None:
     scale = operator.measure()
 
     lat_ratio = lat["torchjob"] / lat["torchrun"]
+    ddp_ratio = lat_ddp["torchjob"] / lat_ddp["torchrun"]
     sps_ratio = steady.torchjob_samples_per_second / steady.torchrun_samples_per_second
     rows = [
         "| metric | torchjob | anchor | ratio | target | met |",
@@ -69,9 +70,9 @@ def main() -> None:
             "launch → first DDP step on 3 ranks (median s)",
             f"{lat_ddp['torchjob']:.2f}",
             f"torchrun {lat_ddp['torchrun']:.2f}; bare spawn {lat_ddp['bare']:.2f}",
-            lat_ddp["torchjob"] / lat_ddp["torchrun"],
+            ddp_ratio,
             "ratio ≤ 0.5",
-            lat_ddp["torchjob"] / lat_ddp["torchrun"] <= 0.5,
+            ddp_ratio <= 0.5,
         ),
         _row(
             "MNIST training throughput, rank 0 (samples/s)",
