@@ -86,12 +86,21 @@ def wait_for_condition(cluster: Cluster, namespace: str, job: str, kinds: set[st
 
 
 def wait_for_pod_phase(cluster: Cluster, namespace: str, pod: str, phase: str, timeout: float) -> None:
+    """Waits for the Pod's phase; a Pod that ends in the other terminal phase fails at once, with its log."""
     deadline = time.monotonic() + timeout
     while True:
         found = cluster.kubectl("get", "pod", pod, "-n", namespace, "-o", "json", check=False)
-        if found.returncode == 0 and json.loads(found.stdout).get("status", {}).get("phase") == phase:
+        now = json.loads(found.stdout).get("status", {}).get("phase") if found.returncode == 0 else None
+        if now == phase:
             return
-        if time.monotonic() > deadline:
+        ended = now in ("Succeeded", "Failed")
+        if ended or time.monotonic() > deadline:
             events = cluster.kubectl("get", "events", "-n", namespace, check=False).stdout
-            pytest.fail(f"pod {pod} never reached {phase} in {timeout:.0f}s:\n{events[-2000:]}")
+            log = cluster.kubectl("logs", pod, "-n", namespace, "--all-containers", check=False)
+            said = f"its log:\n{(log.stdout + log.stderr)[-3000:]}\nevents:\n{events[-2000:]}"
+            pytest.fail(
+                f"pod {pod} ended {now}, never {phase}; {said}"
+                if ended
+                else f"pod {pod} never reached {phase} in {timeout:.0f}s ({now}); {said}"
+            )
         time.sleep(0.5)

@@ -53,11 +53,17 @@ def _node_ready(cluster: Cluster, name: str) -> str:
 
 
 # Rank RANK of a 2-rank gloo group that meets at the headless Service "rank0" (the rank-0 Pod), by its DNS name.
+# Rank 0 holds the store and leaves only once rank 1 says it is done: a rank that exits while its peer still
+# reads the last message of the collective can have the peer's read fail (a reset connection).
 _ALL_REDUCE = (
-    "import os, torch, torch.distributed as dist; "
+    "import os, torch, torch.distributed as dist; rank = int(os.environ['RANK']); "
     "dist.init_process_group('gloo', init_method='tcp://rank0.default.svc.cluster.local:29500', "
-    "rank=int(os.environ['RANK']), world_size=2, timeout=__import__('datetime').timedelta(seconds=90)); "
-    "t = torch.ones(1); dist.all_reduce(t); print('all_reduce', t.item(), 'on', os.environ['NODE'])"
+    "rank=rank, world_size=2, timeout=__import__('datetime').timedelta(seconds=90)); "
+    "print('rank', rank, 'joined', flush=True); "
+    "t = torch.ones(1); dist.all_reduce(t); print('all_reduce', t.item(), 'on', os.environ['NODE'], flush=True); "
+    "store = dist.distributed_c10d._get_default_store(); "
+    "store.set('done', '1') if rank else store.wait(['done']); "
+    "dist.destroy_process_group()"
 )
 
 
