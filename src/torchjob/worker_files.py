@@ -177,6 +177,11 @@ class Membership(TypedDict):
     members: list[str]  # replica names, in rank order
     joined: list[str]  # the replicas that joined in this generation
     spares: dict[str, str]  # every spare promoted into the attempt's group → the replica it became
+    # The newest generation published because members were removed without agreeing to it (lost, hung, scaled
+    # away): a member whose step waits far too long leaves it only for such a one. A generation made by
+    # agreement (a handover, a spare joining an elastic group) is taken at the next step; its members still
+    # answer, however slow the step in progress.
+    lost_in: int
 
 
 class RestartOrder(TypedDict):
@@ -213,7 +218,8 @@ def parse_membership(found: object) -> Membership | None:
     joined, spares = found.get("joined", []), found.get("spares", {})
     if not (isinstance(attempt, int) and isinstance(generation, int) and isinstance(members, list)):
         return None
-    if not (isinstance(joined, list) and isinstance(spares, dict)):
+    lost_in = found.get("lost_in", generation)  # a controller that does not say: every change may be a loss
+    if not (isinstance(joined, list) and isinstance(spares, dict) and isinstance(lost_in, int)):
         return None
     return Membership(
         attempt=attempt,
@@ -221,4 +227,5 @@ def parse_membership(found: object) -> Membership | None:
         members=[str(m) for m in members],
         joined=[str(j) for j in joined],
         spares={str(k): str(v) for k, v in spares.items()},
+        lost_in=lost_in,
     )

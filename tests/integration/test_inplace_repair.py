@@ -220,12 +220,16 @@ def test_a_plain_script_with_spares_still_gets_a_group_restart(tmp_path: Path, t
     assert "worker-0 was killed by SIGKILL" in status["attempts"][0]["outcome"]
 
 
+@pytest.mark.parametrize("slow_step", [0.0, 3.0], ids=["step-as-usual", "slow-step"])
 def test_a_member_on_notice_of_eviction_hands_its_place_to_a_spare_and_no_step_fails(
-    tmp_path: Path, torchjob_home: Path, uninterrupted: list[list[float]]
+    tmp_path: Path, torchjob_home: Path, uninterrupted: list[list[float]], slow_step: float
 ) -> None:
     """A SIGTERM from outside (a drain's eviction, a spot notice) to worker-1: it trains on, the spare takes its
-    place at a step boundary (a re-form, not a repair after a failed step), and it leaves with exit code 0."""
-    run = start_run(job_file(tmp_path, in_place_job("mend")), torchjob_home)
+    place at a step boundary (a re-form, not a repair after a failed step), and it leaves with exit code 0.
+    ``slow-step``: the step in progress runs 30 times its usual time (a loaded machine) while the handover is
+    published; no member takes that for a silent peer and leaves the step."""
+    job = in_place_job("mend").env(SLOW_ON_NOTICE=str(slow_step))
+    run = start_run(job_file(tmp_path, job), torchjob_home)
     warm_and_training(torchjob_home)
     survivors = {r: shim_pid(torchjob_home, "mend", r) for r in ("master-0", "worker-0")}
     leaving = shim_pid(torchjob_home, "mend", "worker-1")
@@ -236,7 +240,7 @@ def test_a_member_on_notice_of_eviction_hands_its_place_to_a_spare_and_no_step_f
     assert "spare spare-0 joins as worker-1 (rank 2 of 3)" in stdout
     assert "Rank 0: group re-formed in place (generation 1, 3 ranks, state from rank 0)" in stdout, stdout
     assert "worker-1 has no place in the group any more and leaves it" in stdout
-    assert "leaving on SIGTERM" not in stdout
+    assert "leaving on SIGTERM" not in stdout and "repaired around a silent peer" not in stdout, stdout
     # No step failed: the one change of the group was agreed at a step boundary.
     repairs = worker_files.repairs_file(torchjob_home / "jobs" / "mend" / "output").read_text().splitlines()
     assert [json.loads(line)["kind"] for line in repairs] == ["regroup"]

@@ -78,11 +78,10 @@ def test_a_lost_member_leaves_at_once_and_a_spare_is_started_for_its_place() -> 
 
     # Once it is ready, it takes the empty place, and the group grows back.
     grown = step(smaller, members("worker-0", "worker-2"), [READY])
-    assert grown.actions == [
-        RepairReplica(lost("worker-1").replica, 0, "spare-0"),
-        told(2, ("worker-0", "worker-1", "worker-2"), {"spare-0": "worker-1"}),
-    ]
-    assert grown.status.membership == told(2, ("worker-0", "worker-1", "worker-2"), {"spare-0": "worker-1"}).membership
+    # Growing is agreed at the next step: the newest loss stays generation 1's.
+    grown_to = told(2, ("worker-0", "worker-1", "worker-2"), {"spare-0": "worker-1"}, lost_in=1)
+    assert grown.actions == [RepairReplica(lost("worker-1").replica, 0, "spare-0"), grown_to]
+    assert grown.status.membership == grown_to.membership
     assert grown.status.membership_changes == 2 and grown.status.restart_count == 0
     assert [e.reason for e in grown.events] == ["MemberAdded"]
 
@@ -123,7 +122,7 @@ def test_scaling_changes_the_membership_without_a_restart() -> None:
     up = step(job, members("worker-0", "worker-1"))
     assert up.actions == [CreateSpare(0, rendezvous_at_store=True)]
     joined = step(job, members("worker-0", "worker-1"), [READY])
-    assert joined.actions[-1] == told(1, ("worker-0", "worker-1", "worker-2"), {"spare-0": "worker-2"})
+    assert joined.actions[-1] == told(1, ("worker-0", "worker-1", "worker-2"), {"spare-0": "worker-2"}, lost_in=0)
 
 
 def test_a_hung_member_is_stopped_at_once_and_the_others_carry_on_smaller() -> None:
@@ -194,7 +193,7 @@ def test_an_evicted_member_leaves_at_its_next_step_once_and_its_place_is_filled_
     job = elastic_job()
     result = step(job, [*members("worker-0", "worker-2"), evicted("worker-1")])
     # The platform deletes its Pod: nothing to delete, only the smaller membership to publish.
-    assert result.actions == [told(1, ("worker-0", "worker-2")), CreateSpare(0, rendezvous_at_store=True)]
+    assert result.actions == [told(1, ("worker-0", "worker-2"), lost_in=0), CreateSpare(0, rendezvous_at_store=True)]
     assert [e.reason for e in result.events] == ["MemberLeaving"]
     assert (result.status.attempt, result.status.restart_count, result.status.membership_changes) == (0, 0, 1)
     # While it finishes its step and goes, the next passes publish nothing again.

@@ -8,6 +8,7 @@ from dataclasses import replace
 import pytest
 
 from tests.unit.test_planning import T0, at
+from torchjob import worker_files
 from torchjob.api.errors import ValidationError
 from torchjob.api.types import ElasticPolicy, GroupMembership, PyTorchJob
 from torchjob.core.actions import CreateReplica, CreateSpare, DeleteReplica, DeleteSpare, ReformGroup, RepairReplica
@@ -35,12 +36,17 @@ def group(lost_signal: int | None = signal.SIGKILL, repairable: bool = True) -> 
     return [replace(o, repairable=repairable) for o in members]
 
 
-def told(generation: int, members: tuple[str, ...], promoted: dict[str, str] | None = None) -> ReformGroup:
-    """The membership of attempt 0 the group is told (``promoted`` spares join it)."""
+def told(
+    generation: int, members: tuple[str, ...], promoted: dict[str, str] | None = None, lost_in: int | None = None
+) -> ReformGroup:
+    """The membership of attempt 0 the group is told (``promoted`` spares join it); ``lost_in``: the newest
+    generation made because members were lost (by default this one)."""
     joined, spares = sorted((promoted or {}).values()), dict(promoted or {})
-    return ReformGroup(
-        GroupMembership(attempt=0, generation=generation, members=list(members), joined=joined, spares=spares)
+    lost = generation if lost_in is None else lost_in
+    membership = GroupMembership(
+        attempt=0, generation=generation, members=list(members), joined=joined, spares=spares, lost_in=lost
     )
+    return ReformGroup(membership)
 
 
 def test_spares_start_with_the_group_and_the_store_before_both() -> None:
@@ -114,6 +120,25 @@ def test_a_membership_keeps_every_promotion_of_the_attempt() -> None:
     # A membership of an earlier attempt is not carried over: the new attempt's first is generation 1.
     third = repair.next_membership(second, 1, members, [("spare-2", "worker-0")])
     assert (third.generation, third.spares) == (1, {"spare-2": "worker-0"})
+
+
+def test_a_membership_names_the_newest_generation_made_because_members_were_lost() -> None:
+    """Members leave a step that waits far too long only for a loss: a handover or a joining spare is agreed at
+    the next step, however slow the one in progress is on a loaded machine."""
+    members = ["master-0", "worker-0", "worker-1"]
+    handed = repair.next_membership(None, 0, members, [("spare-0", "worker-1")], lost=False)
+    repaired = repair.next_membership(handed, 0, members, [("spare-1", "worker-0")])
+    grown = repair.next_membership(repaired, 0, members, [("spare-2", "worker-1")], lost=False)
+    assert [(m.generation, m.lost_in) for m in (handed, repaired, grown)] == [(1, 0), (2, 2), (3, 2)]
+    assert grown.to_json()["lost_in"] == 2
+    # A membership an older controller kept says nothing: its own generation may have been a loss.
+    older = GroupMembership(attempt=0, generation=4, members=members)
+    assert older.to_json()["lost_in"] == 4
+    assert repair.next_membership(older, 0, members, [], lost=False).lost_in == 4
+    # ... and so does one an older controller publishes: members read it as a loss, as they did.
+    wire = {"attempt": 0, "generation": 5, "members": members}
+    assert worker_files.parse_membership(wire) == {**wire, "joined": [], "spares": {}, "lost_in": 5}
+    assert worker_files.parse_membership({**wire, "lost_in": "2"}) is None
 
 
 def test_spares_of_an_ended_attempt_go_and_the_new_attempt_gets_its_own() -> None:
@@ -229,7 +254,7 @@ def test_a_member_on_notice_of_eviction_hands_its_place_to_a_ready_spare_while_i
     worker_1 = on_notice()[2].replica
     assert result.actions == [
         RepairReplica(worker_1, 0, "spare-0", handover=True),
-        told(1, members, {"spare-0": "worker-1"}),
+        told(1, members, {"spare-0": "worker-1"}, lost_in=0),  # by agreement: no member leaves its step for it
     ]
     # The platform's doing: counted as a repair (it is one), never against the backoff limit, no restart.
     assert (result.status.attempt, result.status.restart_count, result.status.repairs) == (0, 0, 1)

@@ -190,13 +190,15 @@ class GroupMembership(_OpenWire):
     """The membership a group under in-place repair was last told, in the JSON its members read
     (``membership.json`` locally, the operator's ``/membership`` endpoint in a Pod): its generation within the
     attempt, the members in rank order, the replicas that joined in it, and every spare promoted into the
-    attempt's group (spare → the replica it became)."""
+    attempt's group (spare → the replica it became), and the newest generation made because members were lost
+    (``worker_files.Membership.lost_in``; None where an older controller kept it: every change counts)."""
 
     attempt: int
     generation: int
     members: list[str] = Field(default_factory=list)
     joined: list[str] = Field(default_factory=list)
     spares: dict[str, str] = Field(default_factory=dict)
+    lost_in: int | None = None
 
     def to_json(self) -> Membership:
         return Membership(
@@ -205,6 +207,7 @@ class GroupMembership(_OpenWire):
             members=list(self.members),
             joined=list(self.joined),
             spares=dict(self.spares),
+            lost_in=self.generation if self.lost_in is None else self.lost_in,
         )
 
 

@@ -45,7 +45,7 @@ def repaired(state: PassState, decisions: list[repair.Repair], counted: bool, ha
     # The group keeps its places: its live members, and the lost ones now held by the spares.
     places = [o.replica for o in current if o.phase.live and not o.stopping]
     members = repair.members_in_rank_order(state.job, [*places, *(d.lost.replica for d in decisions)])
-    reform(state, members, [(d.spare, str(d.lost.replica)) for d in decisions])
+    reform(state, members, [(d.spare, str(d.lost.replica)) for d in decisions], lost=not handover)
     attempts.note_repair(state.status, state.now)
     return True
 
@@ -96,7 +96,7 @@ def regrouped(
     state.actions += change.actions
     state.events += change.events
     if change.members is not None:
-        reform(state, change.members, change.promoted)
+        reform(state, change.members, change.promoted, change.lost)
     state.status.membership_changes += len(change.leaving) + change.joining
     state.empty_places = change.empty_places
     if change.leaving or change.joining:
@@ -104,9 +104,10 @@ def regrouped(
     return change
 
 
-def reform(state: PassState, members: Sequence[str], promoted: Sequence[tuple[str, str]]) -> None:
-    """Tell the group its next membership, and keep it in the status (the same for any operator)."""
-    membership = repair.next_membership(state.status.membership, state.status.attempt, members, promoted)
+def reform(state: PassState, members: Sequence[str], promoted: Sequence[tuple[str, str]], lost: bool) -> None:
+    """Tell the group its next membership, and keep it in the status (the same for any operator); ``lost``:
+    members were removed without agreeing to it (``repair.next_membership``)."""
+    membership = repair.next_membership(state.status.membership, state.status.attempt, members, promoted, lost)
     state.status.membership = membership
     state.actions.append(ReformGroup(membership))
 

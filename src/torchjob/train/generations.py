@@ -211,8 +211,10 @@ class MembershipWatch:
         """``look()`` reads the membership (``InPlaceTraining`` announces in the same call where the channel
         answers with it), and ``pause()`` says how long to wait before the next look; ``on_poll(newest)`` runs
         in the watching thread after every read (``InPlaceTraining`` uses it to leave a step that waits on a
-        peer the controller has replaced)."""
+        peer the controller has replaced). ``newest_loss``: the newest generation published because members
+        were lost (``Membership.lost_in``)."""
         self.newest = -1
+        self.newest_loss = -1
         self._look, self._attempt, self._pause, self._on_poll = look, attempt, pause, on_poll
         threading.Thread(target=self._run, name="torchjob-membership", daemon=True).start()
 
@@ -221,6 +223,7 @@ class MembershipWatch:
             found = self._look()
             if found is not None and found["attempt"] == self._attempt:
                 self.newest = max(self.newest, found["generation"])
+                self.newest_loss = max(self.newest_loss, found["lost_in"])
             if self._on_poll is not None:
                 self._on_poll(self.newest)
             time.sleep(self._pause())

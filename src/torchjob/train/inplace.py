@@ -180,15 +180,18 @@ class InPlaceTraining:
 
     def _after_look(self, newest: int) -> None:
         """In the watching thread, after each read: a hold on notice of eviction may be over (eviction.py). And
-        when the controller published a generation after the one this step runs in, and the step has outlasted
-        its allowance, it waits on a peer that will never answer (stopped, or on a vanished node, which sends no
-        reset): cut the old group's connections, so that the step fails at once and the group is repaired."""
+        when the controller published a generation after the one this step runs in because members were lost,
+        and the step has outlasted its allowance, it waits on a peer that will never answer (stopped, or on a
+        vanished node, which sends no reset): cut the old group's connections, so that the step fails at once
+        and the group is repaired. A newer generation made by agreement (a handover, a spare joining) is taken
+        at the next step, however slow this one is on a loaded machine: its members all answer."""
         if self.eviction is not None:
             self.eviction.after_read()
+        lost_in = self.watch.newest_loss if self.watch is not None else newest
         with self.clock.lock:
             waiting_in = self.clock.waiting_in(_LEAVING_FACTOR)
-            if waiting_in is None or newest <= waiting_in:
-                return  # an elastic regroup agreed at the next step, or a peer whose reset is on its way
+            if waiting_in is None or lost_in <= waiting_in:
+                return  # no loss since this step began, or a peer whose reset is on its way
             cut = peers.cut_group_connections(peers.kept_ports())
             self.clock.forget_step()  # once per step
         print(

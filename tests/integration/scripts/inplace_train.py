@@ -16,6 +16,10 @@ from torchjob.train.inplace import InPlaceTraining
 STEPS = int(os.environ.get("STEPS", "60"))
 GLOBAL_BATCH = 6  # divisible by 3 and 2: the same global batch whatever the group's size
 STEP_SECONDS = float(os.environ.get("STEP_SECONDS", "0.1"))
+# The step in which this member hears a notice of eviction runs this much longer, as on a loaded machine: the
+# controller hands its place over while every member is still in that step.
+SLOW_ON_NOTICE = float(os.environ.get("SLOW_ON_NOTICE", "0"))
+slowed = False
 
 ctx = tt.init()
 torch.manual_seed(0)
@@ -41,6 +45,10 @@ def step(ddp: nn.Module, number: int, ctx: tt.DistContext) -> None:
     records.flush()
     metrics.beat(number + 1, loss=loss.item())
     time.sleep(STEP_SECONDS)
+    global slowed
+    if SLOW_ON_NOTICE and not slowed and trainer.eviction is not None and trainer.eviction.noticed_at is not None:
+        slowed = True
+        time.sleep(SLOW_ON_NOTICE)
 
 
 trainer.run(step, STEPS)

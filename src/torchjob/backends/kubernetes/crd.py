@@ -146,6 +146,8 @@ def _status() -> dict[str, Any]:
                     "members": {"type": "array", "items": {"type": "string"}},
                     "joined": {"type": "array", "items": {"type": "string"}},
                     "spares": {"type": "object", "additionalProperties": {"type": "string"}},
+                    # The newest generation made because members were lost (not by agreement).
+                    "lostIn": {"type": "integer"},
                 },
             },
             # Training progress in Kubeflow Trainer's shape (KEP-2779), from torchjob.train's reports.

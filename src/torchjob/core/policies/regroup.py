@@ -54,6 +54,8 @@ class Regroup:
     # The group's next membership when it changes (members in rank order, spares promoted into it).
     members: tuple[str, ...] | None = None
     promoted: tuple[tuple[str, str], ...] = ()
+    # Whether members leave without agreeing to it (lost, hung, scaled away): not an evicted one, nor a spare joining.
+    lost: bool = False
 
 
 def decide(
@@ -109,6 +111,7 @@ def decide(
         empty_places=len(empty) - len(fills),
         members=members,
         promoted=tuple((spare, str(replica)) for replica, spare in fills),
+        lost=bool(lost or surplus),
     )
     for o in lost:
         what = f"{o.replica} stopped responding (hung)" if o is hung else o.describe()

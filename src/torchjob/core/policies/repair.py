@@ -170,18 +170,30 @@ def members_in_rank_order(job: PyTorchJob, replicas: Iterable[ReplicaId]) -> tup
 
 
 def next_membership(
-    earlier: GroupMembership | None, attempt: int, members: Sequence[str], promoted: Sequence[tuple[str, str]]
+    earlier: GroupMembership | None,
+    attempt: int,
+    members: Sequence[str],
+    promoted: Sequence[tuple[str, str]],
+    lost: bool = True,
 ) -> GroupMembership:
     """The group's next membership: ``members`` in rank order, and ``promoted`` spares (spare, the replica
     whose place it takes) joining it, one generation after ``earlier`` (the first of a new attempt is 1).
+    ``lost``: members were removed without agreeing to it (lost, hung, scaled away), so that members whose
+    step waits on them leave it; otherwise (a handover, a spare joining) the group re-forms at its next step.
 
     ``spares`` keeps every promotion of the attempt: two repairs can be published before a spare looks, and
     it must still find its place in the newer one."""
     same = earlier is not None and earlier.attempt == attempt
+    generation = earlier.generation + 1 if earlier is not None and same else 1
+    if lost or earlier is None or not same:
+        lost_in = generation if lost else 0
+    else:  # an older controller's membership says nothing: its generation may have been a loss
+        lost_in = earlier.generation if earlier.lost_in is None else earlier.lost_in
     return GroupMembership(
         attempt=attempt,
-        generation=earlier.generation + 1 if earlier is not None and same else 1,
+        generation=generation,
         members=list(members),
         joined=sorted(replica for _, replica in promoted),
         spares={**(earlier.spares if earlier is not None and same else {}), **dict(promoted)},
+        lost_in=lost_in,
     )
