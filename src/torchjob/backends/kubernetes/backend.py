@@ -191,9 +191,7 @@ class KubernetesBackend(Backend):
                     if self.warm is not None and restarting is not None:  # else the next pass creates it
                         self.warm.restart(job, restarting, action.replica, action.next_attempt, action.at_once)
                 case DeleteJob():
-                    self.counter.add("delete")
-                    with contextlib.suppress(ApiError):
-                        self.client.delete(PyTorchJobResource, job.name, namespace=job.namespace)
+                    self._delete(PyTorchJobResource, job.name, job.namespace)
                 case _:
                     assert_never(action)
         for repaired, lost_pod in lost:  # once the group was told its next membership: keeping logs takes time
