@@ -41,7 +41,7 @@ def test_submit_follow_streams_every_replica_and_exits_with_the_jobs_outcome(
     logs = {name: tmp_path / f"{name}.log" for name in ("follow-master-0", "follow-worker-0")}
     # Logs exist before the pods do, so the follower meets them as soon as the pods run.
     for name, file in logs.items():
-        rig.serve_logs(namespace, name, "pytorch", [f"{name} starting"], file)
+        rig.serve_logs(namespace, name, "pytorch", [f"{name} starting"], file, wait=False)
 
     def finish() -> None:
         wait_until(lambda: len(running_pods(rig, namespace, "follow")) == 2, what="two running pods")
@@ -178,7 +178,9 @@ def test_the_dashboard_shows_a_clusters_jobs_and_their_pods_logs(
     rig: Cluster, namespace: str, operator: OperatorProcess, tmp_path: Path
 ) -> None:
     """`torchjob ui --cluster`: the same pages and API over the cluster's PyTorchJobs (HTTP, read-only)."""
-    rig.serve_logs(namespace, "seen-master-0", "pytorch", ["hello from the master"], tmp_path / "master.log")
+    rig.serve_logs(
+        namespace, "seen-master-0", "pytorch", ["hello from the master"], tmp_path / "master.log", wait=False
+    )
     rig.apply(job_manifest("seen", workers=1), namespace)
     wait_until(lambda: len(running_pods(rig, namespace, "seen")) == 2, what="two running pods")
     argv = [sys.executable, "-m", "torchjob.cli.main", "ui", "--cluster", "-n", namespace, "--port", "0"]

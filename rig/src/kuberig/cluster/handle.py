@@ -121,8 +121,11 @@ class Cluster(Kubectl):
     def end_pod(self, namespace: str, pod: str, exit_code: int, reason: str | None = None) -> None:
         kwok.end_pod(self, namespace, pod, exit_code, reason)
 
-    def serve_logs(self, namespace: str, pod: str, container: str, lines: list[str], logs_file: Path) -> None:
-        kwok.serve_logs(self, namespace, pod, container, lines, logs_file)
+    def serve_logs(
+        self, namespace: str, pod: str, container: str, lines: list[str], logs_file: Path, wait: bool = True
+    ) -> None:
+        """``kwok.serve_logs``: ``wait`` False where the Pod is not created yet."""
+        kwok.serve_logs(self, namespace, pod, container, lines, logs_file, wait)
 
     # -- the cluster's own processes ------------------------------------------------------------------------
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import datetime
 import os
 import subprocess
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,7 @@ EXIT_CODE_ANNOTATION = "kwok.kuberig.io/exit-code"
 REASON_ANNOTATION = "kwok.kuberig.io/reason"
 FAKE_NODE_ANNOTATION = "kwok.x-k8s.io/node"
 STAGES = Path(__file__).with_name("kwok-stages.yaml")
+LOGS_SERVED_WITHIN = 30.0  # seconds
 
 
 @dataclass(frozen=True)
@@ -87,9 +89,13 @@ def end_pod(api: Kubectl, namespace: str, pod: str, exit_code: int, reason: str 
     api.kubectl("annotate", "-n", namespace, "pod", pod, f"{EXIT_CODE_ANNOTATION}={exit_code}", *extra)
 
 
-def serve_logs(api: Kubectl, namespace: str, pod: str, container: str, lines: list[str], logs_file: Path) -> None:
+def serve_logs(
+    api: Kubectl, namespace: str, pod: str, container: str, lines: list[str], logs_file: Path, wait: bool = True
+) -> None:
     """Have kwok's kubelet server answer ``pods/log`` for this container with ``lines`` (followable: lines
-    added later with :func:`append_log_lines` reach a ``kubectl logs -f``)."""
+    added later with :func:`append_log_lines` reach a ``kubectl logs -f``). With ``wait`` (the Pod exists), it
+    returns once they are served: kwok takes up its ``Logs`` object a moment after it is created, and a read
+    before that is refused ("no logs found")."""
     logs_file.write_text("")
     append_log_lines(logs_file, lines)
     api.apply(
@@ -100,6 +106,14 @@ def serve_logs(api: Kubectl, namespace: str, pod: str, container: str, lines: li
             "spec": {"logs": [{"containers": [container], "logsFile": str(logs_file), "follow": True}]},
         }
     )
+    deadline = time.monotonic() + LOGS_SERVED_WITHIN
+    while wait:
+        read = api.kubectl("logs", "-n", namespace, pod, "-c", container, check=False)
+        if read.returncode == 0:
+            return
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"kwok never served the logs of {namespace}/{pod} ({container}): {read.stderr.strip()}")
+        time.sleep(0.2)
 
 
 def append_log_lines(logs_file: Path, lines: list[str]) -> None:
