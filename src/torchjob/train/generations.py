@@ -209,10 +209,10 @@ class MembershipWatch:
         on_poll: Callable[[int], None] | None = None,
     ) -> None:
         """``look()`` reads the membership (``InPlaceTraining`` announces in the same call where the channel
-        answers with it), and ``pause()`` says how long to wait before the next look; ``on_poll(newest)`` runs
-        in the watching thread after every read (``InPlaceTraining`` uses it to leave a step that waits on a
-        peer the controller has replaced). ``newest_loss``: the newest generation published because members
-        were lost (``Membership.lost_in``)."""
+        answers with it), and ``pause()`` says how long to wait before the next look; ``on_poll(newest_loss)``
+        runs in the watching thread after every read, with the newest generation published because members
+        were lost (``Membership.lost_in``): ``InPlaceTraining`` uses it to leave a step that waits on a peer the
+        controller has replaced."""
         self.newest = -1
         self.newest_loss = -1
         self._look, self._attempt, self._pause, self._on_poll = look, attempt, pause, on_poll
@@ -225,5 +225,5 @@ class MembershipWatch:
                 self.newest = max(self.newest, found["generation"])
                 self.newest_loss = max(self.newest_loss, found["lost_in"])
             if self._on_poll is not None:
-                self._on_poll(self.newest)
+                self._on_poll(self.newest_loss)
             time.sleep(self._pause())

@@ -178,16 +178,14 @@ class InPlaceTraining:
             return self.channel.watch_seconds
         return self.channel.poll_seconds if left <= 0 else min(self.channel.watch_seconds, left + 0.001)
 
-    def _after_look(self, newest: int) -> None:
+    def _after_look(self, lost_in: int) -> None:
         """In the watching thread, after each read: a hold on notice of eviction may be over (eviction.py). And
-        when the controller published a generation after the one this step runs in because members were lost,
-        and the step has outlasted its allowance, it waits on a peer that will never answer (stopped, or on a
-        vanished node, which sends no reset): cut the old group's connections, so that the step fails at once
-        and the group is repaired. A newer generation made by agreement (a handover, a spare joining) is taken
-        at the next step, however slow this one is on a loaded machine: its members all answer."""
+        once a generation made because members were lost (``lost_in``) is newer than this step's, and the step
+        has outlasted its allowance, it waits on a peer that will never answer (stopped, or on a vanished node,
+        which sends no reset): cut the old group's connections, so that the step fails and the group is repaired.
+        A generation made by agreement (a handover, a spare joining) waits for the next step: all answer."""
         if self.eviction is not None:
             self.eviction.after_read()
-        lost_in = self.watch.newest_loss if self.watch is not None else newest
         with self.clock.lock:
             waiting_in = self.clock.waiting_in(_LEAVING_FACTOR)
             if waiting_in is None or lost_in <= waiting_in:
