@@ -368,6 +368,8 @@ def test_a_group_without_progress_for_the_deadline_is_hung_and_restarts() -> Non
     assert any(e.reason == "Hung" for e in result.events)
     assert job.status.restart_count == 1
     assert deletes(result) == ["master-0@0", "worker-0@0", "worker-1@0"]
+    # They wait in a collective that will not end: stopped at once and removed without waiting for a kubelet.
+    assert all(a.at_once and a.force for a in result.actions if isinstance(a, DeleteReplica))
 
 
 def test_a_slow_start_is_bounded_by_the_start_up_allowance_never_by_the_progress_deadline() -> None:

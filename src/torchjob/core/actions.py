@@ -30,7 +30,8 @@ class DeleteReplica:
 
     ``final`` when the job is over: what the replica kept across attempts (its Service) goes with it.
     ``at_once``: no grace period (a hung replica, whose peers wait for it in a collective, acts on no SIGTERM).
-    ``force``: lost with its node: removed without waiting for a kubelet to confirm the stop (there is none).
+    ``force``: removed without waiting for a kubelet to confirm the stop: one lost with its node (there is no
+    kubelet), or a survivor of a group restart after a hang or a lost node (see ``PassState._stop_all``).
     """
 
     replica: ReplicaId

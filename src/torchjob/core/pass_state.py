@@ -72,9 +72,14 @@ class PassState:
 
     def _stop_all(self, replicas: list[ReplicaObservation], reason: str, at_once: bool = False) -> None:
         """Stop each replica not stopping yet; one lost with its node is asked again on every pass (its Pod is
-        removed by force, and until it is gone the next attempt cannot take its name)."""
+        removed by force, and until it is gone the next attempt cannot take its name).
+
+        ``at_once`` (a group restart after a hang or a lost node) removes the others by force too: they wait in
+        a collective that will never end, so a graceful stop only makes the next attempt wait for their kubelets
+        to confirm it (3 to 14 s on three loaded nodes) before it can take their names. Their kubelets still
+        kill them; a new Pod of the same name has an address of its own, so no new trainer meets an old one."""
         self.actions += [
-            DeleteReplica(o.replica, o.attempt, reason, at_once=at_once, force=lost_with_node(o))
+            DeleteReplica(o.replica, o.attempt, reason, at_once=at_once, force=at_once or lost_with_node(o))
             for o in replicas
             if not o.stopping or lost_with_node(o)
         ]

@@ -286,9 +286,10 @@ class KubernetesBackend(Backend):
             return  # already gone, or the name now belongs to another attempt
         grace = job.annotation(extensions.TERMINATION_GRACE)
         seconds = 1 if action.at_once else int(float(grace)) if grace is not None else None
-        # Lost with its node: force (grace 0, as `kubectl delete --force`). A graceful delete waits for the
-        # kubelet to confirm the stop; that kubelet is gone, so the Pod would stay Terminating and hold its name
-        # (and the next attempt) forever. Kubernetes' own answer, the out-of-service taint, waits for a person.
+        # Force (grace 0, as `kubectl delete --force`): a graceful delete waits for the kubelet to confirm the
+        # stop. For a Pod lost with its node that kubelet is gone, so the Pod would stay Terminating and hold its
+        # name (and the next attempt) forever; Kubernetes' own answer, the out-of-service taint, waits for a
+        # person. For a survivor blocked in a dead collective the confirmation only delays the next attempt.
         self._delete(Pod, pod["metadata"]["name"], job.namespace, 0 if action.force else seconds)
         if action.final:
             # The job is over: its Services go with its Pods (under cleanPodPolicy, as Kubeflow does).
