@@ -9,7 +9,9 @@ and what each operator was waiting for when the window closed. The operators tak
 torchjob runs the job twice per trial: as shipped, and with ``torchjob.io/warm-start: "true"`` (``torchjob-warm``:
 the survivors' Pods stay and their launchers fork the script again; only the lost replica's Pod is created anew).
 
-    .venv/bin/python -m bench.node_loss [TRIALS] [WINDOW_SECONDS]
+    .venv/bin/python -m bench.node_loss [TRIALS] [WINDOW_SECONDS] [OPERATORS]
+
+OPERATORS, comma-separated, picks some of ``torchjob``, ``torchjob-warm`` and ``kubeflow`` (all by default).
 """
 
 from __future__ import annotations
@@ -164,7 +166,7 @@ def trial(cluster: Cluster, namespace: str, run: NodeLossRun, window: float, war
         cluster.kubectl("delete", "pods", "--all", "-n", namespace, "--force", "--grace-period=0", check=False)
 
 
-def measure(trials: int = 1, window: float = 180) -> dict[str, NodeLossRun]:
+def measure(trials: int = 1, window: float = 180, operators: tuple[str, ...] = CONTROLLERS) -> dict[str, NodeLossRun]:
     directory = Path(tempfile.mkdtemp(prefix="bench-node-loss-"))
     name = f"loss-{os.getpid()}"
     cluster = create(ClusterConfig(name, (NodeConfig("kubelet", 3),)), directory / "rig")
@@ -173,7 +175,7 @@ def measure(trials: int = 1, window: float = 180) -> dict[str, NodeLossRun]:
         push_test_images(cluster)
         kubeflow_operator.push_init_image(cluster)
         for number in range(trials):
-            for operator_name in CONTROLLERS:
+            for operator_name in operators:
                 print(f"  {operator_name} operator, trial {number + 1} ...", flush=True)
                 kind = operator_name.removesuffix("-warm")
                 operator = _start_operator(cluster, kind, directory / f"{operator_name}-{number}")
@@ -221,6 +223,9 @@ def report(results: dict[str, NodeLossRun], window: float) -> str:
 if __name__ == "__main__":
     count = int(sys.argv[1]) if len(sys.argv) > 1 else 1
     seconds = float(sys.argv[2]) if len(sys.argv) > 2 else 180
-    measured = measure(count, seconds)
+    chosen = tuple(sys.argv[3].split(",")) if len(sys.argv) > 3 else CONTROLLERS
+    if not set(chosen) <= set(CONTROLLERS):
+        sys.exit(f"bench.node_loss: OPERATORS must name some of {', '.join(CONTROLLERS)}, got {sys.argv[3]!r}")
+    measured = measure(count, seconds, chosen)
     print(report(measured, seconds))
     print(json.dumps({name: run.__dict__ for name, run in measured.items()}))
