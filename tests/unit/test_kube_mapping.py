@@ -507,6 +507,45 @@ def test_the_node_of_a_replica_just_removed_is_looked_at_for_the_pods_that_never
     assert list(silent) == ["n1"] and "Lease/n1" in read
 
 
+def test_the_node_of_a_replica_never_heard_is_looked_at_once_the_jobs_other_replicas_report() -> None:
+    """A replica whose reports never arrive, while its peers' do, is as quiet as one that stopped beating: its
+    node is looked at (seen on three nodes: otherwise only the node lifecycle controller, 16 s later, named it).
+    Not before any replica of the job reports, and never for a spare or the store, which never beat."""
+    from datetime import timedelta
+
+    from torchjob.backends.kubernetes.nodes import NodeReader
+    from torchjob.core import replicas
+    from torchjob.core.heard import Progress
+
+    now = datetime.now(timezone.utc)
+    renewed = (now - timedelta(seconds=30)).isoformat()
+    read: list[str] = []
+
+    class Leases:  # every node's Lease last renewed 30 s ago, Nodes with no address
+        def get(self, kind: type[Any], name: str, namespace: str | None = None) -> dict[str, Any]:
+            read.append(f"{kind.__name__}/{name}")
+            if kind.__name__ == "Lease":
+                return {"spec": {"renewTime": renewed, "leaseDurationSeconds": 40}}
+            return {"metadata": {"name": name}, "status": {}}
+
+    def pod(name: str, node: str, labels: dict[str, str]) -> dict[str, Any]:
+        running = {"phase": "Running"}
+        return {"metadata": {"name": name, "labels": labels}, "spec": {"nodeName": node}, "status": running}
+
+    def replica(kind: str, index: int) -> dict[str, str]:
+        return {replicas.LABEL_REPLICA_TYPE: kind, replicas.LABEL_REPLICA_INDEX: str(index)}
+
+    master, worker = pod("m", "n1", replica("master", 0)), pod("w", "n2", replica("worker", 0))
+    spare = pod("s", "n3", {replicas.LABEL_ROLE: "spare"})
+    beating = Progress(now, 12, alive_at=now)
+    reader = NodeReader(Leases(), lambda _verb: None)  # type: ignore[arg-type]
+    _, silent = reader.for_pods([master, worker, spare], lambda _pod: None)
+    assert silent == {} and not [r for r in read if r.startswith("Lease/")]  # nobody reports yet: starting
+    _, silent = reader.for_pods([master, worker, spare], lambda p: beating if p is master else None)
+    assert list(silent) == ["n2"] and "Lease/n2" in read
+    assert "Lease/n1" not in read and "Lease/n3" not in read
+
+
 def test_a_spare_kept_off_a_node_that_came_back_is_made_anew_while_the_scheduler_cannot_place_it() -> None:
     """A Pod's spec is fixed once made: a spare (or the store) made while a node was silent stays off it for
     good. Once that node reports again, such a Pod left unschedulable is replaced (``kept_off_needlessly``)."""

@@ -65,9 +65,18 @@ class NodeReader:
         running = [p for p in pods if _running(p)]
         # Every node under a running Pod, once: a node may vanish a second after its Pods' first report.
         self.reach.learn({_node_of(p) for p in running} - {""})
-        # Quiet: under a process that stopped beating, or a suspect (a replica running there was just removed,
+        # Quiet: under a process that stopped beating, or a replica never heard while others of the job report
+        # (its reports do not arrive: seen once on three nodes, and its node then went unprobed until the node
+        # lifecycle controller spoke, 16 s later), or a suspect (a replica running there was just removed,
         # perhaps lost with it): a Pod that never beats, such as the rendezvous store, may share its fate.
-        quiet = {_node_of(p) for p in running if _quiet(progress_of(p), now) or self._suspected(_node_of(p))} - {""}
+        reporting = any(progress_of(p) is not None for p in running)
+        quiet = {
+            _node_of(p)
+            for p in running
+            if _quiet(progress_of(p), now)
+            or (reporting and _unheard_replica(p, progress_of(p)))
+            or self._suspected(_node_of(p))
+        } - {""}
         unreachable = self.reach.unreachable(quiet)
         leases = {name: self._get(Lease, name, NODE_LEASES) for name in quiet | set(self.avoided_now())}
         silent = {}
@@ -224,6 +233,11 @@ def _node_of(pod: dict[str, Any]) -> str:
 def _last_beat(progress: Progress | None) -> str:
     beat = progress.alive_at if progress is not None else None
     return beat.isoformat(timespec="seconds") if beat is not None else "never"
+
+
+def _unheard_replica(pod: dict[str, Any], progress: Progress | None) -> bool:
+    """A replica's Pod (not a spare, not the store: they never beat) from which no report has come."""
+    return progress is None and observing.replica_of(pod) is not None
 
 
 def _quiet(progress: Progress | None, now: datetime) -> bool:
