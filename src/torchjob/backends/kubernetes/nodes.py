@@ -69,13 +69,13 @@ class NodeReader:
         # (its reports do not arrive: seen once on three nodes, and its node then went unprobed until the node
         # lifecycle controller spoke, 16 s later), or a suspect (a replica running there was just removed,
         # perhaps lost with it): a Pod that never beats, such as the rendezvous store, may share its fate.
-        reporting = any(progress_of(p) is not None for p in running)
+        # Each Pod's progress read once: a report arriving meanwhile must not make the two readings disagree.
+        heard = [(p, progress_of(p)) for p in running]
+        reporting = any(progress is not None for _, progress in heard)
         quiet = {
             _node_of(p)
-            for p in running
-            if _quiet(progress_of(p), now)
-            or (reporting and _unheard_replica(p, progress_of(p)))
-            or self._suspected(_node_of(p))
+            for p, progress in heard
+            if _quiet(progress, now) or (reporting and _unheard_replica(p, progress)) or self._suspected(_node_of(p))
         } - {""}
         unreachable = self.reach.unreachable(quiet)
         leases = {name: self._get(Lease, name, NODE_LEASES) for name in quiet | set(self.avoided_now())}
