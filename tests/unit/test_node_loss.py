@@ -54,17 +54,17 @@ def test_a_replica_silent_with_its_node_is_lost_from_the_earlier_of_the_two() ->
     )
 
 
-def test_a_node_the_operator_cannot_reach_needs_only_three_missed_beats() -> None:
+def test_a_node_the_operator_cannot_reach_needs_only_two_missed_beats() -> None:
     # A vanished host: its kubelet's lease is not even overdue yet, but the operator's connection goes unanswered.
     unreachable = replace(on_silent_node("worker-1", beat=10), silent_node=SilentNode("node-b", at(8), True))
-    assert declare_lost(JOB, [peer(12), unreachable], at(12), reports_heard=True)[1] == unreachable  # 2 s: not yet
-    assert look_again_at(JOB, [unreachable]) == at(13)
-    _, lost = declare_lost(JOB, [peer(13.5), unreachable], at(13.5), reports_heard=True)
+    assert declare_lost(JOB, [peer(11.5), unreachable], at(11.5), reports_heard=True)[1] == unreachable  # not yet
+    assert look_again_at(JOB, [unreachable]) == at(12)
+    _, lost = declare_lost(JOB, [peer(12.5), unreachable], at(12.5), reports_heard=True)
     assert lost.reason is PlatformReason.NODE_LOST
     assert "(the operator cannot reach the node either)" in lost.describe()
     # A node that only missed a lease renewal (its host answers) still needs the liveness deadline's silence.
     answering = on_silent_node("worker-1", beat=10)
-    assert declare_lost(JOB, [peer(13.5), answering], at(13.5), reports_heard=True)[1] == answering
+    assert declare_lost(JOB, [peer(12.5), answering], at(12.5), reports_heard=True)[1] == answering
 
 
 def test_a_script_that_reports_nothing_is_lost_once_the_platform_evicts_it() -> None:

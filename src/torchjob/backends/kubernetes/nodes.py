@@ -33,8 +33,9 @@ from torchjob.core.observed import SilentNode
 log = logging.getLogger("torchjob.operator")
 
 NODE_LEASES = "kube-node-lease"
-# Two missed beats (a process beats every second): quiet enough to look at its node, never a verdict alone.
-QUIET_SECONDS = 2.0
+# One missed beat and half another (a process beats every second): quiet enough to look at its node (a Lease
+# read, a connection tried), never a verdict alone.
+QUIET_SECONDS = 1.5
 # The nodes a Pod was kept off when torchjob made it (``NodeReader.keep_off_silent``), comma-separated.
 KEPT_OFF = "torchjob.io/kept-off-nodes"
 # How long the node of a replica removed while running is a suspect (``NodeReader.suspect``).

@@ -32,8 +32,9 @@ from torchjob.core.observed import Phase, PlatformReason, ReplicaObservation
 from torchjob.core.policies.progress import liveness_deadline
 from torchjob.core.times import later, timestamp
 
-# Three missed beats: enough silence of a process whose node the operator cannot reach at all.
-UNREACHABLE_SILENCE = 3.0
+# Two missed beats: enough silence of a process whose node the operator cannot reach at all (the node's silence
+# is the operator's own witness, so this only guards against a beat late on a loaded machine).
+UNREACHABLE_SILENCE = 2.0
 
 
 def declare_lost(
