@@ -1,0 +1,163 @@
+"""What the three-node tests read of the cluster and wait for: the operator's leader and Pods, nodes Ready again,
+a job's end, a checkpoint on the claim, a job carried on in place or restarted on the surviving nodes."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kuberig import Cluster
+from tests.node.conftest import wait_for_condition
+from tests.support.images import TEST_SCRIPTS
+
+
+def spread_job(name: str, namespace: str, steps: int) -> dict[str, Any]:
+    """Master + 2 Workers of the hang-test script, one Pod per node (required anti-affinity on the hostname)."""
+    labels = {"training.kubeflow.org/job-name": name}
+    anti = {"labelSelector": {"matchLabels": labels}, "topologyKey": "kubernetes.io/hostname"}
+    container = {
+        "name": "pytorch",
+        "image": TEST_SCRIPTS,
+        "command": ["python3", "hang_train.py", "--steps", str(steps)],
+    }
+    template = {
+        "spec": {
+            "containers": [container],
+            "terminationGracePeriodSeconds": 2,
+            "affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [anti]}},
+        }
+    }
+    return {
+        "apiVersion": "kubeflow.org/v1",
+        "kind": "PyTorchJob",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "pytorchReplicaSpecs": {
+                "Master": {"replicas": 1, "restartPolicy": "OnFailure", "template": template},
+                "Worker": {"replicas": 2, "restartPolicy": "OnFailure", "template": template},
+            },
+        },
+    }
+
+
+def leader(cluster: Cluster) -> str:
+    """The Pod that holds the operator's lease (its identity is the Pod's name, then a suffix of its own)."""
+    lease = cluster.kubectl_json("get", "lease", "torchjob-operator", "-n", "torchjob-system")
+    return str(lease["spec"].get("holderIdentity") or "").rsplit("_", 1)[0]
+
+
+def report_endpoints(cluster: Cluster) -> list[str]:
+    """The Pods the operator's report Service routes to."""
+    found = cluster.kubectl_json("get", "endpoints", "torchjob-operator", "-n", "torchjob-system")
+    addresses = [a for subset in found.get("subsets") or [] for a in subset.get("addresses") or []]
+    return sorted(a["targetRef"]["name"] for a in addresses)
+
+
+def tainted_unreachable(cluster: Cluster, node: str) -> bool:
+    taints = cluster.kubectl_json("get", "node", node)["spec"].get("taints") or []
+    return any(t["key"] in ("node.kubernetes.io/unreachable", "node.kubernetes.io/not-ready") for t in taints)
+
+
+def operator_pods(cluster: Cluster) -> dict[str, str]:
+    """The operator's Pods: name → node."""
+    found = cluster.kubectl_json(
+        "get", "pods", "-n", "torchjob-system", "-l", "app.kubernetes.io/name=torchjob-operator"
+    )
+    return {p["metadata"]["name"]: p["spec"].get("nodeName", "") for p in found["items"]}
+
+
+def operator_logs(cluster: Cluster) -> str:
+    """Each operator Pod's recent log, under its name and node (what a failed test shows)."""
+    logs = ""
+    for pod, node in operator_pods(cluster).items():
+        got = cluster.kubectl("logs", "-n", "torchjob-system", pod, "--tail=600", check=False)
+        logs += f"\n==== {pod} on {node}: {got.stderr.strip()}\n{got.stdout}"
+    return logs
+
+
+def all_nodes_ready(cluster: Cluster, timeout: float) -> None:
+    """Every node Ready and untainted (a node stopped by an earlier test has come back)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        nodes = cluster.kubectl_json("get", "nodes")["items"]
+        ready = [
+            n
+            for n in nodes
+            if any(c["type"] == "Ready" and c["status"] == "True" for c in n["status"]["conditions"])
+            and not tainted_unreachable(cluster, n["metadata"]["name"])
+        ]
+        if len(ready) == len(nodes):
+            return
+        assert time.monotonic() < deadline, "not every node came back Ready"
+        time.sleep(1)
+
+
+def succeeded(cluster: Cluster, namespace: str, name: str, timeout: float) -> dict[str, Any]:
+    """The job once it ended, which must be a success."""
+    job: dict[str, Any] = wait_for_condition(cluster, namespace, name, {"Succeeded", "Failed"}, timeout=timeout)
+    conditions = {c["type"]: c for c in job["status"]["conditions"]}
+    assert "Failed" not in conditions, conditions["Failed"]["message"]
+    return job
+
+
+def restarted_on_the_survivors(
+    cluster: Cluster, namespace: str, first: dict[str, Any], lost_node: str
+) -> list[dict[str, Any]]:
+    """The MNIST job's Pods after a group restart away from ``lost_node``: the same names (no Pod twice), none on
+    that node, and the Master resumed from the checkpoint to a good accuracy."""
+    pods: list[dict[str, Any]] = cluster.kubectl_json("get", "pods", "-n", namespace)["items"]
+    assert {p["metadata"]["name"] for p in pods} == set(first)  # no Pod twice
+    assert lost_node not in {p["spec"]["nodeName"] for p in pods}  # the new group runs on the survivors
+    log = cluster.kubectl("logs", "-n", namespace, "mnist-master-0").stdout
+    assert "resumed from the checkpoint of step" in log, log[-2000:]
+    assert float(log.split("test accuracy=")[1].split()[0]) >= 0.90
+    return pods
+
+
+def fail_unless_in_place(cluster: Cluster, namespace: str, status: dict[str, Any], repairs: int) -> None:
+    """The in-place job carried on in its first attempt with ``repairs`` repairs; else fail with its events and
+    the operator's log."""
+    if (status["attempt"], status["restartCount"], status["repairs"]) != (0, 0, repairs):
+        events = cluster.kubectl("get", "events", "-n", namespace, check=False).stdout
+        operator = operator_logs(cluster)
+        pytest.fail(f"not carried on in place: {status.get('attempts')}\n{events[-4000:]}\n{operator[-6000:]}")
+
+
+def wait_until_gone_from(
+    cluster: Cluster, namespace: str, node: str, keeping: frozenset[str] | set[str] = frozenset()
+) -> None:
+    """Until no Pod of the namespace but ``keeping`` is on ``node`` (removed by force: its kubelet is gone)."""
+
+    def on_the_node() -> set[str]:
+        pods = cluster.kubectl_json("get", "pods", "-n", namespace)["items"]
+        return {p["metadata"]["name"] for p in pods if p["spec"].get("nodeName") == node} - set(keeping)
+
+    deadline = time.monotonic() + 120
+    while on_the_node():
+        assert time.monotonic() < deadline, on_the_node()
+        time.sleep(1)
+
+
+def wait_for_a_checkpoint(data: Path, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while not list((data / "checkpoints").glob("*")):
+        assert time.monotonic() < deadline, "no checkpoint was written to the claim"
+        time.sleep(0.5)
+
+
+def wait_for_epoch_2_beside_a_spare(cluster: Cluster, namespace: str, name: str) -> None:
+    """Until the in-place job's worker-0 trains its second epoch and its warm spare is reported ready."""
+    deadline = time.monotonic() + 300
+    while True:
+        found = cluster.kubectl_json("get", "pytorchjob", name, "-n", namespace)
+        log = cluster.kubectl("logs", "-n", namespace, f"{name}-worker-0", check=False).stdout
+        if "epoch: 2/" in log and (found.get("status") or {}).get("sparesReady") == 1:
+            return
+        if time.monotonic() > deadline:
+            pods = cluster.kubectl("get", "pods", "-n", namespace, "-o", "wide", check=False).stdout
+            events = cluster.kubectl("get", "events", "-n", namespace, check=False).stdout
+            pytest.fail(f"worker-0 never reached epoch 2 beside a warm spare:\n{pods}\n{events[-3000:]}\n{log[-1500:]}")
+        time.sleep(0.5)

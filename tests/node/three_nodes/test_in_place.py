@@ -1,0 +1,217 @@
+"""In place across nodes: a spare on another node takes the place of a replica whose node vanished, `kubectl drain`
+of a member's node hands its place to that spare before the Pod goes, the job carries on when the node of its
+rendezvous store vanishes, and an elastic group shrinks at once when a member's node vanishes and grows back on
+another node.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+
+import pytest
+
+from kuberig import Cluster
+from kuberig.node import kubelet
+from tests.node.three_nodes import support
+from tests.support.mnist_jobs import elastic_spread, inplace_one_per_node, lost_and_survivor
+
+
+def test_in_place_a_spare_on_another_node_takes_the_place_of_a_replica_whose_node_vanished(
+    three_nodes: Cluster,
+) -> None:
+    """The in-place MNIST job with one Pod per node (master, worker, warm spare). The worker's node vanishes: no
+    reset reaches the survivor, which waits in a collective. The operator declares the worker lost (its beats
+    and its kubelet fell silent), promotes the spare on the third node and publishes the next membership; the
+    survivor, seeing it, cuts its old group's connections (train/peers.py) and re-forms with the spare."""
+    cluster = three_nodes
+    support.all_nodes_ready(cluster, timeout=180)
+    namespace = cluster.namespace("inplace-node-lost")
+    job = inplace_one_per_node(namespace)
+    name = job["metadata"]["name"]
+    cluster.apply(job)
+    support.wait_for_epoch_2_beside_a_spare(cluster, namespace, name)
+    before = {p["metadata"]["name"]: p for p in cluster.kubectl_json("get", "pods", "-n", namespace)["items"]}
+    where = {pod: p["spec"]["nodeName"] for pod, p in before.items()}
+    assert len({where[f"{name}-{r}"] for r in ("master-0", "worker-0", "spare-0-0")}) == 3  # a node each
+    lost, survivor = lost_and_survivor(name, where)
+    node = cluster.node(where[f"{name}-{lost}"])
+    assert isinstance(node, kubelet.KubeletNode)
+    kubelet.stop(cluster.state, node)
+    stopped = time.monotonic()
+    try:
+        done = support.succeeded(cluster, namespace, name, timeout=400)
+        print(f"{lost}'s node lost; the job succeeded {time.monotonic() - stopped:.1f}s later")
+        status = done["status"]
+        support.fail_unless_in_place(cluster, namespace, status, repairs=1)
+        kept = f"{name}-{survivor}"
+        assert (
+            cluster.kubectl_json("get", "pod", kept, "-n", namespace)["metadata"]["uid"]
+            == (before[kept]["metadata"]["uid"])
+        )  # the survivor's Pod carried on: never deleted, never recreated
+        logs = "".join(cluster.kubectl("logs", "-n", namespace, pod).stdout for pod in (kept, f"{name}-spare-0-0"))
+        print(logs[-2500:])
+        assert "group repaired in place (generation 1, 2 ranks" in logs, logs[-3000:]
+        assert "left the step" in logs  # the survivor left the collective no reset would end
+        assert float(logs.split("test accuracy=")[1].split()[0]) >= 0.90
+
+        # The lost Pod goes too. A repair found by its member's silence comes before the node's lease is overdue,
+        # and the job may end first: the Pod is then removed by force on a later pass (a resync at the latest),
+        # once the node is known to have stopped reporting (backends/kubernetes/nodes.never_finishing).
+        support.wait_until_gone_from(cluster, namespace, node.name, keeping={f"{name}-rdzv"})
+    finally:
+        kubelet.start(cluster.state, node)
+
+
+def test_kubectl_drain_moves_an_in_place_replica_to_the_spare_on_another_node_before_its_pod_goes(
+    three_nodes: Cluster,
+) -> None:
+    """The in-place MNIST job with one Pod per node (master, worker, warm spare), and `kubectl drain` of the
+    worker's node, as a spot notice's handler runs it: the node is cordoned and the job's Pod on it evicted. The
+    evicted worker trains on until the operator in the cluster has given its place to the spare on the third
+    node; the group re-forms at a step boundary, no step fails, and the drain completes once the Pod is gone."""
+    cluster = three_nodes
+    support.all_nodes_ready(cluster, timeout=180)
+    namespace = cluster.namespace("inplace-drained")
+    # Five epochs, not three: the spare must be warm before the drain, and under CI's load one was seen still
+    # starting when a three-epoch job had ended.
+    job = inplace_one_per_node(namespace, "--epochs", "5")
+    name = job["metadata"]["name"]
+    cluster.apply(job)
+    support.wait_for_epoch_2_beside_a_spare(cluster, namespace, name)
+    before = {p["metadata"]["name"]: p for p in cluster.kubectl_json("get", "pods", "-n", namespace)["items"]}
+    where = {pod: p["spec"]["nodeName"] for pod, p in before.items()}
+    drained, survivor = lost_and_survivor(name, where)  # never the node of the rendezvous store
+    node = where[f"{name}-{drained}"]
+    try:
+        selector = f"training.kubeflow.org/job-name={name},training.kubeflow.org/replica-type"
+        cluster.kubectl("drain", node, "--pod-selector", selector, "--timeout=120s", timeout=150)
+        done = support.succeeded(cluster, namespace, name, timeout=400)
+        status = done["status"]
+        assert (status["attempt"], status["restartCount"], status["repairs"]) == (0, 0, 1), status.get("attempts")
+        events = cluster.kubectl("get", "events", "-n", namespace, "-o", "jsonpath={.items[*].message}").stdout
+        # The spare that was warm: spare-0-0, or the one made anew when spare-0-0 had been kept off the node that
+        # an earlier test stopped and that came back (nodes.kept_off_needlessly; seen once as spare-0-1).
+        handed = re.search(rf"{drained} is being evicted; ({name}-spare-0-\d+) takes its place", events)
+        assert handed is not None, events[-3000:]
+        spare = handed.group(1)
+        kept = f"{name}-{survivor}"
+        assert (
+            cluster.kubectl_json("get", "pod", kept, "-n", namespace)["metadata"]["uid"]
+            == (before[kept]["metadata"]["uid"])
+        )
+        # Rank 0 reports the accuracy: the spare, where the drained replica was the master.
+        log = "".join(cluster.kubectl("logs", "-n", namespace, pod).stdout for pod in (kept, spare))
+        assert "group re-formed in place (generation 1, 2 ranks" in log, log[-3000:]
+        assert "group repaired in place" not in log, log[-3000:]  # no step failed
+        assert float(log.split("test accuracy=")[1].split()[0]) >= 0.90
+    finally:
+        cluster.kubectl("uncordon", node, check=False)
+
+
+def test_in_place_the_job_carries_on_when_the_node_of_its_rendezvous_store_vanishes(three_nodes: Cluster) -> None:
+    """The in-place MNIST job, and the node that holds its rendezvous store Pod stopped, with whichever of the
+    job's Pods shares it (a member or the spare). The store goes by force and is created again on a node that
+    reports; a member lost with it is repaired in place, its survivor re-forming with the spare at the new store."""
+    cluster = three_nodes
+    support.all_nodes_ready(cluster, timeout=180)
+    namespace = cluster.namespace("store-node-lost")
+    job = inplace_one_per_node(namespace)
+    name = job["metadata"]["name"]
+    # The Master on one node; the Workers' template (the worker's, the spare's and the store's) prefers a second
+    # one, which the store, created first, and then the worker take: the store's node holds a member.
+    first, second = sorted(n.name for n in cluster.nodes)[:2]
+    specs = job["spec"]["pytorchReplicaSpecs"]
+    specs["Master"]["template"]["spec"]["nodeSelector"] = {"kubernetes.io/hostname": first}
+    term = {"matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "In", "values": [second]}]}
+    specs["Worker"]["template"]["spec"]["affinity"]["nodeAffinity"] = {
+        "preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 100, "preference": term}]
+    }
+    cluster.apply(job)
+    support.wait_for_epoch_2_beside_a_spare(cluster, namespace, name)
+    before = {p["metadata"]["name"]: p for p in cluster.kubectl_json("get", "pods", "-n", namespace)["items"]}
+    store = before[f"{name}-rdzv"]
+    node = cluster.node(store["spec"]["nodeName"])
+    assert isinstance(node, kubelet.KubeletNode)
+    lost = sorted(pod for pod, p in before.items() if p["spec"]["nodeName"] == node.name and pod != f"{name}-rdzv")
+    kubelet.stop(cluster.state, node)
+    stopped = time.monotonic()
+    try:
+        done = support.succeeded(cluster, namespace, name, timeout=400)
+        print(f"the store's node lost with {lost}; the job succeeded {time.monotonic() - stopped:.1f}s later")
+        status = done["status"]
+        members_lost = [pod for pod in lost if "-spare-" not in pod]
+        support.fail_unless_in_place(cluster, namespace, status, repairs=len(members_lost))
+        pods = {p["metadata"]["name"]: p for p in cluster.kubectl_json("get", "pods", "-n", namespace)["items"]}
+        survivors = [pod for pod in before if pod not in lost and pod != f"{name}-rdzv" and pod in pods]
+        assert all(pods[pod]["metadata"]["uid"] == before[pod]["metadata"]["uid"] for pod in survivors)
+        logs = "".join(cluster.kubectl("logs", "-n", namespace, pod, check=False).stdout for pod in pods)
+        if members_lost:  # the survivor met the spare at a store created again elsewhere, under its name
+            assert "group repaired in place (generation 1, 2 ranks" in logs, logs[-3000:]
+            assert f"{name}-rdzv" not in pods or pods[f"{name}-rdzv"]["metadata"]["uid"] != store["metadata"]["uid"]
+        assert float(logs.split("test accuracy=")[1].split()[0]) >= 0.90
+
+        # Nothing of the job is left on the lost node: the store (and a spare) go by force once the node is known
+        # to have stopped reporting, even after the job's end (the store's deletion would never complete).
+        support.wait_until_gone_from(cluster, namespace, node.name)
+    finally:
+        kubelet.start(cluster.state, node)
+
+
+def test_an_elastic_group_shrinks_at_once_when_a_members_node_vanishes_and_grows_back_on_another_node(
+    three_nodes: Cluster,
+) -> None:
+    """The elastic in-place MNIST job (3 Workers, at least 2, a node each). The node of a Worker that does not
+    share the rendezvous store's node vanishes: the two others carry on at once as a group of 2 (their peer's
+    silence is the witness), a spare started for the place on a node that still reports joins, and the group
+    trains at 3 again. Nothing restarts, and the survivors' Pods are the same Pods.
+
+    The job is long (its end is not what is tested: the other in-place tests train to an accuracy) and is deleted
+    once the group has grown back: under CI's load a spare's cold start once outlasted a shorter job."""
+    cluster = three_nodes
+    support.all_nodes_ready(cluster, timeout=180)
+    namespace = cluster.namespace("elastic-node-lost")
+    job = elastic_spread(namespace, epochs=60)
+    name = job["metadata"]["name"]
+    cluster.apply(job)
+    workers = [f"{name}-worker-{i}" for i in range(3)]
+    deadline = time.monotonic() + 300
+    while "epoch: 2/" not in cluster.kubectl("logs", "-n", namespace, workers[0], check=False).stdout:
+        pods = cluster.kubectl("get", "pods", "-n", namespace, "-o", "wide", check=False).stdout
+        assert time.monotonic() < deadline, f"worker-0 never reached epoch 2:\n{pods}"
+        time.sleep(0.5)
+    before = {p["metadata"]["name"]: p for p in cluster.kubectl_json("get", "pods", "-n", namespace)["items"]}
+    where = {pod: p["spec"]["nodeName"] for pod, p in before.items()}
+    alone = [w for w in workers if [where[o] for o in [*workers, f"{name}-rdzv"]].count(where[w]) == 1]
+    assert alone, f"no Worker has a node to itself, away from the store: {where}"
+    # Away from the operator's leader too, where it can be: losing the leader as well is another scenario.
+    leading = support.operator_pods(cluster).get(support.leader(cluster))
+    lost = ([w for w in alone if where[w] != leading] or alone)[-1]
+    survivors = [w for w in workers if w != lost]
+    node = cluster.node(where[lost])
+    assert isinstance(node, kubelet.KubeletNode)
+    kubelet.stop(cluster.state, node)
+    try:
+        deadline = time.monotonic() + 300
+        log = ""
+        while "group re-formed in place (generation 2, 3 ranks" not in log:
+            found = cluster.kubectl_json("get", "pytorchjob", name, "-n", namespace)
+            ended = [c for c in found["status"].get("conditions") or [] if c["type"] in ("Succeeded", "Failed")]
+            if ended or time.monotonic() > deadline:
+                told = cluster.kubectl("get", "events", "-n", namespace, "-o", "jsonpath={.items[*].message}").stdout
+                operator = support.operator_logs(cluster)
+                pytest.fail(f"never grew back: {ended}\n{told[-3000:]}\n{log[-2000:]}\n{operator[-6000:]}")
+            log = cluster.kubectl("logs", "-n", namespace, survivors[0], check=False).stdout
+            time.sleep(1)
+        assert "group repaired in place (generation 1, 2 ranks" in log, log[-3000:]
+        status = cluster.kubectl_json("get", "pytorchjob", name, "-n", namespace)["status"]
+        assert (status["attempt"], status["restartCount"]) == (0, 0), status.get("attempts")
+        events = cluster.kubectl("get", "events", "-n", namespace, "-o", "jsonpath={.items[*].message}").stdout
+        assert "the group carries on in place with 2 Worker(s)" in events, events[-3000:]
+        now = {p["metadata"]["name"]: p for p in cluster.kubectl_json("get", "pods", "-n", namespace)["items"]}
+        assert all(now[w]["metadata"]["uid"] == before[w]["metadata"]["uid"] for w in survivors)
+        spares = [p for p in now if "-spare-" in p]
+        assert spares and all(now[p]["spec"]["nodeName"] != node.name for p in spares), where
+    finally:
+        cluster.kubectl("delete", "pytorchjob", name, "-n", namespace, "--wait=false", check=False)
+        kubelet.start(cluster.state, node)
