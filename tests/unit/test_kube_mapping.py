@@ -546,6 +546,39 @@ def test_the_node_of_a_replica_never_heard_is_looked_at_once_the_jobs_other_repl
     assert "Lease/n1" not in read and "Lease/n3" not in read
 
 
+def test_the_node_of_an_in_place_member_that_missed_two_announcements_is_looked_at() -> None:
+    """A member announces several times a second: two missed (a few tenths of a second, long before its progress
+    beat is overdue) are reason to probe its node, so that a vanished node is known before the floor of a member's
+    silence (silent_member)."""
+    from datetime import timedelta
+
+    from torchjob.backends.kubernetes.nodes import NodeReader
+    from torchjob.core.heard import MemberAnnouncement, Progress
+
+    now = datetime.now(timezone.utc)
+    read: list[str] = []
+
+    class Leases:  # every node's Lease fresh, Nodes with no address
+        def get(self, kind: type[Any], name: str, namespace: str | None = None) -> dict[str, Any]:
+            read.append(f"{kind.__name__}/{name}")
+            if kind.__name__ == "Lease":
+                return {"spec": {"renewTime": now.isoformat(), "leaseDurationSeconds": 40}}
+            return {"metadata": {"name": name}, "status": {}}
+
+    pods = [
+        {"metadata": {"name": n}, "spec": {"nodeName": node}, "status": {"phase": "Running"}}
+        for n, node in (("m", "n1"), ("w", "n2"))
+    ]
+    beating = Progress(now, 12, alive_at=now)  # both beat within the second: no progress silence
+    heard = {"m": now, "w": now - timedelta(seconds=0.4)}
+    said = {n: MemberAnnouncement(attempt=0, heard_at=at, every=0.15) for n, at in heard.items()}
+    reader = NodeReader(Leases(), lambda _verb: None)  # type: ignore[arg-type]
+    reader.for_pods(pods, lambda _pod: beating)
+    assert not [r for r in read if r.startswith("Lease/")]  # not a member: nothing to look at
+    reader.for_pods(pods, lambda _pod: beating, lambda p: said[p["metadata"]["name"]])
+    assert "Lease/n2" in read and "Lease/n1" not in read
+
+
 def test_a_spare_kept_off_a_node_that_came_back_is_made_anew_while_the_scheduler_cannot_place_it() -> None:
     """A Pod's spec is fixed once made: a spare (or the store) made while a node was silent stays off it for
     good. Once that node reports again, such a Pod left unschedulable is replaced (``kept_off_needlessly``)."""

@@ -10,7 +10,7 @@ from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 
 from torchjob.core.heard import MemberAnnouncement
-from torchjob.core.observed import ReplicaObservation
+from torchjob.core.observed import ReplicaObservation, SilentNode
 from torchjob.core.policies import progress, silent_member
 from torchjob.testing import make_job, running
 from torchjob.train.channel import LongestGap
@@ -46,7 +46,8 @@ def test_the_one_member_the_others_wait_for_is_named_once_its_silence_is_confirm
 
 def test_a_slow_member_a_lone_claim_an_old_generation_or_a_silent_group_single_nobody_out() -> None:
     slow = [member("master-0", 11, waiting_in=2), member("worker-0", 11, waiting_in=2), member("worker-1", 10.95)]
-    assert silent_member.find(slow, 2, at(11)) == (None, at(12.45))  # it still announces: it is only slow
+    assert silent_member.find(slow, 2, at(11)) == (None, at(11.55))  # a first look at its node, 3 missed
+    assert silent_member.find(slow, 2, at(11.6)) == (None, at(12.45))  # it still announces: it is only slow
     lone = [member("master-0", 11, waiting_in=2), member("worker-0", 10), member("worker-1", 10)]
     assert silent_member.find(lone, 2, at(11)) == (None, None)  # one member's word accuses nobody
     old = [member("master-0", 11, waiting_in=1), member("worker-0", 11, waiting_in=1), member("worker-1", 10)]
@@ -104,3 +105,29 @@ def test_a_member_says_how_late_it_has_been_where_no_hearer_keeps_its_gaps() -> 
     assert gap.said_now() == 0.0  # nothing to measure before the second announcement
     time.sleep(0.05)
     assert gap.said_now() >= 0.05
+
+
+def test_a_member_whose_node_the_operator_cannot_reach_is_named_after_three_missed_announcements() -> None:
+    """A vanished node: the operator's own probe is a third witness, so the floor for a member late on a loaded
+    machine (1.5 s) does not apply. A member whose node answers still waits for the floor."""
+    group = [member("master-0", 11.4, waiting_in=2), member("worker-0", 11.45, waiting_in=2), member("worker-1", 10.9)]
+    # Its node not looked at yet: the first look comes after three missed announcements (0.6 s), so that the
+    # backend probes the node of a member silent that long; the floor comes after.
+    assert silent_member.find(group, 2, at(11.3)) == (None, at(11.5))
+    assert silent_member.find(group, 2, at(11.55)) == (None, at(12.4))
+    gone = SilentNode("node-b", at(10.9), unreachable=True)
+    group[2] = replace(group[2], silent_node=gone)
+    assert silent_member.find(group, 2, at(11.3)) == (None, at(11.5))
+    found, _ = silent_member.find(group, 2, at(11.55))
+    assert found is not None and str(found.replica) == "worker-1"
+    # A node whose kubelet only missed a Lease renewal (its host answers) is no such witness.
+    group[2] = replace(group[2], silent_node=SilentNode("node-b", at(10.9), unreachable=False))
+    assert silent_member.find(group, 2, at(11.55)) == (None, at(12.4))
+
+
+def test_a_member_that_missed_two_announcements_looks_quiet_for_its_node_to_be_probed() -> None:
+    said = MemberAnnouncement(attempt=0, heard_at=at(10), every=0.15)
+    assert not silent_member.looks_quiet(said, at(10.25))
+    assert silent_member.looks_quiet(said, at(10.35))
+    assert not silent_member.looks_quiet(replace(said, every=None), at(20))  # a spare: it never runs a step
+    assert not silent_member.looks_quiet(None, at(20))

@@ -104,7 +104,7 @@ class KubernetesBackend(Backend):
         if self.reports is not None:
             warm_pods.give_lost_orders(self.reports, job, owned, lambda n: mapping.addressing(job, n, at_store=False))
         # Every Pod's node, the store's and spares' too: one left on a silent node must go by force.
-        nodes, silent = self.nodes.for_pods(owned, self._progress_of)
+        nodes, silent = self.nodes.for_pods(owned, self._progress_of, lambda p: observing.member_of(self.reports, p))
         owned = stuck_pods.clear_the_way(
             owned,
             silent,

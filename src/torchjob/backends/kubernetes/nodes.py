@@ -27,8 +27,9 @@ from lightkube.resources.core_v1 import Node
 from torchjob.backends.kubernetes import observing
 from torchjob.backends.kubernetes.cluster import as_dict
 from torchjob.backends.kubernetes.reachability import Reachability
-from torchjob.core.heard import Progress
+from torchjob.core.heard import MemberAnnouncement, Progress
 from torchjob.core.observed import SilentNode
+from torchjob.core.policies import silent_member
 
 log = logging.getLogger("torchjob.operator")
 
@@ -57,9 +58,13 @@ class NodeReader:
         self.suspects: dict[str, float] = {}  # node → when a replica running on it was removed (monotonic)
 
     def for_pods(
-        self, pods: list[dict[str, Any]], progress_of: Callable[[dict[str, Any]], Progress | None]
+        self,
+        pods: list[dict[str, Any]],
+        progress_of: Callable[[dict[str, Any]], Progress | None],
+        member_of: Callable[[dict[str, Any]], MemberAnnouncement | None] = lambda _pod: None,
     ) -> tuple[dict[str, dict[str, Any] | None], dict[str, SilentNode]]:
-        """The Nodes of Pods in doubt (by name), and the nodes among all the Pods' that stopped reporting."""
+        """The Nodes of Pods in doubt (by name), and the nodes among all the Pods' that stopped reporting.
+        ``member_of``: what a Pod last announced as a member of an in-place group in its attempt."""
         now = datetime.now(timezone.utc)
         in_doubt = {observing.node_in_doubt(p) for p in pods} - {None}
         nodes = {name: self._get(Node, name) for name in in_doubt if name}
@@ -69,14 +74,19 @@ class NodeReader:
         # Quiet: under a process that stopped beating, or a replica never heard while others of the job report
         # (its reports do not arrive: seen once on three nodes, and its node then went unprobed until the node
         # lifecycle controller spoke, 16 s later), or a suspect (a replica running there was just removed,
-        # perhaps lost with it): a Pod that never beats, such as the rendezvous store, may share its fate.
+        # perhaps lost with it): a Pod that never beats, such as the rendezvous store, may share its fate. An
+        # in-place member that missed two announcements (a few tenths of a second) is quiet too: its node
+        # unreachable lets its peers' repair go ahead sooner (``silent_member``).
         # Each Pod's progress read once: a report arriving meanwhile must not make the two readings disagree.
         heard = [(p, progress_of(p)) for p in running]
         reporting = any(progress is not None for _, progress in heard)
         quiet = {
             _node_of(p)
             for p, progress in heard
-            if _quiet(progress, now) or (reporting and _unheard_replica(p, progress)) or self._suspected(_node_of(p))
+            if _quiet(progress, now)
+            or (reporting and _unheard_replica(p, progress))
+            or silent_member.looks_quiet(member_of(p), now)
+            or self._suspected(_node_of(p))
         } - {""}
         unreachable = self.reach.unreachable(quiet)
         leases = {name: self._get(Lease, name, NODE_LEASES) for name in quiet | set(self.avoided_now())}

@@ -15,6 +15,7 @@ from typing import Any
 from torchjob.api.types import DEFAULT_CONTAINER_NAME, ReplicaType
 from torchjob.backends.kubernetes.report_board import ReportBoard
 from torchjob.core import replicas
+from torchjob.core.heard import MemberAnnouncement
 from torchjob.core.observed import Phase, PlatformReason, ReplicaObservation, SilentNode, SpareObservation
 from torchjob.core.replicas import ReplicaId
 
@@ -237,6 +238,14 @@ def with_reports(
     member = board.announcement(uid, seen.attempt)
     unheard = board.listening_since if progress is None and seen.phase is Phase.RUNNING else None
     return replace(seen, progress=progress, repairable=member is not None, member=member, unheard_since=unheard)
+
+
+def member_of(board: ReportBoard | None, pod: dict[str, Any]) -> MemberAnnouncement | None:
+    """What a replica's Pod last announced as a member of an in-place group, in the attempt it belongs to."""
+    found = replica_of(pod)
+    if board is None or found is None:
+        return None
+    return board.announcement(pod["metadata"].get("uid"), found[1])
 
 
 def observe_spare(board: ReportBoard | None, pod: dict[str, Any]) -> SpareObservation | None:

@@ -21,9 +21,9 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-# A host that is up answers a connection in a millisecond or two, even across zones; half a second is hundreds
-# of times that, and short enough that the pass which asks is not held up.
-PROBE_SECONDS = 0.5
+# A host that is up answers a connection in a millisecond or two, even across zones (its kernel answers, however
+# loaded); a quarter of a second is a hundred times that, and holds up the pass that asks but briefly.
+PROBE_SECONDS = 0.25
 # The kubelet's port when a Node does not say (status.daemonEndpoints.kubeletEndpoint.Port).
 KUBELET_PORT = 10250
 # A node not reached is tried again after this long, not on every pass (each try may wait PROBE_SECONDS).

@@ -13,6 +13,12 @@ mistaken claim of waiting changes nothing while the accused still announces), an
 member that is merely slow (a long step, a busy machine) still announces from its watching thread, and is
 left alone; if every member falls quiet at once (this controller stalled, or the machine did), nobody is
 singled out, and the longer deadlines decide.
+
+A third witness shortens the wait: the accused's node, which the operator itself cannot reach (its connection
+to the node's kubelet unanswered, ``backends/kubernetes/reachability.py``; a host that is up answers even when
+loaded). A vanished node is then known after ``MISSED`` announcements, not ``MIN_SILENCE``: the floor exists
+for a member late on a loaded machine, whose node still answers. The first look comes after ``MISSED``
+announcements, so that the backend probes the node of a member silent that long (``looks_quiet``).
 """
 
 from __future__ import annotations
@@ -47,9 +53,10 @@ def find(
     if len(members) < 2 or len(quiet) != 1:
         return None, None
     suspect = _said(quiet[0])
-    due = later(suspect.heard_at, _allowed(suspect))
+    due = later(suspect.heard_at, _allowed_for(quiet[0]))
     if now < due:
-        return None, due
+        first_look = later(suspect.heard_at, _missed(suspect))  # its node may be found gone by then
+        return None, first_look if now < first_look else due
     if any((now - _said(o).heard_at).total_seconds() > _allowed(_said(o)) for o in waiting):
         return None, None  # the waiting ones are not heard either: no single member fell silent
     return quiet[0], None
@@ -86,6 +93,25 @@ def heard_again(before: MemberAnnouncement, after: MemberAnnouncement) -> bool:
     return (after.heard_at - before.heard_at).total_seconds() > _allowed(before)
 
 
+def looks_quiet(said: MemberAnnouncement | None, now: datetime) -> bool:
+    """Whether a running member has missed announcements enough for its node to be looked at: two, one fewer
+    than ``find``'s first look, so that the pass it wakes for finds the node probed."""
+    if said is None or said.every is None:
+        return False
+    return (now - said.heard_at).total_seconds() > (MISSED - 1) * said.every
+
+
+def _allowed_for(observation: ReplicaObservation) -> float:
+    """The silence that confirms this member: ``MISSED`` announcements where the operator cannot reach its node
+    (a vanished host), else ``_allowed``."""
+    node = observation.silent_node
+    said = _said(observation)
+    return _missed(said) if node is not None and node.unreachable else _allowed(said)
+
+
+def _missed(said: MemberAnnouncement) -> float:
+    return MISSED * (said.every or _DEFAULT_EVERY)
+
+
 def _allowed(said: MemberAnnouncement) -> float:
-    missed = MISSED * (said.every or _DEFAULT_EVERY)
-    return max(missed, MIN_SILENCE, min(LATE_FACTOR * said.longest_gap, MAX_SILENCE))
+    return max(_missed(said), MIN_SILENCE, min(LATE_FACTOR * said.longest_gap, MAX_SILENCE))
