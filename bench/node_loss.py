@@ -8,6 +8,9 @@ node stopped → the first step of a new group (the master's "resumed from the c
 and what each operator was waiting for when the window closed. The operators take turns, alternating trials;
 torchjob runs the job twice per trial: as shipped, and with ``torchjob.io/warm-start: "true"`` (``torchjob-warm``:
 the survivors' Pods stay and their launchers fork the script again; only the lost replica's Pod is created anew).
+``torchjob-inplace`` runs the in-place MNIST job instead (master, worker and a warm spare on a node each; the
+worker's node stopped in epoch 2): node stopped → the survivor's first step in the repaired group
+(``bench.inplace_node.vanished_trial``).
 
     .venv/bin/python -m bench.node_loss [TRIALS] [WINDOW_SECONDS] [OPERATORS]
 
@@ -38,7 +41,7 @@ from torchjob.core.times import parse_timestamp
 
 RESUMED = "resumed from the checkpoint of step"
 WARM_MARK = "torchjob: attempt 1 starts in this Pod, warm"
-CONTROLLERS = ("torchjob", "torchjob-warm", "kubeflow")
+CONTROLLERS = ("torchjob", "torchjob-warm", "torchjob-inplace", "kubeflow")
 
 
 @dataclass
@@ -177,12 +180,16 @@ def measure(trials: int = 1, window: float = 180, operators: tuple[str, ...] = C
         for number in range(trials):
             for operator_name in operators:
                 print(f"  {operator_name} operator, trial {number + 1} ...", flush=True)
-                kind = operator_name.removesuffix("-warm")
+                kind = operator_name.split("-")[0]
                 operator = _start_operator(cluster, kind, directory / f"{operator_name}-{number}")
                 try:
                     namespace = cluster.namespace(f"loss-{operator_name}-{number}")
-                    warm = operator_name.endswith("-warm")
-                    trial(cluster, namespace, results[operator_name], window, warm)
+                    if operator_name == "torchjob-inplace":
+                        repaired = inplace_node.vanished_trial(cluster, namespace)
+                        results[operator_name].recovery.append(None if repaired is None else repaired["first_step"])
+                        results[operator_name].succeeded.append(repaired is not None)
+                    else:
+                        trial(cluster, namespace, results[operator_name], window, operator_name.endswith("-warm"))
                 finally:
                     operator.stop()
     finally:
@@ -200,12 +207,13 @@ def report(results: dict[str, NodeLossRun], window: float) -> str:
         waits = sorted(set(run.waiting_on) - {"nothing on the lost node"})
         return text + (f"; left on the lost node: {'; '.join(waits)}" if waits else "")
 
-    t, w, k = results["torchjob"], results["torchjob-warm"], results["kubeflow"]
+    t, w, i, k = (results[name] for name in CONTROLLERS)
     rows = [
         "| three real nodes, the README's MNIST job | torchjob operator | Kubeflow training-operator v1.8.1 |",
         "|---|---|---|",
         f"| node of worker-1 stopped → first step of the new group | {shown(t)} | {shown(k)} |",
         f'| … with `torchjob.io/warm-start: "true"` (survivors restart in their Pods) | {shown(w)} | |',
+        f"| the in-place job (a warm spare on the third node) → first step of the repaired group | {shown(i)} | |",
     ]
     for label, run in (("", t), (", warm", w)):
         if run.phases:
