@@ -67,8 +67,8 @@ class KubernetesBackend(Backend):
         None when the operator serves no report endpoint: then no hang can be detected on this cluster)."""
         self.client = client
         self.counter = counter or RequestCounter()
-        self.logs = LogKeeper(client, self.counter.add)
         self.nodes = NodeReader(client, self.counter.add)
+        self.logs = LogKeeper(client, self.counter.add, lambda: self.nodes.avoided_now())
         self.reports = reports
         self.report_url = report_url
         self.warm = WarmRestarts(client, reports, self.counter.add, self.logs) if reports is not None else None

@@ -7,7 +7,7 @@ API server refused) is skipped. Losing old output must never stop a restart or a
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import httpx
@@ -21,16 +21,23 @@ from torchjob.core import replicas
 
 
 class LogKeeper:
-    def __init__(self, client: Client, count: Callable[[str], None]) -> None:
-        """``count(verb)`` is told of every API request (the operator's request counter)."""
+    def __init__(
+        self, client: Client, count: Callable[[str], None], silent_nodes: Callable[[], Iterable[str]] = tuple
+    ) -> None:
+        """``count(verb)`` is told of every API request (the operator's request counter); ``silent_nodes()``:
+        the nodes known to have stopped reporting, whose Pods' output is not asked for (the API server would try
+        their kubelets until its own timeout: seen holding a group restart after a lost node for 10 s)."""
         self.client = client
         self.count = count
+        self.silent_nodes = silent_nodes
 
     def keep(self, job: PyTorchJob, pods: list[tuple[int, str, dict[str, Any]]]) -> None:
         """File each ``(attempt, key, pod)``'s output under ``key`` in that attempt's ConfigMap."""
         by_attempt: dict[int, dict[str, str]] = {}
+        silent = set(self.silent_nodes())
         for attempt, key, pod in pods:
-            text = self.read(job, pod, log_archive.TAIL_LINES) if _has_run(pod) else None
+            on_a_silent_node = (pod.get("spec") or {}).get("nodeName") in silent
+            text = self.read(job, pod, log_archive.TAIL_LINES) if _has_run(pod) and not on_a_silent_node else None
             if text is not None:
                 by_attempt.setdefault(attempt, {})[key] = text
         for attempt, logs in by_attempt.items():
