@@ -46,6 +46,21 @@ def inplace_one_per_node(namespace: str, *extra_args: str) -> dict[str, Any]:
     return job
 
 
+def elastic_spread(namespace: str, epochs: int) -> dict[str, Any]:
+    """examples/mnist/job-elastic-inplace.yaml (3 Workers, at least 2) with its Workers preferring a node each
+    (preferred, so that the spare for a lost node's place still fits beside a survivor)."""
+    job: dict[str, Any] = yaml.safe_load((MNIST / "job-elastic-inplace.yaml").read_text())
+    name = job["metadata"]["name"]
+    job["metadata"]["namespace"] = namespace
+    not_the_store = {"key": "torchjob.io/role", "operator": "NotIn", "values": ["rendezvous-store"]}
+    mine = {"matchLabels": {"torchjob.io/job-name": name}, "matchExpressions": [not_the_store]}
+    apart = [{"weight": 100, "podAffinityTerm": {"labelSelector": mine, "topologyKey": "kubernetes.io/hostname"}}]
+    pod = job["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]
+    pod["containers"][0]["args"] = ["--epochs", str(epochs)]
+    pod["affinity"] = {"podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": apart}}
+    return job
+
+
 def lost_and_survivor(job: str, where: dict[str, str]) -> tuple[str, str]:
     """For ``inplace_one_per_node``, given each Pod's node: the replica whose node to stop and the one that
     survives. The worker's, unless the rendezvous store shares its node (losing the store is another scenario)."""

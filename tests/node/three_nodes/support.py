@@ -49,6 +49,30 @@ def leader(cluster: Cluster) -> str:
     return str(lease["spec"].get("holderIdentity") or "").rsplit("_", 1)[0]
 
 
+def move_operator_off(cluster: Cluster, node: str, timeout: float = 180) -> None:
+    """No operator Pod on ``node`` any more, and a leader that reports reach: the node is cordoned while the Pods
+    on it are deleted (a leader stopped cleanly gives up its Lease at once) and the Deployment makes them again
+    elsewhere, then uncordoned. For a test that stops a node and means to lose a replica alone, not the leader."""
+    if node not in operator_pods(cluster).values():
+        return
+    cluster.kubectl("cordon", node)
+    try:
+        for pod, where in operator_pods(cluster).items():
+            if where == node:
+                cluster.kubectl("delete", "pod", pod, "-n", "torchjob-system", "--wait=true", timeout=120)
+        deadline = time.monotonic() + timeout
+        while True:
+            pods = operator_pods(cluster)
+            leading = leader(cluster)
+            moved = len(pods) == 2 and node not in pods.values() and leading in pods
+            if moved and report_endpoints(cluster) == [leading]:
+                return
+            assert time.monotonic() < deadline, f"the operator did not leave {node}: {pods}, leader {leading}"
+            time.sleep(1)
+    finally:
+        cluster.kubectl("uncordon", node, check=False)
+
+
 def report_endpoints(cluster: Cluster) -> list[str]:
     """The Pods the operator's report Service routes to."""
     found = cluster.kubectl_json("get", "endpoints", "torchjob-operator", "-n", "torchjob-system")
@@ -139,6 +163,15 @@ def wait_until_gone_from(
     while on_the_node():
         assert time.monotonic() < deadline, on_the_node()
         time.sleep(1)
+
+
+def wait_for_log(cluster: Cluster, namespace: str, pod: str, text: str, timeout: float) -> None:
+    """Until ``pod``'s output says ``text`` (the job's Pods shown if it never does)."""
+    deadline = time.monotonic() + timeout
+    while text not in cluster.kubectl("logs", "-n", namespace, pod, check=False).stdout:
+        pods = cluster.kubectl("get", "pods", "-n", namespace, "-o", "wide", check=False).stdout
+        assert time.monotonic() < deadline, f"{pod} never said {text!r}:\n{pods}"
+        time.sleep(0.5)
 
 
 def wait_for_a_checkpoint(data: Path, timeout: float) -> None:
