@@ -107,6 +107,17 @@ def test_losses_it_cannot_absorb_restart_the_group() -> None:
         assert not any(isinstance(a, ReformGroup) for a in result.actions)
 
 
+def test_a_new_leader_shrinks_the_group_around_a_member_it_never_heard() -> None:
+    # The lost node took the old leader with it: the new one hears the staying members, never the lost one.
+    never_heard = replace(lost("worker-1", repairable=False), unheard_since=at(3))
+    result = step(elastic_job(), [*members("worker-0", "worker-2"), never_heard])
+    assert (result.status.attempt, result.status.restart_count) == (0, 0)
+    assert told(1, ("worker-0", "worker-2")) in result.actions
+    # Unless the staying members have not announced the loop either: the group is still starting.
+    starting = step(elastic_job(), [*members("worker-0", "worker-2", repairable=False), never_heard])
+    assert starting.status.attempt == 1 and not any(isinstance(a, ReformGroup) for a in starting.actions)
+
+
 def test_scaling_changes_the_membership_without_a_restart() -> None:
     job = elastic_job()
     down = job.model_copy(update={"spec": job.spec.model_copy(deep=True)})

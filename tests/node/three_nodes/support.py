@@ -49,28 +49,69 @@ def leader(cluster: Cluster) -> str:
     return str(lease["spec"].get("holderIdentity") or "").rsplit("_", 1)[0]
 
 
-def move_operator_off(cluster: Cluster, node: str, timeout: float = 180) -> None:
-    """No operator Pod on ``node`` any more, and a leader that reports reach: the node is cordoned while the Pods
-    on it are deleted (a leader stopped cleanly gives up its Lease at once) and the Deployment makes them again
-    elsewhere, then uncordoned. For a test that stops a node and means to lose a replica alone, not the leader."""
-    if node not in operator_pods(cluster).values():
+def move_operator_off(cluster: Cluster, node: str) -> None:
+    """No operator Pod on ``node`` any more (a leader there gives up its Lease on its clean stop, and the standby
+    takes over). For a test that stops a node and means to lose a replica alone, not the leader."""
+    _replace_operator_pods(cluster, {pod for pod, where in operator_pods(cluster).items() if where == node}, node)
+
+
+def lead_from(cluster: Cluster, node: str) -> None:
+    """The operator's leader on ``node``, its standby on another: for a test that loses the leader together with
+    a replica on ``node``, and means the standby to take over (not to lose both operators at once)."""
+    pods = operator_pods(cluster)
+    if pods[leader(cluster)] != node:
+        # A standby on the node first (made again there: every other node cordoned meanwhile), then the leader
+        # elsewhere stops cleanly, so that standby takes the Lease, and is made again off the node.
+        standby = {pod for pod in pods if pod != leader(cluster)}
+        _replace_operator_pods(cluster, standby, *(n.name for n in cluster.nodes if n.name != node))
+        _replace_operator_pods(cluster, {leader(cluster)}, node)
+    beside = {pod for pod, where in operator_pods(cluster).items() if where == node and pod != leader(cluster)}
+    _replace_operator_pods(cluster, beside, node)
+    pods = operator_pods(cluster)
+    assert pods[leader(cluster)] == node and list(pods.values()).count(node) == 1, pods
+
+
+def _replace_operator_pods(cluster: Cluster, pods: set[str], *kept_off: str, timeout: float = 180) -> None:
+    """Delete the operator's ``pods`` while the nodes ``kept_off`` are cordoned, and wait until the Deployment
+    has made them again (elsewhere) and reports reach a leader."""
+    if not pods:
         return
-    cluster.kubectl("cordon", node)
+    staying = set(operator_pods(cluster)) - pods
+    for node in kept_off:
+        cluster.kubectl("cordon", node)
     try:
-        for pod, where in operator_pods(cluster).items():
-            if where == node:
-                cluster.kubectl("delete", "pod", pod, "-n", "torchjob-system", "--wait=true", timeout=120)
+        for pod in sorted(pods):
+            cluster.kubectl("delete", "pod", pod, "-n", "torchjob-system", "--wait=true", timeout=120)
         deadline = time.monotonic() + timeout
         while True:
-            pods = operator_pods(cluster)
-            leading = leader(cluster)
-            moved = len(pods) == 2 and node not in pods.values() and leading in pods
-            if moved and report_endpoints(cluster) == [leading]:
+            now, leading = operator_pods(cluster), leader(cluster)
+            made = [where for pod, where in now.items() if pod not in staying]
+            placed = len(now) == 2 and not pods & set(now) and not set(kept_off) & set(made)
+            if (
+                placed
+                and leading in now
+                and report_endpoints(cluster) == [leading]
+                and len(ready_operators(cluster)) == 2
+            ):
                 return
-            assert time.monotonic() < deadline, f"the operator did not leave {node}: {pods}, leader {leading}"
+            assert time.monotonic() < deadline, f"the operator's Pods were not made again: {now}, leader {leading}"
             time.sleep(1)
     finally:
-        cluster.kubectl("uncordon", node, check=False)
+        for node in kept_off:
+            cluster.kubectl("uncordon", node, check=False)
+
+
+def ready_operators(cluster: Cluster) -> list[str]:
+    """The operator's Pods that are Ready (a standby is: it is ready to take over)."""
+    found = cluster.kubectl_json(
+        "get", "pods", "-n", "torchjob-system", "-l", "app.kubernetes.io/name=torchjob-operator"
+    )
+    ready = [
+        p["metadata"]["name"]
+        for p in found["items"]
+        if any(c["type"] == "Ready" and c["status"] == "True" for c in p["status"].get("conditions") or [])
+    ]
+    return ready
 
 
 def report_endpoints(cluster: Cluster) -> list[str]:

@@ -158,21 +158,23 @@ def test_in_place_the_job_carries_on_when_the_node_of_its_rendezvous_store_vanis
         kubelet.start(cluster.state, node)
 
 
+@pytest.mark.parametrize("leader", ["elsewhere", "on-its-node"])
 def test_an_elastic_group_shrinks_at_once_when_a_members_node_vanishes_and_grows_back_on_another_node(
-    three_nodes: Cluster,
+    three_nodes: Cluster, leader: str
 ) -> None:
     """The elastic in-place MNIST job (3 Workers, at least 2, a node each). The node of a Worker that does not
     share the rendezvous store's node vanishes: the two others carry on at once as a group of 2 (their peer's
     silence is the witness), a spare started for the place on a node that still reports joins, and the group
     trains at 3 again. Nothing restarts, and the survivors' Pods are the same Pods.
 
-    The operator's leader is moved off that node first: a leader lost with the member is another scenario (the
-    new leader never heard the lost member, so it restarts the group; test_group_restart.py's leader test). The
-    job is long (its end is not what is tested: the other in-place tests train to an accuracy) and is deleted
-    once the group has grown back: under CI's load a spare's cold start once outlasted a shorter job."""
+    The operator's leader is first moved off that node, or onto it (its standby elsewhere): then the standby
+    takes over once the Lease runs out, never having heard the lost member, and the survivors' announcements
+    speak for it (policies/regroup.py). The job is long (its end is not what is tested: the other in-place tests
+    train to an accuracy) and is deleted once the group has grown back: under CI's load a spare's cold start once
+    outlasted a shorter job."""
     cluster = three_nodes
     support.all_nodes_ready(cluster, timeout=180)
-    namespace = cluster.namespace("elastic-node-lost")
+    namespace = cluster.namespace(f"elastic-node-lost-{leader}")
     job = elastic_spread(namespace, epochs=60)
     name = job["metadata"]["name"]
     cluster.apply(job)
@@ -182,12 +184,15 @@ def test_an_elastic_group_shrinks_at_once_when_a_members_node_vanishes_and_grows
     where = {pod: p["spec"]["nodeName"] for pod, p in before.items()}
     alone = [w for w in workers if [where[o] for o in [*workers, f"{name}-rdzv"]].count(where[w]) == 1]
     assert alone, f"no Worker has a node to itself, away from the store: {where}"
-    leading = support.operator_pods(cluster).get(support.leader(cluster))
-    lost = ([w for w in alone if where[w] != leading] or alone)[-1]
+    lost = alone[-1]
     survivors = [w for w in workers if w != lost]
     node = cluster.node(where[lost])
     assert isinstance(node, kubelet.KubeletNode)
-    support.move_operator_off(cluster, node.name)
+    if leader == "elsewhere":
+        support.move_operator_off(cluster, node.name)
+    else:
+        support.lead_from(cluster, node.name)
+    leading = support.leader(cluster)
     # The group trains on under the leader it has now (which hears every member's announcements within a second).
     support.wait_for_log(cluster, namespace, workers[0], "epoch: 3/", timeout=300)
     kubelet.stop(cluster.state, node)
@@ -212,6 +217,7 @@ def test_an_elastic_group_shrinks_at_once_when_a_members_node_vanishes_and_grows
         assert all(now[w]["metadata"]["uid"] == before[w]["metadata"]["uid"] for w in survivors)
         spares = [p for p in now if "-spare-" in p]
         assert spares and all(now[p]["spec"]["nodeName"] != node.name for p in spares), where
+        assert (support.leader(cluster) == leading) == (leader == "elsewhere")  # the standby took over
     finally:
         cluster.kubectl("delete", "pytorchjob", name, "-n", namespace, "--wait=false", check=False)
         kubelet.start(cluster.state, node)
