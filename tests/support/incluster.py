@@ -57,8 +57,9 @@ def site_packages() -> Path:
     return target
 
 
-def push_operator_image(cluster: Cluster) -> tuple[str, int]:
-    """Build and push the operator's image; its name and the size of its own layer (the base is shared)."""
+def push_operator_image(cluster: Cluster) -> tuple[str, str, int]:
+    """Build and push the operator's image; its name, its digest and the size of its own layer (the base is
+    shared)."""
     packages = site_packages()
     files: dict[str, Path | bytes] = {
         SITE: packages,
@@ -66,21 +67,23 @@ def push_operator_image(cluster: Cluster) -> tuple[str, int]:
         "/usr/local/bin/torchjob": ENTRYPOINT,
     }
     image = f"{IMAGE_NAME}:{IMAGE_TAG}"
-    cluster.push_image(image, files, entrypoint=["/usr/bin/python3", "/usr/local/bin/torchjob"])
+    digest = cluster.push_image(image, files, entrypoint=["/usr/bin/python3", "/usr/local/bin/torchjob"])
     size = sum(f.stat().st_size for f in packages.rglob("*") if f.is_file())
     size += sum(f.stat().st_size for f in (ROOT / "src" / "torchjob").rglob("*.py"))
-    return image, size
+    return image, digest, size
 
 
-def apply_deploy(cluster: Cluster, workdir: Path) -> None:
-    """``deploy/`` through kustomize, with the operator's image set to the one pushed (``images:``)."""
+def apply_deploy(cluster: Cluster, workdir: Path, digest: str) -> None:
+    """``deploy/`` through kustomize, with the operator's image set to the one pushed (``images:``), by its digest:
+    deployed again after a change, the operator rolls out the new image (a tag that stays the same would leave
+    each node running the image it already has)."""
     overlay = workdir / "operator-overlay"
     overlay.mkdir(parents=True, exist_ok=True)
     (overlay / "kustomization.yaml").write_text(
         json.dumps(
             {
                 "resources": [os.path.relpath(DEPLOY, overlay)],
-                "images": [{"name": "torchjob-operator", "newName": IMAGE_NAME, "newTag": IMAGE_TAG}],
+                "images": [{"name": "torchjob-operator", "newName": IMAGE_NAME, "digest": digest}],
             }
         )
     )
@@ -92,8 +95,9 @@ def apply_deploy(cluster: Cluster, workdir: Path) -> None:
 
 def deploy(cluster: Cluster, workdir: Path, timeout: float = 240) -> tuple[str, int]:
     """Build, push and apply; wait until the operator's Deployment is Available. The image and its layer size."""
-    image, size = push_operator_image(cluster)
-    apply_deploy(cluster, workdir)
+    image, digest, size = push_operator_image(cluster)
+    apply_deploy(cluster, workdir, digest)
+    image = f"{image} ({digest[:19]})"
     waited = cluster.kubectl(
         "wait",
         "--for=condition=Available",

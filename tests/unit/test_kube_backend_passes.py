@@ -9,7 +9,7 @@ from typing import Any
 from torchjob.api.types import ReplicaType
 from torchjob.backends.kubernetes import mapping
 from torchjob.backends.kubernetes.backend import KubernetesBackend
-from torchjob.core.actions import DeleteReplica
+from torchjob.core.actions import DeleteReplica, DeleteSpare
 from torchjob.core.replicas import ReplicaId
 from torchjob.testing import make_job
 
@@ -22,12 +22,14 @@ class Pods:
     def __init__(self, pods: list[dict[str, Any]]) -> None:
         self.pods = pods
         self.deleted: list[tuple[str, str]] = []
+        self.grace: dict[str, int | None] = {}
 
     def list(self, kind: type[Any], namespace: str, labels: dict[str, Any]) -> list[dict[str, Any]]:
         return [p for p in self.pods if p["metadata"]["namespace"] == namespace]
 
     def delete(self, kind: type[Any], name: str, namespace: str, grace_period: int | None = None) -> None:
         self.deleted.append((namespace, name))
+        self.grace[name] = grace_period
 
 
 def _job(namespace: str, name: str) -> Any:
@@ -50,3 +52,13 @@ def test_a_pass_acts_on_the_pods_it_observed_while_another_job_is_observed_in_an
     other.join()
     backend.execute(team_a, [DeleteReplica(MASTER, 0, "a group restart")])
     assert client.deleted == [("team-a", "mnist-master-0")]
+
+
+def test_a_spare_no_longer_wanted_is_given_a_second_to_stop() -> None:
+    # Its process may be PID 1 in its container, deaf to SIGTERM: the default 30 s would hold its Pod's resources.
+    job = _job("team-a", "mnist")
+    client = Pods([])
+    backend = KubernetesBackend(client)  # type: ignore[arg-type]
+    backend.observe(job)
+    backend.execute(job, [DeleteSpare("mnist-spare-0-0", "the job has finished")])
+    assert client.deleted == [("team-a", "mnist-spare-0-0")] and client.grace["mnist-spare-0-0"] == 1

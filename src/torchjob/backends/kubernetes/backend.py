@@ -177,7 +177,7 @@ class KubernetesBackend(Backend):
                     self.nodes.keep_off_silent(spare)
                     self._create(spare, Pod)
                 case DeleteSpare():
-                    self._delete(Pod, action.name, job.namespace)
+                    self._delete(Pod, action.name, job.namespace, grace_period=spares_mapping.SPARE_GRACE_SECONDS)
                 case RepairReplica():
                     lost_pod = self._promote(job, action)
                     if lost_pod is not None:

@@ -24,6 +24,13 @@ from torchjob.core.envs import holds_a_place
 from torchjob.core.replicas import ROLE_SPARE, ReplicaId, expected_replicas
 
 
+# How long a spare Pod that is no longer wanted (the job ended, was suspended, has spares enough) may take to stop.
+# A spare holds no state, and it may ignore SIGTERM: in a container its process is PID 1, which the kernel does
+# not end on a signal it has no handler for. Its Pod then stayed Terminating for the whole grace period (30 s by
+# default), holding what it requested (a GPU another job's Pods may wait for).
+SPARE_GRACE_SECONDS = 1
+
+
 def store_address(job: PyTorchJob) -> str:
     """``TORCHJOB_STORE`` for every member and spare of an in-place job."""
     return f"{store_name(job)}:{store_port(job)}"
