@@ -23,7 +23,6 @@ from torchjob.core import replicas
 from torchjob.core.envs import holds_a_place
 from torchjob.core.replicas import ROLE_SPARE, ReplicaId, expected_replicas
 
-
 # How long a spare Pod that is no longer wanted (the job ended, was suspended, has spares enough) may take to stop.
 # A spare holds no state, and it may ignore SIGTERM: in a container its process is PID 1, which the kernel does
 # not end on a signal it has no handler for. Its Pod then stayed Terminating for the whole grace period (30 s by
