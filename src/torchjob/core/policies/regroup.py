@@ -143,10 +143,7 @@ def _evicted(observation: ReplicaObservation) -> bool:
 
 
 def _can_leave(job: PyTorchJob, lost: ReplicaObservation) -> bool:
-    """A failed member the group can do without: a Worker that trained in place and failed retryably. One this
-    operator never heard (a leader that took over when the lost node took the old leader with it) runs the
-    group's one script: the staying members' announcements, required by ``decide``, speak for it, as in
-    ``repair.decide``."""
+    """A failed member the group can do without: a Worker that trained in place (``repair.trained_in_place``; the
+    staying members' announcements, required by ``decide``, speak for one never heard) and failed retryably."""
     retryable = is_retryable(restart_policy_of(job, lost), lost)
-    trained_in_place = lost.repairable or lost.unheard_since is not None
-    return lost.replica.replica_type is ReplicaType.WORKER and trained_in_place and retryable
+    return lost.replica.replica_type is ReplicaType.WORKER and repair.trained_in_place(lost) and retryable

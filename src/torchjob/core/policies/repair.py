@@ -62,12 +62,17 @@ def decide(
     """The repairs to make for the attempt's lost replicas, a ready spare each; none when the group must restart
     (a lost replica that cannot be repaired around, a survivor that cannot, or too few ready spares)."""
     failed = [o for o in current if o.phase is Phase.FAILED and not o.stopping]
-    # A lost replica this operator never heard (a leader that took over when the lost node took the old leader
-    # with it) runs the group's one script: its peers' announcements, checked in _replace, speak for it.
-    if not failed or not all(o.repairable or o.unheard_since is not None for o in failed):
+    if not failed or not all(trained_in_place(o) for o in failed):
         return []
     lost = [(o, Cause(o.describe(), restart.kind_of(o), o.failure_onset)) for o in failed]
     return _replace(job, attempt, current, spares, lost)
+
+
+def trained_in_place(lost: ReplicaObservation) -> bool:
+    """Whether a lost replica ran the in-place loop, so that its group may carry on around it: it announced the
+    loop, or this operator never heard it (a leader that took over when the lost node took the old leader with
+    it): it runs the group's one script, and its peers' announcements, which the caller requires, speak for it."""
+    return lost.repairable or lost.unheard_since is not None
 
 
 def decide_hung(
