@@ -58,60 +58,60 @@ def move_operator_off(cluster: Cluster, node: str) -> None:
 def lead_from(cluster: Cluster, node: str) -> None:
     """The operator's leader on ``node``, its standby on another: for a test that loses the leader together with
     a replica on ``node``, and means the standby to take over (not to lose both operators at once)."""
-    pods = operator_pods(cluster)
-    if pods[leader(cluster)] != node:
+    pods, leading = operator_pods(cluster), leader(cluster)
+    if pods[leading] != node:
         # A standby on the node first (made again there: every other node cordoned meanwhile), then the leader
         # elsewhere stops cleanly, so that standby takes the Lease, and is made again off the node.
-        standby = {pod for pod in pods if pod != leader(cluster)}
-        _replace_operator_pods(cluster, standby, *(n.name for n in cluster.nodes if n.name != node))
-        _replace_operator_pods(cluster, {leader(cluster)}, node)
-    beside = {pod for pod, where in operator_pods(cluster).items() if where == node and pod != leader(cluster)}
+        _replace_operator_pods(cluster, set(pods) - {leading}, *(n.name for n in cluster.nodes if n.name != node))
+        standby = next(pod for pod, where in operator_pods(cluster).items() if where == node)
+        _replace_operator_pods(cluster, {leading}, node, leading_first=standby)
+        leading = standby
+    beside = {pod for pod, where in operator_pods(cluster).items() if where == node and pod != leading}
     _replace_operator_pods(cluster, beside, node)
     pods = operator_pods(cluster)
     assert pods[leader(cluster)] == node and list(pods.values()).count(node) == 1, pods
 
 
-def _replace_operator_pods(cluster: Cluster, pods: set[str], *kept_off: str, timeout: float = 180) -> None:
+def _replace_operator_pods(
+    cluster: Cluster, pods: set[str], *kept_off: str, leading_first: str | None = None, timeout: float = 180
+) -> None:
     """Delete the operator's ``pods`` while the nodes ``kept_off`` are cordoned, and wait until the Deployment
-    has made them again (elsewhere) and reports reach a leader."""
+    has made them again (elsewhere), both are Ready (a standby is: ready to take over) and reports reach a
+    leader. ``leading_first``: the standby that must take the Lease, before any Pod made again could (every
+    node stays cordoned until it has)."""
     if not pods:
         return
     staying = set(operator_pods(cluster)) - pods
-    for node in kept_off:
+    cordoned = [n.name for n in cluster.nodes] if leading_first else list(kept_off)
+    for node in cordoned:
         cluster.kubectl("cordon", node)
     try:
         for pod in sorted(pods):
             cluster.kubectl("delete", "pod", pod, "-n", "torchjob-system", "--wait=true", timeout=120)
         deadline = time.monotonic() + timeout
+        while leading_first is not None and leader(cluster) != leading_first:
+            assert time.monotonic() < deadline, f"{leading_first} did not take the Lease"
+            time.sleep(0.5)
+        for node in set(cordoned) - set(kept_off):
+            cluster.kubectl("uncordon", node)
         while True:
-            now, leading = operator_pods(cluster), leader(cluster)
+            found, leading = _operator_pod_items(cluster), leader(cluster)
+            now = {p["metadata"]["name"]: p["spec"].get("nodeName", "") for p in found}
             made = [where for pod, where in now.items() if pod not in staying]
             placed = len(now) == 2 and not pods & set(now) and not set(kept_off) & set(made)
-            if (
-                placed
-                and leading in now
-                and report_endpoints(cluster) == [leading]
-                and len(ready_operators(cluster)) == 2
-            ):
+            ready = all(_ready(p["status"].get("conditions")) for p in found)
+            if placed and ready and leading in now and report_endpoints(cluster) == [leading]:
                 return
             assert time.monotonic() < deadline, f"the operator's Pods were not made again: {now}, leader {leading}"
             time.sleep(1)
     finally:
-        for node in kept_off:
+        for node in cordoned:
             cluster.kubectl("uncordon", node, check=False)
 
 
-def ready_operators(cluster: Cluster) -> list[str]:
-    """The operator's Pods that are Ready (a standby is: it is ready to take over)."""
-    found = cluster.kubectl_json(
-        "get", "pods", "-n", "torchjob-system", "-l", "app.kubernetes.io/name=torchjob-operator"
-    )
-    ready = [
-        p["metadata"]["name"]
-        for p in found["items"]
-        if any(c["type"] == "Ready" and c["status"] == "True" for c in p["status"].get("conditions") or [])
-    ]
-    return ready
+def _ready(conditions: list[dict[str, Any]] | None) -> bool:
+    """A Pod's or a node's conditions say Ready."""
+    return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions or [])
 
 
 def report_endpoints(cluster: Cluster) -> list[str]:
@@ -128,10 +128,14 @@ def tainted_unreachable(cluster: Cluster, node: str) -> bool:
 
 def operator_pods(cluster: Cluster) -> dict[str, str]:
     """The operator's Pods: name → node."""
+    return {p["metadata"]["name"]: p["spec"].get("nodeName", "") for p in _operator_pod_items(cluster)}
+
+
+def _operator_pod_items(cluster: Cluster) -> list[dict[str, Any]]:
     found = cluster.kubectl_json(
         "get", "pods", "-n", "torchjob-system", "-l", "app.kubernetes.io/name=torchjob-operator"
     )
-    return {p["metadata"]["name"]: p["spec"].get("nodeName", "") for p in found["items"]}
+    return list(found["items"])
 
 
 def operator_logs(cluster: Cluster) -> str:
@@ -151,8 +155,7 @@ def all_nodes_ready(cluster: Cluster, timeout: float) -> None:
         ready = [
             n
             for n in nodes
-            if any(c["type"] == "Ready" and c["status"] == "True" for c in n["status"]["conditions"])
-            and not tainted_unreachable(cluster, n["metadata"]["name"])
+            if _ready(n["status"]["conditions"]) and not tainted_unreachable(cluster, n["metadata"]["name"])
         ]
         if len(ready) == len(nodes):
             return
