@@ -99,6 +99,9 @@ def test_a_killed_trainer_starts_again_warm_on_the_operators_order_as_the_same_c
     first, second = _probes(output)
     assert (first["attempt"], second["attempt"]) == ("0", "1")
     assert first["warm"] and second["warm"], output  # torch was imported before either script ran
+    # A script without DDP starts before the launcher imports torch._dynamo; a restart finds it (a module run
+    # with -m is not read, so it waits for the whole preload).
+    assert (first["dynamo"], second["dynamo"]) == ((False, True) if form == "script" else (True, True))
     assert first["pid"] != second["pid"]
     expected_argv = ["launcher_probe.py", "--lr", "0.1"] if form == "script" else [str(SCRIPTS / "launcher_probe.py")]
     assert first["argv"] == second["argv"] == expected_argv

@@ -41,6 +41,7 @@ def test_a_warm_replica_is_the_process_a_cold_python_would_have_been(tmp_path: P
     assert set(seen) == {"master-0-0", "worker-0-0"}
     for replica, probe in seen.items():
         assert probe["torch_was_loaded"] is True, replica  # forked warm: torch was imported before the script ran
+        assert probe["dynamo_was_loaded"] is True, replica  # a DDP script waits for what DDP's constructor imports
         assert probe["frozen_objects"] > 10_000, replica  # torch's own objects, out of the collector's sight
         assert probe["name"] == "__main__"
         assert probe["argv"] == [str(PROBE), "--loader-workers", "2"]
@@ -84,6 +85,23 @@ def test_a_warm_restart_resumes_from_the_checkpoint_and_the_root_cause_is_named(
     assert "warm_start.py" not in log and "runpy" not in log  # the traceback starts in the script
     assert "zygote.py" not in log and "another exception occurred" not in log  # as a cold run prints it
     assert "RuntimeError: boom in attempt 0" in result.stdout + result.stderr  # why it restarted
+
+
+def test_a_script_without_ddp_starts_before_torch_dynamo_is_imported_and_its_restart_finds_it(
+    tmp_path: Path, torchjob_home: Path
+) -> None:
+    path = probe_job(tmp_path, "early", "python", str(SCRIPTS / "collective_probe.py"), "--fail-attempt", "0")
+    result = run_cli("run", str(path), home=torchjob_home)
+    assert result.returncode == 0, result.stderr
+    out = torchjob_home / "jobs" / "early" / "output"
+    seen = {p.stem.removeprefix("early-"): json.loads(p.read_text()) for p in out.glob("early-*.json")}
+    assert set(seen) == {"master-0-0", "worker-0-0", "master-0-1", "worker-0-1"}
+    assert {name: probe["sum"] for name, probe in seen.items()} == dict.fromkeys(seen, 2.0)
+    assert all(probe["torch_was_loaded"] for probe in seen.values())
+    # The first replicas were forked before the warm interpreter imported torch._dynamo; the restart after it.
+    assert [seen[name]["dynamo_was_loaded"] for name in ("master-0-0", "worker-0-0")] == [False, False]
+    assert [seen[name]["dynamo_was_loaded"] for name in ("master-0-1", "worker-0-1")] == [True, True]
+    assert job_object(torchjob_home, "early")["status"]["attempt"] == 1
 
 
 def test_a_failing_warm_script_fails_the_job_with_its_exit_code_and_reason(tmp_path: Path, torchjob_home: Path) -> None:

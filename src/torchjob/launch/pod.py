@@ -33,7 +33,7 @@ import traceback
 from typing import Any, NoReturn
 
 from torchjob import worker_files
-from torchjob.launch import preload, reaping, warm_start
+from torchjob.launch import preload, preload_scan, reaping, warm_start
 from torchjob.launch.entry import POD_COLD_START, ColdStart, WarmEntry, python_entry
 from torchjob.launch.orders import TrainerChannel
 
@@ -67,9 +67,12 @@ def main(argv: list[str] | None = None) -> NoReturn:
         print(f"{POD_COLD_START}{why}", file=sys.stderr, flush=True)
         os.execvp(command[0], command)
     base_path = list(sys.path[1:])  # without this process's own sys.path[0] (its working directory)
-    preload.preload(preload.with_extra(preload.TORCH, os.environ.get(worker_files.ENV_WARM_PRELOAD, "")))
+    modules = preload.with_extra(preload.TORCH, os.environ.get(worker_files.ENV_WARM_PRELOAD, ""))
+    # What the script is shown not to need at its start is imported after the first fork (preload_scan.py).
+    first, later = preload.staged(modules, preload_scan.can_start_before_deferred(entry, os.getcwd()))
+    preload.preload(first)
     try:
-        Launcher(entry, command, channel).run()
+        Launcher(entry, command, channel).run(later)
     except BecomeTrainer as trainer:
         request = trainer.request
     # Out of the except clause: the script's own exceptions must not be chained to BecomeTrainer.
@@ -94,7 +97,10 @@ class Launcher:
         signal.signal(signal.SIGINT, self._on_stop)
         self.pid: int | None = self._fork()
 
-    def run(self) -> NoReturn:
+    def run(self, later: list[str]) -> NoReturn:
+        """Watch the trainer and obey the operator's orders, for the Pod's life; ``later``: what to import
+        once the first trainer is forked, for the restarts."""
+        preload.preload(later)
         while True:
             self._sleep(ENDED_POLL_SECONDS if self.exit_code is not None else RUNNING_POLL_SECONDS)
             ended = self._reap()

@@ -12,12 +12,21 @@ import sys
 TORCH = ("torch", "torch.distributed", "torch.nn.parallel", "torch.utils.data", "torch.optim", "torch._dynamo")
 # The preloads whose objects are frozen (see _freeze): the leading ones of the list that are among these.
 SAFE_TO_FREEZE = frozenset({"torch", "torch.distributed", "torch.nn.parallel", "torch.utils.data", "torch.optim"})
+# What a script may not need at its start (preload_scan.py): imported after the first replicas are forked then.
+DEFERRABLE = frozenset({"torch._dynamo"})
 
 
 def with_extra(base: tuple[str, ...], extra: str) -> list[str]:
     """``base``, then the comma-separated module names of ``extra`` that it lacks (a job's own preloads)."""
     added = [name.strip() for name in extra.split(",") if name.strip()]
     return [*base, *(name for name in added if name not in base)]
+
+
+def staged(modules: list[str], defer: bool) -> tuple[list[str], list[str]]:
+    """``modules`` as what to import before the first fork and what after it: the DEFERRABLE ones after, if
+    ``defer``."""
+    later = [name for name in modules if defer and name in DEFERRABLE]
+    return [name for name in modules if name not in later], later
 
 
 def preload(modules: list[str]) -> list[str]:
@@ -30,7 +39,8 @@ def preload(modules: list[str]) -> list[str]:
     gc.disable()
     try:
         failed = _import(core)
-        _freeze()
+        if core:
+            _freeze()
         failed += _import(modules[len(core) :])
         gc.collect()
     finally:

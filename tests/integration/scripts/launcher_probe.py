@@ -10,6 +10,7 @@ import sys
 import time
 
 warm = "torch" in sys.modules  # imported before this script ran: it was forked from the launcher
+dynamo = "torch._dynamo" in sys.modules  # imported by the launcher after its first fork (no DDP here)
 with open("/proc/self/cmdline", "rb") as f:
     cmdline = f.read().rstrip(b"\0").split(b"\0")
 attempt = os.environ.get("TORCHJOB_ATTEMPT", "")
@@ -17,6 +18,7 @@ said = {
     "attempt": attempt,
     "argv": sys.argv,
     "warm": warm,
+    "dynamo": dynamo,
     "pid": os.getpid(),
     "cmdline": [a.decode() for a in cmdline],
     "user_site_ran_in": os.environ.get("PROBE_PTH_PID"),  # set by a .pth file of the user site, where one ran

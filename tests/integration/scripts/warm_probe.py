@@ -1,11 +1,12 @@
 """A replica that records how it was started, to tell a warm start from a cold one and check that a warm one is
 what ``python warm_probe.py ARGS`` would have been.
 
-It records (to ``<output>/probe-<replica>-<attempt>.json``): whether torch was imported before the script ran
-(only a warm start has it), ``__name__``, ``sys.argv``, ``sys.path[0]``, its command line as ``ps`` reads it,
-``RANK`` as C code reads it (getenv), torch's thread count, a random number, and where it resumed from. With
-``--loader-workers K`` it sums a dataset through a DataLoader with K worker processes; with ``--fail-attempt A``
-it raises after saving its checkpoint in attempt A, as rank 1.
+It records (to ``<output>/probe-<replica>-<attempt>.json``): whether torch and torch._dynamo were imported
+before the script ran (only a warm start has them; a DDP script such as this one waits for torch._dynamo),
+``__name__``, ``sys.argv``, ``sys.path[0]``, its command line as ``ps`` reads it, ``RANK`` as C code reads it
+(getenv), torch's thread count, a random number, and where it resumed from. With ``--loader-workers K`` it sums a
+dataset through a DataLoader with K worker processes; with ``--fail-attempt A`` it raises after saving its
+checkpoint in attempt A, as rank 1.
 """
 
 import ctypes
@@ -16,6 +17,7 @@ import random
 import sys
 
 torch_was_loaded = "torch" in sys.modules
+dynamo_was_loaded = "torch._dynamo" in sys.modules
 
 import torch  # noqa: E402 - after the check above, which is the point
 import torch.distributed as dist  # noqa: E402
@@ -50,6 +52,7 @@ def main() -> None:
     libc.getenv.restype = ctypes.c_char_p
     record = {
         "torch_was_loaded": torch_was_loaded,
+        "dynamo_was_loaded": dynamo_was_loaded,
         "frozen_objects": gc.get_freeze_count(),
         "name": __name__,
         "argv": sys.argv,

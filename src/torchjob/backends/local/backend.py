@@ -151,6 +151,7 @@ class LocalBackend(Backend):
                     assert_never(action)
         if actions:
             self._save_state()
+            self.children.settle()
 
     def record_status(self, job: PyTorchJob) -> None:
         if not self.deleted:

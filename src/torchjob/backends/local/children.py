@@ -172,6 +172,11 @@ class Children:
             while processes.find(record.identity) is not None and time.monotonic() < deadline:
                 time.sleep(0.02)
 
+    def settle(self) -> None:
+        """What was asked is started: the warm interpreter, if the job has one, may import what it deferred."""
+        if self.warm is not None:
+            self.warm.settle()
+
     def close(self) -> None:
         """End the warm interpreter, if the job has one."""
         if self.warm is not None:

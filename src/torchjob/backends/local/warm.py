@@ -1,9 +1,12 @@
 """The controller's side of a job's warm interpreter (zygote.py): start it, ask it for replicas, end it.
 
 Started on the job's first warm start and kept for the job's life, so every restart forks from an interpreter
-that has torch imported already. Anything wrong with it (it died, it answers nonsense, it does not answer)
-makes it *broken*: it is ended and every later replica of the job starts cold, as if warm starts were off;
-a job never fails because of its warm interpreter.
+that has torch imported already. Where the first replica's script is shown not to need ``torch._dynamo``
+(preload_scan.py), the first replicas are forked before that import, and ``settle`` has it imported after.
+
+Anything wrong with it (it died, it answers nonsense, it does not answer) makes it *broken*: it is ended and
+every later replica of the job starts cold, as if warm starts were off; a job never fails because of its warm
+interpreter.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from torchjob.api.types import PyTorchJob
 from torchjob.backends.local import processes
 from torchjob.backends.local.processes import Identity
 from torchjob.launch import preload as preloading
-from torchjob.launch import proctitle
+from torchjob.launch import preload_scan, proctitle
 from torchjob.launch.entry import WarmEntry
 
 # What every warm interpreter imports: torch's modules (launch/preload.py), and torchjob's progress reports.
@@ -56,6 +59,7 @@ class WarmInterpreter:
         self._popen: subprocess.Popen[bytes] | None = None
         self._channel: socket.socket | None = None
         self._pending = b""
+        self._later: list[str] = []  # imported once the first replicas are forked (settle)
         self.broken = False
 
     def spawn(
@@ -74,7 +78,7 @@ class WarmInterpreter:
             return None
         try:
             if self._channel is None:
-                self._start()
+                self._start(preload_scan.can_start_before_deferred(entry, cwd))
             request: dict[str, Any] = {
                 "entry": dataclasses.asdict(entry),
                 "command": command,
@@ -93,6 +97,15 @@ class WarmInterpreter:
             return None
         return processes.identify(pid) or Identity(pid, 0.0)
 
+    def settle(self) -> None:
+        """The replicas asked for so far are forked: the interpreter imports what it deferred (no answer)."""
+        if self._later and self._channel is not None and not self.broken:
+            self._later = []
+            try:
+                self._channel.sendall(b'{"preload_later": true}\n')
+            except OSError as err:
+                self._break(f"torchjob: the warm interpreter failed ({err}); replicas start cold from now on\n")
+
     def close(self) -> None:
         """End the warm interpreter (a replica it started and that still runs is ended by its own shim)."""
         if self._channel is not None:
@@ -105,7 +118,8 @@ class WarmInterpreter:
                 self._popen.wait(5.0)
             self._popen = None
 
-    def _start(self) -> None:
+    def _start(self, defer: bool) -> None:
+        first, self._later = preloading.staged(self.modules, defer)
         ours, theirs = socket.socketpair()
         env = {**os.environ, processes.MARKER_ENV: self.job_uid, "OMP_NUM_THREADS": "1"}
         # Only the replicas report (torchjob/autoreport.py): the warm interpreter must start no thread.
@@ -118,7 +132,7 @@ class WarmInterpreter:
             "torchjob.backends.local.zygote",
             str(theirs.fileno()),
             str(os.getpid()),
-            json.dumps(self.modules),
+            json.dumps({"first": first, "later": self._later}),
             proctitle.reservation(),
         ]
         self.log_path.parent.mkdir(parents=True, exist_ok=True)

@@ -12,6 +12,10 @@ Fork safety: the interpreter only imports (no CUDA, no OpenMP pool, no threads o
 idle native thread, and torch itself is forked after import by every DataLoader). It dies with the controller
 (PR_SET_PDEATHSIG) and when the socket closes; its forked shims then stop their replicas (shim.py).
 
+Its preload comes in two parts (``{"first": [...], "later": [...]}``): what it imports before it says it is
+ready, and what it imports once the controller says that the first replicas are forked (preload_scan.py: a
+script shown not to need ``torch._dynamo`` starts before it is imported; restarts find it imported).
+
 Usage: ``python -m torchjob.backends.local.zygote FD CONTROLLER_PID PRELOAD_JSON RESERVED`` (warm.py builds it).
 """
 
@@ -47,17 +51,17 @@ class BecomeReplica(BaseException):
 
 
 def main() -> None:
-    fd, controller, modules = int(sys.argv[1]), int(sys.argv[2]), json.loads(sys.argv[3])
+    fd, controller, plan = int(sys.argv[1]), int(sys.argv[2]), json.loads(sys.argv[3])
     with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
     if os.getppid() != controller:
         sys.exit(1)  # the controller died before we could watch it
     proctitle.set_command_line([sys.executable, "-m", __spec__.name if __spec__ else "zygote", "(warm interpreter)"])
     base_path = list(sys.path[1:])  # without this process's own sys.path[0] (its working directory)
-    failed = preload.preload(modules)
+    failed = preload.preload(plan["first"])
     _send(fd, {"ready": True, "failed": failed})
     try:
-        _serve(fd)
+        _serve(fd, plan["later"])
         return
     except BecomeReplica as replica:
         request = replica.request
@@ -68,7 +72,7 @@ def main() -> None:
     warm_start.run(request, base_path)  # raises SystemExit, as a script's end does
 
 
-def _serve(channel: int) -> None:
+def _serve(channel: int, later: list[str]) -> None:
     # A bare file descriptor, owned by no Python object: a forked replica closes it, and nothing in it can
     # close the number again later (when the number may name one of the script's files).
     pending = b""
@@ -83,7 +87,12 @@ def _serve(channel: int) -> None:
         pending += chunk
         while b"\n" in pending:
             line, pending = pending.split(b"\n", 1)
-            _send(channel, _fork_replica(json.loads(line), channel))
+            request = json.loads(line)
+            if "preload_later" in request:  # the first replicas are forked: no answer is awaited
+                preload.preload(later)  # a module that fails here is imported by the script itself
+                later = []
+            else:
+                _send(channel, _fork_replica(request, channel))
 
 
 def _fork_replica(request: dict[str, Any], channel: int) -> dict[str, Any]:
