@@ -7,6 +7,8 @@ epoch 3; the group restarts from the last checkpoint. Each mode runs with and wi
 - **added by the kill**: median job time with the kill − median without (the number a user feels);
 - **kill → next attempt started**: detection and stopping the survivors (the new replicas' start times);
 - **kill → first step of the next attempt**: the above, plus start-up, rendezvous and the checkpoint load;
+- **the split** of the kill's cost into phases (restart_split.py): detection, stop, warm start, rendezvous,
+  checkpoint load, steps redone;
 - the job's accuracy, which the kill must not change; and the warm interpreter's memory (RSS).
 
     .venv/bin/python -m bench.warm_restart [TRIALS]
@@ -31,6 +33,7 @@ import yaml
 
 from bench.launch import BIN
 from bench.measure import median
+from bench.restart_split import PHASES, AttemptWatch, split
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "mnist"
@@ -80,16 +83,21 @@ def trial(warm: bool, kill: bool) -> dict[str, Any]:
         warm_rss = 0.0
         killed_at: float | None = None
         first_step: float | None = None
+        watch = AttemptWatch(home)
         while process.poll() is None and time.monotonic() - started < TIMEOUT:
-            warm_rss = max(warm_rss, _warm_interpreter_rss())
+            if killed_at is None or watch.done:  # not while the restart is timed: it would load the machine
+                warm_rss = max(warm_rss, _warm_interpreter_rss())
             if kill and killed_at is None and log.exists() and "epoch: 3/" in log.read_text():
                 victim = _rank1_trainer(home)
                 if victim is not None:
+                    watch.at_kill()
                     killed_at = time.time()
                     victim.send_signal(signal.SIGKILL)
             if killed_at is not None and first_step is None:
                 first_step = _first_step_of_attempt_1(home)
-            time.sleep(0.05)
+            if killed_at is not None and not watch.done:
+                watch.poll()
+            time.sleep(0.01 if killed_at is not None and not watch.done else 0.05)
         output = process.communicate(timeout=TIMEOUT)[0].decode()
         result["seconds"] = time.monotonic() - started
         accuracy = re.findall(r"test accuracy=([0-9.]+)", output)
@@ -101,6 +109,7 @@ def trial(warm: bool, kill: bool) -> dict[str, Any]:
             restarted = min(p["started_at"] for p in local["processes"] if p["attempt"] == 1)
             result["to_restart"] = restarted - killed_at
             result["to_first_step"] = (first_step or restarted) - killed_at
+            result["split"] = split(home, killed_at, watch)
         return result
     finally:
         shutil.rmtree(work, ignore_errors=True)
@@ -135,6 +144,9 @@ def measure(trials: int = 3) -> dict[str, dict[str, float]]:
             "failed": float(sum(not r["ok"] for r in plain + killed)),
             "rss_mb": max(r["warm_rss_mb"] for r in plain + killed),
         }
+        for phase in PHASES:  # the split, each phase's median over the trials where its end was seen
+            seen = [r["split"][phase] for r in killed if phase in r.get("split", {})]
+            summary["warm" if warm else "cold"][phase] = median(seen) if seen else float("nan")
     return summary
 
 
@@ -149,9 +161,14 @@ def rows(summary: dict[str, dict[str, float]]) -> list[str]:
         f"| the same: kill → next attempt started / → its first logged step (median s) | "
         f"{warm['to_restart']:.2f} / {warm['to_first_step']:.2f} | {cold['to_restart']:.2f} / "
         f"{cold['to_first_step']:.2f} | | — | yes |",
+        f"| the split (median s): {', '.join(PHASES)} | {_split(warm)} | {_split(cold)} cold | | — | yes |",
         f"| README job end to end, no kill (median s); warm interpreter RSS | {warm['job']:.1f}; "
         f"{warm['rss_mb']:.0f} MB | {cold['job']:.1f} cold | {warm['job'] / cold['job']:.2f} | — | yes |",
     ]
+
+
+def _split(found: dict[str, float]) -> str:
+    return " / ".join(f"{found[phase]:.2f}" for phase in PHASES)
 
 
 def _met(ok: bool) -> str:
