@@ -76,6 +76,8 @@ def test_the_modules_of_the_scripts_own_folder_are_read_too(tmp_path: Path) -> N
 def test_what_it_cannot_read_keeps_the_whole_preload(tmp_path: Path) -> None:
     assert not starts_early(tmp_path / "a", COLLECTIVE + "def broken(:\n")
     assert not starts_early(tmp_path / "b", COLLECTIVE + "from . import helpers\n")
+    # Too deep for the parser, which says so with a MemoryError (a RecursionError elsewhere): the full preload
+    assert not starts_early(tmp_path / "c", COLLECTIVE + "x = " + "-" * 100_000 + "1\n")
     missing = WarmEntry(module=False, target="absent.py", argv=["absent.py"])
     assert not can_start_before_deferred(missing, str(tmp_path))
     module = WarmEntry(module=True, target="train", argv=["train"])

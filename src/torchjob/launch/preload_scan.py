@@ -83,7 +83,7 @@ def _clear(script: Path, folder: Path) -> bool:
             return False
         try:
             tree = ast.parse(path.read_bytes(), filename=str(path))
-        except (OSError, SyntaxError, ValueError):
+        except (OSError, SyntaxError, ValueError, RecursionError, MemoryError):  # the parser says "too deep" so
             return False
         for node in ast.walk(tree):
             local = _local_files(node, folder)
