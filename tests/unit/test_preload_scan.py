@@ -3,6 +3,7 @@ whose every line it reads is known not to reach it; anything it cannot see throu
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -80,6 +81,9 @@ def test_what_it_cannot_read_keeps_the_whole_preload(tmp_path: Path) -> None:
     assert not starts_early(tmp_path / "c", COLLECTIVE + "x = " + "-" * 100_000 + "1\n")
     missing = WarmEntry(module=False, target="absent.py", argv=["absent.py"])
     assert not can_start_before_deferred(missing, str(tmp_path))
+    fifo = tmp_path / "fifo.py"
+    os.mkfifo(fifo)  # read, it would block until a writer came
+    assert not can_start_before_deferred(WarmEntry(module=False, target="fifo.py", argv=["fifo.py"]), str(tmp_path))
     module = WarmEntry(module=True, target="train", argv=["train"])
     assert not can_start_before_deferred(module, str(tmp_path))
 

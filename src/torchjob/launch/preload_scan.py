@@ -60,6 +60,7 @@ _REACHING = frozenset(
 _HIDING_BUILTINS = frozenset({"exec", "eval", "__import__"})
 # A script that imports more of its own folder than this is not read to the end: it keeps the whole preload.
 _MAX_FILES = 64
+_MAX_BYTES = 4 << 20  # per file: larger is not a script anyone wrote by hand
 
 
 def can_start_before_deferred(entry: WarmEntry, cwd: str) -> bool:
@@ -82,6 +83,8 @@ def _clear(script: Path, folder: Path) -> bool:
         if len(read) > _MAX_FILES:
             return False
         try:
+            if not path.is_file() or path.stat().st_size > _MAX_BYTES:  # a pipe would block the reading
+                return False
             tree = ast.parse(path.read_bytes(), filename=str(path))
         except (OSError, SyntaxError, ValueError, RecursionError, MemoryError):  # the parser says "too deep" so
             return False
