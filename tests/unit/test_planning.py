@@ -245,6 +245,25 @@ def test_a_peer_that_lost_its_connection_in_the_same_second_is_not_the_root_caus
     assert "worker-1 exited with code 137" in cond(job, ConditionType.RESTARTING)[2]  # type: ignore[index]
 
 
+def test_a_peer_that_lost_its_connection_waits_for_the_rank_it_lost_to_be_seen_failing() -> None:
+    # master-0's Pod is seen ended first (each Pod's end is reported on its own); worker-1, SIGKILLed in the same
+    # second, still reads as running. Nothing is decided until worker-1 can have been seen, or the hold ends.
+    job, _ = step(make_job("j").master().workers(2).restart_policy("ExitCode").build(), [])
+    job, _ = step(job, ALL_RUNNING, at(5))
+    lost_peer = failed("master-0", exit_code=1, message="[rank0]: RuntimeError: Connection closed by peer", at=at(10))
+    held, result = step(job, [lost_peer, running("worker-0"), running("worker-1")], at(11))
+    assert conditions.state(held.status) == "Running" and held.status.attempt == 0
+    assert result.actions == [] and result.requeue_at == at(13)  # PEER_REPORT_SECONDS after its end
+    seen, _ = step(held, [lost_peer, running("worker-0"), failed("worker-1", exit_code=137, at=at(10))], at(12))
+    assert conditions.state(seen.status) == "Restarting"
+    assert "worker-1 exited with code 137" in cond(seen, ConditionType.RESTARTING)[2]  # type: ignore[index]
+    # A rank that never shows a failure (hung, or on a silent node) holds the verdict no longer: master-0's own
+    # failure is the root cause then, and under ExitCode its code 1 is permanent.
+    later, _ = step(held, [lost_peer, running("worker-0"), running("worker-1")], at(13))
+    assert conditions.state(later.status) == "Failed"
+    assert "master-0 exited with code 1" in cond(later, ConditionType.FAILED)[2]  # type: ignore[index]
+
+
 def test_backoff_limit_counts_every_group_restart() -> None:
     job = make_job("j").master().workers(1).restart_policy("ExitCode").run_policy(backoffLimit=1).build()
     job, _ = step(job, [])

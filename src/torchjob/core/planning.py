@@ -109,7 +109,7 @@ class _Planner(PassState):
         current += restart.vanished_replicas(self.job, self.status, current)
         # Before any verdict: what the last reports taught is kept, whatever this pass decides.
         learned = self.status.learned_deadlines = learned_deadlines.learn(self.status.learned_deadlines, current)
-        verdict = restart.judge_failures(self.job, current)
+        verdict = restart.judge_failures(self.job, current, self.now)
         if verdict is not None:
             self._on_failure(verdict)
             return
@@ -169,6 +169,9 @@ class _Planner(PassState):
         self._count_replicas([])
 
     def _on_failure(self, verdict: restart.FailureVerdict) -> None:
+        if verdict.held_until is not None:  # the peer it lost may yet be seen failing: judged then
+            self._wake_at(verdict.held_until)
+            return
         root = verdict.root_cause
         cause = Cause(root.describe(), restart.kind_of(root), root.failure_onset)
         if not verdict.retryable:

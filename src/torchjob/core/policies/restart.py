@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 
 from torchjob.api.types import ConditionType, JobStatus, PyTorchJob, RestartPolicy
 from torchjob.core import conditions
@@ -30,10 +31,19 @@ PLATFORM_REASONS = (
 )
 
 
+# A root cause that reads as a lost peer, while others of the group still run, is held this long after it began:
+# the rank it lost may yet be seen failing. A kubelet reports each Pod's end on its own (a killed rank cannot
+# report at all), so the peer that lost its connection is sometimes seen first. Bounded: a rank that never shows
+# a failure (hung, or on a silent node) leaves the lost-peer failure the root cause after it.
+PEER_REPORT_SECONDS = 3.0
+
+
 @dataclass(frozen=True)
 class FailureVerdict:
     root_cause: ReplicaObservation
     retryable: bool
+    # Not yet: judge again at this time (see PEER_REPORT_SECONDS).
+    held_until: datetime | None = None
 
 
 def restart_policy_of(job: PyTorchJob, observation: ReplicaObservation) -> RestartPolicy:
@@ -52,8 +62,9 @@ def is_retryable(policy: RestartPolicy, observation: ReplicaObservation) -> bool
     return True
 
 
-def judge_failures(job: PyTorchJob, attempt: list[ReplicaObservation]) -> FailureVerdict | None:
-    """The verdict on an attempt's failures, or None when nothing failed (yet).
+def judge_failures(job: PyTorchJob, attempt: list[ReplicaObservation], now: datetime) -> FailureVerdict | None:
+    """The verdict on an attempt's failures, or None when nothing failed (yet); a verdict ``held_until`` a time
+    while its root cause may be a lost peer's echo (PEER_REPORT_SECONDS).
 
     In an elastic job, a replica being stopped (scaled down, or a lost member's remains) is not failing,
     whatever its exit. A static group's replicas are only stopped once their attempt has ended, so one being
@@ -74,7 +85,16 @@ def judge_failures(job: PyTorchJob, attempt: list[ReplicaObservation]) -> Failur
         return (when, _lost_a_peer(o), is_retryable(restart_policy_of(job, o), o), str(o.replica))
 
     root = min(candidates, key=order)
-    return FailureVerdict(root_cause=root, retryable=is_retryable(restart_policy_of(job, root), root))
+    held = _peer_may_report(root, attempt, now)
+    return FailureVerdict(root, is_retryable(restart_policy_of(job, root), root), held_until=held)
+
+
+def _peer_may_report(root: ReplicaObservation, attempt: list[ReplicaObservation], now: datetime) -> datetime | None:
+    onset = root.failure_onset
+    if onset is None or not _lost_a_peer(root) or not any(o.phase.live for o in attempt if o is not root):
+        return None
+    due = onset + timedelta(seconds=PEER_REPORT_SECONDS)
+    return due if now < due else None
 
 
 # What gloo, NCCL and the TCPStore say when the other end of a connection died: the mark of a peer's failure.
