@@ -86,7 +86,7 @@ def _clear(script: Path, folder: Path) -> bool:
             if not path.is_file() or path.stat().st_size > _MAX_BYTES:  # a pipe would block the reading
                 return False
             tree = ast.parse(path.read_bytes(), filename=str(path))
-        except (OSError, SyntaxError, ValueError, RecursionError, MemoryError):  # the parser says "too deep" so
+        except (OSError, SyntaxError, ValueError, RecursionError, MemoryError):  # MemoryError: "too deep" to parse
             return False
         for node in ast.walk(tree):
             local = _local_files(node, folder)
@@ -103,19 +103,13 @@ def _local_files(node: ast.AST, folder: Path) -> list[Path] | None:
     if isinstance(node, ast.Attribute):
         return None if node.attr in _REACHING else []
     if isinstance(node, ast.Import):
-        modules = [alias.name for alias in node.names]
-    elif isinstance(node, ast.ImportFrom):
-        if node.level or node.module is None:
-            return None  # relative: a script run as __main__ has no package to be relative to
-        if any(alias.name == "*" or alias.name in _REACHING for alias in node.names):
-            return None
-        found = _module_files(node.module, folder)
-        if found and found[-1].name == "__init__.py":  # from a package of the folder: its modules named too
-            package = found[-1].parent
-            found += [f for a in node.names for f in (package / f"{a.name}.py", package / a.name / "__init__.py")]
-        return None if found is None else [f for f in found if f.is_file()]
-    else:
-        return []
+        return _modules_files([alias.name for alias in node.names], folder)
+    if isinstance(node, ast.ImportFrom):
+        return _from_import_files(node, folder)
+    return []
+
+
+def _modules_files(modules: list[str], folder: Path) -> list[Path] | None:
     files: list[Path] = []
     for module in modules:
         found = _module_files(module, folder)
@@ -123,6 +117,18 @@ def _local_files(node: ast.AST, folder: Path) -> list[Path] | None:
             return None
         files += found
     return files
+
+
+def _from_import_files(node: ast.ImportFrom, folder: Path) -> list[Path] | None:
+    if node.level or node.module is None:
+        return None  # relative: a script run as __main__ has no package to be relative to
+    if any(alias.name == "*" or alias.name in _REACHING for alias in node.names):
+        return None
+    found = _module_files(node.module, folder)
+    if found and found[-1].name == "__init__.py":  # from a package of the folder: its modules named too
+        package = found[-1].parent
+        found += [f for a in node.names for f in (package / f"{a.name}.py", package / a.name / "__init__.py")]
+    return None if found is None else [f for f in found if f.is_file()]
 
 
 def _module_files(module: str, folder: Path) -> list[Path] | None:
