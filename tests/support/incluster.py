@@ -94,10 +94,10 @@ def apply_deploy(cluster: Cluster, workdir: Path, digest: str) -> None:
 
 
 def deploy(cluster: Cluster, workdir: Path, timeout: float = 240) -> tuple[str, int]:
-    """Build, push and apply; wait until the operator's Deployment is Available. The image and its layer size."""
+    """Build, push and apply; wait until the operator's Deployment is Available. The image as shown (its name and
+    the start of its digest) and its layer size."""
     image, digest, size = push_operator_image(cluster)
     apply_deploy(cluster, workdir, digest)
-    image = f"{image} ({digest[:19]})"
     waited = cluster.kubectl(
         "wait",
         "--for=condition=Available",
@@ -111,7 +111,7 @@ def deploy(cluster: Cluster, workdir: Path, timeout: float = 240) -> tuple[str, 
     if waited.returncode != 0:
         pods = cluster.kubectl("get", "pods", "-n", "torchjob-system", "-o", "wide", check=False).stdout
         raise RuntimeError(f"the operator's Deployment did not become Available in {timeout:.0f}s:\n{pods}")
-    return image, size
+    return f"{image} ({digest[:19]})", size
 
 
 def main() -> int:

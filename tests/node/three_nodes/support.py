@@ -96,7 +96,7 @@ def _replace_operator_pods(
             cluster.kubectl("uncordon", node)
         while True:
             found, leading = _operator_pod_items(cluster), leader(cluster)
-            now = {p["metadata"]["name"]: p["spec"].get("nodeName", "") for p in found}
+            now = _placement(found)
             made = [where for pod, where in now.items() if pod not in staying]
             placed = len(now) == 2 and not pods & set(now) and not set(kept_off) & set(made)
             ready = all(_ready(p["status"].get("conditions")) for p in found)
@@ -128,7 +128,11 @@ def tainted_unreachable(cluster: Cluster, node: str) -> bool:
 
 def operator_pods(cluster: Cluster) -> dict[str, str]:
     """The operator's Pods: name → node."""
-    return {p["metadata"]["name"]: p["spec"].get("nodeName", "") for p in _operator_pod_items(cluster)}
+    return _placement(_operator_pod_items(cluster))
+
+
+def _placement(pods: list[dict[str, Any]]) -> dict[str, str]:
+    return {p["metadata"]["name"]: p["spec"].get("nodeName", "") for p in pods}
 
 
 def _operator_pod_items(cluster: Cluster) -> list[dict[str, Any]]:
