@@ -154,6 +154,13 @@ def report_url(operator_url: str, namespace: str, job: str) -> str:
     return f"{operator_url.rstrip('/')}/reports/{namespace}/{job}"
 
 
+def attempt() -> int:
+    """This process's attempt: torchjob's, or under plain torchrun its agent's restart count, so that the metrics
+    and TensorBoard runs of a script restarted by ``torchrun --max-restarts`` keep its attempts apart too."""
+    found = os.environ.get(ENV_ATTEMPT) or os.environ.get("TORCHELASTIC_RESTART_COUNT") or "0"
+    return int(found) if found.isdigit() else 0
+
+
 def output_dir() -> str:
     """The job's output folder as a training process sees it (``TORCHJOB_OUTPUT_DIR``, else ``output``)."""
     return os.environ.get(ENV_OUTPUT_DIR) or "output"

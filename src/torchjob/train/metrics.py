@@ -56,7 +56,7 @@ class MetricsLogger:
         self.total_steps = total_steps
         self._file = open(self.path, "a", buffering=1)  # noqa: SIM115 - line-buffered for the whole run
         self._scalars = TensorBoardScalars(root, ctx.rank) if tensorboard else None
-        self._attempt = int(os.environ.get(worker_files.ENV_ATTEMPT, "0"))
+        self._attempt = worker_files.attempt()
         self._reporter = Reporter.from_env()
         self._latest: dict[str, Any] | None = None
         self._seconds_per_step: float | None = None

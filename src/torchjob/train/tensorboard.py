@@ -22,7 +22,7 @@ from torchjob import worker_files
 
 class TensorBoardScalars:
     def __init__(self, output_dir: str | os.PathLike[str], rank: int) -> None:
-        attempt = int(os.environ.get(worker_files.ENV_ATTEMPT, "0"))
+        attempt = worker_files.attempt()
         self.log_dir = worker_files.tensorboard_run_dir(Path(output_dir), attempt, rank)
         try:
             from torch.utils.tensorboard import SummaryWriter  # optional, and 0.25 s to import: only when used
