@@ -90,7 +90,7 @@ def apply_deploy(cluster: Cluster, workdir: Path, digest: str) -> None:
     rendered = cluster.kubectl("kustomize", "--load-restrictor=LoadRestrictionsNone", str(overlay)).stdout
     manifests = workdir / "operator-manifests.yaml"
     manifests.write_text(rendered)
-    cluster.kubectl("apply", "--server-side", "-f", str(manifests))
+    cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(manifests))
 
 
 def deploy(cluster: Cluster, workdir: Path, timeout: float = 240) -> tuple[str, int]:
@@ -112,6 +112,23 @@ def deploy(cluster: Cluster, workdir: Path, timeout: float = 240) -> tuple[str, 
         pods = cluster.kubectl("get", "pods", "-n", "torchjob-system", "-o", "wide", check=False).stdout
         raise RuntimeError(f"the operator's Deployment did not become Available in {timeout:.0f}s:\n{pods}")
     return f"{image} ({digest[:19]})", size
+
+
+def scale_down(cluster: Cluster, timeout: float = 120) -> None:
+    """No operator Pod left (its Deployment at 0 replicas): another controller may own the jobs meanwhile."""
+    cluster.kubectl("scale", "deployment/torchjob-operator", "-n", "torchjob-system", "--replicas=0")
+    cluster.kubectl(
+        "wait",
+        "--for=delete",
+        "pod",
+        "-l",
+        "app.kubernetes.io/name=torchjob-operator",
+        "-n",
+        "torchjob-system",
+        f"--timeout={timeout:.0f}s",
+        check=False,
+        timeout=timeout + 30,
+    )
 
 
 def main() -> int:

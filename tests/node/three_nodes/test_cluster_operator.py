@@ -11,6 +11,7 @@ import time
 from kuberig import Cluster
 from kuberig.node import kubelet
 from tests.node.three_nodes import support
+from tests.support import operator_pods
 
 
 def test_a_job_spread_over_three_nodes_trains_and_reports_to_the_operator_in_the_cluster(three_nodes: Cluster) -> None:
@@ -22,24 +23,30 @@ def test_a_job_spread_over_three_nodes_trains_and_reports_to_the_operator_in_the
     assert len({p["spec"]["nodeName"] for p in pods}) == 3  # one rank per node: the group crossed nodes
     # The Pods' reports reached the operator through its Service (ClusterIP, kube-proxy): progress is known.
     assert job["status"]["trainerStatus"]["progressPercentage"] == 100
-    assert len(support.operator_pods(cluster)) == 2 and support.leader(cluster) in support.operator_pods(cluster)
-    assert support.report_endpoints(cluster) == [support.leader(cluster)]  # reports reach the leader, never a standby
+    assert len(operator_pods.operator_pods(cluster)) == 2 and operator_pods.leader(
+        cluster
+    ) in operator_pods.operator_pods(cluster)
+    assert operator_pods.report_endpoints(cluster) == [
+        operator_pods.leader(cluster)
+    ]  # reports reach the leader, never a standby
 
 
 def test_when_the_leaders_node_vanishes_the_standby_takes_over(three_nodes: Cluster) -> None:
     cluster = three_nodes
-    leader = support.leader(cluster)
-    node = cluster.node(support.operator_pods(cluster)[leader])
+    leader = operator_pods.leader(cluster)
+    node = cluster.node(operator_pods.operator_pods(cluster)[leader])
     assert isinstance(node, kubelet.KubeletNode)
     kubelet.stop(cluster.state, node)  # the link goes first: nothing of the old leader gets out
     try:
         deadline = time.monotonic() + 120
-        while support.leader(cluster) == leader:  # the lease runs out (15 s), the standby takes it
+        while operator_pods.leader(cluster) == leader:  # the lease runs out (15 s), the standby takes it
             assert time.monotonic() < deadline, "the standby never took the lease"
             time.sleep(1)
         # The report Service follows: it routes to the new leader alone (leader_label.py).
-        while support.report_endpoints(cluster) != [support.leader(cluster)]:
-            assert time.monotonic() < deadline, f"the report Service routes to {support.report_endpoints(cluster)}"
+        while operator_pods.report_endpoints(cluster) != [operator_pods.leader(cluster)]:
+            assert time.monotonic() < deadline, (
+                f"the report Service routes to {operator_pods.report_endpoints(cluster)}"
+            )
             time.sleep(1)
         # The scheduler keeps placing Pods on the lost node until Kubernetes marks it unreachable (the fast
         # profile's 16 s grace): a Pod placed there before would wait for an eviction that never completes.

@@ -13,6 +13,7 @@ import pytest
 from kuberig import Cluster
 from kuberig.node import kubelet
 from tests.node.three_nodes import support
+from tests.support import operator_pods
 from tests.support.mnist_jobs import mnist_on_a_claim
 
 
@@ -34,7 +35,7 @@ def test_a_node_lost_mid_training_restarts_the_group_on_the_survivors_from_the_c
     first = {p["metadata"]["name"]: p for p in cluster.kubectl_json("get", "pods", "-n", namespace)["items"]}
     # A worker away from the operator's leader, where it can be: a new leader never reached the lost node, so it
     # has only the node's Lease for a witness (another scenario, the leader's node test's).
-    leading = support.operator_pods(cluster).get(support.leader(cluster))
+    leading = operator_pods.operator_pods(cluster).get(operator_pods.leader(cluster))
     lost = next((w for w in ("worker-1", "worker-0") if first[f"mnist-{w}"]["spec"]["nodeName"] != leading), "worker-1")
     node = cluster.node(first[f"mnist-{lost}"]["spec"]["nodeName"])
     assert isinstance(node, kubelet.KubeletNode)
@@ -76,8 +77,8 @@ def test_a_node_lost_with_the_operators_leader_and_a_replica_restarts_the_group_
     cluster.apply(mnist_on_a_claim(namespace, "--checkpoint-every", "10", spread=True))
     support.wait_for_a_checkpoint(data, timeout=300)
     first = {p["metadata"]["name"]: p for p in cluster.kubectl_json("get", "pods", "-n", namespace)["items"]}
-    leader = support.leader(cluster)
-    node = cluster.node(support.operator_pods(cluster)[leader])
+    leader = operator_pods.leader(cluster)
+    node = cluster.node(operator_pods.operator_pods(cluster)[leader])
     assert isinstance(node, kubelet.KubeletNode)
     lost = [pod for pod, p in first.items() if p["spec"]["nodeName"] == node.name]
     assert len(lost) == 1, f"the leader's node {node.name} holds {lost}, not one replica: {first.keys()}"
@@ -87,7 +88,7 @@ def test_a_node_lost_with_the_operators_leader_and_a_replica_restarts_the_group_
         job = support.succeeded(cluster, namespace, "mnist", timeout=500)
         print(f"the leader's node lost with {lost}; the job succeeded {time.monotonic() - stopped:.1f}s later")
         print("attempts:", job["status"]["attempts"])
-        assert support.leader(cluster) != leader
+        assert operator_pods.leader(cluster) != leader
         assert len(job["status"]["attempts"]) >= 2
         support.restarted_on_the_survivors(cluster, namespace, first, node.name)
     finally:

@@ -14,6 +14,7 @@ import pytest
 from kuberig import Cluster
 from kuberig.node import kubelet
 from tests.node.three_nodes import support
+from tests.support import operator_pods
 from tests.support.mnist_jobs import elastic_spread, inplace_one_per_node, lost_and_survivor
 
 
@@ -189,10 +190,10 @@ def test_an_elastic_group_shrinks_at_once_when_a_members_node_vanishes_and_grows
     node = cluster.node(where[lost])
     assert isinstance(node, kubelet.KubeletNode)
     if leader == "elsewhere":
-        support.move_operator_off(cluster, node.name)
+        operator_pods.move_operator_off(cluster, node.name)
     else:
-        support.lead_from(cluster, node.name)
-    leading = support.leader(cluster)
+        operator_pods.lead_from(cluster, node.name)
+    leading = operator_pods.leader(cluster)
     # The group trains on under the leader it has now (which hears every member's announcements within a second).
     support.wait_for_log(cluster, namespace, workers[0], "epoch: 3/", timeout=300)
     kubelet.stop(cluster.state, node)
@@ -217,7 +218,7 @@ def test_an_elastic_group_shrinks_at_once_when_a_members_node_vanishes_and_grows
         assert all(now[w]["metadata"]["uid"] == before[w]["metadata"]["uid"] for w in survivors)
         spares = [p for p in now if "-spare-" in p]
         assert spares and all(now[p]["spec"]["nodeName"] != node.name for p in spares), where
-        assert (support.leader(cluster) == leading) == (leader == "elsewhere")  # the standby took over
+        assert (operator_pods.leader(cluster) == leading) == (leader == "elsewhere")  # the standby took over
     finally:
         cluster.kubectl("delete", "pytorchjob", name, "-n", namespace, "--wait=false", check=False)
         kubelet.start(cluster.state, node)
