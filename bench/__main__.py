@@ -1,246 +1,75 @@
-"""``python -m bench [--quick]``: run every benchmark, print one markdown table, write it to bench/RESULTS.md.
+"""``python -m bench``: measure, keep the raw records, make the published tables again.
 
-Each row: the metric, torchjob's number, the anchor's (measured in the same run), their ratio, the target,
-and whether it was met. Tests never assert times; this is where speed and memory are judged.
+    python -m bench                      every benchmark (local, then cluster; about 3.5 hours on the 2-core VM)
+    python -m bench --quick              the headline rows only (launch, a killed rank: about 10 minutes)
+    python -m bench --only kill,launch   some benchmarks (--tier local|cluster: one tier)
+    python -m bench --list               the benchmarks, their tiers and how long each takes
+    python -m bench report [--check]     the tables from bench/results/ alone (--check: fail where one is stale)
+
+Each benchmark appends its records to ``bench/results/<name>.jsonl`` once it has finished (``bench/records.py``),
+then the tables are made again (``bench/report.py``). Tests never assert times; this is where speed and memory
+are judged, each figure beside an anchor measured in the same run.
 """
 
 from __future__ import annotations
 
 import argparse
-import datetime
-import os
-import platform
-from pathlib import Path
+import sys
+import time
 
-from bench import checkpoint, cli, elastic, inplace, launch, operator, recovery, refusals, steady_state, warm_restart
-
-RESULTS = Path(__file__).resolve().parent / "RESULTS.md"
+from bench import report
+from bench.records import Run
+from bench.registry import BENCHMARKS, BY_NAME, CLUSTER, LOCAL, Benchmark, anchor_versions
 
 
-def _row(metric: str, value: str, anchor: str, ratio: float | None, target: str, met: bool) -> str:
-    shown = "" if ratio is None else f"{ratio:.2f}"
-    return f"| {metric} | {value} | {anchor} | {shown} | {target} | {'yes' if met else '**no**'} |"
+def _chosen(args: argparse.Namespace) -> list[Benchmark]:
+    if args.only:
+        names = [name.strip() for name in args.only.split(",") if name.strip()]
+        unknown = [name for name in names if name not in BY_NAME]
+        if unknown:
+            raise SystemExit(f"bench: --only: no benchmark {', '.join(unknown)}; known: {', '.join(BY_NAME)}")
+        return [BY_NAME[name] for name in names]
+    found = [b for b in BENCHMARKS if args.tier in (None, b.tier)]
+    return [b for b in found if b.quick is not None] if args.quick else found
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--quick", action="store_true", help="fewer trials (noisier)")
-    args = parser.parse_args()
-    trials = 3 if args.quick else 5
+def measure(benchmarks: list[Benchmark], quick: bool) -> int:
+    failed = []
+    began = time.monotonic()
+    for benchmark in benchmarks:
+        trials = (benchmark.quick or benchmark.trials) if quick else benchmark.trials
+        print(f"== {benchmark.name}: {benchmark.about} ({trials} trials) ...", flush=True)
+        run = Run(benchmark.name, "quick" if quick else "full", anchor_versions(benchmark))
+        started = time.monotonic()
+        try:
+            benchmark.recorder()(run, trials)
+        except Exception as err:  # noqa: BLE001 - one benchmark's failure must not lose the others' records
+            print(f"== {benchmark.name}: FAILED after {time.monotonic() - started:.0f} s: {err!r}", flush=True)
+            failed.append(benchmark.name)
+            continue
+        path = run.save()
+        print(f"== {benchmark.name}: {len(run.records)} cases in {time.monotonic() - started:.0f} s → {path}")
+    print(f"== all: {time.monotonic() - began:.0f} s" + (f"; failed: {', '.join(failed)}" if failed else ""))
+    report.main([])
+    return 1 if failed else 0
 
-    print("CLI ...", flush=True)
-    cli_times = cli.measure(trials + 2)
-    print("refusing bad input ...", flush=True)
-    refused = refusals.measure()
-    print("launch latency ...", flush=True)
-    lat = launch.measure(trials)
-    lat_ddp = launch.measure(trials, "ddp")
-    print("steady state ...", flush=True)
-    steady = steady_state.measure(2 if args.quick else 4)
-    print("recovery ...", flush=True)
-    recovered = recovery.measure(3)
-    floor = recovery.cold_ddp_start_seconds()
-    print("warm restarts of the README's job ...", flush=True)
-    warm = warm_restart.measure(2 if args.quick else 3)
-    print("in-place repair ...", flush=True)
-    mended = inplace.measure(2 if args.quick else 3)
-    print("elastic member loss ...", flush=True)
-    reformed = elastic.measure(3)
-    print("checkpoint overhead ...", flush=True)
-    ckpt = checkpoint.measure(8 if args.quick else 16)
-    print(f"operator: {operator.JOBS} jobs x {operator.REPLICAS} replicas on the kwok rig ...", flush=True)
-    scale = operator.measure()
 
-    lat_ratio = lat["torchjob"] / lat["torchrun"]
-    ddp_ratio = lat_ddp["torchjob"] / lat_ddp["torchrun"]
-    sps_ratio = steady.torchjob_samples_per_second / steady.torchrun_samples_per_second
-    rows = [
-        "| metric | torchjob | anchor | ratio | target | met |",
-        "|---|---|---|---|---|---|",
-        _row(
-            "launch → first collective on 3 ranks (median s)",
-            f"{lat['torchjob']:.2f}",
-            f"torchrun {lat['torchrun']:.2f}",
-            lat_ratio,
-            "ratio ≤ 0.90",
-            lat_ratio <= 0.90,
-        ),
-        _row("launch floor: bare spawn of 3 processes (median s)", f"{lat['bare']:.2f}", "", None, "—", True),
-        _row(
-            "launch → first DDP step on 3 ranks (median s)",
-            f"{lat_ddp['torchjob']:.2f}",
-            f"torchrun {lat_ddp['torchrun']:.2f}; bare spawn {lat_ddp['bare']:.2f}",
-            ddp_ratio,
-            "ratio ≤ 0.5",
-            ddp_ratio <= 0.5,
-        ),
-        _row(
-            "MNIST training throughput, rank 0 (samples/s)",
-            f"{steady.torchjob_samples_per_second:.0f}",
-            f"torchrun {steady.torchrun_samples_per_second:.0f}",
-            sps_ratio,
-            "ratio ≥ 0.98",
-            sps_ratio >= 0.98,
-        ),
-        _row(
-            "controller CPU while 3 replicas train (CPU s per s)",
-            f"{steady.controller_cpu_per_second:.3f}",
-            "",
-            None,
-            "≈ 0",
-            steady.controller_cpu_per_second < 0.05,
-        ),
-        _row(
-            "controller peak RSS supervising 3 replicas (MB)",
-            f"{steady.controller_peak_rss_mb:.0f}",
-            "",
-            None,
-            "< 80",
-            steady.controller_peak_rss_mb < 80,
-        ),
-    ]
-    tj, tj_failed = recovered["torchjob"]
-    tr, tr_failed = recovered["torchrun"]
-
-    def shown(value: float | None, failed: int, timeout: float = recovery.TIMEOUT) -> str:
-        text = "did not recover" if value is None else f"{value:.2f}"
-        return text + (f" ({failed} of 3 trials did not recover in {timeout:.0f} s)" if failed else "")
-
-    rows += [
-        _row(
-            "recovery: SIGKILL of a rank → first step of the next attempt (median s)",
-            shown(tj, tj_failed),
-            f"torchrun --max-restarts {shown(tr, tr_failed)}",
-            tj / tr if tj and tr else None,
-            f"≤ floor + 3 s ({floor + 3:.1f})",
-            tj is not None and tj <= floor + 3 and not tj_failed,
-        ),
-        _row("recovery floor: cold process, import torch + build DDP (median s)", f"{floor:.2f}", "", None, "—", True),
-    ]
-    first_step = mended["first_step"]
-    added = float(mended["job-inplace.yaml killed"]) - float(mended["job-inplace.yaml"])  # type: ignore[arg-type]
-    restart_added = float(mended["job.yaml killed"]) - float(mended["job.yaml"])  # type: ignore[arg-type]
-    rows += [
-        _row(
-            "in-place repair: SIGKILL of a rank → first step of the repaired group, 3 ranks (median s)",
-            f"{first_step:.2f} ({mended['repaired']} repaired)" if isinstance(first_step, float) else "none",
-            f"group restart {tj:.2f}" if tj else "",
-            first_step / tj if isinstance(first_step, float) and tj else None,
-            "≤ 0.5 s",
-            isinstance(first_step, float) and first_step <= 0.5,
-        ),
-        _row(
-            "MNIST job with rank 1 SIGKILLed: time added to the whole job (median s; held-out accuracy clean/killed)",
-            f"in place {added:.1f} (accuracy {mended['job-inplace.yaml accuracy']:.3f}"
-            f"/{mended['job-inplace.yaml killed accuracy']:.3f})",
-            f"group restart {restart_added:.1f}",
-            added / restart_added if restart_added > 0 else None,
-            "≤ 2 s",
-            added <= 2.0,
-        ),
-    ]
-    rows += warm_restart.rows(warm)
-    ej, ej_failed = reformed["torchjob"]
-    er, er_failed = reformed["torchrun"]
-    rows.append(
-        _row(
-            "elastic: SIGKILL of a member → first step of the smaller group (median s)",
-            shown(ej, ej_failed, elastic.TIMEOUT),
-            f"torchrun agents, Kubeflow env {shown(er, er_failed, elastic.TIMEOUT)}",
-            ej / er if ej and er else None,
-            f"≤ floor + 3 s ({floor + 3:.1f})",
-            ej is not None and ej <= floor + 3 and not ej_failed,
-        )
-    )
-    shrunk, pause = mended["elastic_first_step"], mended["elastic_grow_pause"]  # see bench/inplace.py
-    rows += [
-        _row(
-            "elastic in place: SIGKILL of a member → first step of the smaller group, 3 → 2 ranks (median s)",
-            f"{shrunk:.2f} ({mended['elastic_repaired']} shrank)" if isinstance(shrunk, float) else "none",
-            f"torchrun re-rendezvous {shown(ej, ej_failed, elastic.TIMEOUT)}",
-            shrunk / ej if isinstance(shrunk, float) and ej else None,
-            "≤ 0.5 s",
-            isinstance(shrunk, float) and shrunk <= 0.5,
-        ),
-        _row(
-            "elastic in place: the replacement joins, 2 → 3 ranks: the others pause for (median s)",
-            f"{pause:.2f} (joined {mended['elastic_grow_at']:.1f} s after the kill)"
-            if isinstance(pause, float)
-            else "-",
-            "",
-            None,
-            "—",
-            isinstance(pause, float),
-        ),
-    ]
-    rows += [
-        _row(
-            f"throughput with sync checkpoints every {checkpoint.EVERY} steps ({ckpt.checkpoint_mb:.0f} MB)",
-            "",
-            f"no checkpoints {ckpt.baseline_steps_per_second:.1f} steps/s",
-            ckpt.sync_ratio,
-            "—",
-            True,
-        ),
-        _row(
-            f"throughput with async checkpoints every {checkpoint.EVERY} steps ({ckpt.checkpoint_mb:.0f} MB)",
-            "",
-            f"no checkpoints {ckpt.baseline_steps_per_second:.1f} steps/s",
-            ckpt.async_ratio,
-            "ratio ≥ 0.97",
-            ckpt.async_ratio >= 0.97,
-        ),
-    ]
-    for verb, label in (
-        ("list", "`torchjob list`, 1,000 jobs"),
-        ("get", "`torchjob get`, 1,000 jobs"),
-        ("help", "`torchjob --help`"),
-    ):
-        rows.append(
-            _row(
-                f"{label} (median s)",
-                f"{cli_times[verb]:.3f}",
-                f"python -c pass {cli_times['python']:.3f}",
-                None,
-                "< 0.3",
-                cli_times[verb] < 0.3,
-            )
-        )
-    rows.append(_row(*refusals.row(refused)))
-    scale_ratio = scale.operator_seconds / scale.indexed_job_seconds
-    verbs = ", ".join(f"{verb} {count / operator.JOBS:.1f}" for verb, count in sorted(scale.requests_by_verb.items()))
-    rows += [
-        _row(
-            f"operator: {operator.JOBS} jobs × {operator.REPLICAS} replicas submitted at once → all Pods Running (s)",
-            f"{scale.operator_seconds:.1f}",
-            f"Indexed Jobs (kube job controller) {scale.indexed_job_seconds:.1f}",
-            scale_ratio,
-            "ratio ≤ 1.5",
-            scale_ratio <= 1.5,
-        ),
-        _row(
-            "operator: API requests per job until Running",
-            f"{scale.requests_per_job:.1f} ({verbs})",
-            "",
-            None,
-            "≤ 20",
-            scale.requests_per_job <= 20,
-        ),
-        _row(
-            f"operator: peak RSS with {operator.JOBS} jobs (MB)",
-            f"{scale.peak_rss_mb:.0f}",
-            "",
-            None,
-            "< 150",
-            scale.peak_rss_mb < 150,
-        ),
-    ]
-    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d")
-    machine = f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"
-    table = "\n".join([f"Measured {stamp} on {machine} (`python -m bench`):", "", *rows])
-    print(table)
-    RESULTS.write_text(table + "\n")
+def main(argv: list[str]) -> int:
+    if argv[:1] == ["report"]:
+        return report.main(argv[1:])
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="the headline rows only, in about 10 minutes")
+    parser.add_argument("--only", help="comma-separated benchmark names")
+    parser.add_argument("--tier", choices=(LOCAL, CLUSTER))
+    parser.add_argument("--list", action="store_true", help="list the benchmarks and exit")
+    args = parser.parse_args(argv)
+    if args.list:
+        for b in BENCHMARKS:
+            quick = f"quick {b.quick}" if b.quick else "full only"
+            print(f"{b.name:12} {b.tier:8} {b.trials} trials ({quick}), ~{b.minutes} min: {b.about}")
+        return 0
+    return measure(_chosen(args), args.quick)
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main(sys.argv[1:]))

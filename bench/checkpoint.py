@@ -13,23 +13,15 @@ from __future__ import annotations
 import shutil
 import tempfile
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
-from bench.measure import median
+from bench.records import Run
 
 EVERY = 25
 
 
-@dataclass
-class CheckpointOverhead:
-    baseline_steps_per_second: float
-    sync_ratio: float
-    async_ratio: float
-    checkpoint_mb: float
-
-
-def measure(blocks: int = 12) -> CheckpointOverhead:
+def record(run: Run, blocks: int) -> None:
+    """Seconds per block of ``EVERY`` steps in each mode (every block a sample), and the checkpoint's size."""
     import torch
     from torch import nn
 
@@ -70,5 +62,6 @@ def measure(blocks: int = 12) -> CheckpointOverhead:
         size = max(f.stat().st_size / 1e6 for f in directory.glob("*/ckpt-*.pt"))
     finally:
         shutil.rmtree(directory, ignore_errors=True)
-    base = median(seconds["none"])
-    return CheckpointOverhead(EVERY / base, base / median(seconds["sync"]), base / median(seconds["async"]), size)
+    for mode, values in seconds.items():
+        run.add(f"{mode} block", list(values))
+    run.add("checkpoint size", [size], "MB")

@@ -13,8 +13,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.launch import BIN
-from bench.measure import median
+from bench.measure import BIN
+from bench.records import Run
 
 RECORDS = 1000
 
@@ -43,26 +43,29 @@ def _fill(home: Path) -> None:
         store.log_path(job.name, 0, "worker-0").write_text("x" * 100_000)
 
 
-def _time(argv: list[str], env: dict[str, str], trials: int) -> float:
-    samples = []
-    for _ in range(trials):
-        started = time.perf_counter()
-        subprocess.run(argv, env=env, check=True, capture_output=True)
-        samples.append(time.perf_counter() - started)
-    return median(samples)
+def _seconds(argv: list[str], env: dict[str, str]) -> float:
+    started = time.perf_counter()
+    subprocess.run(argv, env=env, check=True, capture_output=True)
+    return time.perf_counter() - started
 
 
-def measure(trials: int = 7) -> dict[str, float]:
+def record(run: Run, trials: int) -> None:
     home = Path(tempfile.mkdtemp(prefix="bench-cli-"))
     try:
         _fill(home)
         env = {**os.environ, "TORCHJOB_HOME": str(home)}
         torchjob = str(BIN / "torchjob")
-        return {
-            "list": _time([torchjob, "list"], env, trials),
-            "get": _time([torchjob, "get", "job-0500"], env, trials),
-            "help": _time([torchjob, "--help"], env, trials),
-            "python": _time([sys.executable, "-c", "pass"], env, trials),
+        commands = {
+            "list": [torchjob, "list"],
+            "get": [torchjob, "get", "job-0500"],
+            "help": [torchjob, "--help"],
+            "python": [sys.executable, "-c", "pass"],
         }
+        samples: dict[str, list[float | None]] = {case: [] for case in commands}
+        for _ in range(trials):  # interleaved with the anchor
+            for case, argv in commands.items():
+                samples[case].append(_seconds(argv, env))
+        for case, values in samples.items():
+            run.add(case, values)
     finally:
         shutil.rmtree(home, ignore_errors=True)

@@ -1,11 +1,18 @@
-"""Elastic member loss: from the SIGKILL of one member (its torchrun agent and trainer, as when a node goes)
-to the first completed training step of the group the survivor re-forms.
+"""An elastic member lost: the group carries on smaller, then grows back; torchjob beside torchrun, in one run.
 
-torchjob runs a 2-Worker elastic job (min 1, max 2, c10d) of the recovery payload. The anchor is the same two
-torchrun agents started by hand with the env Kubeflow gives them (c10d, ``--nnodes 1:2``, maxRestarts 3,
-torchrun's default rendezvous settings), the store hosted by whichever agent wins it. Each trial kills the
-member whose trainer is rank 1; a trial that has not recovered within the timeout is counted as such.
-``python -m bench.elastic`` runs it alone.
+Three ways take turns in every round, each timed from the SIGKILL to the first step of the smaller group:
+
+- **in place**: ``examples/mnist/job-elastic-inplace.yaml`` (3 Workers, at least 2, no idle spare; run for
+  ``ELASTIC_EPOCHS`` so the replacement has time to join), worker-1's trainer SIGKILLed in epoch 3: the two others
+  carry on at once (rank 0's repair record), and the replacement started for the lost place joins when warm
+  (``grow at``: the group agreed to grow, from the kill; ``grow pause``: how long the others stopped for it);
+- **torchjob, torchrun agents**: a 2-Worker elastic job (min 1, max 2, c10d) of the recovery payload, its agents
+  torchrun's: the member whose trainer is rank 1 lost whole (agent and trainer, as when its node goes);
+- **torchrun**: the anchor, the same two torchrun agents started by hand with the env Kubeflow gives them (c10d,
+  ``--nnodes 1:2``, maxRestarts 3, torchrun's default rendezvous settings), the store hosted by whichever agent
+  wins it. A trial not recovered within ``TIMEOUT`` counts as never.
+
+``python -m bench --only elastic``.
 """
 
 from __future__ import annotations
@@ -14,7 +21,7 @@ import contextlib
 import os
 import signal
 import subprocess
-import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -22,12 +29,24 @@ import psutil
 import yaml
 from tests.support.servers import free_port
 
-from bench.launch import BIN
-from bench.measure import recovery_trials
-from bench.recovery import PAYLOAD, wait_for_files
+from bench import mnist_runs
+from bench.measure import BIN
+from bench.records import Run
 from torchjob.testing import make_job
 
+PAYLOAD = Path(__file__).resolve().parent / "scripts" / "recovery_train.py"
 TIMEOUT = 90.0
+ELASTIC_EPOCHS = 24
+
+
+def wait_for_files(path_glob: str, directory: Path, count: int, timeout: float) -> list[Path] | None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = sorted(directory.glob(path_glob))
+        if len(found) >= count:
+            return found
+        time.sleep(0.01)
+    return None
 
 
 def _kill_member(trainer_pid: int) -> None:
@@ -98,13 +117,21 @@ def _children(pid: int) -> list[psutil.Process]:
         return []
 
 
-def measure(trials: int = 3) -> dict[str, tuple[float | None, int]]:
-    """Launcher → (median seconds over the trials that recovered, how many did not recover)."""
-    return recovery_trials(_trial, ("torchjob", "torchrun"), trials, "bench-elastic")
-
-
-if __name__ == "__main__":
-    trials = int(sys.argv[1]) if len(sys.argv) > 1 else 3
-    for launcher, (seconds, failed) in measure(trials).items():
-        shown = "never" if seconds is None else f"{seconds:.2f} s"
-        print(f"{launcher}: member lost → first step of the smaller group: {shown} ({failed}/{trials} never did)")
+def record(run: Run, trials: int) -> None:
+    samples: dict[str, list[float | None]] = {}
+    for number in range(trials):
+        shrunk = mnist_runs.torchjob("job-elastic-inplace.yaml", signal.SIGKILL, args=["--epochs", str(ELASTIC_EPOCHS)])
+        found = {
+            "in place first step": shrunk.repair("first_step_at") if shrunk.ok else None,
+            "in place grow at": shrunk.regroup("agreed_at"),
+            "in place grow pause": shrunk.regroup("first_step_at", since="agreed_at"),
+            "in place accuracy": shrunk.accuracy,
+        }
+        for launcher in ("torchjob", "torchrun"):
+            with tempfile.TemporaryDirectory(prefix=f"bench-elastic-{launcher}-") as work:
+                found[f"{launcher} agents first step"] = _trial(launcher, Path(work))
+        for case, value in found.items():
+            samples.setdefault(case, []).append(value)
+        print(f"  round {number + 1}: " + ", ".join(f"{case} {value}" for case, value in found.items()), flush=True)
+    for case, values in samples.items():
+        run.add(case, values, "" if "accuracy" in case else "s")

@@ -13,7 +13,7 @@
   deadline, and two CPU hogs beside it, ten times: every run must Succeed on its first attempt (no false
   alarm). The step time and the longest step gap seen are reported beside the deadline learned meanwhile.
 
-    .venv/bin/python -m bench.hangs [TRIALS [SLOW_START_TRIALS]]
+``python -m bench --only hangs``.
 """
 
 from __future__ import annotations
@@ -33,14 +33,15 @@ import psutil
 import yaml
 from tests.support.load import cpu_hogs
 
-from bench.launch import BIN
-from bench.measure import median
+from bench.measure import BIN
+from bench.records import Run
 from torchjob.testing import make_job
 
 ROOT = Path(__file__).resolve().parents[1]
 PLAIN = ROOT / "examples" / "mnist" / "train_plain.py"
 # A plain DDP loop (no torchjob import) whose first run stops one rank between collectives: a deadlock.
 DEADLOCK = ROOT / "tests" / "integration" / "scripts" / "plain_deadlock.py"
+SLOW_TRIALS = 10  # a slow start under load, every one of which must pass: no false alarm
 
 
 def _run(work: Path, name: str, command: list[str], annotations: dict[str, str]) -> subprocess.Popen[bytes]:
@@ -144,62 +145,25 @@ def deadlock_trial() -> tuple[float | None, float | None, bool]:
         return seconds, learned, _succeeded(status)
 
 
-def measure(trials: int = 3, slow_trials: int = 10) -> list[tuple[str, str, str, str, str, str]]:
-    frozen = [frozen_trial() for _ in range(trials)]
-    detected = [s for s, _ in frozen if s is not None]
-    succeeded = sum(ok for _, ok in frozen)
-    deadlocks = [deadlock_trial() for _ in range(trials)]
-    found = [s for s, _, _ in deadlocks if s is not None]
-    deadlines = sorted({d for _, d, _ in deadlocks if d is not None})
-    recovered = sum(ok for _, _, ok in deadlocks)
-    slow = [slow_start_trial(60, 20) for _ in range(slow_trials)]
-    clean = sum(ok for ok, _, _ in slow)
-    steps = [s for _, s, _ in slow if s is not None]
-    gaps = [d["longestStepGapSeconds"] for _, _, d in slow if d.get("longestStepGapSeconds") is not None]
-    learned = sorted({d["progressSeconds"] for _, _, d in slow if d.get("progressSeconds") is not None})
-    named = (
-        f"{median(detected):.1f} ({len(detected)} of {trials} named; {succeeded} Succeeded)" if detected else "never"
-    )
-    seen = (
-        f"step {median(steps) * 1000:.0f} ms, longest gap {max(gaps):.2f} s; learned progress deadline "
-        f"{', '.join(map(str, learned))} s"
-        if steps and gaps
-        else "no steps reported"
-    )
-    return [
-        (
-            "plain MNIST script, no annotation: SIGSTOP of a rank → named as hung (median s)",
-            named,
-            "gloo's timeout 1800; NVRx defaults 2700/3600; torchrun, Kubeflow: never",
-            "",
-            "≤ 10 s",
-            "yes" if detected and median(detected) <= 10 and succeeded == trials else "**no**",
-        ),
-        (
-            "plain script deadlocks (a rank stops between collectives, alive), no annotation → Hung (median s)",
-            f"{median(found):.1f} ({len(found)} of {trials} found; learned deadline {', '.join(map(str, deadlines))}"
-            f" s; {recovered} Succeeded)"
-            if found
-            else "never",
-            "gloo's timeout 1800; NVRx defaults 2700/3600; torchrun, Kubeflow: never",
-            "",
-            "found, no tuning",
-            "yes" if len(found) == trials and recovered == trials else "**no**",
-        ),
-        (
-            "60 s start, 20 s progress deadline, 2 CPU hogs: runs on their first attempt",
-            f"{clean} of {slow_trials} ({seen})",
-            "",
-            "",
-            "0 false alarms",
-            "yes" if clean == slow_trials else "**no**",
-        ),
-    ]
+def record(run: Run, trials: int) -> None:
+    samples: dict[str, list[float | None]] = {}
 
+    def keep(case: str, value: float | None) -> None:
+        samples.setdefault(case, []).append(value)
 
-if __name__ == "__main__":
-    arguments = [int(a) for a in sys.argv[1:3]]
-    rows = measure(*arguments)
-    print("| metric | torchjob | anchor | ratio | target | met |\n|---|---|---|---|---|---|")
-    for row in rows:
-        print("| " + " | ".join(row) + " |")
+    for _ in range(trials):
+        seconds, succeeded = frozen_trial()
+        keep("frozen named hung", seconds)
+        keep("frozen succeeded", float(succeeded))
+        seconds, learned, succeeded = deadlock_trial()
+        keep("deadlock named hung", seconds)
+        keep("deadlock learned deadline", learned)
+        keep("deadlock succeeded", float(succeeded))
+    for _ in range(SLOW_TRIALS):
+        clean, per_step, learned_deadlines = slow_start_trial(60, 20)
+        keep("slow start clean", float(clean))
+        keep("slow start step", per_step)
+        keep("slow start longest gap", learned_deadlines.get("longestStepGapSeconds"))
+        keep("slow start learned deadline", learned_deadlines.get("progressSeconds"))
+    for case, values in samples.items():
+        run.add(case, values, "" if "succeeded" in case or "clean" in case else "s")

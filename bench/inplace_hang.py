@@ -1,71 +1,40 @@
-"""In place around a rank gone silent: SIGSTOP, not SIGKILL (#31).
+"""A rank frozen by SIGSTOP, not killed: nothing fails and nothing closes; the others wait for it in a collective,
+alive. Two ways in one run, each timed from the stop to rank 0's first completed step of the group after it:
 
-``python -m bench.inplace_hang [TRIALS]``. The job is examples/mnist/job-inplace.yaml (1 Master + 2 Workers,
-one warm spare); worker-1's training process is SIGSTOPped once it is in epoch 3. Nothing fails and nothing
-closes: the others wait for it in a collective, alive. Measured against the moment of the stop, from rank 0's
-repair record (``repairs.jsonl``):
+- **in place**: ``examples/mnist/job-inplace.yaml`` (one warm spare). The controller finds the one member the others
+  wait on (they announce it; it misses its own announcements: ``core/policies/silent_member.py``), publishes the
+  repair, the frozen rank is killed and the spare takes its place; also the stop → the repair published;
+- **group restart**: the README's job (``examples/mnist/job.yaml``) as shipped, no annotation: the liveness
+  deadline names the rank hung, the group restarts warm from its checkpoint; also the stop → the Hung verdict.
 
-- confirmed: the controller published the repair (the others said they wait on it in the group's current
-  generation, and it missed three of its own announcements: ``core/policies/silent_member.py``);
-- first step: the first completed step of the repaired group (the frozen rank killed, the spare joined).
-
-The anchor, in the same run: the README's job (examples/mnist/job.yaml, a group restart) with the same stop,
-from the stop to its attempt's end as Hung (the liveness deadline, 10 s by default).
+Both with worker-1 (rank 2) stopped once it trains in epoch 3, and the held-out accuracy, which the stop must not
+change. ``python -m bench --only hang``.
 """
 
 from __future__ import annotations
 
 import signal
-import sys
-import tempfile
-from pathlib import Path
+from collections import defaultdict
 
-from bench import hangs, inplace
-from bench.measure import median
+from bench import mnist_runs
+from bench.records import Run
 
 
-def measure(trials: int = 3) -> list[tuple[str, str, str, str, str, str]]:
-    repaired: list[dict[str, float]] = []
-    accuracy: list[float] = []
-    anchor: list[float] = []
-    for trial in range(trials):
-        with tempfile.TemporaryDirectory(prefix="bench-inplace-hang-") as work:
-            _, held_out, parts = inplace._run("job-inplace.yaml", Path(work), True, signal.SIGSTOP)
-        accuracy.append(held_out)
-        if parts is not None:
-            repaired.append(parts)
-        seconds, _ = hangs.frozen_trial()
-        if seconds is not None:
-            anchor.append(seconds)
-        first = f"{parts['first_step']:.2f}" if parts else "not repaired"
-        print(f"  trial {trial + 1}: repaired in place, first step {first} s after the stop", flush=True)
-    first_steps = [p["first_step"] for p in repaired]
-    confirmed = [p["detection"] + p["membership"] for p in repaired]
-    shown = f"{median(first_steps):.2f} ({len(repaired)} of {trials} repaired in place)" if repaired else "never"
-    anchor_shown = f"group restart: named as hung after {median(anchor):.1f}" if anchor else "group restart: never"
-    met = bool(repaired) and len(repaired) == trials and median(first_steps) <= 2.0
-    return [
-        (
-            "in-place MNIST job, SIGSTOP of a member → first step of the repaired group (median s)",
-            shown,
-            anchor_shown,
-            "",
-            "≤ 2.0 s",
-            "yes" if met else "**no**",
-        ),
-        (
-            "… of which: stop → repair published (median s); held-out accuracy (median)",
-            f"{median(confirmed):.2f}; {median(accuracy):.3f}" if confirmed else f"—; {median(accuracy):.3f}",
-            "",
-            "",
-            "",
-            "",
-        ),
-    ]
-
-
-if __name__ == "__main__":
-    rows = measure(int(sys.argv[1]) if len(sys.argv) > 1 else 3)
-    print("| metric | torchjob | anchor | ratio | target | met |\n|---|---|---|---|---|---|")
-    for row in rows:
-        print("| " + " | ".join(row) + " |")
+def record(run: Run, trials: int) -> None:
+    samples: dict[str, list[float | None]] = defaultdict(list)
+    for number in range(trials):
+        repaired = mnist_runs.torchjob("job-inplace.yaml", signal.SIGSTOP)
+        samples["in place first step"].append(repaired.repair("first_step_at") if repaired.ok else None)
+        samples["in place repair published"].append(repaired.repair("membership_at"))
+        samples["in place accuracy"].append(repaired.accuracy)
+        restarted = mnist_runs.torchjob("job.yaml", signal.SIGSTOP)
+        samples["restart first step"].append(restarted.first_step if restarted.ok else None)
+        samples["restart named hung"].append(restarted.hung_after())
+        samples["restart accuracy"].append(restarted.accuracy)
+        print(
+            f"  round {number + 1}: in place {samples['in place first step'][-1]}, "
+            f"restart {samples['restart first step'][-1]} (hung after {samples['restart named hung'][-1]})",
+            flush=True,
+        )
+    for case, values in samples.items():
+        run.add(case, values, "" if "accuracy" in case else "s")

@@ -1,19 +1,12 @@
-"""In-place repair on the real node: one trial of examples/mnist/job-inplace.yaml (1 Master + 2 Workers, one
-warm spare Pod) with worker-1's training process SIGKILLed from the host in epoch 2.
+"""In-place repair on real nodes, one trial at a time, for ``bench.real_node`` and ``bench.node_loss``: the in-place
+MNIST job (examples/mnist/job-inplace.yaml: 1 Master + 2 Workers, one warm spare Pod) with worker-1 lost in epoch 2,
+by SIGKILL or SIGSTOP of its training process from the host (``trial``), by an eviction through the Eviction API,
+as `kubectl drain` does (``evicted_trial``: the member hands its place to the spare at a step boundary), or with its
+node stopped as a spot VM vanishes (``vanished_trial``: master, worker and spare on a node each).
 
-Measured against the moment of the kill, from the Master Pod's own log with the kubelet's timestamps (the
-node and this process share one clock): when rank 0 had re-formed the group with the spare, and when its
-first step after that completed (the job logs every step). Run by ``bench/real_node.py`` beside the
-operators' group restarts.
-
-``python -m bench.inplace_node [TRIALS]`` runs the frozen case on its own (#31): worker-1's process SIGSTOPped,
-nothing fails or closes, and the operator must find the one member the others wait for from the announcements the
-Pods send it (one every 0.15 s, each also reading the membership; a silence of 1.5 s, or twice the longest gap the
-member was heard with, confirms it). ``--node-lost`` runs it on three nodes with master, worker and spare a node
-each, and stops the worker's node instead: a vanished node, whose silence ends no collective. ``--evicted``
-alternates, on one node, a SIGKILL (the anchor) with an eviction through the Eviction API (what `kubectl drain`
-does to a Pod): the evicted member hands its place to the spare and the group re-forms at a step boundary. Both
-report the stall: from the survivor's last step before the change to its first step after it.
+Measured against the moment of the loss, from a survivor's own log with the kubelet's timestamps (the nodes and
+this process share one clock): when it had re-formed the group with the spare, when its first step after that
+completed (the job logs every step), and its stall: from its last step before the loss to its first after it.
 """
 
 from __future__ import annotations
@@ -21,18 +14,16 @@ from __future__ import annotations
 import json
 import os
 import signal
-import sys
-import tempfile
 import time
-from collections.abc import Callable
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import yaml
 from tests.support.mnist_jobs import inplace_one_per_node, lost_and_survivor
 
+from bench.cluster_kit import nodes_ready, stamp, wait
 from kuberig import Cluster
+from kuberig.node import kubelet
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "mnist" / "job-inplace.yaml"
 JOB = "mnist-inplace"
@@ -41,22 +32,6 @@ JOB = "mnist-inplace"
 def _status(cluster: Cluster, namespace: str) -> dict[str, Any]:
     found = cluster.kubectl_json("get", "pytorchjob", JOB, "-n", namespace)
     return dict(found.get("status") or {})
-
-
-def _wait(check: Any, timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():
-            return True
-        time.sleep(0.25)
-    return False
-
-
-def _stamp(line: str) -> float:
-    """The epoch seconds of a ``kubectl logs --timestamps`` line (RFC 3339 with nanoseconds)."""
-    stamp = line.split(" ", 1)[0]
-    whole, _, fraction = stamp.rstrip("Z").partition(".")
-    return datetime.fromisoformat(whole + "+00:00").timestamp() + float(f"0.{fraction or 0}")
 
 
 def _repair_times(cluster: Cluster, namespace: str, replica: str, since: float) -> dict[str, float]:
@@ -68,12 +43,12 @@ def _repair_times(cluster: Cluster, namespace: str, replica: str, since: float) 
     first = next(line for line in log[repaired + 1 :] if "batch: " in line)
     last = next(line for line in reversed(log[:repaired]) if "batch: " in line)
     found = {
-        "reformed": _stamp(log[repaired]) - since,
-        "first_step": _stamp(first) - since,
-        "stall": _stamp(first) - _stamp(last),
+        "reformed": stamp(log[repaired]) - since,
+        "first_step": stamp(first) - since,
+        "stall": stamp(first) - stamp(last),
     }
     left = next((line for line in log[:repaired] if "left the step" in line), None)
-    return found if left is None else {"left": _stamp(left) - since, **found}
+    return found if left is None else {"left": stamp(left) - since, **found}
 
 
 def trial(
@@ -142,27 +117,24 @@ def _in_epoch_2_beside_a_spare(cluster: Cluster, namespace: str, replica: str) -
         log = cluster.kubectl("logs", "-n", namespace, f"{JOB}-{replica}", check=False).stdout
         return "epoch: 2/" in log and _status(cluster, namespace).get("sparesReady") == 1
 
-    return _wait(ready, 300)
+    return wait(ready, 300, poll=0.25) is not None
 
 
 def _repaired_once(cluster: Cluster, namespace: str) -> bool:
     """Wait for the job to end; whether it was repaired in place exactly once."""
-    finished = _wait(lambda: "completionTime" in _status(cluster, namespace), 400)
+    finished = wait(lambda: "completionTime" in _status(cluster, namespace), 400, poll=0.25) is not None
     return finished and _status(cluster, namespace).get("repairs") == 1
 
 
 def _delete_job(cluster: Cluster, namespace: str, kind: str = "pytorchjob") -> None:
     cluster.kubectl("delete", kind, JOB, "-n", namespace, "--ignore-not-found", "--wait=true")
-    _wait(lambda: not cluster.kubectl_json("get", "pods", "-n", namespace)["items"], 120)
+    wait(lambda: not cluster.kubectl_json("get", "pods", "-n", namespace)["items"], 120)
 
 
 def vanished_trial(cluster: Cluster, namespace: str) -> dict[str, float] | None:
     """The in-place job with master, worker and spare on a node each; the worker's node stopped as a spot VM
     vanishes (its link silent first, then everything on it dies). Times after the stop, from the survivor's log;
     None when the job was not repaired in place."""
-    from bench.node_loss import _nodes_ready
-    from kuberig.node import kubelet
-
     cluster.apply(inplace_one_per_node(namespace, "--log-interval", "1"))
     try:
         if not _in_epoch_2_beside_a_spare(cluster, namespace, "worker-0"):
@@ -182,61 +154,6 @@ def vanished_trial(cluster: Cluster, namespace: str) -> dict[str, float] | None:
             )
         finally:
             kubelet.start(cluster.state, node)
-            _wait(lambda: _nodes_ready(cluster), 180)
+            wait(lambda: nodes_ready(cluster), 180)
     finally:
         _delete_job(cluster, namespace)
-
-
-def run(trials: int, mode: str) -> dict[str, list[dict[str, float] | None]]:
-    """Trials on a fresh rig with the torchjob operator, by kind: SIGSTOP on one node (``frozen``), a vanished
-    node of three (``node-lost``), or SIGKILL and eviction alternating on one node (``evicted``)."""
-    from tests.support.images import push_test_images
-
-    from bench.real_node import _start_operator
-    from kuberig import ClusterConfig, NodeConfig, create, delete
-
-    directory = Path(tempfile.mkdtemp(prefix="bench-inplace-node-"))
-    name = f"bench-{os.getpid()}"
-    nodes = NodeConfig("kubelet", 3 if mode == "node-lost" else 1)
-    cluster = create(ClusterConfig(name, (nodes,)), directory / "rig")
-    Trial = Callable[[str], dict[str, float] | None]
-    kinds: dict[str, Trial] = {}
-    if mode == "frozen":
-        kinds["SIGSTOP in a Pod"] = lambda ns: trial(cluster, ns, signal.SIGSTOP)
-    elif mode == "node-lost":
-        kinds["node of a member stopped"] = lambda ns: vanished_trial(cluster, ns)
-    else:
-        kinds["SIGKILL in a Pod (anchor)"] = lambda ns: trial(cluster, ns, signal.SIGKILL)
-        kinds["Pod evicted (Eviction API)"] = lambda ns: evicted_trial(cluster, ns)
-    try:
-        push_test_images(cluster)
-        namespace = cluster.namespace(mode)
-        operator = _start_operator(cluster, "torchjob", directory / "operator")
-        try:
-            found: dict[str, list[dict[str, float] | None]] = {kind: [] for kind in kinds}
-            for number in range(trials):
-                for kind, one in kinds.items():
-                    found[kind].append(one(namespace))
-                    print(f"  trial {number + 1}, {kind}: {found[kind][-1]}", flush=True)
-            return found
-        finally:
-            operator.stop()
-    finally:
-        delete(name, directory / "rig")
-
-
-if __name__ == "__main__":
-    mode = next((a[2:] for a in sys.argv[1:] if a in ("--node-lost", "--evicted")), "frozen")
-    numbers = [a for a in sys.argv[1:] if not a.startswith("--")]
-    for what, results in run(int(numbers[0]) if numbers else 3, mode).items():
-        repaired = [r for r in results if r is not None]
-        if not repaired:
-            print(f"{what}: never repaired in place")
-            continue
-        firsts = sorted(r["first_step"] for r in repaired)
-        stalls = sorted(r["stall"] for r in repaired)
-        print(
-            f"{what} -> first step of the re-formed group: median {firsts[len(firsts) // 2]:.2f} s; the survivor's "
-            f"stall median {stalls[len(stalls) // 2]:.2f} s ({len(repaired)} of {len(results)} in place; "
-            f"first steps {', '.join(f'{v:.2f}' for v in firsts)}; stalls {', '.join(f'{v:.2f}' for v in stalls)})"
-        )

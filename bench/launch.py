@@ -7,13 +7,15 @@ all_reduce, the issue's measure) and ``ddp`` (scripts/first_ddp_step.py: one ste
 constructor imports torch._dynamo, as a DDP script's launch does; torchjob's warm interpreter imports it once
 before it forks the ranks, so this is the launch a DDP job sees).
 
-``python -m bench.launch [TRIALS]`` measures both and prints the medians.
+A third payload is the README's own job (examples/mnist/job.yaml) to every rank's first step, under ``torchjob run``
+and under ``torchrun`` with the same script and arguments. ``python -m bench --only launch``.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -23,12 +25,13 @@ from pathlib import Path
 
 import yaml
 
-from bench.measure import median
+from bench import mnist_runs
+from bench.measure import BIN
+from bench.records import Run
 from torchjob.testing import make_job
 
 SCRIPTS = Path(__file__).resolve().parent / "scripts"
 PAYLOADS = {"collective": SCRIPTS / "first_collective.py", "ddp": SCRIPTS / "first_ddp_step.py"}
-BIN = Path(sys.executable).parent
 
 
 def _job_file(directory: Path, out: Path, payload: Path) -> Path:
@@ -95,30 +98,50 @@ LAUNCHERS: dict[str, Callable[[Path, Path], float]] = {
 }
 
 
-def measure(trials: int = 5, payload: str = "collective") -> dict[str, float]:
-    """Median seconds until every rank has run ``payload`` (a PAYLOADS key), per launcher."""
-    results: dict[str, list[float]] = {name: [] for name in LAUNCHERS}
+def readme_job(launcher: str) -> float:
+    """The README's job (examples/mnist/job.yaml, DDP over 3 ranks) → every rank's first completed step, under
+    ``torchjob run`` or ``torchrun --standalone --nproc-per-node 3`` with the job's own arguments; stopped there."""
+    work = Path(tempfile.mkdtemp(prefix=f"bench-launch-readme-{launcher}-"))
+    try:
+        path, name = mnist_runs.job_file(work, "job.yaml")
+        if launcher == "torchjob":
+            output = work / "home" / "jobs" / name / "output"
+            env = {**os.environ, "TORCHJOB_HOME": str(work / "home")}
+            argv = [str(BIN / "torchjob"), "run", str(path)]
+        else:
+            output = work / "output"
+            env = {**os.environ, "TORCHJOB_OUTPUT_DIR": str(output), "OMP_NUM_THREADS": "1"}
+            argv = [str(BIN / "torchrun"), "--standalone", "--nproc-per-node", "3", "train.py"]
+            argv += [str(a) for a in mnist_runs.container_args(path)]
+        started = time.time()
+        process = subprocess.Popen(argv, env=env, cwd=work, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            deadline = time.monotonic() + 180
+            while (firsts := mnist_runs.first_steps(output, 3)) is None:
+                if process.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"{launcher}: the README's job never completed a step on every rank")
+                time.sleep(0.02)
+            return max(firsts) - started
+        finally:
+            process.send_signal(signal.SIGINT)
+            process.wait(60)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def record(run: Run, trials: int) -> None:
+    """Every payload under every launcher, interleaved: all three launchers within a trial, trial by trial."""
+    samples: dict[str, list[float | None]] = {}
     for _ in range(trials):
-        for name, launch in LAUNCHERS.items():  # interleaved
-            work = Path(tempfile.mkdtemp(prefix=f"bench-launch-{name}-"))
-            try:
-                results[name].append(launch(work, PAYLOADS[payload]))
-            finally:
-                shutil.rmtree(work, ignore_errors=True)
-    return {name: median(values) for name, values in results.items()}
-
-
-def main(argv: list[str]) -> None:
-    trials = int(argv[0]) if argv else 3
-    for payload in PAYLOADS:
-        found = measure(trials, payload)
-        ratio = found["torchjob"] / found["torchrun"]
-        print(
-            f"launch → {payload} on 3 ranks (median of {trials}): torchjob {found['torchjob']:.2f} s, "
-            f"torchrun {found['torchrun']:.2f} s ({ratio:.2f}x), bare spawn {found['bare']:.2f} s",
-            flush=True,
-        )
-
-
-if __name__ == "__main__":
-    main(sys.argv[1:])
+        for payload, script in PAYLOADS.items():
+            for name, launch in LAUNCHERS.items():
+                work = Path(tempfile.mkdtemp(prefix=f"bench-launch-{name}-"))
+                try:
+                    samples.setdefault(f"{payload} {name}", []).append(launch(work, script))
+                finally:
+                    shutil.rmtree(work, ignore_errors=True)
+        for launcher in ("torchjob", "torchrun"):
+            samples.setdefault(f"readme {launcher}", []).append(readme_job(launcher))
+        print("  " + ", ".join(f"{case} {values[-1]:.2f}" for case, values in samples.items() if values[-1]))
+    for case, values in samples.items():
+        run.add(case, values)

@@ -2,44 +2,21 @@
 
 from __future__ import annotations
 
-import shutil
 import statistics
 import subprocess
-import tempfile
+import sys
 import threading
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
 
+BIN = Path(sys.executable).parent  # this environment's torchjob, torchrun and python
+
 
 def median(values: list[float]) -> float:
     return statistics.median(values) if values else float("nan")
-
-
-def recovery_trials(
-    trial: Callable[[str, Path], float | None], launchers: tuple[str, ...], trials: int, prefix: str
-) -> dict[str, tuple[float | None, int]]:
-    """Run ``trial(launcher, work_dir)`` ``trials`` times per launcher, interleaved so drift hits all alike.
-
-    A trial returns seconds, or None when it did not recover. Returns launcher → (median seconds over the
-    trials that recovered, how many did not recover).
-    """
-    results: dict[str, list[float | None]] = {launcher: [] for launcher in launchers}
-    for _ in range(trials):
-        for launcher in launchers:
-            work = Path(tempfile.mkdtemp(prefix=f"{prefix}-{launcher}-"))
-            try:
-                results[launcher].append(trial(launcher, work))
-            finally:
-                shutil.rmtree(work, ignore_errors=True)
-    summary: dict[str, tuple[float | None, int]] = {}
-    for launcher, values in results.items():
-        recovered = [v for v in values if v is not None]
-        summary[launcher] = (median(recovered) if recovered else None, len(values) - len(recovered))
-    return summary
 
 
 @dataclass

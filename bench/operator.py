@@ -1,41 +1,34 @@
-"""The operator at scale: 100 PyTorchJobs × 3 replicas submitted at once on the kwok rig.
+"""The operator at scale: 100 PyTorchJobs × 3 replicas submitted at once, on simulated (kwok) nodes.
 
-Measured: seconds until every Pod is Running, API requests the operator made per job (its own count, by
-verb), and the operator's peak RSS (VmHWM). The anchor is the same 300 Pods as 100 rendered Indexed Jobs
-(``torchjob render --to indexed-job``), which Kubernetes' own Job controller runs: the same rig, the same run.
+torchjob's operator runs in the cluster as users deploy it (two replicas, leader election) on the one real node,
+which is then cordoned: the jobs' Pods go to three kwok nodes, which run nothing (a Pod is Running as soon as it is
+bound). The anchor is the same 300 Pods as 100 rendered Indexed Jobs (``torchjob render --to indexed-job``), run by
+Kubernetes' own Job controller. The two take turns, trial by trial, the first side alternating, each in a new
+namespace, the last one deleted and gone first. Measured: seconds until every Pod is Running; the API requests the
+operator made per job (its own count, by verb); the leading operator process's peak RSS (VmHWM).
+``python -m bench --only scale``.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import tempfile
 import time
-import urllib.request
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
+from tests.support import operator_pods
 
+from bench.cluster_kit import DeployedOperator
+from bench.records import Run
 from kuberig import Cluster, ClusterConfig, NodeConfig, create, delete, toolchain
 from torchjob.api.loading import job_from_mapping
 from torchjob.backends.kubernetes.indexed_job import render
 from torchjob.testing import make_job
 
-ROOT = Path(__file__).resolve().parents[1]
 JOBS, REPLICAS = 100, 3
-
-
-@dataclass(frozen=True)
-class OperatorResult:
-    operator_seconds: float
-    indexed_job_seconds: float
-    requests_per_job: float
-    requests_by_verb: dict[str, int]
-    peak_rss_mb: float
 
 
 def job(name: str) -> dict[str, Any]:
@@ -63,61 +56,62 @@ def _time_until_running(rig: Cluster, namespace: str, manifests: list[dict[str, 
     return time.monotonic() - started
 
 
-def measure(jobs: int = JOBS) -> OperatorResult:
-    toolchain.build("build-kube.sh")
-    name = f"bench-operator-{os.getpid()}"
-    rig = create(ClusterConfig(name, (NodeConfig("kwok", 3),)), Path(tempfile.mkdtemp(prefix="bench-operator-")))
-    operator: subprocess.Popen[bytes] | None = None
-    try:
-        rig.kubectl("apply", "-f", str(ROOT / "deploy" / "crd.yaml"))
-        rig.kubectl("wait", "--for=condition=Established", "crd/pytorchjobs.kubeflow.org", "--timeout=60s")
-        port = 18000 + (int(time.time()) % 1000)
-        operator = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "torchjob.cli.main",
-                "operator",
-                f"--kubeconfig={rig.kubeconfig}",
-                f"--health-port={port}",
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=open(Path(rig.directory) / "operator.log", "wb"),  # noqa: SIM115 - lives as long as the operator
-        )
-        metrics_url = f"http://127.0.0.1:{port}/counters"
-        while True:
-            try:
-                before = json.loads(urllib.request.urlopen(metrics_url, timeout=2).read())["requests"]
-                break
-            except OSError:
-                time.sleep(0.2)
-        operator_seconds = _time_until_running(rig, "bench-operator", [job(f"job-{i:03d}") for i in range(jobs)])
-        time.sleep(3)  # the status writes that follow the last Pod starting
-        after = json.loads(urllib.request.urlopen(metrics_url, timeout=2).read())["requests"]
-        by_verb = {verb: after.get(verb, 0) - before.get(verb, 0) for verb in after}
-        status = Path(f"/proc/{operator.pid}/status").read_text()
-        peak_kb = next(int(line.split()[1]) for line in status.splitlines() if line.startswith("VmHWM:"))
+def _gone(rig: Cluster, namespace: str) -> None:
+    rig.kubectl("delete", "namespace", namespace, "--wait=true", timeout=600)
 
-        indexed = []
+
+def _counters(rig: Cluster) -> dict[str, int]:
+    """The leading operator's API requests so far, by verb (its /counters, read from inside its Pod)."""
+    leading = operator_pods.leader(rig)
+    program = "import urllib.request; print(urllib.request.urlopen('http://127.0.0.1:8080/counters').read().decode())"
+    found = rig.kubectl("exec", "-n", "torchjob-system", leading, "--", "python3", "-c", program).stdout
+    requests: dict[str, int] = json.loads(found)["requests"]
+    return requests
+
+
+def _peak_rss_mb(rig: Cluster) -> float:
+    leading = operator_pods.leader(rig)
+    peak = 0
+    for pid in rig.container_pids("torchjob-system", leading):
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                peak = max(peak, int(line.split()[1]))
+    return peak / 1024
+
+
+def record(run: Run, trials: int, jobs: int = JOBS) -> None:
+    toolchain.build("build-kube.sh")
+    name = f"bench-scale-{os.getpid()}"
+    directory = Path(tempfile.mkdtemp(prefix="bench-scale-"))
+    rig = create(ClusterConfig(name, (NodeConfig("kubelet"), NodeConfig("kwok", 3))), directory / "rig")
+    try:
+        DeployedOperator(rig, directory / "operator")
+        real = next(node.name for node in rig.nodes if node.kind == "kubelet")
+        rig.kubectl("cordon", real)  # the jobs' Pods go to the kwok nodes; the operator stays where it runs
+        indexed: list[dict[str, Any]] = []
         for i in range(jobs):
             manifests, _ = render(job_from_mapping(job(f"idx-{i:03d}")))
             indexed += manifests
         for manifest in indexed:
             manifest["metadata"].pop("namespace", None)
-        indexed_seconds = _time_until_running(rig, "bench-indexed", indexed)
-        return OperatorResult(
-            operator_seconds=operator_seconds,
-            indexed_job_seconds=indexed_seconds,
-            requests_per_job=sum(by_verb.values()) / jobs,
-            requests_by_verb=by_verb,
-            peak_rss_mb=peak_kb / 1024,
-        )
+        for number in range(trials):
+            sides = ("torchjob", "indexed jobs") if number % 2 == 0 else ("indexed jobs", "torchjob")
+            for side in sides:
+                namespace = f"{side.split()[0]}-{number}"
+                if side == "torchjob":
+                    before = _counters(rig)
+                    seconds = _time_until_running(rig, namespace, [job(f"job-{i:03d}") for i in range(jobs)])
+                    time.sleep(3)  # the status writes that follow the last Pod starting
+                    after = _counters(rig)
+                    by_verb = {verb: after.get(verb, 0) - before.get(verb, 0) for verb in after}
+                    run.keep("requests per job", sum(by_verb.values()) / jobs, "requests")
+                    for verb, count in sorted(by_verb.items()):
+                        run.keep(f"requests per job, {verb}", count / jobs, "requests")
+                else:
+                    seconds = _time_until_running(rig, namespace, indexed)
+                run.keep(f"{side} all running", seconds)
+                print(f"  trial {number + 1}, {side}: {seconds:.1f} s", flush=True)
+                _gone(rig, namespace)
+        run.keep("operator peak RSS", _peak_rss_mb(rig), "MB")
     finally:
-        if operator is not None:
-            operator.terminate()
-            operator.wait(timeout=30)
-        delete(name, rig.directory)
-
-
-if __name__ == "__main__":
-    print(measure(int(sys.argv[1]) if len(sys.argv) > 1 else JOBS))
+        delete(name, directory / "rig")

@@ -1,53 +1,42 @@
-"""The torchjob operator beside Kubeflow's own training-operator (v1), on the same real node, in the same run.
+"""The torchjob operator beside Kubeflow's own training-operator (v1.8.1), on one real node, in the same run.
 
-One real node (kuberig); the operators take turns, each with its own CRD. The same jobs go to both:
-- Kubeflow's classic simple.yaml (1 Master + 1 Worker, one epoch of MNIST): ``kubectl apply`` → every Pod
-  Running (pod start latency) → Succeeded;
-- the same job over three epochs, with the Worker's training process SIGKILLed from the host once it has done
-  10 steps: does the job recover, how long from the kill to the Worker's first step after it, steps lost;
-  for torchjob also with ``torchjob.io/warm-start: "true"`` (the Pods stay, each one's launcher forks the script
-  again, torch already imported; the kill ends the training process, not its Pod's launcher);
-- behaviour under ``restartPolicy: ExitCode`` with exit 1 and with SIGKILL, and a crash loop under OnFailure
-  with ``backoffLimit: 2``: the state and message each operator shows (a table for the README).
+torchjob's operator runs in the cluster as users deploy it (two replicas, leader election); Kubeflow's beside the
+cluster, as kuberig runs it. They take turns, trial by trial, each with its own CRD. The same jobs go to both:
 
-    .venv/bin/python -m bench.real_node [TRIALS] [--recovery]   (--recovery: the SIGKILL trials only)
+- Kubeflow's classic simple.yaml (1 Master + 1 Worker, one epoch of MNIST): ``kubectl apply`` → every Pod Running
+  → Succeeded;
+- the same job over three epochs, the Worker's training process SIGKILLed from the host once it has done 10
+  steps: kill → the Worker's first step after it, and the steps lost; for torchjob also with
+  ``torchjob.io/warm-start: "true"`` (the Pods stay, each one's launcher forks the script again);
+- torchjob only, the in-place MNIST job (one warm spare Pod), worker-1 lost in epoch 2: by SIGKILL, by an eviction
+  (the Eviction API, as `kubectl drain`), and frozen by SIGSTOP (``bench.inplace_node``);
+- once per operator at the end, ``restartPolicy: ExitCode`` with exit 1 and with SIGKILL, and a crash loop under
+  OnFailure with ``backoffLimit: 2``: the state and message each shows.
+
+``python -m bench --only real-node``.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import signal
-import sys
 import time
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import yaml
 from tests.support.images import push_test_images
-from tests.support.operator import deploy_operator
-from tests.support.paths import DATA, DEPLOY
-from tests.support.servers import free_port
+from tests.support.paths import DATA
 
 from bench import alternating, inplace_node
+from bench.cluster_kit import container_restarts, logged_steps, start_operator, wait
+from bench.records import Run
 from kuberig import Cluster
 from kuberig.addons import kubeflow_operator
 
 OPERATORS = ("torchjob", "kubeflow")
 NAMESPACE = "kubeflow"  # simple.yaml's own
-
-
-@dataclass
-class OperatorRun:
-    to_running: list[float] = field(default_factory=list)
-    to_succeeded: list[float] = field(default_factory=list)
-    recovery: list[float | None] = field(default_factory=list)  # kill → first step after it; None: never
-    warm_recovery: list[float | None] = field(default_factory=list)  # torchjob only: the same, warm restarts
-    steps_lost: list[int] = field(default_factory=list)
-    behaviour: dict[str, str] = field(default_factory=dict)
-    # torchjob only: the in-place MNIST job, kill → re-formed and → first step (None: not repaired)
-    inplace: list[dict[str, float] | None] = field(default_factory=list)
 
 
 def _job(name: str, epochs: int, **changes: Any) -> dict[str, Any]:
@@ -75,26 +64,12 @@ def _state(rig: Cluster, job: str) -> tuple[str, str]:
     return (true[-1]["type"], true[-1].get("message", "")) if true else ("", "")
 
 
-def _wait(check: Any, timeout: float, poll: float = 0.2) -> float | None:
-    started = time.monotonic()
-    while time.monotonic() - started < timeout:
-        if check():
-            return time.monotonic() - started
-        time.sleep(poll)
-    return None
-
-
-def container_restarts(pods: list[dict[str, Any]]) -> int:
-    """How often the kubelet restarted the containers of ``pods``, in place, all told."""
-    return sum(s.get("restartCount", 0) for p in pods for s in p["status"].get("containerStatuses") or [])
-
-
 def _clean(rig: Cluster, job: str) -> None:
     rig.kubectl("delete", "pytorchjob", job, "-n", NAMESPACE, "--ignore-not-found", "--wait=true", timeout=120)
-    _wait(lambda: not _pods(rig, job), 120)
+    wait(lambda: not _pods(rig, job), 120)
 
 
-def _latency(rig: Cluster, run: OperatorRun) -> None:
+def _latency(rig: Cluster, run: Run, name: str) -> None:
     job = _job("latency", epochs=1)
     started = time.monotonic()
     rig.apply(job)
@@ -103,12 +78,10 @@ def _latency(rig: Cluster, run: OperatorRun) -> None:
         pods = _pods(rig, "latency")
         return len(pods) == 2 and all(p["status"].get("phase") in ("Running", "Succeeded") for p in pods)
 
-    running = _wait(all_running, 300)
-    done = _wait(lambda: _state(rig, "latency")[0] in ("Succeeded", "Failed"), 300)
-    if running is not None:
-        run.to_running.append(running)
-    if done is not None and _state(rig, "latency")[0] == "Succeeded":
-        run.to_succeeded.append(time.monotonic() - started)
+    run.keep(f"{name} running", wait(all_running, 300))
+    done = wait(lambda: _state(rig, "latency")[0] in ("Succeeded", "Failed"), 300)
+    succeeded = done is not None and _state(rig, "latency")[0] == "Succeeded"
+    run.keep(f"{name} succeeded", time.monotonic() - started if succeeded else None)
     _clean(rig, "latency")
 
 
@@ -116,31 +89,23 @@ def _worker_log(rig: Cluster, job: str) -> str:
     return rig.kubectl("logs", "-n", NAMESPACE, f"{job}-worker-0", check=False).stdout
 
 
-def _steps(log: str) -> int:
-    """The Worker's last reported step (batch lines come every 5 steps)."""
-    lines = [line for line in log.splitlines() if "Rank 1: epoch: " in line and "batch: " in line]
-    if not lines:
-        return 0
-    epoch = int(lines[-1].split("epoch: ")[1].split("/")[0])
-    batch, per_epoch = (int(x) for x in lines[-1].split("batch: ")[1].split(",")[0].split("/"))
-    return (epoch - 1) * per_epoch + batch
-
-
 WARM_MARK = "torchjob: attempt 1 starts in this Pod, warm"
 
 
-def _recovery(cluster: Cluster, run: OperatorRun, warm: bool = False) -> None:
+def _recovery(cluster: Cluster, run: Run, name: str) -> None:
+    """The plain job over three epochs, the Worker's training process SIGKILLed after 10 steps: kill → its first
+    step after (``{name} kill first step``), and the steps it had done, which the plain script loses."""
     rig = cluster
+    warm = name.endswith(" warm")
     annotations = {"torchjob.io/warm-start": "true"} if warm else {}
     rig.apply(_job("kill", epochs=3, annotations=annotations))
-    times = run.warm_recovery if warm else run.recovery
-    if _wait(lambda: _steps(_worker_log(rig, "kill")) >= 10, 300) is None:
-        times.append(None)
+    if wait(lambda: logged_steps(_worker_log(rig, "kill")) >= 10, 300) is None:
+        run.keep(f"{name} kill first step", None)
         _clean(rig, "kill")
         return
     before = {p["metadata"]["uid"]: p for p in _pods(rig, "kill")}
     worker = next(p for p in before.values() if p["metadata"]["name"] == "kill-worker-0")
-    done = _steps(_worker_log(rig, "kill"))
+    done = logged_steps(_worker_log(rig, "kill"))
     victims = cluster.container_pids(NAMESPACE, "kill-worker-0")
     if warm:  # the training process, as the OOM killer or a crash ends it: not its Pod's launcher
         victims = [pid for pid in victims if b"torchjob.launch" not in Path(f"/proc/{pid}/cmdline").read_bytes()]
@@ -155,16 +120,16 @@ def _recovery(cluster: Cluster, run: OperatorRun, warm: bool = False) -> None:
             return False
         if warm:
             log = _worker_log(rig, "kill")
-            return WARM_MARK in log and _steps(log.split(WARM_MARK, 1)[1]) >= 5
+            return WARM_MARK in log and logged_steps(log.split(WARM_MARK, 1)[1]) >= 5
         restarts = container_restarts([current])
         fresh = current["metadata"]["uid"] != worker["metadata"]["uid"] or restarts > 0
-        return fresh and _steps(_worker_log(rig, "kill")) >= 5
+        return fresh and logged_steps(_worker_log(rig, "kill")) >= 5
 
-    took = _wait(restarted_and_stepping, 180, poll=0.25)
-    times.append(took if took is None else time.monotonic() - killed_at)
+    took = wait(restarted_and_stepping, 180, poll=0.25)
+    run.keep(f"{name} kill first step", None if took is None else time.monotonic() - killed_at)
     if took is not None:
-        run.steps_lost.append(done)  # the plain script keeps no checkpoint: the new attempt starts at step 0
-        _wait(lambda: _state(rig, "kill")[0] in ("Succeeded", "Failed"), 300)
+        run.keep(f"{name} steps lost", done, "steps")  # no checkpoint: the new attempt starts at step 0
+        wait(lambda: _state(rig, "kill")[0] in ("Succeeded", "Failed"), 300)
     _clean(rig, "kill")
 
 
@@ -184,7 +149,7 @@ BEHAVIOURS = {
 }
 
 
-def _behaviour(rig: Cluster, run: OperatorRun) -> None:
+def _behaviour(rig: Cluster, run: Run, name: str) -> None:
     for label, (replica, spec, program) in BEHAVIOURS.items():
         job = _job("behaviour", epochs=1, replica=replica, spec=spec)
         master = job["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["containers"][0]
@@ -192,7 +157,7 @@ def _behaviour(rig: Cluster, run: OperatorRun) -> None:
         worker = job["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]
         worker["command"] = ["sh", "-c", f'python3 -c "{program}"; exit $?']
         rig.apply(job)
-        _wait(lambda: _state(rig, "behaviour")[0] == "Failed", 90)
+        wait(lambda: _state(rig, "behaviour")[0] == "Failed", 90)
         time.sleep(10)  # what each operator does with the other replicas once the job has failed
         state, message = _state(rig, "behaviour")
         pods = _pods(rig, "behaviour")
@@ -209,47 +174,37 @@ def _behaviour(rig: Cluster, run: OperatorRun) -> None:
         else:
             master = "running"
         after += f"; Worker container restarts {restarts}; Master {master}"
-        run.behaviour[label] = after if worker_pods else after + "; no Worker Pod left"
+        text = after if worker_pods else after + "; no Worker Pod left"
+        run.describe(f"{name} behaviour, {label}", text.replace("|", "/"))
         _clean(rig, "behaviour")
 
 
-def _start_operator(cluster: Cluster, name: str, directory: Path) -> Any:
-    """One operator owns PyTorchJobs at a time, each with its own CRD (Kubeflow's prunes torchjob's status)."""
-    if name == "kubeflow":
-        return kubeflow_operator.start(cluster, directory)
-    cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(DEPLOY / "crd.yaml"))
-    # One reconcile worker, as Kubeflow's operator runs (--controller-threads 1). Client rate limits
-    # (Kubeflow: 20 QPS, burst 30; torchjob: none) do not bind with one job at a time.
-    # With its report endpoint, as deploy/ runs it: progress, hang detection and in-place repair need it.
-    return deploy_operator(cluster, directory, "--workers=1", f"--report-address={cluster.host_ip}:{free_port()}")
+def _in_place(cluster: Cluster, run: Run) -> None:
+    """The in-place MNIST job, worker-1 lost three ways: SIGKILL, eviction, SIGSTOP."""
+    losses: dict[str, Callable[[], dict[str, float] | None]] = {
+        "kill": lambda: inplace_node.trial(cluster, NAMESPACE),
+        "evicted": lambda: inplace_node.evicted_trial(cluster, NAMESPACE),
+        "frozen": lambda: inplace_node.trial(cluster, NAMESPACE, signal.SIGSTOP),
+    }
+    for way, lose in losses.items():
+        found = lose()
+        run.keep(f"in place {way} first step", None if found is None else found["first_step"])
+        run.keep(f"in place {way} re-formed", None if found is None else found["reformed"])
+        run.keep(f"in place {way} stall", None if found is None else found["stall"])
 
 
-def measure(trials: int = 3, recovery_only: bool = False) -> dict[str, OperatorRun]:
-    results = {name: OperatorRun() for name in OPERATORS}
-
+def record(run: Run, trials: int) -> None:
     def prepare(cluster: Cluster) -> None:
         push_test_images(cluster)
         kubeflow_operator.push_init_image(cluster)
         cluster.namespace(NAMESPACE)
 
     def trial(cluster: Cluster, name: str) -> None:
-        if not recovery_only:
-            _latency(cluster, results[name])
-        _recovery(cluster, results[name])
+        _latency(cluster, run, name)
+        _recovery(cluster, run, name)
         if name == "torchjob":
-            _recovery(cluster, results[name], warm=True)
-        if name == "torchjob" and not recovery_only:
-            results[name].inplace.append(inplace_node.trial(cluster, NAMESPACE))
+            _recovery(cluster, run, "torchjob warm")
+            _in_place(cluster, run)
 
-    behaviour = ("behaviour", lambda cluster, name: None if recovery_only else _behaviour(cluster, results[name]))
-    alternating.alternate("real-node", prepare, OPERATORS, trials, _start_operator, trial, behaviour)
-    return results
-
-
-if __name__ == "__main__":
-    numbers = [a for a in sys.argv[1:] if a.isdigit()]
-    measured = measure(int(numbers[0]) if numbers else 3, recovery_only="--recovery" in sys.argv)
-    from bench.real_node_report import report
-
-    print(report(measured))
-    print(json.dumps({name: run.__dict__ for name, run in measured.items()}))
+    behaviour = ("behaviour", lambda cluster, name: _behaviour(cluster, run, name))
+    alternating.alternate("real-node", prepare, OPERATORS, trials, start_operator, trial, behaviour)

@@ -1,6 +1,6 @@
-"""Where the time a kill adds to the README's job goes (bench/warm_restart.py): the split #27 asks for.
+"""Where the time a kill adds to the README's job goes (bench/kill.py): the split #27 asks for.
 
-From the kill of rank 1's trainer to the group trained again as far as it had got, in phases read from what the
+From the kill of a rank's trainer to the group trained again as far as it had got, in phases read from what the
 job leaves (TORCHJOB_HOME's records) and from when lines first appear in the master's log of the next attempt:
 
 - **detection**: kill → the controller tells the survivors to stop (their records' ``stopping_since``);
@@ -25,8 +25,8 @@ _BATCH = re.compile(r"epoch: (\d+)/\d+, batch: (\d+)/")
 class AttemptWatch:
     """Polled while the next attempt starts: when its master's log first shows each line the split needs."""
 
-    def __init__(self, home: Path) -> None:
-        self.logs = home / "jobs" / "mnist" / "logs"
+    def __init__(self, home: Path, job: str) -> None:
+        self.logs = home / "jobs" / job / "logs"
         self.reached: tuple[int, int] | None = None  # (epoch, batch) attempt 0's master had logged at the kill
         self.seen: dict[str, float] = {}
 
@@ -49,12 +49,11 @@ class AttemptWatch:
         return "steps redone" in self.seen
 
 
-def split(home: Path, killed_at: float, watch: AttemptWatch) -> dict[str, float]:
+def split(home: Path, killed_at: float, watch: AttemptWatch, job: str, killed: str = "worker-1") -> dict[str, float]:
     """Seconds per phase (PHASES), for the phases whose end was seen. Survivors that ended on their own (their
     collective failed) before the controller told them have no detection: it is counted in their stop."""
-    job = home / "jobs" / "mnist"
-    records = json.loads((job / "local.json").read_text())["processes"]
-    survivors = [r for r in records if r["attempt"] == 0 and r["replica"] != "worker-0" and r["role"] == "replica"]
+    records = json.loads((home / "jobs" / job / "local.json").read_text())["processes"]
+    survivors = [r for r in records if r["attempt"] == 0 and r["replica"] != killed and r["role"] == "replica"]
     ends: dict[str, float] = {}
     told = [r["stopping_since"] for r in survivors if r["stopping_since"] is not None]
     if told:

@@ -12,25 +12,16 @@ import os
 import shutil
 import subprocess
 import tempfile
-from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
 
-from bench.launch import BIN
-from bench.measure import median, watch
+from bench.measure import BIN, watch
+from bench.records import Run
 from torchjob.testing import make_job
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "mnist"
 ARGS = ["--epochs", "4", "--batch-size", "32", "--log-interval", "1000"]
-
-
-@dataclass
-class SteadyState:
-    torchjob_samples_per_second: float
-    torchrun_samples_per_second: float
-    controller_cpu_per_second: float
-    controller_peak_rss_mb: float
 
 
 def _torchjob(work: Path) -> tuple[float, float, float]:
@@ -60,8 +51,8 @@ def _torchrun(work: Path) -> float:
     return float(json.loads((work / "metrics.json").read_text())["samples_per_second_rank0"])
 
 
-def measure(trials: int = 2) -> SteadyState:
-    tj, tr, cpu, rss = [], [], [], []
+def record(run: Run, trials: int) -> None:
+    samples: dict[str, list[float | None]] = {}
     for trial in range(trials):
         # Alternate which launcher goes first, so a warm-up or order effect does not favour either.
         order = ("torchjob", "torchrun") if trial % 2 == 0 else ("torchrun", "torchjob")
@@ -70,11 +61,13 @@ def measure(trials: int = 2) -> SteadyState:
             try:
                 if launcher == "torchjob":
                     sps, cpu_rate, peak = _torchjob(work)
-                    tj.append(sps)
-                    cpu.append(cpu_rate)
-                    rss.append(peak)
+                    found = {"torchjob samples": sps, "controller cpu": cpu_rate, "controller rss": peak}
                 else:
-                    tr.append(_torchrun(work))
+                    found = {"torchrun samples": _torchrun(work)}
             finally:
                 shutil.rmtree(work, ignore_errors=True)
-    return SteadyState(median(tj), median(tr), median(cpu), max(rss))
+            for case, value in found.items():
+                samples.setdefault(case, []).append(value)
+    units = {"controller cpu": "CPU s/s", "controller rss": "MB"}
+    for case, values in samples.items():
+        run.add(case, values, units.get(case, "samples/s"))

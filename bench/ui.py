@@ -1,6 +1,6 @@
-"""``python -m bench.ui [JOBS] [TRIALS]``: the dashboard's job list with many jobs (1,000 by default).
+"""The dashboard's job list with 1,000 jobs (``python -m bench --only dashboard``).
 
-Measured in one run over the same TORCHJOB_HOME of JOBS recorded jobs:
+Measured in one run over the same TORCHJOB_HOME of 1,000 recorded jobs:
 - the anchor, ``torchjob list`` (the CLI reading the same records);
 - ``GET /`` of ``torchjob ui``: time to the first byte, and to the whole page;
 - in Debian's chromium (Playwright): from navigation to a table with every job's row rendered.
@@ -8,7 +8,6 @@ Measured in one run over the same TORCHJOB_HOME of JOBS recorded jobs:
 
 from __future__ import annotations
 
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -19,6 +18,7 @@ from pathlib import Path
 from playwright.sync_api import sync_playwright
 from tests.support.dashboard import CHROMIUM, Dashboard
 
+from bench.records import Run
 from torchjob.sdk.local_client import LocalClient
 from torchjob.testing import make_job
 
@@ -50,7 +50,7 @@ def _page(url: str) -> tuple[float, float]:
     return first, time.perf_counter() - started
 
 
-def measure(jobs: int = 1000, trials: int = 5) -> dict[str, float]:
+def record(run: Run, trials: int, jobs: int = 1000) -> None:
     with tempfile.TemporaryDirectory(prefix="bench-ui-") as directory:
         home = Path(directory)
         _record_jobs(home, jobs)
@@ -58,7 +58,7 @@ def measure(jobs: int = 1000, trials: int = 5) -> dict[str, float]:
         served = Dashboard(home)
         try:
             pages = [_page(served.url + "/") for _ in range(trials)]
-            rendered = []
+            rendered: list[float | None] = []
             with sync_playwright() as playwright:
                 browser = playwright.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
                 page = browser.new_page()
@@ -70,28 +70,7 @@ def measure(jobs: int = 1000, trials: int = 5) -> dict[str, float]:
                 browser.close()
         finally:
             served.stop()
-    return {
-        "cli_list": statistics.median(cli),
-        "first_byte": statistics.median(p[0] for p in pages),
-        "whole_page": statistics.median(p[1] for p in pages),
-        "rendered": statistics.median(rendered),
-    }
-
-
-def main() -> None:
-    jobs = int(sys.argv[1]) if len(sys.argv) > 1 else 1000
-    trials = int(sys.argv[2]) if len(sys.argv) > 2 else 5
-    found = measure(jobs, trials)
-    print(f"| {jobs} jobs, median of {trials} | seconds | ratio to `torchjob list` |")
-    print("|---|---|---|")
-    print(f"| anchor: `torchjob list` (CLI, same records) | {found['cli_list']:.2f} | 1.00 |")
-    for key, label in (
-        ("first_byte", "`torchjob ui`: GET / → first byte"),
-        ("whole_page", "`torchjob ui`: GET / → whole page"),
-        ("rendered", "chromium: navigation → table with every row"),
-    ):
-        print(f"| {label} | {found[key]:.2f} | {found[key] / found['cli_list']:.2f} |")
-
-
-if __name__ == "__main__":
-    main()
+    run.add("cli list", list(cli))
+    run.add("first byte", [p[0] for p in pages])
+    run.add("whole page", [p[1] for p in pages])
+    run.add("rendered", rendered)

@@ -1,0 +1,247 @@
+"""The MNIST examples run as a user runs them, for the local benchmarks: under ``torchjob run`` (as shipped, warm or
+cold) or under ``torchrun`` (the anchor), optionally with one rank's trainer sent a signal once it trains in a
+given epoch, and what the run leaves read back before its folder goes: the job's time and accuracy, rank 0's first
+step after the signal (``metrics/rank-0.jsonl``, in a later attempt), its in-place repair records, its status.
+
+Every trial runs in a folder of its own, deleted afterwards; ``Outcome`` carries what the benchmarks keep.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psutil
+import yaml
+
+from bench.measure import BIN
+from bench.restart_split import AttemptWatch, split
+
+EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "mnist"
+TIMEOUT = 600.0
+AFTER_SIGNAL = 120.0  # a run not over this long after the signal is stopped: it did not recover
+VICTIM_RANK = 2  # worker-1: the rank the README's walk-through kills
+
+
+@dataclass
+class Outcome:
+    seconds: float
+    ok: bool
+    accuracy: float | None = None
+    sent_at: float | None = None  # when the signal was sent (epoch seconds)
+    first_step: float | None = None  # rank 0's first completed step in a later attempt, seconds after the signal
+    repairs: list[dict[str, Any]] = field(default_factory=list)  # repairs.jsonl (in-place repair), as written
+    status: dict[str, Any] = field(default_factory=dict)  # the job's status when it ended
+    split: dict[str, float] = field(default_factory=dict)  # where a group restart's time went (restart_split)
+    warm_rss_mb: float = 0.0  # the warm interpreter's largest RSS seen outside the timed window
+    last_error: str = ""  # the launcher's output's last line naming an error (why a run did not recover)
+
+    def repair(self, key: str, since: str = "sent") -> float | None:
+        """Seconds from the signal (or from another of the first repair record's moments) to ``key`` in it."""
+        if not self.repairs or self.sent_at is None:
+            return None
+        start = self.sent_at if since == "sent" else float(self.repairs[0][since])
+        return float(self.repairs[0][key]) - start
+
+    def regroup(self, key: str, since: str | None = None) -> float | None:
+        """The same for the elastic group's grow-back record (kind ``regroup``)."""
+        grown = next((r for r in self.repairs if r.get("kind") == "regroup"), None)
+        if grown is None or self.sent_at is None:
+            return None
+        return float(grown[key]) - (self.sent_at if since is None else float(grown[since]))
+
+    def hung_after(self) -> float | None:
+        """Seconds from the signal to the end of the first attempt as Hung (the planner's verdict)."""
+        from torchjob.core.times import parse_timestamp
+
+        attempts = self.status.get("attempts") or []
+        if not attempts or self.sent_at is None or not str(attempts[0].get("outcome", "")).startswith("Hung"):
+            return None
+        return parse_timestamp(attempts[0]["endTime"]).timestamp() - self.sent_at
+
+
+def job_file(work: Path, file: str, warm: bool = True, args: list[str] | None = None) -> tuple[Path, str]:
+    """The example job ``file`` written into ``work`` beside a copy of the example's scripts (its working folder,
+    as a user's would be), cold where ``warm`` is False, with the containers' ``args`` replaced where given."""
+    for source in EXAMPLE.glob("*.py"):
+        shutil.copy(source, work / source.name)
+    job = yaml.safe_load((EXAMPLE / file).read_text())
+    if not warm:
+        job["metadata"].setdefault("annotations", {})["torchjob.io/warm-start"] = "false"
+    if args is not None:
+        for spec in job["spec"]["pytorchReplicaSpecs"].values():
+            spec["template"]["spec"]["containers"][0]["args"] = args
+    path = work / "job.yaml"
+    path.write_text(yaml.safe_dump(job))
+    return path, str(job["metadata"]["name"])
+
+
+def container_args(path: Path) -> list[str]:
+    """The Master's ``args`` in the job file ``path``: what a torchrun user passes the same script."""
+    spec = yaml.safe_load(path.read_text())["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]
+    return [str(a) for a in spec["containers"][0].get("args") or []]
+
+
+def first_steps(output: Path, ranks: int) -> list[float] | None:
+    """When each of ``ranks`` ranks completed its first step (epoch seconds), once every one of them has."""
+    found = [_records(output / "metrics" / f"rank-{rank}.jsonl") for rank in range(ranks)]
+    return [float(records[0]["time"]) for records in found] if all(found) else None
+
+
+def _records(path: Path) -> list[dict[str, Any]]:
+    try:
+        return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    except (OSError, ValueError):
+        return []
+
+
+def _in_epoch(output: Path, rank: int, epoch: int) -> bool:
+    """Whether ``rank`` has completed a step of ``epoch`` (its metrics file, written at every step)."""
+    records = _records(output / "metrics" / f"rank-{rank}.jsonl")
+    return bool(records) and int(records[-1].get("epoch", 0)) >= epoch
+
+
+def _first_step_after(output: Path, sent_at: float) -> float | None:
+    """Rank 0's first step completed in a later attempt than the first, in seconds after ``sent_at``."""
+    later = [r for r in _records(output / "metrics" / "rank-0.jsonl") if int(r.get("attempt", 0)) > 0]
+    return float(later[0]["time"]) - sent_at if later else None
+
+
+def _trainer_of(shim: int, script: str) -> psutil.Process | None:
+    try:
+        found = [c for c in psutil.Process(shim).children(recursive=True) if script in " ".join(c.cmdline())]
+    except psutil.Error:
+        return None
+    return found[0] if found else None
+
+
+def _warm_interpreter_rss() -> float:
+    for candidate in psutil.process_iter():
+        try:
+            if "(warm interpreter)" in " ".join(candidate.cmdline()):
+                return float(candidate.memory_info().rss) / 2**20
+        except psutil.Error:
+            continue
+    return 0.0
+
+
+def _run(
+    argv: list[str],
+    env: dict[str, str],
+    cwd: Path,
+    output: Path,
+    victim: Callable[[int], psutil.Process | None],  # the launcher's pid → the process to signal
+    sent: signal.Signals | None,
+    at_epoch: int,
+    watch: AttemptWatch | None,
+) -> Outcome:
+    started = time.monotonic()
+    log = cwd / "launcher.log"
+    with log.open("wb") as out:
+        process = subprocess.Popen(argv, env=env, cwd=cwd, stdout=out, stderr=subprocess.STDOUT)
+    sent_at: float | None = None
+    rss = 0.0
+    try:
+        while process.poll() is None and time.monotonic() - started < TIMEOUT:
+            if sent_at is not None and time.time() - sent_at > AFTER_SIGNAL:
+                break
+            timing = sent_at is not None and (watch is None or not watch.done)
+            if not timing and watch is not None:  # not while a restart is timed: it would load the machine
+                rss = max(rss, _warm_interpreter_rss())
+            if sent is not None and sent_at is None and _in_epoch(output, VICTIM_RANK, at_epoch):
+                trainer = victim(process.pid)
+                if trainer is not None:
+                    if watch is not None:
+                        watch.at_kill()
+                    sent_at = time.time()
+                    trainer.send_signal(sent)
+            if timing and watch is not None:
+                watch.poll()
+            time.sleep(0.01 if timing else 0.05)
+    finally:
+        if process.poll() is None:
+            process.send_signal(signal.SIGINT)
+            process.wait(60)
+    outcome = Outcome(seconds=time.monotonic() - started, ok=process.returncode == 0, sent_at=sent_at)
+    errors = [line for line in log.read_text(errors="replace").splitlines() if "Error:" in line]
+    outcome.last_error = errors[-1].strip()[:200] if errors else ""
+    results = output / "metrics.json"
+    if results.exists():
+        outcome.accuracy = float(json.loads(results.read_text())["accuracy"])
+    if sent_at is not None:
+        outcome.first_step = _first_step_after(output, sent_at)
+    outcome.repairs = _records(output / "repairs.jsonl")
+    outcome.warm_rss_mb = rss
+    return outcome
+
+
+def torchjob(
+    file: str,
+    sent: signal.Signals | None = None,
+    warm: bool = True,
+    at_epoch: int = 3,
+    args: list[str] | None = None,
+    timed_split: bool = False,
+) -> Outcome:
+    """``torchjob run`` of the example job ``file``; ``sent`` to worker-1's trainer once it trains in ``at_epoch``.
+    ``timed_split``: also where a group restart's time goes (the README job's phases, ``restart_split``)."""
+    work = Path(tempfile.mkdtemp(prefix="bench-mnist-"))
+    try:
+        path, name = job_file(work, file, warm, args)
+        home = work / "home"
+        job = home / "jobs" / name
+        master = yaml.safe_load(path.read_text())["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]
+        script_name = master["containers"][0]["command"][-1]
+
+        def victim(_: int) -> psutil.Process | None:
+            try:
+                local = json.loads((job / "local.json").read_text())
+            except (OSError, ValueError):
+                return None
+            shims = [p["pid"] for p in local["processes"] if p["replica"] == "worker-1" and not p.get("removed")]
+            return _trainer_of(shims[0], script_name) if shims else None
+
+        env = {**os.environ, "TORCHJOB_HOME": str(home), "OMP_NUM_THREADS": "1"}
+        watch = AttemptWatch(home, name) if timed_split else None
+        argv = [str(BIN / "torchjob"), "run", str(path)]
+        outcome = _run(argv, env, work, job / "output", victim, sent, at_epoch, watch)
+        outcome.status = dict(json.loads((job / "job.json").read_text()).get("status") or {})
+        if watch is not None and outcome.sent_at is not None:
+            outcome.split = split(home, outcome.sent_at, watch, name)
+        return outcome
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def torchrun(sent: signal.Signals | None = None, at_epoch: int = 3, max_restarts: int = 3) -> Outcome:
+    """The README's job as a torchrun user runs it: ``torchrun --standalone --nproc-per-node 3 --max-restarts 3
+    train.py`` with the job's own arguments; ``sent`` to rank 2's process once it trains in ``at_epoch``."""
+    work = Path(tempfile.mkdtemp(prefix="bench-torchrun-"))
+    try:
+        path, _ = job_file(work, "job.yaml")
+        output = work / "output"
+        env = {**os.environ, "TORCHJOB_OUTPUT_DIR": str(output), "OMP_NUM_THREADS": "1"}
+        argv = [str(BIN / "torchrun"), "--standalone", "--nproc-per-node", "3", f"--max-restarts={max_restarts}"]
+        argv += ["train.py", *container_args(path)]
+
+        def victim(agent: int) -> psutil.Process | None:
+            for child in psutil.Process(agent).children(recursive=True):
+                try:
+                    if child.environ().get("RANK") == str(VICTIM_RANK) and "train.py" in " ".join(child.cmdline()):
+                        return child
+                except psutil.Error:
+                    continue
+            return None
+
+        return _run(argv, env, work, output, victim, sent, at_epoch, None)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
