@@ -37,8 +37,11 @@ class DeployedOperator:
 
 
 def _serving(cluster: Cluster) -> bool:
-    leading = operator_pods.leader(cluster)
-    return bool(leading) and operator_pods.report_endpoints(cluster) == [leading]
+    try:
+        leading = operator_pods.leader(cluster)
+        return bool(leading) and operator_pods.report_endpoints(cluster) == [leading]
+    except RuntimeError:  # no Lease yet: no replica has led
+        return False
 
 
 def start_operator(cluster: Cluster, name: str, directory: Path) -> Stoppable:

@@ -72,7 +72,7 @@ def _counters(rig: Cluster) -> dict[str, int]:
 def _peak_rss_mb(rig: Cluster) -> float:
     leading = operator_pods.leader(rig)
     peak = 0
-    for pid in rig.container_pids("torchjob-system", leading):
+    for pid in rig.container_pids("torchjob-system", leading, "operator"):
         for line in Path(f"/proc/{pid}/status").read_text().splitlines():
             if line.startswith("VmHWM:"):
                 peak = max(peak, int(line.split()[1]))
@@ -85,9 +85,16 @@ def record(run: Run, trials: int, jobs: int = JOBS) -> None:
     directory = Path(tempfile.mkdtemp(prefix="bench-scale-"))
     rig = create(ClusterConfig(name, (NodeConfig("kubelet"), NodeConfig("kwok", 3))), directory / "rig")
     try:
-        DeployedOperator(rig, directory / "operator")
+        # The operator on the real node (the kwok nodes cordoned meanwhile: they run nothing), the jobs' Pods on
+        # the kwok nodes (the real node cordoned after: the operator stays where it runs).
+        kwoks = [node.name for node in rig.nodes if node.kind == "kwok"]
         real = next(node.name for node in rig.nodes if node.kind == "kubelet")
-        rig.kubectl("cordon", real)  # the jobs' Pods go to the kwok nodes; the operator stays where it runs
+        for node in kwoks:
+            rig.kubectl("cordon", node)
+        DeployedOperator(rig, directory / "operator")
+        for node in kwoks:
+            rig.kubectl("uncordon", node)
+        rig.kubectl("cordon", real)
         indexed: list[dict[str, Any]] = []
         for i in range(jobs):
             manifests, _ = render(job_from_mapping(job(f"idx-{i:03d}")))
