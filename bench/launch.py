@@ -22,6 +22,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -129,6 +130,16 @@ def readme_job(launcher: str) -> float:
         shutil.rmtree(work, ignore_errors=True)
 
 
+def _or_none(trial: Callable[..., float], *args: Any) -> float | None:
+    """A trial whose launcher failed counts as one that never got there (the table says how many), not as the
+    end of the benchmark."""
+    try:
+        return trial(*args)
+    except (subprocess.CalledProcessError, RuntimeError) as err:
+        print(f"  a trial failed: {err}", flush=True)
+        return None
+
+
 def record(run: Run, trials: int) -> None:
     """Every payload under every launcher, interleaved: all three launchers within a trial, trial by trial."""
     samples: dict[str, list[float | None]] = {}
@@ -137,11 +148,11 @@ def record(run: Run, trials: int) -> None:
             for name, launch in LAUNCHERS.items():
                 work = Path(tempfile.mkdtemp(prefix=f"bench-launch-{name}-"))
                 try:
-                    samples.setdefault(f"{payload} {name}", []).append(launch(work, script))
+                    samples.setdefault(f"{payload} {name}", []).append(_or_none(launch, work, script))
                 finally:
                     shutil.rmtree(work, ignore_errors=True)
         for launcher in ("torchjob", "torchrun"):
-            samples.setdefault(f"readme {launcher}", []).append(readme_job(launcher))
-        print("  " + ", ".join(f"{case} {values[-1]:.2f}" for case, values in samples.items() if values[-1]))
+            samples.setdefault(f"readme {launcher}", []).append(_or_none(readme_job, launcher))
+        print("  " + ", ".join(f"{case} {values[-1]}" for case, values in samples.items()), flush=True)
     for case, values in samples.items():
         run.add(case, values)
