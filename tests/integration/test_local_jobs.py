@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
 from pathlib import Path
 
 from tests.conftest import run_cli
 from tests.integration.helpers import alive, all_pids, condition, job_object, replica_records, write_job
+from torchjob.core.times import parse_timestamp
 
 
 def test_on_failure_restarts_the_ddp_group_once_and_succeeds(tmp_path: Path, torchjob_home: Path) -> None:
@@ -93,6 +95,13 @@ def test_backoff_limit_fails_the_job(tmp_path: Path, torchjob_home: Path) -> Non
     assert "reached the specified backoff limit (2 restarts)" in message
     assert "master-0 was killed by SIGKILL" in message
     assert job["status"]["restartCount"] == 2 and job["status"]["attempt"] == 2
+    # A crash loop backs off as the kubelet does: the first restart at once, the second after 10 s.
+    assert job["status"]["crashLoopRestarts"] == 2
+    restarts = [line for line in result.stderr.splitlines() if "is restarting" in line]
+    assert len(restarts) == 2 and "back-off" not in restarts[0], restarts
+    assert "back-off: the next attempt starts in 10s (2 restarts in a row)" in restarts[1]
+    attempts = job["status"]["attempts"]
+    assert parse_timestamp(attempts[2]["startTime"]) - parse_timestamp(attempts[1]["endTime"]) >= timedelta(seconds=10)
 
 
 def test_active_deadline_fails_a_job_that_runs_too_long(tmp_path: Path, torchjob_home: Path) -> None:

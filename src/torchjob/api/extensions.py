@@ -6,6 +6,7 @@ the same file stays valid for Kubeflow's operator and keeps its meaning under to
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Callable
 
 PREFIX = "torchjob.io/"
@@ -48,6 +49,11 @@ AUTO_REPORT = PREFIX + "auto-report"
 WARM_START = PREFIX + "warm-start"
 WARM_PRELOAD = PREFIX + "warm-preload"
 
+# The command a container that gives none runs where there is no image to take an entrypoint from (a local run),
+# as a shell would split it: "python -m torch.distributed.run" for an image whose entrypoint is the elastic
+# launcher (what an ElasticJob's images run). On a cluster the image's own entrypoint runs.
+ENTRYPOINT = PREFIX + "entrypoint"
+
 # Seconds before a lost Worker of an elastic job is replaced (it rejoins the running group then).
 REPLACEMENT_DELAY = PREFIX + "replacement-delay-seconds"
 
@@ -67,6 +73,16 @@ def managed_by_problem(value: str | None) -> str | None:
         return None
     return f"must be {' or '.join(KUBEFLOW_MANAGERS)} (or a torchjob.io/ controller name), got {value!r}"
 
+
+# Seconds a crash-looping group waits before its next attempt, as the kubelet waits before restarting a container:
+# the first restart of a streak at once, the next after RESTART_BACKOFF seconds, doubling up to
+# RESTART_BACKOFF_MAX. An attempt that trained RESTART_BACKOFF_RESET seconds before it failed ends the streak;
+# the platform's restarts (eviction, preemption, a lost node) never wait. "0" turns the back-off off.
+RESTART_BACKOFF = PREFIX + "restart-backoff-seconds"
+RESTART_BACKOFF_MAX = PREFIX + "restart-backoff-max-seconds"
+DEFAULT_RESTART_BACKOFF = 10.0
+DEFAULT_RESTART_BACKOFF_MAX = 300.0
+RESTART_BACKOFF_RESET = 600.0
 
 # Restarts allowed when spec.runPolicy.backoffLimit is unset. Kubeflow restarts forever then; a crash-looping
 # script would hold its machines indefinitely, so torchjob follows batch/v1 Job's default instead.
@@ -98,6 +114,14 @@ def _module_names(value: str) -> str | None:
     return None if not bad else f"must be Python module names separated by commas, got {bad[0]!r}"
 
 
+def _command_line(value: str) -> str | None:
+    try:
+        words = shlex.split(value)
+    except ValueError as err:
+        return f"must be a command line, as a shell splits it ({err}), got {value!r}"
+    return None if words else "must be a command line, e.g. 'python -m torch.distributed.run', got an empty one"
+
+
 def _spare_count(value: str) -> str | None:
     ok = value.isdigit() and int(value) <= MAX_SPARES
     return None if ok else f"must be a whole number from 0 to {MAX_SPARES}, got {value!r}"
@@ -115,4 +139,7 @@ ANNOTATION_RULES: dict[str, Callable[[str], str | None]] = {
     WARM_PRELOAD: _module_names,
     REPLACEMENT_DELAY: _non_negative_number,
     SPARES: _spare_count,
+    ENTRYPOINT: _command_line,
+    RESTART_BACKOFF: _non_negative_number,
+    RESTART_BACKOFF_MAX: _non_negative_number,
 }

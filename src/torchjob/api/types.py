@@ -249,6 +249,10 @@ class JobStatus(_OpenWire):
     attempt: int = 0
     restart_count: int = 0
     attempts: list[AttemptRecord] = Field(default_factory=list)
+    # A crash loop's back-off (core/policies/backoff.py): counted restarts in a row of attempts that failed
+    # early, and when the next attempt may start (absent when it may start at once).
+    crash_loop_restarts: int = 0
+    next_attempt_time: str | None = None
     # Elastic jobs: Workers lost, added or removed while the group ran on (never failures), and when each
     # lost Worker's replacement may start.
     membership_changes: int = 0

@@ -48,6 +48,12 @@ def summary(wire: dict[str, Any]) -> str:
         f"Age:       {human_age(age)}",
         f"Attempt:   {status.get('attempt', 0)} ({status.get('restartCount', 0)} restarts; 0 is the first)",
     ]
+    waiting = status.get("nextAttemptTime")
+    if waiting and age_seconds(waiting, datetime.now(timezone.utc)) < 0:
+        lines.append(
+            f"Back-off:  the next attempt starts at {waiting} ({status.get('crashLoopRestarts', 0)} restarts in a row "
+            "of attempts that failed early)"
+        )
     trainer = status.get("trainerStatus")
     if trainer:
         lines.append(f"Progress:  {_progress(trainer)}")

@@ -213,6 +213,11 @@ class _Planner(PassState):
     def _restart(self, cause: Cause, counted: bool) -> None:
         attempt = self.status.attempt
         message = f"{self._kind_name()} is restarting (attempt {attempt + 1} ended) because {cause.text}"
+        if counted:
+            wait = self._back_off()
+            if wait > 0:
+                streak = self.status.crash_loop_restarts
+                message += f"; back-off: the next attempt starts in {wait:.0f}s ({streak} restarts in a row)"
         self._condition(ConditionType.RESTARTING, conditions.REASON_RESTARTING, message)
         self.events.append(Event("Warning", "Restarting", message, cause))
         # After a hang or a lost node the survivors wait in a collective that will not end, and a script that
@@ -223,6 +228,18 @@ class _Planner(PassState):
         if counted:
             self.status.restart_count += 1
         self._count_replicas([])
+
+    def _back_off(self) -> float:
+        """A counted restart lengthens the crash loop's streak: the seconds its next attempt waits (0: none)."""
+        started = attempts.started_at(self.status)
+        loop = backoff.streak_after(self.status.crash_loop_restarts, started, self.now)
+        self.status.crash_loop_restarts = loop
+        wait = backoff.delay(self.job, loop)
+        if wait > 0:
+            due = backoff.next_attempt_at(self.now, wait)
+            self.status.next_attempt_time = timestamp(due)
+            self._wake_at(due)
+        return wait
 
     def _fail(self, text: str, event: str, cause: Cause | None = None) -> None:
         message = conditions.fail_job(self.status, self.job.namespace, self.job.name, text, self.now)
@@ -252,6 +269,11 @@ class _Planner(PassState):
         # and no member of the old group can hold resources the new one needs.
         if any(o.attempt != self.status.attempt for o in self.observed):
             return
+        backing_off = backoff.waits_until(self.status.next_attempt_time, self.now) if not current else None
+        if backing_off is not None:  # a crash loop's back-off: the next attempt starts then
+            self._wake_at(backing_off)
+            return
+        self.status.next_attempt_time = None
         missing = [r for r in expected_replicas(self.job) if r not in present and not self._replacement_waits(r)]
         group_running = any(o.phase.live and not o.stopping for o in current)
         if self.helpers.regroups and group_running:

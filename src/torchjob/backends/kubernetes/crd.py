@@ -1,4 +1,5 @@
-"""The ``pytorchjobs.kubeflow.org`` CustomResourceDefinition torchjob installs when Kubeflow's is absent.
+"""The CustomResourceDefinitions torchjob installs: ``pytorchjobs.kubeflow.org`` when Kubeflow's is absent, and
+``elasticjobs.elastic.pytorch.org`` for TorchElastic's ElasticJob (in place of its own controller's).
 
 The schema is structural (every level has a type) so the API server prunes unknown fields and ``kubectl
 explain`` works, but the pod templates are kept open (``x-kubernetes-preserve-unknown-fields``): a
@@ -8,7 +9,9 @@ apply`` rejects them with a clear message instead of a Failed job; the rest of K
 the operator and ends up in the job's Failed condition.
 
 The status and scale subresources match Kubeflow's (``kubectl scale pytorchjob/NAME --replicas=N`` scales the
-Workers), and ``kubectl get pytorchjobs`` shows State and Age like Kubeflow's CRD does.
+Workers), and ``kubectl get pytorchjobs`` shows State and Age like Kubeflow's CRD does. The ElasticJob's schema is
+TorchElastic's (Kubeflow's common RunPolicy inlined in its spec, Kubeflow's common JobStatus), with the columns its
+CRD printed (Min, Max, Desired, rdzvEndpoint) and a scale subresource for its Workers.
 """
 
 from __future__ import annotations
@@ -43,6 +46,19 @@ def _replica_spec() -> dict[str, Any]:
     }
 
 
+def _run_policy_fields() -> dict[str, Any]:
+    """Kubeflow's common RunPolicy: a PyTorchJob's ``runPolicy``, inlined in an ElasticJob's spec."""
+    return {
+        "cleanPodPolicy": {"type": "string", "enum": ["None", "Running", "All"], "default": "None"},
+        "ttlSecondsAfterFinished": {"type": "integer", "format": "int32", "minimum": 0},
+        "activeDeadlineSeconds": {"type": "integer", "format": "int64", "minimum": 1},
+        "backoffLimit": {"type": "integer", "format": "int32", "minimum": 0},
+        "schedulingPolicy": _OPEN_OBJECT,
+        "suspend": {"type": "boolean", "default": False},
+        "managedBy": {"type": "string"},
+    }
+
+
 def _run_policy() -> dict[str, Any]:
     # Kubeflow's defaults, stored in the object as its webhook stores them: Kubeflow's SDK cannot read a job
     # without a runPolicy (its model requires one), and `kubectl apply` of Kubeflow's examples gives none.
@@ -50,15 +66,7 @@ def _run_policy() -> dict[str, Any]:
         "type": "object",
         "default": {},
         "x-kubernetes-validations": _RUN_POLICY_RULES,
-        "properties": {
-            "cleanPodPolicy": {"type": "string", "enum": ["None", "Running", "All"], "default": "None"},
-            "ttlSecondsAfterFinished": {"type": "integer", "format": "int32", "minimum": 0},
-            "activeDeadlineSeconds": {"type": "integer", "format": "int64", "minimum": 1},
-            "backoffLimit": {"type": "integer", "format": "int32", "minimum": 0},
-            "schedulingPolicy": _OPEN_OBJECT,
-            "suspend": {"type": "boolean", "default": False},
-            "managedBy": {"type": "string"},
-        },
+        "properties": _run_policy_fields(),
     }
 
 
@@ -131,6 +139,9 @@ def _status() -> dict[str, Any]:
             "attempt": {"type": "integer"},
             "restartCount": {"type": "integer"},
             "attempts": {"type": "array", "items": attempt},
+            # A crash loop's back-off: counted restarts in a row of early failures; when the next attempt may start.
+            "crashLoopRestarts": {"type": "integer"},
+            "nextAttemptTime": _TIME,
             # Elastic jobs: members lost, added or removed without a restart; when lost ones are replaced.
             "membershipChanges": {"type": "integer"},
             "replacementDue": {"type": "object", "additionalProperties": _TIME},
@@ -277,6 +288,90 @@ def crd_manifest() -> dict[str, Any]:
                             "type": "integer",
                             "jsonPath": ".status.trainerStatus.progressPercentage",
                         },
+                        {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+                    ],
+                }
+            ],
+        },
+    }
+
+
+ELASTIC_GROUP = "elastic.pytorch.org"
+ELASTIC_VERSION = "v1alpha1"
+ELASTIC_KIND = "ElasticJob"
+ELASTIC_PLURAL = "elasticjobs"
+_ELASTIC_RULES = [
+    {"rule": "self.replicaSpecs.all(k, k == 'Worker')", "message": "replicaSpecs: an ElasticJob runs Workers only"},
+    {
+        "rule": "!has(self.minReplicas) || !has(self.maxReplicas) || self.minReplicas <= self.maxReplicas",
+        "message": "minReplicas: must be at most maxReplicas",
+    },
+]
+
+
+def elasticjob_crd_manifest() -> dict[str, Any]:
+    """TorchElastic's ``elasticjobs.elastic.pytorch.org``, served by the torchjob operator."""
+    spec_schema = {
+        "type": "object",
+        "required": ["rdzvEndpoint", "replicaSpecs"],
+        "x-kubernetes-validations": _ELASTIC_RULES,
+        "properties": {
+            **_run_policy_fields(),
+            "rdzvEndpoint": {"type": "string", "minLength": 1},
+            "minReplicas": {"type": "integer", "format": "int32", "minimum": 1},
+            "maxReplicas": {"type": "integer", "format": "int32", "minimum": 1},
+            "replicaSpecs": {"type": "object", "minProperties": 1, "additionalProperties": _replica_spec()},
+        },
+    }
+    workers = ".spec.replicaSpecs.Worker"
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {
+            "name": f"{ELASTIC_PLURAL}.{ELASTIC_GROUP}",
+            "labels": {"app.kubernetes.io/managed-by": "torchjob"},
+        },
+        "spec": {
+            "group": ELASTIC_GROUP,
+            "scope": "Namespaced",
+            "names": {
+                "kind": ELASTIC_KIND,
+                "listKind": f"{ELASTIC_KIND}List",
+                "plural": ELASTIC_PLURAL,
+                "singular": "elasticjob",
+                "categories": ["all"],
+            },
+            "versions": [
+                {
+                    "name": ELASTIC_VERSION,
+                    "served": True,
+                    "storage": True,
+                    "schema": {
+                        "openAPIV3Schema": {
+                            "type": "object",
+                            "properties": {
+                                "apiVersion": {"type": "string"},
+                                "kind": {"type": "string"},
+                                "metadata": {"type": "object"},
+                                "spec": spec_schema,
+                                "status": _status(),
+                            },
+                        }
+                    },
+                    "subresources": {
+                        "status": {},
+                        "scale": {
+                            "specReplicasPath": f"{workers}.replicas",
+                            "statusReplicasPath": ".status.replicaStatuses.Worker.active",
+                            "labelSelectorPath": ".status.replicaStatuses.Worker.selector",
+                        },
+                    },
+                    "additionalPrinterColumns": [
+                        {"name": "Min", "type": "integer", "jsonPath": ".spec.minReplicas"},
+                        {"name": "Max", "type": "integer", "jsonPath": ".spec.maxReplicas"},
+                        {"name": "Desired", "type": "integer", "jsonPath": f"{workers}.replicas"},
+                        {"name": "rdzvEndpoint", "type": "string", "jsonPath": ".spec.rdzvEndpoint"},
+                        {"name": "State", "type": "string", "jsonPath": ".status.conditions[-1:].type"},
                         {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
                     ],
                 }
