@@ -78,10 +78,11 @@ class OperatorProcess:
 
 
 def install(cluster: Cluster) -> None:
-    """deploy/'s namespace, CRDs (PyTorchJob, and Trainer's for TrainJobs) and RBAC, as they ship."""
-    for manifest in ("namespace.yaml", "crd.yaml", "trainer-crds.yaml", "rbac.yaml"):
+    """deploy/'s namespace, CRDs (PyTorchJob, Trainer's for TrainJobs, TorchElastic's ElasticJob) and RBAC, as they
+    ship."""
+    for manifest in ("namespace.yaml", "crd.yaml", "trainer-crds.yaml", "elasticjob-crd.yaml", "rbac.yaml"):
         cluster.kubectl("apply", "-f", str(DEPLOY / manifest))
-    crds = ["crd/pytorchjobs.kubeflow.org"]
+    crds = ["crd/pytorchjobs.kubeflow.org", "crd/elasticjobs.elastic.pytorch.org"]
     crds += [
         f"crd/{plural}.trainer.kubeflow.org" for plural in ("trainjobs", "clustertrainingruntimes", "trainingruntimes")
     ]

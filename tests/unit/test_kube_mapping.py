@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from torchjob.api.types import PyTorchJob, ReplicaType
-from torchjob.backends.kubernetes.crd import crd_manifest
+from torchjob.backends.kubernetes.crd import crd_manifest, elasticjob_crd_manifest
 from torchjob.backends.kubernetes.mapping import pod_manifest, service_manifest
 from torchjob.backends.kubernetes.observing import node_in_doubt, node_lost, observe_pod, silent_node
 from torchjob.core.observed import Phase, SilentNode
@@ -221,8 +221,9 @@ def test_a_pod_without_replica_labels_is_not_a_replica() -> None:
     assert observe_pod({"metadata": {"name": "x", "labels": {}}, "status": {"phase": "Running"}}) is None
 
 
-def test_the_shipped_crd_is_the_generated_one() -> None:
+def test_the_shipped_crds_are_the_generated_ones() -> None:
     assert yaml.safe_load((ROOT / "deploy" / "crd.yaml").read_text()) == crd_manifest()
+    assert yaml.safe_load((ROOT / "deploy" / "elasticjob-crd.yaml").read_text()) == elasticjob_crd_manifest()
 
 
 def test_the_operator_role_is_least_privilege() -> None:

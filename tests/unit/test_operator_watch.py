@@ -28,7 +28,8 @@ def test_a_trainjob_event_reaches_the_trainjob_queue_while_it_is_empty() -> None
     client = OneEvent()
     operator = Operator(client)  # type: ignore[arg-type]
     client.operator = operator
-    assert len(operator.trainjob_queue) == 0
-    operator._watch(TrainJobResource, None, job_key, operator.trainjob_queue)
+    _, queue = operator.owned["TrainJob"]
+    assert len(queue) == 0
+    operator._watch(TrainJobResource, None, job_key, queue)
     assert len(operator.queue) == 0
-    assert operator.trainjob_queue.get() == ("team", "mnist")
+    assert queue.get() == ("team", "mnist")

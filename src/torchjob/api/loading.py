@@ -16,6 +16,8 @@ import pydantic
 
 from torchjob.api import documents, templating
 from torchjob.api.defaults import with_defaults
+from torchjob.api.elasticjob import reading as elastic_reading
+from torchjob.api.elasticjob.types import ELASTICJOB_KIND
 from torchjob.api.errors import JobFileError, ValidationError
 from torchjob.api.trainjob import reading
 from torchjob.api.trainjob.types import TRAINJOB_KIND
@@ -26,8 +28,9 @@ from torchjob.api.wire_errors import describe
 
 @dataclass(frozen=True)
 class JobInput:
-    """A job read from a file: the typed, defaulted job, the document as written (a TrainJob's: the PyTorchJob
-    it was lowered to), notes for the user, the kind the file held, and (a TrainJob) the TrainJob as written."""
+    """A job read from a file: the typed, defaulted job, the document as written (a TrainJob's or an ElasticJob's:
+    the PyTorchJob it was lowered to), notes for the user, the kind the file held, and (a TrainJob, an
+    ElasticJob) the job as written."""
 
     job: PyTorchJob
     document: dict[str, Any]
@@ -68,6 +71,10 @@ def parse_job_input(text: str, source: str = "<input>", runtimes: Sequence[tuple
         return JobInput(job, lowered.pytorchjob, lowered.notes, TRAINJOB_KIND, lowered.trainjob)
     if runtimes:
         raise JobFileError(f"--runtime: only a TrainJob names a runtime; {source} holds no TrainJob")
+    if any(elastic_reading.is_elastic_document(d) for d in found):
+        elastic = elastic_reading.lower_documents(found, source)
+        job = job_from_mapping(elastic.pytorchjob, source=source)
+        return JobInput(job, elastic.pytorchjob, elastic.notes, ELASTICJOB_KIND, elastic.elasticjob)
     if not found:
         raise JobFileError(f"{source}: empty; expected a PyTorchJob (apiVersion {API_VERSION}, kind {KIND})")
     if len(found) > 1:

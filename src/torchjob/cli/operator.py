@@ -60,7 +60,8 @@ def add_parser(verbs: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     )
     p.set_defaults(handler=handle)
 
-    c = verbs.add_parser("crd", help="print the PyTorchJob CustomResourceDefinition (YAML)")
+    c = verbs.add_parser("crd", help="print the PyTorchJob (or ElasticJob) CustomResourceDefinition (YAML)")
+    c.add_argument("--kind", choices=("PyTorchJob", "ElasticJob"), default="PyTorchJob", help="default %(default)s")
     c.set_defaults(handler=print_crd)
 
 
@@ -125,7 +126,8 @@ def _host_port(value: str) -> tuple[str, int]:
 def print_crd(args: argparse.Namespace) -> int:
     import yaml
 
-    from torchjob.backends.kubernetes.crd import crd_manifest
+    from torchjob.backends.kubernetes.crd import crd_manifest, elasticjob_crd_manifest
 
-    print(yaml.safe_dump(crd_manifest(), sort_keys=False), end="")
+    manifest = elasticjob_crd_manifest() if args.kind == "ElasticJob" else crd_manifest()
+    print(yaml.safe_dump(manifest, sort_keys=False), end="")
     return 0

@@ -26,12 +26,14 @@ def add_parser(verbs: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
 
 def handle(args: argparse.Namespace) -> int:
     from torchjob.backends.local.mapping import elastic_launch_problem, ignored_fields
+    from torchjob.core.policies.elastic import etcd_stand_in
 
     c = local_client(args)
     loaded = c.load(args.file, args.values, max_processes(args), args.runtime)
     job = loaded.job
     ignored = ignored_fields(job)
-    print_notes([*loaded.notes, *([f"ignored when running locally: {', '.join(ignored)}"] if ignored else [])])
+    local = [f"ignored when running locally: {', '.join(ignored)}"] if ignored else []
+    print_notes([*loaded.notes, *local, *filter(None, [etcd_stand_in(job)])])
     launch_problem = elastic_launch_problem(job)
     if launch_problem:
         print(f"torchjob: warning: {launch_problem}", file=sys.stderr)

@@ -21,8 +21,9 @@ from torchjob.sdk.errors import JobNotFoundError, SdkError
 if TYPE_CHECKING:
     from torchjob.sdk.cluster_client import ClusterClient
 
-# How long --follow waits for the operator to create the PyTorchJob a submitted TrainJob runs as.
-_TRAINJOB_RUN_SECONDS = 60.0
+# How long --follow waits for the operator to create the PyTorchJob a submitted TrainJob or ElasticJob runs as.
+_OWNED_RUN_SECONDS = 60.0
+_GROUPS = {"TrainJob": "trainer.kubeflow.org", "ElasticJob": "elastic.pytorch.org"}
 
 
 def add_parser(verbs: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -42,17 +43,18 @@ def handle(args: argparse.Namespace) -> int:
     print_notes(loaded.notes)
     job = loaded.job
     c = cluster_client(args)
-    created_trainjob = loaded.written is not None and c.submit_trainjob(loaded.written)
-    if created_trainjob:
-        print(f"trainjob.trainer.kubeflow.org/{job.name} created in namespace {c.namespace}", file=sys.stderr)
+    kind = loaded.kind
+    created_as_written = loaded.written is not None and c.submit_as_written(kind, loaded.written)
+    if created_as_written:
+        print(f"{kind.lower()}.{_GROUPS[kind]}/{job.name} created in namespace {c.namespace}", file=sys.stderr)
     else:
         c.submit(loaded.document)
-        lowered = " (the TrainJob, run as a PyTorchJob: this cluster serves no TrainJobs)" if loaded.written else ""
+        lowered = f" (the {kind}, run as a PyTorchJob: this cluster serves no {kind}s)" if loaded.written else ""
         print(f"pytorchjob.kubeflow.org/{job.name} created in namespace {c.namespace}{lowered}", file=sys.stderr)
     if not args.follow:
         return 0
-    if created_trainjob:
-        _wait_for_its_pytorchjob(c, job.name)
+    if created_as_written:
+        _wait_for_its_pytorchjob(c, kind, job.name)
 
     def status() -> JobStatus:
         return JobStatus.model_validate(c.get_wire(job.name).get("status") or {})
@@ -70,9 +72,10 @@ def handle(args: argparse.Namespace) -> int:
     return 0 if last.get("type") == "Succeeded" else 1
 
 
-def _wait_for_its_pytorchjob(c: ClusterClient, name: str) -> None:
-    """The operator creates the PyTorchJob a TrainJob runs as within a pass; following reads that job."""
-    deadline = time.monotonic() + _TRAINJOB_RUN_SECONDS
+def _wait_for_its_pytorchjob(c: ClusterClient, kind: str, name: str) -> None:
+    """The operator creates the PyTorchJob a TrainJob or an ElasticJob runs as within a pass; following reads that
+    job."""
+    deadline = time.monotonic() + _OWNED_RUN_SECONDS
     while True:
         try:
             c.get_wire(name)
@@ -80,7 +83,7 @@ def _wait_for_its_pytorchjob(c: ClusterClient, name: str) -> None:
         except JobNotFoundError:
             if time.monotonic() > deadline:
                 raise SdkError(
-                    f"trainjob {name}: no PyTorchJob runs it after {_TRAINJOB_RUN_SECONDS:.0f} s; is the torchjob "
-                    f"operator running? (kubectl get trainjob {name} -o yaml shows its conditions)"
+                    f"{kind.lower()} {name}: no PyTorchJob runs it after {_OWNED_RUN_SECONDS:.0f} s; is the torchjob "
+                    f"operator running? (kubectl get {kind.lower()} {name} -o yaml shows its conditions)"
                 ) from None
             time.sleep(0.5)

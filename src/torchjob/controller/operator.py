@@ -28,18 +28,20 @@ from lightkube.resources.core_v1 import Pod
 
 from torchjob.api import extensions
 from torchjob.backends.kubernetes.backend import KubernetesBackend
-from torchjob.backends.kubernetes.cluster import PyTorchJobResource, TrainJobResource, as_dict
+from torchjob.backends.kubernetes.cluster import PyTorchJobResource, as_dict
 from torchjob.backends.kubernetes.report_board import ReportBoard
 from torchjob.backends.kubernetes.requests import RequestCounter
 from torchjob.backends.kubernetes.token_review import ApiTokenReviewer
 from torchjob.controller import leader_label, report_tls
 from torchjob.controller.clock import Clock, SystemClock
+from torchjob.controller.elasticjobs import ElasticJobs
 from torchjob.controller.health import health_server
 from torchjob.controller.leader import ElectionSettings
 from torchjob.controller.metrics import OperatorMetrics
+from torchjob.controller.owned_runs import OwnedRuns
 from torchjob.controller.pytorchjobs import PyTorchJobs
 from torchjob.controller.report_server import report_server
-from torchjob.controller.trainjobs import TrainJobs, child_key
+from torchjob.controller.trainjobs import TrainJobs
 from torchjob.controller.watching import JobKey, job_key, one_line, pod_owner_key
 from torchjob.controller.workqueue import WorkQueue
 from torchjob.core import replicas
@@ -51,7 +53,7 @@ log = logging.getLogger("torchjob.operator")
 DEFAULT_MANAGED_BY = (extensions.KUBEFLOW_MANAGERS[0], extensions.TORCHJOB_MANAGER)
 _RETRY_SECONDS = 2.0
 _REPORT_PASS_SECONDS = 2.0
-_TRAINJOB_CRD_SECONDS = 5.0
+_OWNED_CRD_SECONDS = 5.0
 _WATCH_SECONDS = 300  # the server ends each watch after this long; lightkube resumes it where it was
 
 
@@ -98,8 +100,11 @@ class Operator:
         self.backend = KubernetesBackend(client, self.counter, self.reports, self.settings.advertised_report_url)
         self.queue: WorkQueue[JobKey] = WorkQueue()
         self.pytorchjobs = PyTorchJobs(self)
-        self.trainjobs = TrainJobs(client, self.counter)
-        self.trainjob_queue: WorkQueue[JobKey] = WorkQueue()
+        # Jobs of other kinds, each run as a PyTorchJob it owns, each kind with its own work queue.
+        self.owned: dict[str, tuple[OwnedRuns, WorkQueue[JobKey]]] = {
+            kind.kind: (kind, WorkQueue())
+            for kind in (TrainJobs(client, self.counter), ElasticJobs(client, self.counter))
+        }
         self.stopping = threading.Event()
         self.health = _Health()
         self._threads: list[threading.Thread] = []
@@ -133,36 +138,39 @@ class Operator:
             self._spawn(f"worker-{i}", self._work, self.queue, self.pytorchjobs.reconcile)
         where = self.settings.namespace or "all namespaces"
         log.info("torchjob operator started: watching PyTorchJobs in %s with %d workers", where, self.settings.workers)
-        self._spawn("trainjob-serving", self._serve_trainjobs)
+        for name in self.owned:
+            self._spawn(f"{name.lower()}-serving", self._serve_owned, name)
 
-    def _serve_trainjobs(self) -> None:
-        """Serve TrainJobs once the API server does (Trainer's CRDs may be applied with the operator, or later)."""
+    def _serve_owned(self, name: str) -> None:
+        """Serve a kind run as owned PyTorchJobs (TrainJobs, ElasticJobs) once the API server does: its CRD may be
+        applied with the operator, or later."""
+        kind, queue = self.owned[name]
         said = False
         while not self.stopping.is_set():
             try:
-                if self.trainjobs.installed():
+                if kind.installed():
                     break
             except Exception as err:  # noqa: BLE001 - asked again below
-                log.warning("looking for the TrainJob CRD: %s", one_line(err))
+                log.warning("looking for the %s CRD: %s", name, one_line(err))
             if not said:
-                log.info("no TrainJob CRD (trainer.kubeflow.org) yet: TrainJobs are served once there is one")
+                log.info("no %s CRD (%s) yet: %ss are served once there is one", name, kind.group, name)
                 said = True
-            self.stopping.wait(_TRAINJOB_CRD_SECONDS)
+            self.stopping.wait(_OWNED_CRD_SECONDS)
         else:
             return
-        queue = self.trainjob_queue
-        self._spawn("watch-trainjobs", self._watch, TrainJobResource, None, job_key, queue)
-        runs: dict[str, Any] = {replicas.LABEL_TRAINJOB: operators.exists()}
-        self._spawn("watch-trainjob-runs", self._watch, PyTorchJobResource, runs, child_key, queue)
-        self._spawn("trainjob-worker", self._work, queue, self.trainjobs.reconcile)
-        log.info("serving TrainJobs (trainer.kubeflow.org): each runs as a PyTorchJob it owns")
+        self._spawn(f"watch-{name.lower()}s", self._watch, kind.resource, None, job_key, queue)
+        runs: dict[str, Any] = {kind.label: operators.exists()}
+        self._spawn(f"watch-{name.lower()}-runs", self._watch, PyTorchJobResource, runs, kind.child_key, queue)
+        self._spawn(f"{name.lower()}-worker", self._work, queue, kind.reconcile)
+        log.info("serving %ss (%s): each runs as a PyTorchJob it owns", name, kind.group)
 
     def stop(self) -> None:
         self.stopping.set()
         if self.leading:
             leader_label.release(self.client, leader_label.own_pod())
         self.queue.close()
-        self.trainjob_queue.close()
+        for _, queue in self.owned.values():
+            queue.close()
         for server in (self._server, self._report_server):
             if server is not None:
                 server.shutdown()
@@ -268,12 +276,15 @@ class Operator:
                     key = job_key(as_dict(job))
                     if key is not None:
                         self.queue.add(key)
-                if "trainjob-worker" in {t.name for t in self._threads}:
+                served = {t.name for t in self._threads}
+                for name, (kind, queue) in self.owned.items():
+                    if f"{name.lower()}-worker" not in served:
+                        continue
                     self.counter.add("list")
-                    for trainjob in self.client.list(TrainJobResource, namespace=self.settings.namespace or ALL_NS):
-                        key = job_key(as_dict(trainjob))
+                    for owner in self.client.list(kind.resource, namespace=self.settings.namespace or ALL_NS):
+                        key = job_key(as_dict(owner))
                         if key is not None:
-                            self.trainjob_queue.add(key)
+                            queue.add(key)
             except Exception as err:  # noqa: BLE001 - the next resync tries again
                 log.warning("resync: %s", one_line(err))
 

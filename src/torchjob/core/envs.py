@@ -34,6 +34,9 @@ class Addressing:
     # rdzvConf entries the backend adds where the job sets no value of its own (e.g. the local backend's
     # shorter keep-alive and last-call timeouts, and is_host=false because it hosts the store itself).
     rdzv_conf_defaults: tuple[tuple[str, str], ...] = ()
+    # The rendezvous backend, where the backend chose another than the job's (its own c10d store in place of an
+    # etcd it cannot reach).
+    rdzv_backend: str | None = None
 
 
 def processes_per_replica(job: PyTorchJob) -> int:
@@ -95,7 +98,7 @@ def replica_env(job: PyTorchJob, replica: ReplicaId, attempt: int, addressing: A
         env += [
             ("PET_NNODES", f"{elastic.min_replicas}:{elastic.max_replicas}"),
             ("PET_RDZV_ENDPOINT", f"{addressing.rdzv_host}:{addressing.rdzv_port}"),
-            ("PET_RDZV_BACKEND", elastic.rdzv_backend or "c10d"),
+            ("PET_RDZV_BACKEND", addressing.rdzv_backend or elastic.rdzv_backend or "c10d"),
         ]
         if elastic.max_restarts is not None:
             env.append(("PET_MAX_RESTARTS", str(elastic.max_restarts)))

@@ -33,6 +33,9 @@ LABEL_JOBSET = "jobset.sigs.k8s.io/jobset-name"
 LABEL_REPLICATED_JOB = "jobset.sigs.k8s.io/replicatedjob-name"
 LABEL_COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
 
+# On the PyTorchJob an ElasticJob (TorchElastic's) runs as (controller/elasticjobs.py): the ElasticJob's name.
+LABEL_ELASTICJOB = "torchjob.io/elasticjob-name"
+
 # Master first, so rank 0 always comes first in every listing.
 REPLICA_ORDER = (ReplicaType.MASTER, ReplicaType.WORKER)
 

@@ -24,7 +24,13 @@ from torchjob.api import documents
 from torchjob.api.extensions import SPARES
 from torchjob.api.types import PyTorchJob
 from torchjob.backends.kubernetes import log_archive
-from torchjob.backends.kubernetes.cluster import PyTorchJobResource, TrainJobResource, as_dict, connect
+from torchjob.backends.kubernetes.cluster import (
+    ElasticJobResource,
+    PyTorchJobResource,
+    TrainJobResource,
+    as_dict,
+    connect,
+)
 from torchjob.backends.kubernetes.observing import replica_of
 from torchjob.core import replicas
 from torchjob.core.times import age_seconds
@@ -61,14 +67,16 @@ class ClusterClient(JobClient):
         except ApiError as err:
             raise self._refused(f"create PyTorchJob {self.namespace}/{_name_of(wire)}", err) from None
 
-    def submit_trainjob(self, document: dict[str, Any]) -> bool:
-        """Create a TrainJob as written, where the cluster serves TrainJobs (False where it does not: no CRD)."""
+    def submit_as_written(self, kind: str, document: dict[str, Any]) -> bool:
+        """Create a TrainJob or an ElasticJob as written, where the cluster serves its kind (False where it does
+        not: no CRD); the operator runs it as a PyTorchJob it owns."""
+        resource = {"TrainJob": TrainJobResource, "ElasticJob": ElasticJobResource}[kind]
         try:
-            self._create(TrainJobResource, document)
+            self._create(resource, document)
         except ApiError as err:
             if err.status.code == 404:
                 return False
-            raise self._refused(f"create TrainJob {self.namespace}/{_name_of(document)}", err) from None
+            raise self._refused(f"create {kind} {self.namespace}/{_name_of(document)}", err) from None
         return True
 
     def _create(self, resource: Any, document: dict[str, Any]) -> dict[str, Any]:
@@ -137,14 +145,19 @@ class ClusterClient(JobClient):
         """Set a running elastic job's Worker count; the operator starts or stops Workers to match."""
         from torchjob.api.loading import job_from_mapping
 
-        problem = scale_problem(job_from_mapping(self.get_wire(name)), workers)
+        wire = self.get_wire(name)
+        problem = scale_problem(job_from_mapping(wire), workers)
         if problem:
             raise SdkError(problem)
-        patch = {"spec": {"pytorchReplicaSpecs": {"Worker": {"replicas": workers}}}}
+        # A PyTorchJob an ElasticJob runs as takes its Worker count from the ElasticJob: that one is scaled.
+        owner = next((o for o in wire["metadata"].get("ownerReferences") or [] if o.get("kind") == "ElasticJob"), None)
+        resource, kind = (ElasticJobResource, "ElasticJob") if owner else (PyTorchJobResource, "PyTorchJob")
+        field = "replicaSpecs" if owner else "pytorchReplicaSpecs"
+        patch = {"spec": {field: {"Worker": {"replicas": workers}}}}
         try:
-            self.client.patch(PyTorchJobResource, name, patch, namespace=self.namespace, patch_type=PatchType.MERGE)
+            self.client.patch(resource, name, patch, namespace=self.namespace, patch_type=PatchType.MERGE)
         except ApiError as err:
-            raise self._refused(f"scale PyTorchJob {self.namespace}/{name}", err) from None
+            raise self._refused(f"scale {kind} {self.namespace}/{name}", err) from None
 
     def delete(self, name: str) -> None:
         try:

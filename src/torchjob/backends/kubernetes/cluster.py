@@ -20,6 +20,7 @@ _TRAINER = ("trainer.kubeflow.org", "v1alpha1")
 TrainJobResource: Any = create_namespaced_resource(*_TRAINER, "TrainJob", "trainjobs")
 ClusterRuntimeResource: Any = create_global_resource(*_TRAINER, "ClusterTrainingRuntime", "clustertrainingruntimes")
 RuntimeResource: Any = create_namespaced_resource(*_TRAINER, "TrainingRuntime", "trainingruntimes")
+ElasticJobResource: Any = create_namespaced_resource("elastic.pytorch.org", "v1alpha1", "ElasticJob", "elasticjobs")
 
 
 def connect(

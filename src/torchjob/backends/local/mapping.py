@@ -12,6 +12,7 @@ Fields that only mean something on a cluster (image, resources, volumes...) are 
 from __future__ import annotations
 
 import re
+import shlex
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -85,14 +86,23 @@ def local_addressing(
     elastic = job.spec.elastic_policy
     conf: tuple[tuple[str, str], ...] = ()
     rdzv_host = host
+    backend = None
     if elastic is not None:
         conf = LOCAL_RDZV_CONF
         if at_store:
             conf = (("is_host", "false"), *conf)
+            backend = "c10d"  # torchjob's store, also where the job's etcd is out of reach (elastic.etcd_stand_in)
         else:
             rdzv_host = elastic.rdzv_host or host
             rdzv_port = elastic.rdzv_port or DEFAULT_ETCD_PORT
-    return Addressing(host, master_port, rdzv_host, rdzv_port, rdzv_id, rdzv_conf_defaults=conf)
+    return Addressing(host, master_port, rdzv_host, rdzv_port, rdzv_id, rdzv_conf_defaults=conf, rdzv_backend=backend)
+
+
+def local_command(job: PyTorchJob, container: dict[str, Any]) -> list[str]:
+    """What a container runs here: its ``command``, or where it gives none (its image's entrypoint would run on a
+    cluster) the job's ``torchjob.io/entrypoint``."""
+    entrypoint = job.annotation(extensions.ENTRYPOINT)
+    return list(container.get("command") or (shlex.split(entrypoint) if entrypoint else []))
 
 
 def pytorch_container(job: PyTorchJob, replica_type: ReplicaType) -> dict[str, Any]:
@@ -122,11 +132,11 @@ def local_problems(job: PyTorchJob, max_processes: int = DEFAULT_MAX_PROCESSES) 
         )
     for rtype in job.spec.pytorch_replica_specs:
         container = pytorch_container(job, rtype)
-        if not container.get("command"):
+        if not local_command(job, container):
             problems.append(
                 f"spec.pytorchReplicaSpecs.{rtype.value}.template.spec.containers[{DEFAULT_CONTAINER_NAME}]"
                 ".command: required to run locally (there is no image to take an entrypoint from); "
-                "add e.g. command: [python, train.py]"
+                f"add e.g. command: [python, train.py], or name the image's entrypoint in {extensions.ENTRYPOINT}"
             )
     return problems
 
@@ -137,7 +147,7 @@ def elastic_launch_problem(job: PyTorchJob) -> str | None:
         return None  # under in-place repair the script itself forms the group (torchjob.train.inplace)
     for rtype in job.spec.pytorch_replica_specs:
         container = pytorch_container(job, rtype)
-        argv = " ".join([*container.get("command", []), *container.get("args", [])])
+        argv = " ".join([*local_command(job, container), *container.get("args", [])])
         if "torchrun" not in argv and "torch.distributed.run" not in argv:
             return (
                 f"spec.pytorchReplicaSpecs.{rtype.value}.template.spec.containers[{DEFAULT_CONTAINER_NAME}].command: "
@@ -199,7 +209,7 @@ def process_spec(
         rest = env.get("PYTHONPATH", inherited_pythonpath)
         env["PYTHONPATH"] = AUTOREPORT_BOOT + (":" + rest if rest else "")
         env[worker_files.ENV_AUTOREPORT] = "1"
-    argv = [_expand(a, env) for a in [*container.get("command", []), *container.get("args", [])]]
+    argv = [_expand(a, env) for a in [*local_command(job, container), *container.get("args", [])]]
     working_dir = container.get("workingDir")
     cwd = str(Path(job_file_dir, working_dir)) if working_dir else job_file_dir
     return ProcessSpec(replica=str(replica), argv=argv, env=env, cwd=cwd)

@@ -41,11 +41,34 @@ def hosts_rendezvous_store(job: PyTorchJob, honor_rdzv_host: bool = True) -> boo
     rendezvous for all (so an elastic job could not lose that member). For c10d jobs, each backend runs the
     store separately and tells the agents ``is_host=false`` — unless the job names its own ``rdzvHost`` and
     the backend can reach it (a cluster can; a laptop cannot resolve cluster names, so locally it is ignored).
+
+    An etcd rendezvous meets at the job's own etcd. Where the platform cannot reach the cluster name it gives
+    (a laptop, for an ElasticJob's ``etcd-service:2379``), the group meets at torchjob's store instead: only
+    an etcd on this machine (no host, or a loopback one) is reachable there.
     """
     elastic = job.spec.elastic_policy
-    if elastic is None or (elastic.rdzv_backend or "c10d") != "c10d":
+    if elastic is None:
         return False
-    return not (honor_rdzv_host and elastic.rdzv_host)
+    if (elastic.rdzv_backend or "c10d") == "c10d":
+        return not (honor_rdzv_host and elastic.rdzv_host)
+    return not honor_rdzv_host and not on_this_machine(elastic.rdzv_host)
+
+
+def on_this_machine(host: str | None) -> bool:
+    """Whether ``host`` names the machine itself (no host at all: the local default, 127.0.0.1)."""
+    return host is None or host == "localhost" or host.startswith("127.") or host in ("::1", "0.0.0.0")
+
+
+def etcd_stand_in(job: PyTorchJob) -> str | None:
+    """Said where a local run meets at torchjob's store in place of the etcd the job names (None elsewhere)."""
+    elastic = job.spec.elastic_policy
+    if elastic is None or (elastic.rdzv_backend or "c10d") == "c10d" or not hosts_rendezvous_store(job, False):
+        return None
+    return (
+        f"the etcd rendezvous at {elastic.rdzv_host}:{elastic.rdzv_port} names a host of the cluster, which this "
+        "machine cannot reach: locally the Workers meet at a c10d store torchjob hosts instead (on a cluster they "
+        "meet at that etcd)"
+    )
 
 
 def target_workers(job: PyTorchJob) -> int:
