@@ -172,7 +172,9 @@ def _run(
             process.send_signal(signal.SIGINT)
             process.wait(60)
     outcome = Outcome(seconds=time.monotonic() - started, ok=process.returncode == 0, sent_at=sent_at)
-    errors = [line for line in log.read_text(errors="replace").splitlines() if "Error:" in line]
+    # The launcher's own summary (ChildFailedError) says only that a child failed; the child's error says why.
+    lines = log.read_text(errors="replace").splitlines()
+    errors = [line for line in lines if "Error:" in line and "ChildFailedError" not in line]
     outcome.last_error = errors[-1].strip()[:200] if errors else ""
     results = output / "metrics.json"
     if results.exists():

@@ -24,9 +24,19 @@ PAGES = (ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md")))
 BLOCK = re.compile(r"(<!-- bench-table: (?P<name>[a-z0-9-]+) -->\n)(?P<body>.*?)(<!-- /bench-table -->)", re.DOTALL)
 
 
+def _shown(value: float | None, spec: str, missing: str) -> str:
+    """``value`` formatted by ``spec``, a number's format and, after a space, its unit (``.2f s`` → ``0.24 s``);
+    ``missing`` alone (no unit) where there is no value."""
+    number, _, unit = spec.partition(" ")
+    if value is None:
+        return missing
+    return format(value, number) + (f" {unit}" if unit else "")
+
+
 class Measured:
-    """A case's record as a table shows it: ``{case:.2f}`` is its median (``never`` when no trial got there),
-    ``{case.samples:.2f}`` every sample, ``{case.n}`` the trials, ``{case.failed}`` those that never got there."""
+    """A case's record as a table shows it: ``{case:.2f s}`` is its median with its unit (``never`` when no trial
+    got there), ``{case.samples:.2f}`` every sample, ``{case.n}`` the trials, ``{case.failed}`` those that never
+    got there, ``{case.got}`` those that did."""
 
     def __init__(self, record: Record) -> None:
         self.record = record
@@ -50,7 +60,7 @@ class Measured:
         return self.n - self.failed
 
     def __format__(self, spec: str) -> str:
-        return "never" if self.record.median is None else format(self.record.median, spec)
+        return _shown(self.record.median, spec, "never")
 
 
 class Samples:
@@ -58,7 +68,7 @@ class Samples:
         self.values = values
 
     def __format__(self, spec: str) -> str:
-        return ", ".join("never" if v is None else format(v, spec) for v in self.values)
+        return ", ".join(_shown(v, spec, "never") for v in self.values)
 
 
 Cases = Mapping[str, Measured]
@@ -175,7 +185,7 @@ class Figure:
         self.value = value
 
     def __format__(self, spec: str) -> str:
-        return "—" if self.value is None else format(self.value, spec)
+        return _shown(self.value, spec, "—")
 
 
 class _Values(dict[str, "Measured | Figure"]):

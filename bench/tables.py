@@ -44,9 +44,10 @@ def all_of(case: str) -> Callable[[Cases], bool]:
 KILL_IN_PLACE = Row(
     "a rank's process SIGKILLed → first step of the group after it",
     "kill",
-    "**{in place first step:.2f} s** in place",
-    "{warm restart first step:.2f} s a warm group restart from the checkpoint, {cold restart first step:.2f} s "
-    "cold; {torchrun first step:.2f} s torchrun `--max-restarts`",
+    "**{in place first step:.2f s}** in place",
+    "{warm restart first step:.2f s} a warm group restart from the checkpoint, {cold restart first step:.2f s} "
+    "cold; torchrun `--max-restarts`: {torchrun first step:.2f s} ({torchrun first step.got} of "
+    "{torchrun first step.n} recovered)",
     "≤ 0.5 s",
     at_most("in place first step", 0.5),
     ratio=over("in place first step", "warm restart first step"),
@@ -54,8 +55,8 @@ KILL_IN_PLACE = Row(
 STOP_IN_PLACE = Row(
     "a rank frozen by SIGSTOP (its peers wait, alive) → first step of the group after it, nothing tuned",
     "hang",
-    "**{in place first step:.2f} s** in place",
-    "{restart first step:.1f} s: named hung after {restart named hung:.1f} s, the group restarted (gloo alone "
+    "**{in place first step:.2f s}** in place",
+    "{restart first step:.1f s}: named hung after {restart named hung:.1f s}, the group restarted (gloo alone "
     "waits 30 min)",
     "≤ 2.0 s",
     at_most("in place first step", 2.0),
@@ -64,8 +65,8 @@ STOP_IN_PLACE = Row(
 EVICTED = Row(
     "a Pod evicted (`kubectl drain`, a spot notice) → first step of the group after it, on a real node",
     "real-node",
-    "**{in place evicted first step:.2f} s**, handed to the spare before it goes",
-    "{in place kill first step:.2f} s when the same rank is SIGKILLed instead",
+    "**{in place evicted first step:.2f s}**, handed to the spare before it goes",
+    "{in place kill first step:.2f s} when the same rank is SIGKILLed instead",
     "≤ 1.0 s",
     at_most("in place evicted first step", 1.0),
     ratio=over("in place evicted first step", "in place kill first step"),
@@ -73,21 +74,21 @@ EVICTED = Row(
 README_KILL_ADDS = Row(
     "rank 2 SIGKILLed in epoch 3: time added to the README's own job (an unchanged script)",
     "kill",
-    "**{warm:.1f} s**, replicas forked warm",
-    "{cold:.1f} s started cold; {torchrun:.1f} s torchrun `--max-restarts`",
+    "**{warm:.1f s}**, replicas forked warm",
+    "{cold:.1f s} started cold; torchrun `--max-restarts`: {torchrun:.1f s}",
     "≤ 3.0 s",
     lambda cases: added("warm restart")(cases) <= 3.0,
     derived={"warm": added("warm restart"), "cold": added("cold restart"), "torchrun": added("torchrun")},
     also=tuple(
         f"{way} job {end}" for way in ("warm restart", "cold restart", "torchrun") for end in ("killed", "clean")
     ),
-    ratio=over(added("warm restart"), added("torchrun")),
+    ratio=over(added("warm restart"), added("cold restart")),
 )
 LAUNCH_DDP = Row(
     "`torchjob run` → first DDP step on 3 ranks",
     "launch",
-    "**{ddp torchjob:.2f} s**",
-    "{ddp torchrun:.2f} s torchrun (each rank imports torch and `torch._dynamo`); bare spawn {ddp bare:.2f} s",
+    "**{ddp torchjob:.2f s}**",
+    "{ddp torchrun:.2f s} torchrun (each rank imports torch and `torch._dynamo`); bare spawn {ddp bare:.2f s}",
     "≤ 0.5× torchrun",
     lambda cases: over("ddp torchjob", "ddp torchrun")(cases) <= 0.5,
     ratio=over("ddp torchjob", "ddp torchrun"),
@@ -96,8 +97,8 @@ LAUNCH_COLLECTIVE = Row(
     "`torchjob run` → first collective on 3 ranks, a script the warm interpreter clears (standard library, numpy, "
     "plain torch: no DDP)",
     "launch",
-    "**{collective torchjob:.2f} s**",
-    "{collective torchrun:.2f} s torchrun; bare spawn {collective bare:.2f} s",
+    "**{collective torchjob:.2f s}**",
+    "{collective torchrun:.2f s} torchrun; bare spawn {collective bare:.2f s}",
     "≤ 0.5× torchrun",
     lambda cases: over("collective torchjob", "collective torchrun")(cases) <= 0.5,
     ratio=over("collective torchjob", "collective torchrun"),
@@ -105,8 +106,8 @@ LAUNCH_COLLECTIVE = Row(
 LAUNCH_README = Row(
     "`torchjob run` of the README's job → every rank's first step",
     "launch",
-    "**{readme torchjob:.2f} s**",
-    "{readme torchrun:.2f} s torchrun, the same script and arguments",
+    "**{readme torchjob:.2f s}**",
+    "{readme torchrun:.2f s} torchrun, the same script and arguments",
     "≤ 0.5× torchrun",
     lambda cases: over("readme torchjob", "readme torchrun")(cases) <= 0.5,
     ratio=over("readme torchjob", "readme torchrun"),
@@ -114,9 +115,9 @@ LAUNCH_README = Row(
 POD_WARM_RESTART = Row(
     "a plain script's process SIGKILLed in a Pod, on a real node → its first step after",
     "real-node",
-    '**{torchjob warm kill first step:.1f} s**, restarted warm in its Pod (`torchjob.io/warm-start: "true"`); '
-    "{torchjob kill first step:.1f} s without, Pods recreated",
-    f"{{kubeflow kill first step:.1f}} s, {KUBEFLOW}: its containers restart in place",
+    '**{torchjob warm kill first step:.1f s}**, restarted warm in its Pod (`torchjob.io/warm-start: "true"`); '
+    "{torchjob kill first step:.1f s} without, Pods recreated",
+    f"{{kubeflow kill first step:.1f s}}, {KUBEFLOW}: its containers restart in place",
     "≤ 4 s",
     at_most("torchjob warm kill first step", 4.0),
     ratio=over("torchjob warm kill first step", "kubeflow kill first step"),
@@ -124,8 +125,8 @@ POD_WARM_RESTART = Row(
 APPLY_RUNNING = Row(
     "`kubectl apply` → every Pod Running, on a real node, the operator in the cluster",
     "real-node",
-    "**{torchjob running:.1f} s**",
-    f"{{kubeflow running:.1f}} s, {KUBEFLOW}",
+    "**{torchjob running:.1f s}**",
+    f"{{kubeflow running:.1f s}}, {KUBEFLOW}",
     "≤ 1.0× Kubeflow",
     lambda cases: over("torchjob running", "kubeflow running")(cases) <= 1.0,
     ratio=over("torchjob running", "kubeflow running"),
@@ -134,8 +135,8 @@ SCALE = Row(
     "100 jobs × 3 replicas submitted at once → all Pods Running, on simulated (kwok) nodes, the operator in the "
     "cluster (2 replicas)",
     "scale",
-    "**{torchjob all running:.1f} s**",
-    "{indexed jobs all running:.1f} s, the same Pods as Indexed Jobs (Kubernetes' own Job controller)",
+    "**{torchjob all running:.1f s}**",
+    "{indexed jobs all running:.1f s}, the same Pods as Indexed Jobs (Kubernetes' own Job controller)",
     "≤ 1.5× Indexed Jobs",
     lambda cases: over("torchjob all running", "indexed jobs all running")(cases) <= 1.5,
     ratio=over("torchjob all running", "indexed jobs all running"),
@@ -143,11 +144,11 @@ SCALE = Row(
 NODE_LOSS = Row(
     "a node of three vanishes mid-training → first step after it",
     "node-loss",
-    "**{in place first step:.2f} s** in place (a warm spare on the third node); the README's job "
-    "{warm first step:.1f} s with warm restarts, {cold first step:.1f} s recreating its Pods "
-    "(cold floor {cold floor:.1f} s)",
-    f"{{kubeflow first step:.1f}} s ({{kubeflow first step.got}} of {{kubeflow first step.n}} in the "
-    f"{{window:.0f}} s window), {KUBEFLOW}: {{kubeflow left on the lost node.text}}",
+    "**{in place first step:.2f s}** in place (a warm spare on the third node); the README's job "
+    "{warm first step:.1f s} with warm restarts, {cold first step:.1f s} recreating its Pods "
+    "(cold floor {cold floor:.1f s})",
+    f"{{kubeflow first step:.1f s}} ({{kubeflow first step.got}} of {{kubeflow first step.n}} in the "
+    f"{{window:.0f s}} window), {KUBEFLOW}: {{kubeflow left on the lost node.text}}",
     "in place ≤ 1.0 s",
     at_most("in place first step", 1.0),
 )
@@ -209,7 +210,7 @@ KILL = Table(
         Row(
             "… in place, time the kill adds to the in-place job",
             "kill",
-            "{in place:.1f} s",
+            "{in place:.1f s}",
             derived={"in place": added("in place")},
             also=("in place job killed", "in place job clean"),
         ),
@@ -232,8 +233,8 @@ KILL = Table(
         Row(
             "the README's job end to end, no kill (s); the warm interpreter's RSS",
             "kill",
-            "{warm restart job clean:.1f} s warm; {warm interpreter RSS:.0f} MB",
-            "{cold restart job clean:.1f} s cold; {torchrun job clean:.1f} s torchrun",
+            "{warm restart job clean:.1f s} warm; {warm interpreter RSS:.0f MB}",
+            "{cold restart job clean:.1f s} cold; {torchrun job clean:.1f s} torchrun",
         ),
     ),
 )
@@ -259,7 +260,7 @@ HANGS = Table(
         Row(
             "SIGSTOP of a rank → named as hung",
             "hangs",
-            "{frozen named hung:.1f} s ({frozen named hung.got} of {frozen named hung.n} named; "
+            "{frozen named hung:.1f s} ({frozen named hung.got} of {frozen named hung.n} named; "
             "Succeeded after: {frozen succeeded.samples:.0f})",
             "gloo's timeout 1800 s; NVRx defaults 2700/3600 s; torchrun, Kubeflow: never",
             "≤ 10 s",
@@ -268,7 +269,7 @@ HANGS = Table(
         Row(
             "a rank stops between collectives, alive (a deadlock) → Hung",
             "hangs",
-            "{deadlock named hung:.1f} s (learned deadline {deadlock learned deadline:.0f} s; Succeeded after: "
+            "{deadlock named hung:.1f s} (learned deadline {deadlock learned deadline:.0f s}; Succeeded after: "
             "{deadlock succeeded.samples:.0f})",
             "gloo's timeout 1800 s; NVRx defaults 2700/3600 s; torchrun, Kubeflow: never",
             "found, no tuning",
@@ -277,8 +278,8 @@ HANGS = Table(
         Row(
             "60 s start, 20 s progress deadline, 2 CPU hogs beside it: first attempts that ran through (1 each)",
             "hangs",
-            "{slow start clean.samples:.0f} (step {slow start step:.3f} s, longest gap {slow start longest gap:.2f} "
-            "s, learned deadline {slow start learned deadline:.0f} s)",
+            "{slow start clean.samples:.0f} (step {slow start step:.3f s}, longest gap {slow start longest gap:.2f} "
+            "s, learned deadline {slow start learned deadline:.0f s})",
             "",
             "no false alarm",
             all_of("slow start clean"),
@@ -293,8 +294,8 @@ ELASTIC = Table(
         Row(
             "SIGKILL of a member → first step of the smaller group, 3 → 2 ranks",
             "elastic",
-            "**{in place first step:.2f} s** in place",
-            "{torchrun agents first step:.1f} s torchrun's agents by hand, Kubeflow's env "
+            "**{in place first step:.2f s}** in place",
+            "{torchrun agents first step:.1f s} torchrun's agents by hand, Kubeflow's env "
             "({torchrun agents first step.failed} of {torchrun agents first step.n} never)",
             "≤ 0.5 s",
             at_most("in place first step", 0.5),
@@ -307,9 +308,9 @@ ELASTIC = Table(
         Row(
             "the same loss with torchrun's own agents under torchjob (c10d, min 1, max 2)",
             "elastic",
-            "{torchjob agents first step:.1f} s ({torchjob agents first step.failed} of "
+            "{torchjob agents first step:.1f s} ({torchjob agents first step.failed} of "
             "{torchjob agents first step.n} never)",
-            "{torchrun agents first step:.1f} s torchrun's agents by hand",
+            "{torchrun agents first step:.1f s} torchrun's agents by hand",
             ratio=over("torchjob agents first step", "torchrun agents first step"),
         ),
     ),
@@ -330,7 +331,7 @@ STEADY = Table(
         Row(
             "the controller while 3 replicas train: CPU s per s; peak RSS",
             "steady",
-            "{controller cpu:.3f}; {controller rss:.0f} MB",
+            "{controller cpu:.3f}; {controller rss:.0f MB}",
             "",
             "≈ 0; < 80 MB",
             lambda cases: cases["controller cpu"].value < 0.05 and cases["controller rss"].value < 80,
@@ -350,8 +351,8 @@ CHECKPOINT = Table(
         Row(
             "throughput with a checkpoint every 25 steps, ÷ none; sync / async",
             "checkpoint",
-            "{sync:.2f} / **{async:.2f}** ({checkpoint size:.0f} MB each)",
-            "none: {none block:.2f} s per 25 steps",
+            "{sync:.2f} / **{async:.2f}** ({checkpoint size:.0f MB} each)",
+            "none: {none block:.2f s} per 25 steps",
             "async ≥ 0.97",
             lambda cases: _block_ratio("async")(cases) >= 0.97,
             derived={"sync": _block_ratio("sync"), "async": _block_ratio("async")},
@@ -444,8 +445,8 @@ REAL_NODE = Table(
         Row(
             "`kubectl apply` → Succeeded, one epoch",
             "real-node",
-            "{torchjob succeeded:.1f} s",
-            f"{{kubeflow succeeded:.1f}} s, {KUBEFLOW}",
+            "{torchjob succeeded:.1f s}",
+            f"{{kubeflow succeeded:.1f s}}, {KUBEFLOW}",
             ratio=over("torchjob succeeded", "kubeflow succeeded"),
         ),
         POD_WARM_RESTART,
@@ -459,7 +460,7 @@ REAL_NODE = Table(
             "the in-place MNIST job (one warm spare Pod), worker-1's process SIGKILLed in epoch 2 → first step of the "
             "repaired group (→ re-formed)",
             "real-node",
-            "**{in place kill first step:.2f} s** ({in place kill re-formed:.2f} s; {in place kill first step.got} "
+            "**{in place kill first step:.2f s}** ({in place kill re-formed:.2f s}; {in place kill first step.got} "
             "of {in place kill first step.n} in place), the survivors' Pods untouched",
             f"{KUBEFLOW}: no in-place repair (the row above)",
             "≤ 1.0 s",
@@ -469,7 +470,7 @@ REAL_NODE = Table(
         Row(
             "… the same job, worker-1 frozen by SIGSTOP → first step of the repaired group",
             "real-node",
-            "{in place frozen first step:.2f} s ({in place frozen first step.got} of {in place frozen first step.n})",
+            "{in place frozen first step:.2f s} ({in place frozen first step.got} of {in place frozen first step.n})",
             "",
             "≤ 2.5 s",
             at_most("in place frozen first step", 2.5),
@@ -529,15 +530,15 @@ TRAINER_V2 = Table(
         Row(
             "rank 1's process SIGKILLed, unchanged script → its first step after",
             "trainer-v2",
-            "{torchjob kill first step:.1f} s, a group restart (outcome: {torchjob kill outcome.text})",
-            "{trainer kill first step:.1f} s, containers restart in place (outcome: {trainer kill outcome.text})",
+            "{torchjob kill first step:.1f s}, a group restart (outcome: {torchjob kill outcome.text})",
+            "{trainer kill first step:.1f s}, containers restart in place (outcome: {trainer kill outcome.text})",
             ratio=over("torchjob kill first step", "trainer kill first step"),
         ),
         Row(
             "the same job written for in-place repair, one spare, 3 nodes: rank 2's process SIGKILLed → first step "
             "of the repaired group",
             "trainer-v2",
-            "**{torchjob in place first step:.1f} s**, the survivors keep running",
+            "**{torchjob in place first step:.1f s}**, the survivors keep running",
             "no in-place repair: every node restarts",
         ),
         Row(

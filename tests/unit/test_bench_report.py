@@ -29,8 +29,8 @@ TABLE = Table(
         Row(
             "kill → first step",
             "kill",
-            "**{in place:.2f} s**",
-            "{restart:.1f} s ({restart.failed} of {restart.n} never)",
+            "**{in place:.2f s}**",
+            "{restart:.1f s} ({restart.failed} of {restart.n} never)",
             "≤ 0.5 s",
             lambda cases: cases["in place"].value <= 0.5,
             ratio=lambda cases: cases["in place"].value / cases["restart"].value,
@@ -71,7 +71,7 @@ def test_a_slower_torchjob_and_a_missed_target_are_said_plainly(tmp_path: Path) 
 def test_a_case_no_trial_reached_reads_never_and_fails_its_target(tmp_path: Path) -> None:
     _run("kill", 10, {"in place": [None, None], "restart": [2.0]}, tmp_path)
     row = report.render_table(TABLE, Shelf(load(tmp_path)), report.ROOT / "README.md").splitlines()[2]
-    assert "**never s**" in row and "| — |" in row and "| **no** |" in row
+    assert "**never**" in row and "| — |" in row and "| **no** |" in row
 
 
 def test_a_row_with_no_record_says_how_to_measure_it(tmp_path: Path) -> None:
