@@ -1,15 +1,19 @@
 """An elastic job on a real node: torchrun agents in Pods meet at torchjob's rendezvous store Pod, lose a
-member, and carry on without a restart."""
+member, and carry on without a restart. TorchElastic's ElasticJob as its users write it (the example and its etcd,
+applied with kubectl): the launchers, the images' entrypoint, meet at the etcd in the cluster, lose a Pod, and
+carry on."""
 
 from __future__ import annotations
 
 import json
 import time
+from typing import Any
 
 from kuberig import Cluster
-from tests.node.conftest import wait_for_condition
+from tests.node.conftest import wait_for_condition, wait_for_pod_phase
 from tests.support.images import TEST_SCRIPTS
 from tests.support.operator import OperatorProcess
+from tests.support.paths import MNIST
 
 
 def test_an_elastic_job_loses_a_pod_and_carries_on(cluster: Cluster, node_operator: OperatorProcess) -> None:
@@ -61,3 +65,43 @@ def test_an_elastic_job_loses_a_pod_and_carries_on(cluster: Cluster, node_operat
     assert json.loads((data / "result.json").read_text())["steps"] == 80
     later = [r for r in joined() if int(r["resumed_from"]) > 0]  # type: ignore[call-overload]
     assert later, f"no group re-formed from the checkpoint after the loss: {joined()}"
+
+
+def test_the_elasticjob_example_meets_at_its_etcd_in_the_cluster_loses_a_pod_and_carries_on(
+    cluster: Cluster, node_operator: OperatorProcess
+) -> None:
+    namespace = cluster.namespace("elasticjob")
+    cluster.kubectl("apply", "-n", namespace, "-f", str(MNIST / "etcd.yaml"))
+    wait_for_pod_phase(cluster, namespace, "etcd", "Running", timeout=120)
+    cluster.kubectl("apply", "-n", namespace, "-f", str(MNIST / "elasticjob.yaml"))
+
+    def logs(pod: str) -> str:
+        return str(cluster.kubectl("logs", "-n", namespace, pod, check=False).stdout)
+
+    workers = [f"mnist-elastic-worker-{i}" for i in range(3)]
+    deadline = time.monotonic() + 300
+    while "world size 3" not in "".join(map(logs, workers)) or not all("batch: " in logs(pod) for pod in workers):
+        assert time.monotonic() < deadline, {pod: logs(pod)[-800:] for pod in workers}
+        time.sleep(1)
+    cluster.kubectl("delete", "pod", "mnist-elastic-worker-2", "-n", namespace, "--grace-period=0", "--force")
+    job = wait_for_condition(cluster, namespace, "mnist-elastic", {"Succeeded", "Failed"}, timeout=400)
+    conditions = {c["type"]: c for c in job["status"]["conditions"]}
+    assert "Failed" not in conditions, conditions["Failed"]["message"]
+    assert job["status"].get("restartCount", 0) == 0, job["status"]["attempts"]
+    assert job["status"].get("membershipChanges", 0) >= 1
+    elastic: dict[str, Any] = cluster.kubectl_json("get", "elasticjob", "mnist-elastic", "-n", namespace)
+    assert any(c["type"] == "Succeeded" and c["status"] == "True" for c in elastic["status"]["conditions"])
+    trained = "".join(logs(pod) for pod in workers)
+    assert float(trained.split("test accuracy=")[1].split()[0]) >= 0.9
+    # The launchers met in the cluster's etcd, as TorchElastic's do: this job's rendezvous is recorded there.
+    keys = cluster.kubectl(
+        "exec",
+        "-n",
+        namespace,
+        "etcd",
+        "--",
+        "python3",
+        "-c",
+        "import urllib.request; print(urllib.request.urlopen('http://127.0.0.1:2379/v2/keys/?recursive=true').read().decode())",
+    ).stdout
+    assert "mnist-elastic-0" in keys, keys[-2000:]

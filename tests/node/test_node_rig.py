@@ -12,9 +12,10 @@ import time
 from pathlib import Path
 
 from kuberig import Cluster, ClusterConfig, NodeConfig, create, delete
+from kuberig.images.load import NODE_PYTHON
 from kuberig.node import kubelet
 from tests.node.conftest import wait_for_pod_phase
-from tests.support.images import KUBEFLOW_MNIST, RUNTIME_PATH
+from tests.support.images import KUBEFLOW_MNIST
 
 
 def _processes_mentioning(text: str) -> list[str]:
@@ -122,7 +123,7 @@ def test_a_second_cluster_of_three_nodes_connects_their_pods_serves_exec_and_log
     try:
         assert len(set(slots)) == 3 and cluster.kubelet_nodes()[0].slot not in slots  # their own namespaces
         assert sorted(_node_ready(second, n.name) for n in second.kubelet_nodes()) == ["True"] * 3
-        second.push_image(KUBEFLOW_MNIST, {**RUNTIME_PATH})
+        second.push_image(KUBEFLOW_MNIST, {**NODE_PYTHON})
         _pods_on_two_nodes_train_together(second)
         second.apply(
             {

@@ -6,12 +6,13 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 from kuberig import Cluster
 from tests.conftest import DATA
-from tests.node.conftest import wait_for_condition
+from tests.node.conftest import wait_for_condition, wait_for_pod_phase
 from tests.support.images import KUBEFLOW_MNIST, TEST_SCRIPTS
 from tests.support.operator import OperatorProcess
 from torchjob.backends.kubernetes import log_archive
@@ -151,3 +152,51 @@ def test_rendered_indexed_job_trains_with_torchrun_in_pods(cluster: Cluster) -> 
     assert "Rank 0: training completed." in logs[0], logs[0]
     assert "Rank 1: training completed." in logs[1], logs[1]
     assert "Rank 0: test accuracy=" in logs[0]
+
+
+def test_an_image_loaded_as_a_newcomer_loads_it_imports_torch_and_runs_its_entrypoint_with_a_jobs_args(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    """`kube-rig load image` as the cluster guide shows it: a folder with a script that imports torch, pushed under
+    any name, runs with `kubectl run` (the node's Python environment is on the image's path). An image whose
+    entrypoint is given runs it with the args a job gives, as the seeds' TorchElastic jobs rely on."""
+    folder = tmp_path / "src"
+    folder.mkdir()
+    (folder / "t.py").write_text(
+        "import os, sys, torch\nprint('torch', torch.__version__, os.environ['TEAM'], *sys.argv[1:])\n"
+    )
+    namespace = cluster.namespace("load-image")
+    kube_rig = [str(Path(sys.executable).parent / "kube-rig"), "load", "image"]
+    where = ["--dir", str(cluster.directory)]
+    plain = subprocess.run(
+        [*kube_rig, "docker.io/me/t:1", str(folder), *where, "--env", "TEAM=ml", "--cmd", "python3", "t.py"],
+        capture_output=True,
+        text=True,
+    )
+    assert plain.returncode == 0, plain.stderr
+    cluster.kubectl("run", "t", "-n", namespace, "--image=docker.io/me/t:1", "--restart=Never")
+    wait_for_pod_phase(cluster, namespace, "t", "Succeeded", timeout=120)
+    assert cluster.kubectl("logs", "t", "-n", namespace).stdout.startswith("torch 2.")
+    launcher = subprocess.run(
+        [*kube_rig, "docker.io/me/launcher:1", str(folder), *where, "--env", "TEAM=ml", "--entrypoint", "python3 t.py"],
+        capture_output=True,
+        text=True,
+    )
+    assert launcher.returncode == 0, launcher.stderr
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "args-only"},
+        "spec": {
+            "restartPolicy": "Never",
+            "containers": [{"name": "c", "image": "docker.io/me/launcher:1", "args": ["--epochs=1", "data"]}],
+        },
+    }
+    cluster.apply(pod, namespace)
+    wait_for_pod_phase(cluster, namespace, "args-only", "Succeeded", timeout=120)
+    assert cluster.kubectl("logs", "args-only", "-n", namespace).stdout.split()[2:] == ["ml", "--epochs=1", "data"]
+    refused = subprocess.run(
+        [*kube_rig, "docker.io/me/t:2", str(folder), *where, "--env", "2BAD"], capture_output=True, text=True
+    )
+    assert refused.returncode != 0 and "--env: expected KEY=VALUE" in refused.stderr
+    assert len(refused.stderr.strip().splitlines()) == 1

@@ -1,7 +1,8 @@
 """The images the real-node tests run, built from this checkout and pushed under the names their jobs use.
 
 Each is the rig's Debian base (python3) plus a layer with the training code. torch itself comes from the
-node (kuberig's ``node/configs.py``): a ``.pth`` file puts the node's read-only site-packages on ``python3``'s path.
+node (kuberig's ``node/configs.py``): kuberig's ``.pth`` file (``NODE_PYTHON``) puts the node's read-only
+site-packages on ``python3``'s path, as ``kube-rig load image`` does for a user's image.
 """
 
 from __future__ import annotations
@@ -9,10 +10,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from kuberig import Cluster
-from kuberig.node.configs import RUNTIME_MOUNT
+from kuberig.images.load import NODE_PYTHON
 from tests.support.paths import MNIST, ROOT
-
-RUNTIME_PATH = {"/usr/lib/python3/dist-packages/torchjob-node-runtime.pth": f"{RUNTIME_MOUNT}\n".encode()}
+from tests.support.servers import etcd_binary
 
 # The image of Kubeflow's classic PyTorchJob example (tests/data/valid/kubeflow-mnist.yaml, unchanged): a
 # plain torch.distributed MNIST script at the path and with the arguments that job uses.
@@ -22,6 +22,12 @@ KUBEFLOW_MNIST = "docker.io/kubeflowkatib/pytorch-mnist:v1beta1-45c5727"
 DIST_MNIST = "docker.io/kubeflow/pytorch-dist-mnist:latest"
 # The image examples/mnist/job.yaml names (examples/mnist/Dockerfile builds the same for a real registry).
 EXAMPLE_MNIST = "ghcr.io/torchjob/examples-mnist:0.1"
+# The image examples/mnist/elasticjob.yaml names: the example with the elastic launcher as its entrypoint, as
+# TorchElastic's images have it (the job gives only the launcher's args); and the etcd examples/mnist/etcd.yaml
+# runs, the etcd 3.5 the tests build (tools/etcd-v2-build.sh), which serves the v2 API torchrun's etcd rendezvous
+# speaks.
+EXAMPLE_MNIST_ELASTIC = "ghcr.io/torchjob/examples-mnist-elastic:0.1"
+ETCD = "quay.io/coreos/etcd:v3.5.35"
 # The integration tests' training scripts (tests/integration/scripts), with torchjob and torchrun.
 TEST_SCRIPTS = "ghcr.io/torchjob/test-scripts:0.1"
 TORCHRUN = {"/usr/local/bin/torchrun": b"#!/usr/bin/python3\nfrom torch.distributed.run import main\nmain()\n"}
@@ -32,7 +38,7 @@ def push_test_images(cluster: Cluster) -> None:
     cluster.push_image(
         KUBEFLOW_MNIST,
         {
-            **RUNTIME_PATH,
+            **NODE_PYTHON,
             "/opt/pytorch-mnist/mnist.py": MNIST / "train_plain.py",
             "/opt/pytorch-mnist/mnist_data.py": MNIST / "mnist_data.py",
             "/opt/pytorch-mnist/model.py": MNIST / "model.py",
@@ -43,7 +49,7 @@ def push_test_images(cluster: Cluster) -> None:
     cluster.push_image(
         DIST_MNIST,
         {
-            **RUNTIME_PATH,
+            **NODE_PYTHON,
             "/opt/mnist/src/mnist.py": MNIST / "train_plain.py",
             "/opt/mnist/src/mnist_data.py": MNIST / "mnist_data.py",
             "/opt/mnist/src/model.py": MNIST / "model.py",
@@ -54,12 +60,17 @@ def push_test_images(cluster: Cluster) -> None:
     push_example_images(cluster)
     scripts = ROOT / "tests" / "integration" / "scripts"
     cluster.push_image(
-        TEST_SCRIPTS, {**RUNTIME_PATH, **TORCHJOB, **TORCHRUN, "/workspace": scripts}, workdir="/workspace"
+        TEST_SCRIPTS, {**NODE_PYTHON, **TORCHJOB, **TORCHRUN, "/workspace": scripts}, workdir="/workspace"
     )
 
 
 def push_example_images(cluster: Cluster) -> None:
-    """The image ``examples/mnist/*.yaml`` name, so that ``torchjob submit examples/mnist/job.yaml`` runs on the rig."""
+    """The images ``examples/mnist/*.yaml`` name, so that ``torchjob submit examples/mnist/job.yaml`` runs on the rig
+    (and the ElasticJob example, with its etcd)."""
     # torchrun too, as the image examples/mnist/Dockerfile builds on has it: the TrainJob example runs under it.
-    files: dict[str, Path | bytes] = {**RUNTIME_PATH, **TORCHJOB, **TORCHRUN, "/workspace": MNIST}
+    files: dict[str, Path | bytes] = {**NODE_PYTHON, **TORCHJOB, **TORCHRUN, "/workspace": MNIST}
     cluster.push_image(EXAMPLE_MNIST, files, workdir="/workspace")
+    launcher = ["python3", "-m", "torch.distributed.run"]
+    cluster.push_image(EXAMPLE_MNIST_ELASTIC, files, workdir="/workspace", entrypoint=launcher)
+    if etcd_binary().exists():  # built with the test servers (tools/bootstrap --test-servers)
+        cluster.push_image(ETCD, {"/usr/local/bin/etcd": etcd_binary()})

@@ -68,8 +68,8 @@ def _replace_operator_pods(
             now = _placement(found)
             made = [where for pod, where in now.items() if pod not in staying]
             placed = len(now) == 2 and not pods & set(now) and not set(kept_off) & set(made)
-            ready = all(ready(p["status"].get("conditions")) for p in found)
-            if placed and ready and leading in now and report_endpoints(cluster) == [leading]:
+            all_ready = all(ready(p["status"].get("conditions")) for p in found)
+            if placed and all_ready and leading in now and report_endpoints(cluster) == [leading]:
                 return
             assert time.monotonic() < deadline, f"the operator's Pods were not made again: {now}, leader {leading}"
             time.sleep(1)

@@ -30,6 +30,10 @@ def etcd_binary() -> Path:
     return cache_dir() / "etcd" / f"etcd-{versions()['ETCD_V2_VERSION']}" / "bin" / "etcd"
 
 
+def helm_binary() -> Path:
+    return cache_dir() / "helm" / f"helm-{versions()['HELM_VERSION']}" / "bin" / "helm"
+
+
 def versitygw() -> Path:
     return cache_dir() / "s3" / f"versitygw-{versions()['VERSITYGW_VERSION']}" / "bin" / "versitygw"
 

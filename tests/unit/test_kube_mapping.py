@@ -221,9 +221,12 @@ def test_a_pod_without_replica_labels_is_not_a_replica() -> None:
     assert observe_pod({"metadata": {"name": "x", "labels": {}}, "status": {"phase": "Running"}}) is None
 
 
-def test_the_shipped_crds_are_the_generated_ones() -> None:
-    assert yaml.safe_load((ROOT / "deploy" / "crd.yaml").read_text()) == crd_manifest()
-    assert yaml.safe_load((ROOT / "deploy" / "elasticjob-crd.yaml").read_text()) == elasticjob_crd_manifest()
+def test_the_shipped_crds_are_the_generated_ones_and_the_helm_chart_ships_the_same() -> None:
+    deploy = ROOT / "deploy"
+    assert yaml.safe_load((deploy / "crd.yaml").read_text()) == crd_manifest()
+    assert yaml.safe_load((deploy / "elasticjob-crd.yaml").read_text()) == elasticjob_crd_manifest()
+    for shipped, charted in (("crd", "pytorchjobs"), ("trainer-crds", "trainer"), ("elasticjob-crd", "elasticjobs")):
+        assert (deploy / "chart" / "crds" / f"{charted}.yaml").read_text() == (deploy / f"{shipped}.yaml").read_text()
 
 
 def test_the_operator_role_is_least_privilege() -> None:

@@ -54,12 +54,12 @@ def all_nodes_ready(cluster: Cluster, timeout: float) -> None:
     deadline = time.monotonic() + timeout
     while True:
         nodes = cluster.kubectl_json("get", "nodes")["items"]
-        ready = [
+        up = [
             n
             for n in nodes
             if ready(n["status"]["conditions"]) and not tainted_unreachable(cluster, n["metadata"]["name"])
         ]
-        if len(ready) == len(nodes):
+        if len(up) == len(nodes):
             return
         assert time.monotonic() < deadline, "not every node came back Ready"
         time.sleep(1)

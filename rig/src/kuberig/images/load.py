@@ -8,6 +8,11 @@ from typing import Any
 
 from kuberig import toolchain
 from kuberig.images import oci
+from kuberig.node.configs import RUNTIME_MOUNT
+
+# A .pth file on the base image's python3 path that adds the node's Python environment, which every kubelet node
+# mounts read-only into its containers (node/configs.py): torch and all, without a multi-GB layer per image.
+NODE_PYTHON = {"/usr/lib/python3/dist-packages/kuberig-node-python.pth": f"{RUNTIME_MOUNT}\n".encode()}
 
 
 def push_image(
@@ -26,8 +31,18 @@ def push_image(
     return oci.push(registry, image, layers, **config)
 
 
-def folder_files(folder: Path, target: str) -> dict[str, Path | bytes]:
-    """The files of an image made from ``folder``, placed at ``target`` in it."""
+def folder_files(folder: Path, target: str, node_python: bool = True) -> dict[str, Path | bytes]:
+    """The files of an image made from ``folder``, placed at ``target`` in it; with ``node_python``, the node's
+    Python environment on ``python3``'s path too (:data:`NODE_PYTHON`)."""
     if not folder.is_dir():
         raise ValueError(f"{folder}: not a folder")
-    return {target: folder}
+    return {**(NODE_PYTHON if node_python else {}), target: folder}
+
+
+def env_pairs(values: list[str]) -> tuple[str, ...]:
+    """``KEY=VALUE`` settings for an image's config, each checked; a ValueError names the one that is not."""
+    for value in values:
+        key, sep, _ = value.partition("=")
+        if not sep or not key or not key.replace("_", "a").isalnum() or key[0].isdigit():
+            raise ValueError(f"--env: expected KEY=VALUE with KEY a variable name, got {value!r}")
+    return tuple(values)
