@@ -78,3 +78,47 @@ def test_kill_and_resume_ends_with_the_same_model(
     a, b = final_model(uninterrupted, "straight"), final_model(torchjob_home, "killed")
     for key in a:
         assert torch.allclose(a[key], b[key], atol=1e-6), f"{key} differs after kill and resume"
+
+
+def test_ranks_that_find_different_checkpoints_fail_at_once_saying_so(tmp_path: Path, torchjob_home: Path) -> None:
+    """Each rank reads a checkpoint folder of its own (as Pods without shared storage do) and rank 1's holds a
+    checkpoint: they would resume at different steps and their collectives fall out of step, so the load fails
+    on every rank with the reason, before any step."""
+    from torchjob.train import Checkpointer, DistContext
+
+    single = DistContext(0, 0, 1, torch.device("cpu"), "gloo", "single")
+    Checkpointer(tmp_path / "ckpt-1", single).save({"weights": torch.ones(1)}, step=40)
+    script = tmp_path / "resume.py"
+    script.write_text(
+        "import sys\nfrom torchjob.train import Checkpointer, init\n"
+        "ctx = init()\nCheckpointer(f'{sys.argv[1]}/ckpt-{ctx.rank}', ctx).load()\nprint('resumed')\n"
+    )
+    job = {
+        "apiVersion": "kubeflow.org/v1",
+        "kind": "PyTorchJob",
+        "metadata": {"name": "apart"},
+        "spec": {
+            "runPolicy": {"backoffLimit": 0},
+            "pytorchReplicaSpecs": {
+                kind: {
+                    "replicas": 1,
+                    "restartPolicy": "Never",
+                    "template": {
+                        "spec": {
+                            "containers": [
+                                {"name": "pytorch", "image": "i", "command": ["python", str(script), str(tmp_path)]}
+                            ]
+                        }
+                    },
+                }
+                for kind in ("Master", "Worker")
+            },
+        },
+    }
+    path = tmp_path / "apart.yaml"
+    path.write_text(yaml.safe_dump(job))
+    result = run_cli("run", str(path), home=torchjob_home)
+    assert result.returncode == 1 and "resumed" not in result.stdout
+    failed = next(c for c in job_object(torchjob_home, "apart")["status"]["conditions"] if c["type"] == "Failed")
+    assert "CheckpointError: the ranks found different checkpoints" in failed["message"], failed["message"]
+    assert "rank 0: none, rank 1: step 40" in result.stdout + result.stderr

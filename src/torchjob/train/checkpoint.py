@@ -168,9 +168,30 @@ class Checkpointer:
         return sorted(int(m.group(1)) for n in names if (m := _MANIFEST.match(n)))
 
     def load(self, map_location: str | torch.device = "cpu") -> dict[str, Any] | None:
-        """The newest valid checkpoint's state (with ``step``), or None. Corrupt ones are skipped."""
+        """The newest valid checkpoint's state (with ``step``), or None. Corrupt ones are skipped.
+
+        Collective in a group: every rank must resume from the same step, or the ranks' collectives fall out of
+        step (gloo then reports a "collective mismatch", or the group hangs). Ranks that found different
+        checkpoints (each Pod wrote to a folder of its own, and a replaced one found none) fail at once, saying so.
+        """
         with section("checkpoint-load"):
-            return self._load(map_location)
+            state = self._load(map_location)
+        self._same_step_everywhere(None if state is None else int(state["step"]))
+        return state
+
+    def _same_step_everywhere(self, step: int | None) -> None:
+        if not dist.is_initialized() or dist.get_world_size() < 2:
+            return
+        mine = torch.tensor([-1 if step is None else step], dtype=torch.long)
+        steps = [torch.zeros_like(mine) for _ in range(dist.get_world_size())]
+        dist.all_gather(steps, mine)
+        found = [int(t.item()) for t in steps]
+        if len(set(found)) > 1:
+            said = ", ".join(f"rank {r}: {'none' if s < 0 else f'step {s}'}" for r, s in enumerate(found))
+            raise CheckpointError(
+                f"the ranks found different checkpoints in {self.root} ({said}): every rank must read the same "
+                "checkpoint folder; put it on storage every replica reaches (a shared volume, or s3://...)"
+            )
 
     def _load(self, map_location: str | torch.device) -> dict[str, Any] | None:
         for step in reversed(self._manifest_steps()):
