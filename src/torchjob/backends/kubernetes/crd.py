@@ -222,39 +222,27 @@ _SPEC_RULES = [
 ]
 
 
-def crd_manifest() -> dict[str, Any]:
-    spec_schema = {
-        "type": "object",
-        "required": ["pytorchReplicaSpecs"],
-        "properties": {
-            "pytorchReplicaSpecs": {
-                "type": "object",
-                "minProperties": 1,
-                "additionalProperties": _replica_spec(),
-                "x-kubernetes-validations": _SPEC_RULES,
-            },
-            "runPolicy": _run_policy(),
-            "elasticPolicy": _elastic_policy(),
-            "nprocPerNode": {"type": "string"},
-        },
-    }
+def _crd(
+    group: str,
+    version: str,
+    names: dict[str, Any],
+    spec_schema: dict[str, Any],
+    workers: str,
+    columns: list[dict[str, Any]],
+) -> dict[str, Any]:
+    """A namespaced job CRD: the spec's schema, the status torchjob writes, the status subresource and a scale
+    subresource over the Workers at ``workers`` (a JSON path), and the columns ``kubectl get`` prints."""
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
-        "metadata": {"name": CRD_NAME, "labels": {"app.kubernetes.io/managed-by": "torchjob"}},
+        "metadata": {"name": f"{names['plural']}.{group}", "labels": {"app.kubernetes.io/managed-by": "torchjob"}},
         "spec": {
-            "group": GROUP,
+            "group": group,
             "scope": "Namespaced",
-            "names": {
-                "kind": KIND,
-                "listKind": f"{KIND}List",
-                "plural": PLURAL,
-                "singular": "pytorchjob",
-                "categories": ["all", "kubeflow"],
-            },
+            "names": names,
             "versions": [
                 {
-                    "name": VERSION,
+                    "name": version,
                     "served": True,
                     "storage": True,
                     "schema": {
@@ -272,28 +260,48 @@ def crd_manifest() -> dict[str, Any]:
                     "subresources": {
                         "status": {},
                         "scale": {
-                            "specReplicasPath": ".spec.pytorchReplicaSpecs.Worker.replicas",
+                            "specReplicasPath": f"{workers}.replicas",
                             "statusReplicasPath": ".status.replicaStatuses.Worker.active",
                             "labelSelectorPath": ".status.replicaStatuses.Worker.selector",
                         },
                     },
-                    "additionalPrinterColumns": [
-                        {
-                            "name": "State",
-                            "type": "string",
-                            "jsonPath": ".status.conditions[-1:].type",
-                        },
-                        {
-                            "name": "Progress %",
-                            "type": "integer",
-                            "jsonPath": ".status.trainerStatus.progressPercentage",
-                        },
-                        {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
-                    ],
+                    "additionalPrinterColumns": columns,
                 }
             ],
         },
     }
+
+
+_STATE = {"name": "State", "type": "string", "jsonPath": ".status.conditions[-1:].type"}
+_AGE = {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"}
+
+
+def crd_manifest() -> dict[str, Any]:
+    spec_schema = {
+        "type": "object",
+        "required": ["pytorchReplicaSpecs"],
+        "properties": {
+            "pytorchReplicaSpecs": {
+                "type": "object",
+                "minProperties": 1,
+                "additionalProperties": _replica_spec(),
+                "x-kubernetes-validations": _SPEC_RULES,
+            },
+            "runPolicy": _run_policy(),
+            "elasticPolicy": _elastic_policy(),
+            "nprocPerNode": {"type": "string"},
+        },
+    }
+    names = {"kind": KIND, "listKind": f"{KIND}List", "plural": PLURAL, "singular": "pytorchjob"}
+    progress = {"name": "Progress %", "type": "integer", "jsonPath": ".status.trainerStatus.progressPercentage"}
+    return _crd(
+        GROUP,
+        VERSION,
+        {**names, "categories": ["all", "kubeflow"]},
+        spec_schema,
+        ".spec.pytorchReplicaSpecs.Worker",
+        [_STATE, progress, _AGE],
+    )
 
 
 ELASTIC_GROUP = "elastic.pytorch.org"
@@ -324,57 +332,20 @@ def elasticjob_crd_manifest() -> dict[str, Any]:
         },
     }
     workers = ".spec.replicaSpecs.Worker"
-    return {
-        "apiVersion": "apiextensions.k8s.io/v1",
-        "kind": "CustomResourceDefinition",
-        "metadata": {
-            "name": f"{ELASTIC_PLURAL}.{ELASTIC_GROUP}",
-            "labels": {"app.kubernetes.io/managed-by": "torchjob"},
-        },
-        "spec": {
-            "group": ELASTIC_GROUP,
-            "scope": "Namespaced",
-            "names": {
-                "kind": ELASTIC_KIND,
-                "listKind": f"{ELASTIC_KIND}List",
-                "plural": ELASTIC_PLURAL,
-                "singular": "elasticjob",
-                "categories": ["all"],
-            },
-            "versions": [
-                {
-                    "name": ELASTIC_VERSION,
-                    "served": True,
-                    "storage": True,
-                    "schema": {
-                        "openAPIV3Schema": {
-                            "type": "object",
-                            "properties": {
-                                "apiVersion": {"type": "string"},
-                                "kind": {"type": "string"},
-                                "metadata": {"type": "object"},
-                                "spec": spec_schema,
-                                "status": _status(),
-                            },
-                        }
-                    },
-                    "subresources": {
-                        "status": {},
-                        "scale": {
-                            "specReplicasPath": f"{workers}.replicas",
-                            "statusReplicasPath": ".status.replicaStatuses.Worker.active",
-                            "labelSelectorPath": ".status.replicaStatuses.Worker.selector",
-                        },
-                    },
-                    "additionalPrinterColumns": [
-                        {"name": "Min", "type": "integer", "jsonPath": ".spec.minReplicas"},
-                        {"name": "Max", "type": "integer", "jsonPath": ".spec.maxReplicas"},
-                        {"name": "Desired", "type": "integer", "jsonPath": f"{workers}.replicas"},
-                        {"name": "rdzvEndpoint", "type": "string", "jsonPath": ".spec.rdzvEndpoint"},
-                        {"name": "State", "type": "string", "jsonPath": ".status.conditions[-1:].type"},
-                        {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
-                    ],
-                }
-            ],
-        },
-    }
+    names = {"kind": ELASTIC_KIND, "listKind": f"{ELASTIC_KIND}List", "plural": ELASTIC_PLURAL}
+    columns = [
+        {"name": "Min", "type": "integer", "jsonPath": ".spec.minReplicas"},
+        {"name": "Max", "type": "integer", "jsonPath": ".spec.maxReplicas"},
+        {"name": "Desired", "type": "integer", "jsonPath": f"{workers}.replicas"},
+        {"name": "rdzvEndpoint", "type": "string", "jsonPath": ".spec.rdzvEndpoint"},
+        _STATE,
+        _AGE,
+    ]
+    return _crd(
+        ELASTIC_GROUP,
+        ELASTIC_VERSION,
+        {**names, "singular": "elasticjob", "categories": ["all"]},
+        spec_schema,
+        workers,
+        columns,
+    )
