@@ -119,3 +119,14 @@ def test_every_published_row_names_a_registered_benchmark_and_its_cases() -> Non
         for row in table.rows:
             assert row.benchmark in BY_NAME, row.metric
             assert row.cases(), row.metric
+
+
+def test_a_tree_changed_only_in_its_records_is_clean(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The records a run writes never make the next record dirty, whatever line of git's status they are on."""
+    from bench import records
+
+    status = " M bench/results/hang.jsonl\n?? bench/results/launch.jsonl\n"
+    monkeypatch.setattr(records, "_git", lambda *args: status if args[0] == "status" else "abc1234567\n")
+    assert records.commit() == ("abc1234567", False)
+    status = " M bench/results/hang.jsonl\n M src/torchjob/core/planning.py\n"
+    assert records.commit() == ("abc1234567", True)
