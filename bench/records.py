@@ -71,8 +71,10 @@ def _git(*args: str) -> str:
 
 def commit() -> tuple[str, bool]:
     """The checkout's commit, and whether its tracked or new files differ from it (records themselves aside)."""
-    changed = [line for line in _git("status", "--porcelain").splitlines() if not line[3:].startswith("bench/results/")]
-    return _git("rev-parse", "--short=10", "HEAD") or "unknown", bool(changed)
+    # Each porcelain line is "XY PATH": two status letters (either may be a space, the first line's too), a space.
+    lines = _git("status", "--porcelain").splitlines()
+    changed = [line for line in lines if not line[3:].startswith("bench/results/")]
+    return _git("rev-parse", "--short=10", "HEAD").strip() or "unknown", bool(changed)
 
 
 def machine() -> dict[str, Any]:
