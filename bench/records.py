@@ -66,7 +66,7 @@ class Record:
 
 def _git(*args: str) -> str:
     done = subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, check=False)
-    return done.stdout.strip() if done.returncode == 0 else ""
+    return done.stdout if done.returncode == 0 else ""
 
 
 def commit() -> tuple[str, bool]:
