@@ -51,26 +51,24 @@ def _page(url: str) -> tuple[float, float]:
 
 
 def record(run: Run, trials: int, jobs: int = 1000) -> None:
+    """Each trial: the CLI's list (the anchor), the page fetched, and the page rendered in chromium, in turn."""
     with tempfile.TemporaryDirectory(prefix="bench-ui-") as directory:
         home = Path(directory)
         _record_jobs(home, jobs)
-        cli = [_cli_list(home) for _ in range(trials)]
         served = Dashboard(home)
         try:
-            pages = [_page(served.url + "/") for _ in range(trials)]
-            rendered: list[float | None] = []
             with sync_playwright() as playwright:
                 browser = playwright.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
                 page = browser.new_page()
                 for _ in range(trials):
+                    run.keep("cli list", _cli_list(home))
+                    first, whole = _page(served.url + "/")
+                    run.keep("first byte", first)
+                    run.keep("whole page", whole)
                     started = time.perf_counter()
                     page.goto(served.url + "/")
                     page.wait_for_function(f"document.querySelectorAll('#jobs tbody tr').length === {jobs}")
-                    rendered.append(time.perf_counter() - started)
+                    run.keep("rendered", time.perf_counter() - started)
                 browser.close()
         finally:
             served.stop()
-    run.add("cli list", list(cli))
-    run.add("first byte", [p[0] for p in pages])
-    run.add("whole page", [p[1] for p in pages])
-    run.add("rendered", rendered)
