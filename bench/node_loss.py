@@ -131,10 +131,11 @@ def trial(cluster: Cluster, namespace: str, run: Run, way: str) -> None:
         took = wait(lambda: _resumed(cluster, namespace, {p["metadata"]["uid"] for p in first.values()}), WINDOW)
         run.keep(f"{way} first step", None if took is None else time.monotonic() - stopped)
         recorded = cluster.kubectl_json("get", "pytorchjob", "mnist", "-n", namespace).get("status", {}).get("attempts")
-        if took is not None and len(recorded or []) > 1:  # torchjob's status: where the time went
-            for phase, seconds in _phases(cluster, namespace, stopped_at).items():
-                run.keep(f"{way} {phase}", seconds)
-            measured_floor = True
+        if way != "kubeflow":  # torchjob's status: where the time went (None where there was no new attempt)
+            phases = _phases(cluster, namespace, stopped_at) if took is not None and len(recorded or []) > 1 else {}
+            for phase in ("declared", "started", "resumed"):
+                run.keep(f"{way} {phase}", phases.get(phase))
+            measured_floor = bool(phases)
         if way == "kubeflow":
             run.describe("kubeflow left on the lost node", _what_waits(cluster, namespace, node.name))
         if took is not None:
@@ -143,8 +144,9 @@ def trial(cluster: Cluster, namespace: str, run: Run, way: str) -> None:
     finally:
         kubelet.start(cluster.state, node)
         wait(lambda: nodes_ready(cluster), 180, poll=1)
-        if measured_floor and way == "cold" and _state(cluster, namespace) == "Succeeded":
-            run.keep("cold floor", _floor(cluster, namespace))
+        if way == "cold":  # every trial has a sample: None where the job did not get there
+            succeeded = measured_floor and _state(cluster, namespace) == "Succeeded"
+            run.keep("cold floor", _floor(cluster, namespace) if succeeded else None)
         cluster.kubectl("delete", "pytorchjob", "mnist", "-n", namespace, "--wait=false", check=False)
         cluster.kubectl("delete", "pods", "--all", "-n", namespace, "--force", "--grace-period=0", check=False)
 
