@@ -211,8 +211,8 @@ def torchjob(
         path, name = job_file(work, file, warm, args)
         home = work / "home"
         job = home / "jobs" / name
-        master = yaml.safe_load(path.read_text())["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]
-        script_name = master["containers"][0]["command"][-1]
+        first = next(iter(yaml.safe_load(path.read_text())["spec"]["pytorchReplicaSpecs"].values()))
+        script_name = first["template"]["spec"]["containers"][0]["command"][-1]  # an elastic job has no Master
 
         def victim(_: int) -> psutil.Process | None:
             try:
