@@ -38,7 +38,7 @@ CONTROLLERS = ("torchjob", "trainer")
 NAMESPACE = "bench"
 JOB = "mnist-trainjob"
 CRASH = "echo 'train.py: error: --data: no such directory' >&2; exit 2"
-CRASH_WAIT = 180  # seconds a crash-looping job is watched for an end
+CRASH_WAIT = 600  # seconds a crash-looping job is watched for an end: long enough for six restarts backed off
 
 
 def _trainjob(epochs: int, command: list[str] | None = None) -> dict[str, Any]:
