@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 import tomllib
 
+from kuberig import naming
 from kuberig.config import ClusterConfig, NodeConfig, load
 from kuberig.images.registry import MIRRORED_REGISTRIES
 from kuberig.naming import Slot
@@ -60,7 +61,7 @@ def test_kube_proxy_touches_no_global_sysctl_and_masquerades_service_traffic(tmp
 def test_the_base_spec_lends_the_nodes_python_read_only() -> None:
     spec = configs.base_spec({"mounts": [{"destination": "/proc"}]}, "/site-packages")
     assert spec["mounts"][-1] == {
-        "destination": configs.RUNTIME_MOUNT,
+        "destination": naming.RUNTIME_MOUNT,
         "type": "bind",
         "source": "/site-packages",
         "options": ["rbind", "ro"],

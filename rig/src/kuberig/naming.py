@@ -14,6 +14,10 @@ from pathlib import Path
 SLOTS = Path("/var/lib/kuberig")
 POD_NETWORK = "10.244.0.0/16"
 NODE_LINKS = "10.99.0.0/16"  # every slot's link to the host
+# The node lends its Python environment to every container, as a GPU node lends its driver: containerd mounts
+# it read-only here (images put it on their path). A multi-GB torch layer per image would cost minutes of
+# tarring and unpacking per run for no more truth.
+RUNTIME_MOUNT = "/opt/torchjob/site-packages"
 
 
 @dataclass(frozen=True)

@@ -8,10 +8,10 @@ from typing import Any
 
 from kuberig import toolchain
 from kuberig.images import oci
-from kuberig.node.configs import RUNTIME_MOUNT
+from kuberig.naming import RUNTIME_MOUNT
 
 # A .pth file on the base image's python3 path that adds the node's Python environment, which every kubelet node
-# mounts read-only into its containers (node/configs.py): torch and all, without a multi-GB layer per image.
+# mounts read-only into its containers (node/configs.py mounts it): torch and all, without a multi-GB layer per image.
 NODE_PYTHON = {"/usr/lib/python3/dist-packages/kuberig-node-python.pth": f"{RUNTIME_MOUNT}\n".encode()}
 
 

@@ -12,13 +12,9 @@ from pathlib import Path
 from typing import Any
 
 from kuberig.images.registry import MIRRORED_REGISTRIES
-from kuberig.naming import POD_NETWORK, Slot
+from kuberig.naming import POD_NETWORK, RUNTIME_MOUNT, Slot
 
 PAUSE_IMAGE = "registry.k8s.io/pause:3.10"
-# The node lends its Python environment to every container, as a GPU node lends its driver: containerd mounts
-# it read-only here (images put it on their path). A multi-GB torch layer per image would cost minutes of
-# tarring and unpacking per run for no more truth.
-RUNTIME_MOUNT = "/opt/torchjob/site-packages"
 # kubelet insists on these values; the fakes live in the node's mount namespace only.
 FAKED_SYSCTLS = (("vm/overcommit_memory", "1"), ("kernel/panic", "10"), ("kernel/panic_on_oops", "1"))
 
