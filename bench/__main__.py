@@ -1,6 +1,6 @@
 """``python -m bench``: measure, keep the raw records, make the published tables again.
 
-    python -m bench                      every benchmark (local, then cluster; about 3.5 hours on the 2-core VM)
+    python -m bench                      every benchmark (local, then cluster; about 1 hour 50 on the 2-core VM)
     python -m bench --quick              the headline rows only (launch, a killed rank: about 10 minutes)
     python -m bench --only kill,launch   some benchmarks (--tier local|cluster: one tier)
     python -m bench --list               the benchmarks, their tiers and how long each takes

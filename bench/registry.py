@@ -40,7 +40,7 @@ class Benchmark:
 
 BENCHMARKS = (
     Benchmark(
-        "launch", LOCAL, "launch", 5, 5, ("torchrun",), 5, "launch → first collective, first DDP step, README job"
+        "launch", LOCAL, "launch", 5, 5, ("torchrun",), 3, "launch → first collective, first DDP step, README job"
     ),
     Benchmark(
         "kill",
@@ -49,13 +49,13 @@ BENCHMARKS = (
         5,
         5,
         ("torchrun",),
-        16,
+        10,
         "a SIGKILLed rank: in place, warm and cold group restarts, torchrun; time added to the README job",
     ),
-    Benchmark("hang", LOCAL, "inplace_hang", 3, None, (), 8, "a SIGSTOPped rank: in place against a group restart"),
-    Benchmark("hangs", LOCAL, "hangs", 3, None, (), 16, "hang detection with no tuning, and no false alarm under load"),
+    Benchmark("hang", LOCAL, "inplace_hang", 3, None, (), 2, "a SIGSTOPped rank: in place against a group restart"),
+    Benchmark("hangs", LOCAL, "hangs", 3, None, (), 14, "hang detection with no tuning, and no false alarm under load"),
     Benchmark("elastic", LOCAL, "elastic", 5, None, ("torchrun",), 14, "an elastic member lost: in place, torchrun"),
-    Benchmark("steady", LOCAL, "steady_state", 4, None, ("torchrun",), 5, "training throughput, controller cost"),
+    Benchmark("steady", LOCAL, "steady_state", 4, None, ("torchrun",), 2, "training throughput, controller cost"),
     Benchmark("checkpoint", LOCAL, "checkpoint", 16, None, (), 2, "sync and async checkpoints, 76 MB"),
     Benchmark("cli", LOCAL, "cli", 7, None, (), 1, "`torchjob list`/`get`/`--help` with 1,000 jobs"),
     Benchmark("refusals", LOCAL, "refusals", 3, None, (), 3, "bad input refused"),
@@ -67,7 +67,7 @@ BENCHMARKS = (
         3,
         None,
         ("kubernetes", "kwok"),
-        15,
+        4,
         "100 jobs × 3 replicas on simulated nodes, the operator in the cluster, against Indexed Jobs",
     ),
     Benchmark(
@@ -77,7 +77,7 @@ BENCHMARKS = (
         3,
         None,
         ("kubernetes", "kubeflow-operator"),
-        50,
+        18,
         "one real node: apply → Running, a killed trainer, in place, eviction, against Kubeflow's operator",
     ),
     Benchmark(
@@ -87,7 +87,7 @@ BENCHMARKS = (
         3,
         None,
         ("kubernetes", "kubeflow-operator"),
-        50,
+        20,
         "a node of three vanishes: in place, group restarts, against Kubeflow's operator",
     ),
     Benchmark(
@@ -97,7 +97,7 @@ BENCHMARKS = (
         3,
         None,
         ("kubernetes", "kubeflow-trainer", "jobset"),
-        30,
+        20,
         "the same TrainJob under Kubeflow Trainer v2.2 and under torchjob",
     ),
 )
