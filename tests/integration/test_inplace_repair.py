@@ -240,7 +240,7 @@ def test_a_member_on_notice_of_eviction_hands_its_place_to_a_spare_and_no_step_f
     assert "spare spare-0 joins as worker-1 (rank 2 of 3)" in stdout
     assert "Rank 0: group re-formed in place (generation 1, 3 ranks, state from rank 0)" in stdout, stdout
     assert "worker-1 has no place in the group any more and leaves it" in stdout
-    assert "leaving on SIGTERM" not in stdout and "repaired around a silent peer" not in stdout, stdout
+    assert "leaving on SIGTERM" not in stdout and "repaired around a lost peer" not in stdout, stdout
     # No step failed: the one change of the group was agreed at a step boundary.
     repairs = worker_files.repairs_file(torchjob_home / "jobs" / "mend" / "output").read_text().splitlines()
     assert [json.loads(line)["kind"] for line in repairs] == ["regroup"]

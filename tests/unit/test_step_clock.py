@@ -1,4 +1,5 @@
-"""When an in-place member counts as waiting on a silent peer: its step against its usual step time."""
+"""When an in-place member counts as waiting on a silent peer (its step against its usual step time), and which
+generation its step runs in."""
 
 from __future__ import annotations
 
@@ -58,3 +59,17 @@ def test_a_fast_step_still_has_the_floor(clock_time: FakeTime) -> None:
     assert clock.waiting_in(3.0) is None
     clock_time.now += MIN_STEP_ALLOWANCE
     assert clock.waiting_in(3.0) == 0
+
+
+def test_the_generation_of_the_step_in_progress_is_known_at_once(clock_time: FakeTime) -> None:
+    """A member leaves a step as soon as a newer generation made around a lost peer is published: it needs the
+    step's generation from its first instant, not once the step has run long."""
+    clock = StepClock()
+    assert clock.in_step() is None
+    clock.begin(generation=3)
+    assert clock.in_step() == 3 and clock.waiting_in(3.0) is None
+    clock.forget_step()
+    assert clock.in_step() is None
+    clock.begin(generation=4)
+    clock.end()
+    assert clock.in_step() is None

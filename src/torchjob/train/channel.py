@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 import time
 from pathlib import Path
 from typing import Any, Protocol
@@ -71,7 +72,8 @@ class FileChannel:
     def announce(self, key: str, attempt: int, more: dict[str, Any] | None = None) -> worker_files.Membership | None:
         path = worker_files.inplace_file(self.output_dir, key)
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
+        # A file of this thread's own: the training thread and the membership watch both announce.
+        tmp = path.with_suffix(f".{os.getpid()}-{threading.get_ident()}.tmp")
         message = {
             worker_files.ANNOUNCE_ATTEMPT: attempt,
             worker_files.ANNOUNCE_TIME: time.time(),

@@ -40,6 +40,8 @@ STORE_TRY_SECONDS = 3.0
 
 # The store key (under a generation's prefix) that counts the members that arrived to form it.
 _ARRIVALS = "torchjob/arrived"
+# A key no one sets: adding 0 to it asks the store whether it answers.
+_ALIVE = "torchjob/alive"
 
 
 def store_client(timeout: timedelta) -> Any:
@@ -69,6 +71,36 @@ def store_client(timeout: timedelta) -> Any:
             continue
         store.set_timeout(timeout)
         return store
+
+
+class KeptConnection:
+    """This process's one connection to the job's store, made at its first generation and kept for every later
+    one: a process that opens a second connection while a wide group forms was seen stalling the store's
+    answers for 5 s (16 and 32 ranks here, with either of torch's store servers; never with one connection per
+    process). A connection that fails (the store was lost with its node and created again elsewhere) is made
+    again, by ``store_client``'s short tries."""
+
+    def __init__(self) -> None:
+        self._client: Any = None
+
+    def get(self, timeout: timedelta) -> Any:
+        if self._client is None:
+            self._client = store_client(timeout)
+        return self._client
+
+    def checked(self, timeout: timedelta) -> Any:
+        """The kept connection once it has answered within one short try, else a new one."""
+        client = self.get(timeout)
+        client.set_timeout(timedelta(seconds=STORE_TRY_SECONDS))
+        try:
+            client.add(_ALIVE, 0)
+        except RuntimeError:  # DistNetworkError, DistStoreError: the store it reached is gone
+            self._client = client = store_client(timeout)
+        client.set_timeout(timeout)
+        return client
+
+
+CONNECTION = KeptConnection()
 
 
 def _answers(host: str, port: int, timeout: float) -> bool:
@@ -111,19 +143,23 @@ def absorb_first_ddp() -> None:
     dist.destroy_process_group()
 
 
-def init_generation(backend: str, attempt: int, generation: int, rank: int, world: int, timeout: timedelta) -> None:
-    """Join one generation of the attempt's group at the store torchjob hosts, under its own prefix."""
+def init_generation(
+    backend: str, attempt: int, generation: int, rank: int, world: int, timeout: timedelta, client: Any = None
+) -> None:
+    """Join one generation of the attempt's group at the store torchjob hosts, under its own prefix, through
+    ``client`` (this process's kept connection where not given)."""
     prefix = worker_files.group_prefix(attempt, generation)
-    store = dist.PrefixStore(prefix, store_client(timeout))  # type: ignore[attr-defined]
+    store = dist.PrefixStore(prefix, client if client is not None else CONNECTION.get(timeout))  # type: ignore[attr-defined]
     dist.init_process_group(backend, store=store, rank=rank, world_size=world, timeout=timeout)
 
 
-def everyone_arrived(talk: Channel, found: Membership, timeout: timedelta) -> bool:
-    """Wait until every member of the generation ``found`` describes has arrived at the store; False as soon
-    as the controller publishes a newer one instead (a member died before it arrived: the repair is redone
-    around it, and waiting in ``init_process_group`` for the dead member would last its whole timeout)."""
+def everyone_arrived(talk: Channel, found: Membership, client: Any, timeout: timedelta) -> bool:
+    """Wait, at the store through ``client``, until every member of the generation ``found`` describes has
+    arrived; False as soon as the controller publishes a newer one instead (a member died before it arrived:
+    the repair is redone around it, and waiting in ``init_process_group`` for the dead member would last its
+    whole timeout)."""
     attempt, generation, world = found["attempt"], found["generation"], len(found["members"])
-    store = dist.PrefixStore(worker_files.group_prefix(attempt, generation), store_client(timeout))  # type: ignore[attr-defined]
+    store = dist.PrefixStore(worker_files.group_prefix(attempt, generation), client)  # type: ignore[attr-defined]
     store.add(_ARRIVALS, 1)
     deadline = time.monotonic() + timeout.total_seconds()
     asked_at = time.monotonic()
@@ -135,7 +171,7 @@ def everyone_arrived(talk: Channel, found: Membership, timeout: timedelta) -> bo
                 return False
         if now > deadline:
             raise RuntimeError(f"generation {generation} of the group did not form within {timeout.total_seconds():g}s")
-        time.sleep(0.002)
+        time.sleep(0.005)
     return True
 
 
@@ -161,9 +197,10 @@ def join_next(
         found_at = time.time()
         if replica not in found["members"] or (replaced_by_joiner and replica in found["joined"]):
             return None
-        if everyone_arrived(talk, found, timeout):
+        client = CONNECTION.checked(timeout)
+        if everyone_arrived(talk, found, client, timeout):
             rank, world = found["members"].index(replica), len(found["members"])
-            init_generation(backend, attempt, found["generation"], rank, world, timeout)
+            init_generation(backend, attempt, found["generation"], rank, world, timeout, client)
             return found, found_at, rank, world
         after = found["generation"]
 

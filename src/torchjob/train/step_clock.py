@@ -2,8 +2,9 @@
 
 The training thread marks each step's start and end; the membership-watching thread asks, from outside the
 step, whether it has outlasted its allowance (a multiple of the usual step time, at least a floor): then the
-member says it waits on a silent peer, or leaves the step when the controller has already replaced that peer
-(``torchjob.train.inplace``). Both threads share ``lock``; the queries are made under it.
+member says it waits on a silent peer (``torchjob.train.inplace``); and in which generation the step runs, so
+that it is left at once when the controller has published a newer one around a lost member. Both threads
+share ``lock``; the queries are made under it.
 """
 
 from __future__ import annotations
@@ -51,6 +52,10 @@ class StepClock:
         """Under ``lock``: the generation of the step in progress once it has outlasted its allowance."""
         left = self.time_left(factor)
         return self._stepping[0] if self._stepping is not None and left is not None and left <= 0 else None
+
+    def in_step(self) -> int | None:
+        """Under ``lock``: the generation of the step in progress (None between steps)."""
+        return self._stepping[0] if self._stepping is not None else None
 
     def forget_step(self) -> None:
         """Under ``lock``: the step in progress has been dealt with (asked about once per step)."""
