@@ -71,9 +71,12 @@ class Outcome:
         return parse_timestamp(attempts[0]["endTime"]).timestamp() - self.sent_at
 
 
-def job_file(work: Path, file: str, warm: bool = True, args: list[str] | None = None) -> tuple[Path, str]:
+def job_file(
+    work: Path, file: str, warm: bool = True, args: list[str] | None = None, workers: int | None = None
+) -> tuple[Path, str]:
     """The example job ``file`` written into ``work`` beside a copy of the example's scripts (its working folder,
-    as a user's would be), cold where ``warm`` is False, with the containers' ``args`` replaced where given."""
+    as a user's would be), cold where ``warm`` is False, with the containers' ``args`` and the number of Workers
+    replaced where given."""
     for source in EXAMPLE.glob("*.py"):
         shutil.copy(source, work / source.name)
     job = yaml.safe_load((EXAMPLE / file).read_text())
@@ -82,6 +85,8 @@ def job_file(work: Path, file: str, warm: bool = True, args: list[str] | None = 
     if args is not None:
         for spec in job["spec"]["pytorchReplicaSpecs"].values():
             spec["template"]["spec"]["containers"][0]["args"] = args
+    if workers is not None:
+        job["spec"]["pytorchReplicaSpecs"]["Worker"]["replicas"] = workers
     path = work / "job.yaml"
     path.write_text(yaml.safe_dump(job))
     return path, str(job["metadata"]["name"])
@@ -203,12 +208,14 @@ def torchjob(
     at_epoch: int = 3,
     args: list[str] | None = None,
     timed_split: bool = False,
+    workers: int | None = None,
 ) -> Outcome:
     """``torchjob run`` of the example job ``file``; ``sent`` to worker-1's trainer once it trains in ``at_epoch``.
-    ``timed_split``: also where a group restart's time goes (the README job's phases, ``restart_split``)."""
+    ``timed_split``: also where a group restart's time goes (the README job's phases, ``restart_split``);
+    ``workers``: that many Workers instead of the file's."""
     work = Path(tempfile.mkdtemp(prefix="bench-mnist-"))
     try:
-        path, name = job_file(work, file, warm, args)
+        path, name = job_file(work, file, warm, args, workers)
         home = work / "home"
         job = home / "jobs" / name
         first = next(iter(yaml.safe_load(path.read_text())["spec"]["pytorchReplicaSpecs"].values()))
@@ -234,16 +241,23 @@ def torchjob(
         shutil.rmtree(work, ignore_errors=True)
 
 
-def torchrun(sent: signal.Signals | None = None, at_epoch: int = 3, max_restarts: int = 3) -> Outcome:
+def torchrun(
+    sent: signal.Signals | None = None,
+    at_epoch: int = 3,
+    max_restarts: int = 3,
+    ranks: int = 3,
+    args: list[str] | None = None,
+) -> Outcome:
     """The README's job as a torchrun user runs it: ``torchrun --standalone --nproc-per-node 3 --max-restarts 3
-    train.py`` with the job's own arguments; ``sent`` to rank 2's process once it trains in ``at_epoch``."""
+    train.py`` with the job's own arguments (or ``args``), ``ranks`` processes; ``sent`` to rank 2's process once
+    it trains in ``at_epoch``."""
     work = Path(tempfile.mkdtemp(prefix="bench-torchrun-"))
     try:
         path, _ = job_file(work, "job.yaml")
         output = work / "output"
         env = {**os.environ, "TORCHJOB_OUTPUT_DIR": str(output), "OMP_NUM_THREADS": "1"}
-        argv = [str(BIN / "torchrun"), "--standalone", "--nproc-per-node", "3", f"--max-restarts={max_restarts}"]
-        argv += ["train.py", *container_args(path)]
+        argv = [str(BIN / "torchrun"), "--standalone", "--nproc-per-node", str(ranks), f"--max-restarts={max_restarts}"]
+        argv += ["train.py", *(container_args(path) if args is None else args)]
 
         def victim(agent: int) -> psutil.Process | None:
             for child in psutil.Process(agent).children(recursive=True):

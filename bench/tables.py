@@ -564,10 +564,53 @@ TRAINER_V2 = Table(
     judged=False,
 )
 
+def _width_row(ranks: int) -> Row:
+    at = f"at {ranks}"
+    wide = ranks == max(WIDTHS)
+    return Row(
+        f"{ranks} ranks: a rank SIGKILLed → first step of the group after it (detection / membership / re-form)",
+        "width",
+        f"**{{in place first step {at}:.2f s}}** in place ({{in place detection {at}:.2f}} / "
+        f"{{in place membership {at}:.2f}} / {{in place re-form {at}:.2f}})",
+        f"{{warm restart first step {at}:.2f s}} warm group restart; torchrun `--max-restarts`: "
+        f"{{torchrun first step {at}:.2f s}} ({{torchrun first step {at}.got}} of {{torchrun first step {at}.n}} "
+        "recovered)",
+        "≤ 1.0 s and ≤ 1.5× the 3-rank figure" if wide else "",
+        _flat(ranks) if wide else None,
+        also=("in place first step at 3",) if wide else (),
+        ratio=over(f"in place first step {at}", f"warm restart first step {at}"),
+    )
+
+
+def _flat(ranks: int) -> Callable[[Cases], bool]:
+    wide, narrow = f"in place first step at {ranks}", "in place first step at 3"
+    return lambda cases: (
+        cases[wide].ok and cases[wide].value <= min(1.0, 1.5 * cases[narrow].value) if cases[narrow].ok else False
+    )
+
+
+WIDTHS = (3, 8, 16, 32)  # bench.width's
+WIDTH = Table(
+    "width",
+    "Repair as the group grows (local processes on 2 cores)",
+    (
+        *(_width_row(ranks) for ranks in WIDTHS),
+        Row(
+            "accuracy after the kill, at 3 / 8 / 16 / 32 ranks (in place; warm restart)",
+            "width",
+            "{in place accuracy at 3:.3f} / {in place accuracy at 8:.3f} / {in place accuracy at 16:.3f} / "
+            "{in place accuracy at 32:.3f}",
+            "{warm restart accuracy at 3:.3f} / {warm restart accuracy at 8:.3f} / {warm restart accuracy at 16:.3f} "
+            "/ {warm restart accuracy at 32:.3f}",
+        ),
+    ),
+)
+
 TABLES = (
     HEADLINE,
     LAUNCH,
     KILL,
+    WIDTH,
     HANG,
     HANGS,
     ELASTIC,
