@@ -564,6 +564,7 @@ TRAINER_V2 = Table(
     judged=False,
 )
 
+
 def _width_row(ranks: int) -> Row:
     at = f"at {ranks}"
     wide = ranks == max(WIDTHS)
