@@ -7,8 +7,8 @@ vanished closes nothing: no reset crosses a dead link, so gloo waits in ``recv``
 from makes its ``recv`` return at once, and gloo raises as if the peer had reset it.
 
 So a survivor does this only once the controller has published the group's next membership (the controller
-decides who is gone, from beats and the node's state; a member never decides that alone) and its own step has
-outlasted its allowance: it shuts down every established TCP connection of its process except those to
+decides who is gone, from beats and the node's state; a member never decides that alone) while its own step
+still runs in an older generation: it shuts down every established TCP connection of its process except those to
 torchjob's store (which forms the next group) and to the operator's report endpoint. Those are the old group's
 connections, which it is about to drop anyway.
 
