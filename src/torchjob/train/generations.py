@@ -40,8 +40,6 @@ STORE_TRY_SECONDS = 3.0
 
 # The store key (under a generation's prefix) that counts the members that arrived to form it.
 _ARRIVALS = "torchjob/arrived"
-# A key no one sets: adding 0 to it asks the store whether it answers.
-_ALIVE = "torchjob/alive"
 
 
 def store_client(timeout: timedelta) -> Any:
@@ -71,36 +69,6 @@ def store_client(timeout: timedelta) -> Any:
             continue
         store.set_timeout(timeout)
         return store
-
-
-class KeptConnection:
-    """This process's one connection to the job's store, made at its first generation and kept for every later
-    one: a process that opens a second connection while a wide group forms was seen stalling the store's
-    answers for 5 s (16 and 32 ranks here, with either of torch's store servers; never with one connection per
-    process). A connection that fails (the store was lost with its node and created again elsewhere) is made
-    again, by ``store_client``'s short tries."""
-
-    def __init__(self) -> None:
-        self._client: Any = None
-
-    def get(self, timeout: timedelta) -> Any:
-        if self._client is None:
-            self._client = store_client(timeout)
-        return self._client
-
-    def checked(self, timeout: timedelta) -> Any:
-        """The kept connection once it has answered within one short try, else a new one."""
-        client = self.get(timeout)
-        client.set_timeout(timedelta(seconds=STORE_TRY_SECONDS))
-        try:
-            client.add(_ALIVE, 0)
-        except RuntimeError:  # DistNetworkError, DistStoreError: the store it reached is gone
-            self._client = client = store_client(timeout)
-        client.set_timeout(timeout)
-        return client
-
-
-CONNECTION = KeptConnection()
 
 
 def _answers(host: str, port: int, timeout: float) -> bool:
@@ -147,9 +115,9 @@ def init_generation(
     backend: str, attempt: int, generation: int, rank: int, world: int, timeout: timedelta, client: Any = None
 ) -> None:
     """Join one generation of the attempt's group at the store torchjob hosts, under its own prefix, through
-    ``client`` (this process's kept connection where not given)."""
+    ``client`` (a new ``store_client`` where not given)."""
     prefix = worker_files.group_prefix(attempt, generation)
-    store = dist.PrefixStore(prefix, client if client is not None else CONNECTION.get(timeout))  # type: ignore[attr-defined]
+    store = dist.PrefixStore(prefix, client if client is not None else store_client(timeout))  # type: ignore[attr-defined]
     dist.init_process_group(backend, store=store, rank=rank, world_size=world, timeout=timeout)
 
 
@@ -197,7 +165,10 @@ def join_next(
         found_at = time.time()
         if replica not in found["members"] or (replaced_by_joiner and replica in found["joined"]):
             return None
-        client = CONNECTION.checked(timeout)
+        # One connection for the barrier and the group: two at once per member were seen stalling a wide
+        # group's forming at the store for 5 s. A new one each generation: the store may have been lost with
+        # its node and created again elsewhere, and a kept connection to a vanished node answers nothing.
+        client = store_client(timeout)
         if everyone_arrived(talk, found, client, timeout):
             rank, world = found["members"].index(replica), len(found["members"])
             init_generation(backend, attempt, found["generation"], rank, world, timeout, client)

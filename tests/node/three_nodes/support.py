@@ -50,7 +50,8 @@ def tainted_unreachable(cluster: Cluster, node: str) -> bool:
 
 
 def all_nodes_ready(cluster: Cluster, timeout: float) -> None:
-    """Every node Ready and untainted (a node stopped by an earlier test has come back)."""
+    """Every node Ready and untainted (a node stopped by an earlier test has come back), and no Pod of an earlier
+    test still terminating."""
     deadline = time.monotonic() + timeout
     while True:
         nodes = cluster.kubectl_json("get", "nodes")["items"]
@@ -59,9 +60,11 @@ def all_nodes_ready(cluster: Cluster, timeout: float) -> None:
             for n in nodes
             if ready(n["status"]["conditions"]) and not tainted_unreachable(cluster, n["metadata"]["name"])
         ]
-        if len(up) == len(nodes):
+        pods = cluster.kubectl_json("get", "pods", "-A")["items"]
+        leaving = [p["metadata"]["name"] for p in pods if p["metadata"].get("deletionTimestamp")]
+        if len(up) == len(nodes) and not leaving:  # an earlier test's Pods, still going, skew the placement
             return
-        assert time.monotonic() < deadline, "not every node came back Ready"
+        assert time.monotonic() < deadline, f"not every node came back Ready, or Pods still going: {leaving}"
         time.sleep(1)
 
 
