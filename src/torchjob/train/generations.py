@@ -139,7 +139,7 @@ def everyone_arrived(talk: Channel, found: Membership, client: Any, timeout: tim
                 return False
         if now > deadline:
             raise RuntimeError(f"generation {generation} of the group did not form within {timeout.total_seconds():g}s")
-        time.sleep(0.005)
+        time.sleep(0.002)
     return True
 
 
