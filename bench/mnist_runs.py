@@ -45,6 +45,8 @@ class Outcome:
     status: dict[str, Any] = field(default_factory=dict)  # the job's status when it ended
     split: dict[str, float] = field(default_factory=dict)  # where a group restart's time went (restart_split)
     warm_rss_mb: float = 0.0  # the warm interpreter's largest RSS seen outside the timed window
+    launch: float | None = None  # launch → every rank's first completed step (seconds)
+    memory_mb: float | None = None  # the sum of the PSS of the launcher and all its descendants, before the signal
     last_error: str = ""  # the launcher's output's last line naming an error (why a run did not recover)
 
     def repair(self, key: str, since: str = "sent") -> float | None:
@@ -128,6 +130,28 @@ def _stepped_again(output: Path, sent_at: float) -> bool:
     return bool(_records(output / "repairs.jsonl")) or _first_step_after(output, sent_at) is not None
 
 
+def _launch(output: Path, launched_at: float) -> float | None:
+    """Seconds from ``launched_at`` to the last rank's first completed step, over the ranks that have stepped."""
+    firsts = [records[0]["time"] for path in output.glob("metrics/rank-*.jsonl") if (records := _records(path))]
+    return max(float(first) for first in firsts) - launched_at if firsts else None
+
+
+def tree_pss_mb(root: int) -> float | None:
+    """The proportional set size of ``root`` and every process under it, summed (MiB): what the job costs the
+    machine, shared pages (torch's, forked from a warm interpreter) counted once among their sharers."""
+    try:
+        processes = [psutil.Process(root), *psutil.Process(root).children(recursive=True)]
+    except psutil.Error:
+        return None
+    total = 0
+    for process in processes:
+        try:
+            total += process.memory_full_info().pss
+        except psutil.Error:
+            continue  # gone meanwhile: it holds nothing now
+    return total / 2**20
+
+
 def _trainer_of(shim: int, script: str) -> psutil.Process | None:
     try:
         found = [c for c in psutil.Process(shim).children(recursive=True) if script in " ".join(c.cmdline())]
@@ -155,25 +179,33 @@ def _run(
     sent: signal.Signals | None,
     at_epoch: int,
     watch: AttemptWatch | None,
+    enough: Callable[[], bool] | None = None,  # after the signal: whether the run has shown what it is for
 ) -> Outcome:
-    started = time.monotonic()
+    started, launched_at = time.monotonic(), time.time()
     log = cwd / "launcher.log"
     with log.open("wb") as out:
         process = subprocess.Popen(argv, env=env, cwd=cwd, stdout=out, stderr=subprocess.STDOUT)
     sent_at: float | None = None
     recovered = False  # once seen stepping again after the signal
     rss = 0.0
+    launch: float | None = None
+    memory: float | None = None
     try:
         while process.poll() is None and time.monotonic() - started < TIMEOUT:
             if sent_at is not None and not recovered and time.time() - sent_at > AFTER_SIGNAL:
                 recovered = _stepped_again(output, sent_at)
                 if not recovered:
                     break
+            if sent_at is not None and enough is not None and enough():
+                break
             timing = sent_at is not None and (watch is None or not watch.done)
             if not timing and watch is not None:  # not while a restart is timed: it would load the machine
                 rss = max(rss, _warm_interpreter_rss())
             if sent is not None and sent_at is None and _in_epoch(output, VICTIM_RANK, at_epoch):
                 trainer = victim(process.pid)
+                if trainer is not None and memory is None:  # every rank trains: what the job costs, and its launch
+                    launch, memory = _launch(output, launched_at), tree_pss_mb(process.pid)
+                    continue  # the victim is found again after the measurement, which takes a while at 32 ranks
                 if trainer is not None:
                     if watch is not None:
                         watch.at_kill()
@@ -198,6 +230,7 @@ def _run(
         outcome.first_step = _first_step_after(output, sent_at)
     outcome.repairs = _records(output / "repairs.jsonl")
     outcome.warm_rss_mb = rss
+    outcome.launch, outcome.memory_mb = launch, memory
     return outcome
 
 
@@ -209,10 +242,13 @@ def torchjob(
     args: list[str] | None = None,
     timed_split: bool = False,
     workers: int | None = None,
+    stop_once: str | None = None,
 ) -> Outcome:
     """``torchjob run`` of the example job ``file``; ``sent`` to worker-1's trainer once it trains in ``at_epoch``.
     ``timed_split``: also where a group restart's time goes (the README job's phases, ``restart_split``);
-    ``workers``: that many Workers instead of the file's."""
+    ``workers``: that many Workers instead of the file's; ``stop_once``: ``"hung"``, stopped once its first attempt
+    has ended as Hung, ``"repaired"``, once it has repaired in place (what is measured is the verdict, not the rest
+    of the training)."""
     work = Path(tempfile.mkdtemp(prefix="bench-mnist-"))
     try:
         path, name = job_file(work, file, warm, args, workers)
@@ -232,8 +268,23 @@ def torchjob(
         env = {**os.environ, "TORCHJOB_HOME": str(home), "OMP_NUM_THREADS": "1"}
         watch = AttemptWatch(home, name) if timed_split else None
         argv = [str(BIN / "torchjob"), "run", str(path)]
-        outcome = _run(argv, env, work, job / "output", victim, sent, at_epoch, watch)
-        outcome.status = dict(json.loads((job / "job.json").read_text()).get("status") or {})
+
+        def status() -> dict[str, Any]:
+            try:
+                return dict(json.loads((job / "job.json").read_text()).get("status") or {})
+            except (OSError, ValueError):
+                return {}
+
+        def hung() -> bool:
+            attempts = status().get("attempts") or []
+            return bool(attempts) and str(attempts[0].get("outcome", "")).startswith("Hung")
+
+        def repaired() -> bool:
+            return bool(_records(job / "output" / "repairs.jsonl"))
+
+        enough = {"hung": hung, "repaired": repaired, None: None}[stop_once]
+        outcome = _run(argv, env, work, job / "output", victim, sent, at_epoch, watch, enough)
+        outcome.status = status()
         if watch is not None and outcome.sent_at is not None:
             outcome.split = split(home, outcome.sent_at, watch, name)
         return outcome

@@ -1,0 +1,78 @@
+"""Benchmark payload: one torchft 0.2.0 replica group of one process, training the MNIST example's model as torchft's
+own DDP example does (a Manager asking the Lighthouse for a quorum every step, one all-reduce per gradient, the
+optimizer step committed only where every participant agreed, a replacement healed from a live peer's state).
+
+Every committed step appends ``{"step", "time", "participants"}`` to ``$BENCH_OUT/replica-$REPLICA.jsonl``, where the
+benchmark reads when the survivors and a replacement committed. Runs until ``$STEPS`` steps are committed or it is
+stopped. ``PureDistributedDataParallel`` rather than ``torchft.DistributedDataParallel``: 0.2.0's comm hook asserts
+when a peer dies on gloo and ends the survivors (``../shared/notes/TORCHFT.md``).
+"""
+
+import importlib
+import json
+import os
+import sys
+import time
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch.distributed import TCPStore  # type: ignore[attr-defined]
+from torchft import Manager, ProcessGroupGloo
+from torchft.ddp import PureDistributedDataParallel
+from torchft.optim import OptimizerWrapper
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples" / "mnist"))
+example = importlib.import_module("model")  # the example's own model and data, as its scripts import them
+load = importlib.import_module("mnist_data").load
+
+replica = int(os.environ["REPLICA"])
+batch = int(os.environ["BATCH"])
+steps = int(os.environ["STEPS"])
+out = Path(os.environ["BENCH_OUT"]) / f"replica-{replica}.jsonl"
+torch.manual_seed(replica)
+torch.set_num_threads(1)
+
+images, labels, _, _ = load()
+train = example.to_dataset(images, labels)
+model = example.Net()
+optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+
+
+def load_state(state: dict[str, Any]) -> None:
+    model.load_state_dict(state["model"])
+    optimizer.load_state_dict(state["optim"])
+
+
+# A replica group of one plain process: torchft's Manager joins a store as a client, so this process serves it.
+store = TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
+manager = Manager(
+    pg=ProcessGroupGloo(timeout=timedelta(seconds=10)),
+    load_state_dict=load_state,
+    state_dict=lambda: {"model": model.state_dict(), "optim": optimizer.state_dict()},
+    min_replica_size=1,
+    replica_id=f"replica_{replica}",
+    rank=0,
+    world_size=1,
+    store_addr="127.0.0.1",
+    store_port=store.port,
+    timeout=timedelta(seconds=10),
+)
+ddp = PureDistributedDataParallel(manager, model)
+wrapped = OptimizerWrapper(manager, optimizer)
+generator = torch.Generator().manual_seed(replica)
+with out.open("a") as records:
+    while manager.current_step() < steps:
+        chosen = torch.randint(len(train), (batch,), generator=generator)
+        x, y = train.tensors[0][chosen], train.tensors[1][chosen]
+        before = manager.current_step()
+        wrapped.zero_grad()
+        F.cross_entropy(ddp(x), y).backward()  # type: ignore[no-untyped-call]
+        wrapped.step()
+        if manager.current_step() > before:
+            record = {"step": manager.current_step(), "time": time.time(), "participants": manager.num_participants()}
+            records.write(json.dumps(record) + "\n")
+            records.flush()
+manager.shutdown(wait=False)

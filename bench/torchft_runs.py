@@ -1,0 +1,113 @@
+"""torchft 0.2.0, the anchor that keeps survivors alive, run as its users run it here: a Lighthouse and ``groups``
+replica groups of one process each (``scripts/torchft_replica.py``: the MNIST example's model, its per-gradient DDP
+wrapper, a per-group batch that keeps the global batch), one group SIGKILLed once every group commits steps together,
+and restarted at once, as the supervisor torchft needs (torchrun, Kubernetes) would.
+
+Measured from the kill: replica 0's next committed step (the survivors going on in a smaller quorum) and the
+replacement's first committed step (a cold start, then a heal from a live peer's state). The Lighthouse runs with
+its defaults (``heartbeat_timeout_ms`` 5 s, ``quorum_tick_ms`` 100) and a join time-out of 1 s.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+SCRIPT = Path(__file__).resolve().parent / "scripts" / "torchft_replica.py"
+VICTIM = 2  # the replica killed, as rank 2 is in the torchjob runs
+STEPS = 100_000  # more than any trial reaches: the trial stops the groups
+TIMEOUT = 300.0  # every group committing together, from the launch
+AFTER_KILL = 60.0  # the replacement's first commit, from the kill
+ALL_TOGETHER = 20  # steps every group commits in a full quorum before the kill
+
+
+@dataclass
+class Outcome:
+    survivors_next: float | None = None  # replica 0's first committed step after the kill, seconds after it
+    replacement_first: float | None = None  # the restarted group's first committed step, seconds after the kill
+    launch: float | None = None  # launch → every group's first committed step
+
+
+def _records(path: Path) -> list[dict[str, Any]]:
+    try:
+        return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    except (OSError, ValueError):
+        return []
+
+
+def _first_after(path: Path, moment: float) -> float | None:
+    later = [float(r["time"]) for r in _records(path) if float(r["time"]) > moment]
+    return later[0] - moment if later else None
+
+
+def trial(groups: int, global_batch: int) -> Outcome:
+    """One run: ``groups`` replica groups, group ``VICTIM`` SIGKILLed once all have committed ``ALL_TOGETHER``
+    steps in a full quorum, restarted at once; stopped once the replacement has committed (or given up on)."""
+    os.environ.setdefault("RUST_LOG", "error")  # the Lighthouse logs every quorum request otherwise
+    from torchft.coordination import LighthouseServer
+
+    work = Path(tempfile.mkdtemp(prefix="bench-torchft-"))
+    lighthouse = LighthouseServer(bind="[::]:0", min_replicas=1, join_timeout_ms=1000)
+    env = {
+        **os.environ,
+        "TORCHFT_LIGHTHOUSE": lighthouse.address(),
+        "BENCH_OUT": str(work),
+        "BATCH": str(max(1, global_batch // groups)),
+        "STEPS": str(STEPS),
+        "OMP_NUM_THREADS": "1",
+    }
+
+    def start(replica: int) -> subprocess.Popen[bytes]:
+        log = (work / f"replica-{replica}.log").open("ab")
+        argv = [sys.executable, str(SCRIPT)]
+        return subprocess.Popen(argv, env={**env, "REPLICA": str(replica)}, stdout=log, stderr=subprocess.STDOUT)
+
+    outcome = Outcome()
+    launched = time.time()
+    processes = [start(replica) for replica in range(groups)]
+    try:
+        if not _wait_together(work, groups, processes, launched + TIMEOUT):
+            return outcome
+        firsts = [_records(work / f"replica-{replica}.jsonl")[0]["time"] for replica in range(groups)]
+        outcome.launch = max(float(first) for first in firsts) - launched
+        processes[VICTIM].send_signal(signal.SIGKILL)
+        killed_at = time.time()
+        processes[VICTIM].wait()
+        processes[VICTIM] = start(VICTIM)
+        deadline = killed_at + AFTER_KILL
+        while time.time() < deadline and outcome.replacement_first is None:
+            time.sleep(0.05)
+            outcome.replacement_first = _first_after(work / f"replica-{VICTIM}.jsonl", killed_at)
+        outcome.survivors_next = _first_after(work / "replica-0.jsonl", killed_at)
+        return outcome
+    finally:
+        for process in processes:
+            if process.poll() is None:
+                process.send_signal(signal.SIGKILL)
+            process.wait()
+        lighthouse.shutdown()
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _wait_together(work: Path, groups: int, processes: list[subprocess.Popen[bytes]], deadline: float) -> bool:
+    """Whether every group has committed ``ALL_TOGETHER`` steps in a quorum of all ``groups`` before ``deadline``."""
+    while time.time() < deadline:
+        if any(process.poll() is not None for process in processes):
+            return False
+        full = [
+            sum(1 for r in _records(work / f"replica-{replica}.jsonl") if r["participants"] == groups)
+            for replica in range(groups)
+        ]
+        if min(full) >= ALL_TOGETHER:
+            return True
+        time.sleep(0.2)
+    return False
