@@ -58,9 +58,10 @@ BENCHMARKS = (
         "width",
         3,
         None,
-        ("torchrun",),
-        40,
-        "a SIGKILLed rank at 3, 8, 16 and 32 ranks: in place, warm group restart, torchrun",
+        ("torchrun", "torchft"),
+        75,
+        "3, 8, 16 and 32 ranks: a SIGKILLed rank (in place, warm restart, torchrun, torchft), a frozen one, launch, "
+        "memory",
     ),
     Benchmark("hang", LOCAL, "inplace_hang", 3, None, (), 2, "a SIGSTOPped rank: in place against a group restart"),
     Benchmark("hangs", LOCAL, "hangs", 3, None, (), 14, "hang detection with no tuning, and no false alarm under load"),

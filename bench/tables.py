@@ -590,19 +590,89 @@ def _flat(ranks: int) -> Callable[[Cases], bool]:
     )
 
 
+def _torchft_row(ranks: int) -> Row:
+    at = f"at {ranks}"
+    ours, survivors, back = f"in place first step {at}", f"torchft survivors {at}", f"torchft replacement {at}"
+    return Row(
+        f"{ranks} ranks: a rank SIGKILLed → the survivors' next step / the full group back",
+        "width",
+        f"**{{{ours}:.2f s}}** / **{{{ours}:.2f s}}** in place (the survivors wait for the spare)",
+        f"torchft 0.2.0: {{{survivors}:.2f s}} / {{{back}:.1f s}} (its replacement restarted at once, healed "
+        "from a peer)",
+        "survivors ≤ torchft's + 0.05 s; full group ≤ 0.1× torchft's",
+        lambda cases: (
+            cases[ours].ok
+            and cases[ours].value <= cases[survivors].value + 0.05
+            and cases[ours].value <= 0.1 * cases[back].value
+        ),
+    )
+
+
+def _at_every_width(template: str) -> str:
+    """``template`` (a case name with ``{n}`` for the width, and a format) at every width, joined by `` / ``."""
+    return " / ".join(template.replace("{n}", str(ranks)) for ranks in WIDTHS)
+
+
+def _every_width_within(cases: Cases, case: str, limit: float) -> bool:
+    return all(
+        cases[case.replace("{n}", str(ranks))].ok and cases[case.replace("{n}", str(ranks))].value <= limit
+        for ranks in WIDTHS
+    )
+
+
+def _launch_halves(cases: Cases) -> bool:
+    return all(over(f"warm restart launch at {ranks}", f"torchrun launch at {ranks}")(cases) <= 0.5 for ranks in WIDTHS)
+
+
 WIDTHS = (3, 8, 16, 32)  # bench.width's
 WIDTH = Table(
     "width",
-    "Repair as the group grows (local processes on 2 cores)",
+    "Repair, detection, launch and memory as the group grows (local processes on 2 cores)",
     (
         *(_width_row(ranks) for ranks in WIDTHS),
+        *(_torchft_row(ranks) for ranks in WIDTHS),
+        Row(
+            "a rank frozen by SIGSTOP → the rank found, at 3 / 8 / 16 / 32 ranks, nothing tuned",
+            "width",
+            "in place: **" + _at_every_width("{in place frozen found at {n}:.1f}") + " s** (the frozen member "
+            "found, the repair published); the README job: **"
+            + _at_every_width("{restart frozen named hung at {n}:.1f}")
+            + " s** (named Hung)",
+            "torchrun, gloo: never before gloo's 30-minute time-out",
+            "≤ 5 s at every N",
+            lambda cases: (
+                _every_width_within(cases, "in place frozen found at {n}", 5.0)
+                and _every_width_within(cases, "restart frozen named hung at {n}", 5.0)
+            ),
+        ),
+        Row(
+            "`torchjob run` → every rank's first step, at 3 / 8 / 16 / 32 ranks (the README job; in place)",
+            "width",
+            "**"
+            + _at_every_width("{warm restart launch at {n}:.1f}")
+            + " s**; in place "
+            + _at_every_width("{in place launch at {n}:.1f}")
+            + " s",
+            "torchrun " + _at_every_width("{torchrun launch at {n}:.1f}") + " s; torchft (to its first committed "
+            "step) " + _at_every_width("{torchft launch at {n}:.1f}") + " s",
+            "≤ 0.5× torchrun at every N",
+            _launch_halves,
+        ),
+        Row(
+            "the job's memory while it trains (the PSS of the launcher and every process under it), at 3 / 8 / 16 / "
+            "32 ranks",
+            "width",
+            "**" + _at_every_width("{warm restart memory at {n}:,.0f}") + " MiB** (the README job); in place "
+            "(with its spare) " + _at_every_width("{in place memory at {n}:,.0f}") + " MiB",
+            "torchrun " + _at_every_width("{torchrun memory at {n}:,.0f}") + " MiB",
+            "≤ 0.6× torchrun at 32",
+            lambda cases: over("warm restart memory at 32", "torchrun memory at 32")(cases) <= 0.6,
+        ),
         Row(
             "accuracy after the kill, at 3 / 8 / 16 / 32 ranks (in place; warm restart)",
             "width",
-            "{in place accuracy at 3:.3f} / {in place accuracy at 8:.3f} / {in place accuracy at 16:.3f} / "
-            "{in place accuracy at 32:.3f}",
-            "{warm restart accuracy at 3:.3f} / {warm restart accuracy at 8:.3f} / {warm restart accuracy at 16:.3f} "
-            "/ {warm restart accuracy at 32:.3f}",
+            _at_every_width("{in place accuracy at {n}:.3f}"),
+            _at_every_width("{warm restart accuracy at {n}:.3f}"),
         ),
     ),
 )
