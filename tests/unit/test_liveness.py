@@ -26,6 +26,7 @@ JOB = make_job("j").master().workers(2).build()
 
 
 def test_the_one_silent_process_is_named_with_no_annotation() -> None:
+    # Nothing says how long the others' steps take: only the liveness deadline (10 s) names the silent one.
     group = [beating("master-0", 30), beating("worker-0", 30), beating("worker-1", 19)]
     verdict = progress.check(JOB, group, at(1), at(30.5), started=at(1))
     assert verdict.hung and verdict.culprit is not None and str(verdict.culprit.replica) == "worker-1"
@@ -33,6 +34,46 @@ def test_the_one_silent_process_is_named_with_no_annotation() -> None:
     assert "worker-1 stopped responding, the others wait for it" in verdict.message
     assert verdict.began_at == at(19)
     assert not progress.check(JOB, group, at(1), at(28), started=at(1)).hung  # 9 s: within the deadline
+
+
+def stepping(name: str, last_beat: float, last_step: float, longest_gap: float = 0.1) -> ReplicaObservation:
+    report = Progress(at(last_step), 50, alive_at=at(last_beat), longest_gap=longest_gap, gaps_seen=40)
+    return replace(running(name), progress=report)
+
+
+def test_a_frozen_process_the_others_wait_for_is_named_within_seconds() -> None:
+    # worker-1 froze at second 20 (its last beat 19.6); the others stepped until 20.1 and wait, beating.
+    group = [stepping("master-0", 23.8, 20.1), stepping("worker-0", 23.9, 20.1), stepping("worker-1", 19.6, 20.0)]
+    verdict = progress.check(JOB, group, at(1), at(24), started=at(1), one_host=True)
+    assert verdict.hung and verdict.culprit is not None and str(verdict.culprit.replica) == "worker-1"
+    assert verdict.message.startswith("Hung: worker-1 stopped beating while the others beat (silent for 4.4s")
+    assert verdict.began_at == at(19.6)
+    assert not progress.check(JOB, group, at(1), at(22.9), started=at(1), one_host=True).hung  # 3.3 s: not yet
+    # On a cluster a silent Pod may be its lost node, whose witnesses name it (not a counted hang): 10 s there.
+    assert not progress.check(JOB, group, at(1), at(24), started=at(1)).hung
+
+
+def test_the_quick_rule_needs_both_witnesses() -> None:
+    # The others still step (within 3x their longest gap of 2 s): a slow rank, not one they wait for.
+    slow_steps = [stepping("master-0", 23.8, 20.1, 2.0), stepping("worker-0", 23.9, 20.1, 2.0)]
+    slow = [*slow_steps, stepping("worker-1", 19.6, 20.0, 2.0)]
+    assert not progress.check(JOB, slow, at(1), at(24), started=at(1), one_host=True).hung
+    # The others' beats are stale too: the machine (or this controller) stalled, nobody in particular.
+    stale = [stepping("master-0", 21, 20.1), stepping("worker-0", 21, 20.1), stepping("worker-1", 19.6, 20.0)]
+    assert not progress.check(JOB, stale, at(1), at(24), started=at(1), one_host=True).hung
+    # The silent one is in a named phase (a checkpoint save): that phase's allowance decides.
+    saving = replace(
+        stepping("worker-1", 19.6, 20.0),
+        progress=Progress(
+            at(20), 50, alive_at=at(19.6), longest_gap=0.1, gaps_seen=40, section="checkpoint", section_since=at(19.5)
+        ),
+    )
+    waiting = [stepping("master-0", 23.8, 20.1), stepping("worker-0", 23.9, 20.1)]
+    assert not progress.check(JOB, [*waiting, saving], at(1), at(24), started=at(1), one_host=True).hung
+    # Any liveness annotation is the user's word: the quick rule steps aside.
+    patient = make_job("j").master().workers(2).annotate(**{"torchjob.io/liveness-deadline-seconds": "20"}).build()
+    group = [*waiting, stepping("worker-1", 19.6, 20.0)]
+    assert not progress.check(patient, group, at(1), at(24), started=at(1), one_host=True).hung
 
 
 def test_stale_beats_and_a_whole_silent_group_are_not_a_liveness_verdict() -> None:

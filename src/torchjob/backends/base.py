@@ -23,6 +23,10 @@ class Backend(Protocol):
     # Whether torchjob.train's progress reports reach the controller (heartbeat files locally; an operator
     # started with a report address on a cluster). Without them a progress deadline cannot be enforced.
     reports_progress: bool
+    # Whether every replica runs on the controller's own machine (local processes): a silent one is then never a
+    # lost host, and a frozen process may be named as soon as its peers are seen waiting for it. On a cluster a
+    # silent replica may be its vanished node, which the node-loss witnesses name (not counted, unlike a hang).
+    one_host: bool
 
     def observe(self, job: PyTorchJob) -> Observed:
         """The job's replicas as they are now, of every attempt that still has one, and its store."""

@@ -42,6 +42,7 @@ def reconcile_once(job: PyTorchJob, backend: Backend, clock: Clock) -> PassResul
         reaches_rdzv_host=backend.reaches_rdzv_host,
         repairs_in_place=backend.repairs_in_place,
         reports_progress=backend.reports_progress,
+        one_host=backend.one_host,
         published_membership=seen.published_membership,
     )
     backend.execute(job, result.actions)

@@ -28,6 +28,7 @@ class Helpers:
     reports_progress: bool  # the platform hears torchjob.train's progress reports
     in_place: bool  # the group is repaired in place (torchjob.train.inplace) on this platform
     regroups: bool  # an elastic group under in-place repair: policies/regroup decides its membership
+    one_host: bool = False  # every replica runs on the controller's machine (progress.check's quick rule)
 
     @staticmethod
     def decide(
@@ -37,6 +38,7 @@ class Helpers:
         reaches_rdzv_host: bool,
         repairs_in_place: bool,
         reports_progress: bool,
+        one_host: bool = False,
     ) -> Helpers:
         """What the job needs beside its replicas on a platform that can do what the flags say (see ``plan``)."""
         in_place = repairs_in_place and envs.in_place(job)
@@ -50,6 +52,7 @@ class Helpers:
             reports_progress=reports_progress,
             in_place=in_place,
             regroups=regroup.applies(job, repairs_in_place),
+            one_host=one_host,
         )
 
 

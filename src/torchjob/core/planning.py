@@ -51,6 +51,7 @@ def plan(
     reaches_rdzv_host: bool = True,
     repairs_in_place: bool = False,
     reports_progress: bool = True,
+    one_host: bool = False,
     published_membership: tuple[int, int] | None = None,
 ) -> Plan:
     """Decide what to do next for ``job`` given its ``observed`` replicas at time ``now``.
@@ -58,11 +59,14 @@ def plan(
     ``store_running``: the job's rendezvous store runs; ``spares``: its warm spares. What the platform can do:
     ``reaches_rdzv_host``, reach a ``rdzvHost`` the job names (a cluster can resolve it, a laptop cannot, so
     locally torchjob hosts the store); ``repairs_in_place``, replace a lost member with a spare;
-    ``reports_progress``, hear torchjob.train's progress reports (without them no hang can be detected).
+    ``reports_progress``, hear torchjob.train's progress reports (without them no hang can be detected);
+    ``one_host``, run every replica on its own machine (no replica's silence is a lost host).
     ``published_membership``: the (attempt, generation) of the membership the group can read now; when the
     status keeps another one (an operator restarted, or a new leader took over), it is published again.
     """
-    helpers = Helpers.decide(job, store_running, spares, reaches_rdzv_host, repairs_in_place, reports_progress)
+    helpers = Helpers.decide(
+        job, store_running, spares, reaches_rdzv_host, repairs_in_place, reports_progress, one_host
+    )
     # A replica lost with its node is a failure before any policy looks (the group's restart, its repair).
     declared = node_loss.declare_lost(job, list(observed), now, helpers.reports_progress)
     planner = _Planner(job, declared, now, helpers)
@@ -123,7 +127,9 @@ class _Planner(PassState):
         generation = group.generation if group is not None and group.attempt == self.status.attempt else 0
         heard = self.helpers.reports_progress
         regrouped = attempts.restarted_by_regroup(self.status)
-        hang = progress.check(self.job, current, since, self.now, heard, started, learned, generation, regrouped)
+        hang = progress.check(
+            self.job, current, since, self.now, heard, started, learned, generation, regrouped, self.helpers.one_host
+        )
         if hang.hung:
             self._on_hang(hang)
             return

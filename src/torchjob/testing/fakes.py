@@ -58,6 +58,7 @@ class FakeBackend(Backend):
     reaches_rdzv_host: bool = True
     repairs_in_place: bool = False
     reports_progress: bool = True
+    one_host: bool = False
     replicas: dict[tuple[str, int], ReplicaObservation] = field(default_factory=dict)
     store_running: bool = False
     executed: list[Action] = field(default_factory=list)

@@ -127,6 +127,8 @@ class KubernetesBackend(Backend):
         ready = [s for s in spares if s is not None]
         return Observed(seen, store_running=store_running, spares=ready, published_membership=published)
 
+    one_host = False  # Pods run on nodes that can vanish: the node-loss witnesses name a silent one's fate
+
     @property
     def reports_progress(self) -> bool:  # type: ignore[override]
         return self.reports is not None and self.report_url is not None

@@ -64,6 +64,7 @@ class LocalBackend(Backend):
     repairs_in_place = True
     # torchjob.train writes its progress reports to heartbeat files this backend reads.
     reports_progress = True
+    one_host = True
 
     def __init__(
         self,

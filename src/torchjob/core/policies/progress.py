@@ -21,6 +21,12 @@ beats is named within seconds, by a liveness deadline of its own (``torchjob.io/
 training count, so a process of an earlier attempt, or the lost member a spare replaced, is never taken for a
 silent one. "Nobody progresses but everyone is alive" (a deadlock) is the progress deadline's job.
 
+Where every replica runs on the controller's machine (locally: no silence there is a lost host), two witnesses
+find it sooner, under the default liveness deadline only: the process has missed its beats for
+``WAITED_ON_SILENCE`` seconds, and every other process beats but has not stepped for ``WAITING_FACTOR`` times its
+own longest step gap (at least ``WAITING_FLOOR``): they wait for it, blocked in a collective. A process that is
+merely slow keeps beating, and one in a named phase (a checkpoint save) is left to that phase's allowance.
+
 Where the platform cannot hear the reports (an operator started without a report address), silence proves
 nothing: the deadline is not enforced, and the job is told so once, in an event, rather than killed.
 """
@@ -37,6 +43,13 @@ from torchjob.core.observed import Phase, ReplicaObservation
 from torchjob.core.policies import learned as learned_deadlines
 from torchjob.core.policies import silent_member
 from torchjob.core.times import later
+
+# The waited-on rule (above): the silence, the others' wait against their longest step gap, and how fresh their
+# beats must be (beats come every second; a loaded machine's are late by a second at times).
+WAITED_ON_SILENCE = 3.5
+WAITING_FACTOR = 3.0
+WAITING_FLOOR = 2.0
+FRESH_BEAT = 2.5
 
 
 @dataclass(frozen=True)
@@ -75,12 +88,15 @@ def check(
     learned: LearnedDeadlines | None = None,
     generation: int = 0,
     regrouped: bool = False,
+    one_host: bool = False,
 ) -> HangVerdict:
     """``since``: when the group last started training (its attempt's start, or its last repair in place);
     ``started``: when the group last started up (before any rank's step after it, it is starting up);
     ``learned``: the deadlines learned from the job's own steps (``policies/learned.py``); ``generation``: the
     in-place group's current generation (``policies/silent_member.py``); ``regrouped``: ``started`` is an
-    elastic membership change, after which start-up lasts until every member has stepped (below)."""
+    elastic membership change, after which start-up lasts until every member has stepped (below); ``one_host``:
+    every replica runs on this machine, where the waited-on rule applies (a cluster's silent replica may be its
+    lost node, ``policies/node_loss.py``)."""
     running = [o for o in current if o.phase is Phase.RUNNING and not o.stopping]
     if since is None or not running or not reports_heard:
         return HangVerdict(False)
@@ -89,8 +105,10 @@ def check(
         said = suspect.member.heard_at if suspect.member is not None else None
         return HangVerdict(True, silent_member.describe(suspect, generation, now), culprit=suspect, began_at=said)
     restarting = regrouped and started is not None and not _all_stepped_since(current, started)
-    verdict = _silent_while_others_beat(job, running, since, now) or _progress(
-        job, running, since, now, started, learned, restarting
+    verdict = (
+        (_waited_on(job, running, since, now) if one_host else None)
+        or _silent_while_others_beat(job, running, since, now)
+        or _progress(job, running, since, now, started, learned, restarting)
     )
     if verdict.hung or confirm_at is None:
         return verdict
@@ -197,6 +215,45 @@ def _silent_while_others_beat(
         f"deadline {allowed:g}s); {culprit.replica} stopped responding, the others wait for it"
     )
     return HangVerdict(True, message, culprit=culprit, began_at=last)
+
+
+def _waited_on(
+    job: PyTorchJob, running: list[ReplicaObservation], since: datetime, now: datetime
+) -> HangVerdict | None:
+    """The one process silent for ``WAITED_ON_SILENCE`` while every other beats and waits in its step far past
+    its longest step gap; only under the default liveness deadline, and only where every process has beaten
+    since ``since`` and said how long its steps take."""
+    if job.annotation(extensions.LIVENESS_DEADLINE) or len(running) < 2:
+        return None
+    reports = [o.progress for o in running]
+    if any(p is None or p.alive_at is None or p.alive_at <= since or p.exiting for p in reports):
+        return None
+
+    def silence(o: ReplicaObservation) -> float:
+        assert o.progress is not None and o.progress.alive_at is not None
+        return (now - o.progress.alive_at).total_seconds()
+
+    def waits(o: ReplicaObservation) -> bool:
+        p = o.progress
+        assert p is not None
+        if p.longest_gap is None or p.gaps_seen < 1:
+            return False
+        stuck = (now - max(p.at, since)).total_seconds()
+        return silence(o) <= FRESH_BEAT and stuck > max(WAITING_FACTOR * p.longest_gap, WAITING_FLOOR)
+
+    quiet = [o for o in running if silence(o) > WAITED_ON_SILENCE]
+    if len(quiet) != 1 or quiet[0].progress is None or quiet[0].progress.section is not None:
+        return None
+    culprit = quiet[0]
+    if not all(waits(o) for o in running if o is not culprit):
+        return None
+    assert culprit.progress is not None
+    message = (
+        f"Hung: {culprit.replica} stopped beating while the others beat (silent for {silence(culprit):.1f}s; "
+        "the others wait in their step, far past their longest step gap); "
+        f"{culprit.replica} stopped responding, the others wait for it"
+    )
+    return HangVerdict(True, message, culprit=culprit, began_at=culprit.progress.alive_at)
 
 
 def _starting_up(job: PyTorchJob, started: datetime, now: datetime) -> HangVerdict:
