@@ -30,9 +30,10 @@ from torchjob.api import extensions
 from torchjob.api.types import DEFAULT_CONTAINER_NAME, PyTorchJob
 from torchjob.backends.kubernetes import observing
 from torchjob.backends.kubernetes.report_board import ReportBoard
-from torchjob.core import envs, replicas
+from torchjob.core import replicas
 from torchjob.core.envs import Addressing, replica_env
 from torchjob.core.observed import Phase, ReplicaObservation
+from torchjob.core.policies import warm_starts
 from torchjob.core.replicas import ReplicaId
 from torchjob.launch.entry import POD_COLD_START, WarmEntry, python_entry
 
@@ -51,9 +52,7 @@ _PYTHON = re.compile(r"python(3(\.\d+)?)?")
 
 
 def applies(job: PyTorchJob) -> bool:
-    return (
-        job.annotation(extensions.WARM_START) == "true" and job.spec.elastic_policy is None and not envs.in_place(job)
-    )
+    return warm_starts.pods(job)
 
 
 def with_launcher(spec: dict[str, Any], job: PyTorchJob) -> dict[str, Any]:

@@ -28,6 +28,7 @@ from torchjob.api import extensions
 from torchjob.api.types import PyTorchJob
 from torchjob.backends.local import processes
 from torchjob.backends.local.processes import Identity
+from torchjob.core.policies import warm_starts
 from torchjob.launch import preload as preloading
 from torchjob.launch import preload_scan, proctitle
 from torchjob.launch.entry import WarmEntry
@@ -46,7 +47,7 @@ def preload(job: PyTorchJob) -> list[str]:
 
 def for_job(job: PyTorchJob, job_uid: str, log_path: Path) -> WarmInterpreter | None:
     """The job's warm interpreter (started on first use), or None when the job opts out of warm starts."""
-    if job.annotation(extensions.WARM_START) == "false":
+    if not warm_starts.local_processes(job):
         return None
     return WarmInterpreter(job_uid, preload(job), log_path)
 
