@@ -3,7 +3,8 @@
 - ``init`` joins the process group from whatever launched the script (torchjob, Kubeflow, torchrun, an
   Indexed Job, or nothing) and returns a ``DistContext``;
 - ``BatchPlan`` and ``shard`` split data across ranks with a stated batch-size scaling;
-- ``wrap`` puts the model in DDP, and ``SyncCheck`` proves ranks really hold the same parameters;
+- ``wrap`` puts the model in DDP, ``shard_model`` shards it (FSDP2, or HSDP with ``replicas``), and ``SyncCheck``
+  proves ranks really hold the same parameters;
 - ``Checkpointer`` saves and resumes (atomic, checksummed, keep-last-K, async, S3 via fsspec, SIGTERM);
 - ``section("evaluation")`` marks a phase that is not a step (checkpoints mark theirs): hang detection gives it
   its own allowance;
@@ -22,6 +23,7 @@ from torchjob.train.checkpoint import Checkpointer, CheckpointError
 from torchjob.train.context import DistContext
 from torchjob.train.ddp import OutOfSyncError, SyncCheck, wrap
 from torchjob.train.env import LaunchEnvError, LaunchInfo, detect_launch
+from torchjob.train.fsdp import ShardingError, shard_model
 from torchjob.train.init import BackendUnavailable, available_backends, init, shutdown
 from torchjob.train.metrics import MetricsLogger
 from torchjob.train.sharding import BatchPlan, ResumableSampler, shard
@@ -37,12 +39,14 @@ __all__ = [
     "MetricsLogger",
     "OutOfSyncError",
     "ResumableSampler",
+    "ShardingError",
     "SyncCheck",
     "available_backends",
     "detect_launch",
     "init",
     "section",
     "shard",
+    "shard_model",
     "shutdown",
     "wrap",
 ]

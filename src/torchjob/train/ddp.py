@@ -1,9 +1,9 @@
 """Wrapping a model in DDP, and proving the ranks really train one model.
 
-The classic silent bug: a model never wrapped in DistributedDataParallel trains N separate models — each
-rank on its own shard — and nothing fails. ``SyncCheck`` gathers a cheap checksum of the parameters
-from every rank after the first optimizer step (and every N steps if asked) and raises
-``OutOfSyncError`` when they differ.
+The classic silent bug: a model never wrapped in DistributedDataParallel (or sharded: ``torchjob.train.fsdp``)
+trains N separate models — each rank on its own shard of the data — and nothing fails. ``SyncCheck`` gathers a
+cheap checksum of the parameters from every rank after the first optimizer step (and every N steps if asked) and
+raises ``OutOfSyncError`` when they differ.
 """
 
 from __future__ import annotations
@@ -30,10 +30,15 @@ def wrap(model: nn.Module, ctx: DistContext, **ddp_options: Any) -> DistributedD
 
 
 def checksum(model: nn.Module) -> torch.Tensor:
-    """Two numbers per model: the sum of all parameters, and a position-weighted sum (catches swaps)."""
+    """Two numbers per model: the sum of all parameters, and a position-weighted sum (catches swaps). A sharded
+    parameter (a DTensor: ``torchjob.train.fsdp``) counts whole, gathered from its shards (a collective: every
+    rank calls this), so that HSDP's replica groups, which must hold the same model, are compared."""
+    from torch.distributed.tensor import DTensor
+
     total = torch.zeros(2, dtype=torch.float64)
     for i, param in enumerate(model.parameters(), start=1):
-        values = param.detach().to(dtype=torch.float64, device="cpu")
+        whole = param.full_tensor() if isinstance(param, DTensor) else param
+        values = whole.detach().to(dtype=torch.float64, device="cpu")
         s = values.sum()
         total[0] += s
         total[1] += s * i + (values.flatten()[:: max(1, values.numel() // 64)] * i).sum()
@@ -67,6 +72,7 @@ class SyncCheck:
             values = ", ".join(f"rank {r}: {float(v[0]):.6g}" for r, v in enumerate(gathered))
             raise OutOfSyncError(
                 f"model parameters differ across ranks after step {step} ({values}): each rank is training its "
-                "own copy of the model. Wrap it with torchjob.train.wrap() (DistributedDataParallel) so "
-                "gradients are averaged, and build the optimizer from the wrapped model's parameters."
+                "own copy of the model. Wrap it with torchjob.train.wrap() (DistributedDataParallel) or shard it "
+                "with torchjob.train.shard_model() (FSDP2) so gradients are averaged, and build the optimizer from "
+                "the wrapped model's parameters."
             )

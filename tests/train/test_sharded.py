@@ -1,0 +1,67 @@
+"""Sharded models (FSDP2, HSDP) and their DCP checkpoints, in real gloo groups of processes: a checkpoint loads
+into another number of ranks and training goes on exactly where it would have; a save that never committed is
+never loaded; asynchronous saves; an object store (a real S3 server)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from tests.train.conftest import spawn_ranks
+
+
+def _run(world: int, *args: str, env: dict[str, str] | None = None) -> tuple[str, str]:
+    results = spawn_ranks("sharded.py", world, *args, env=env)
+    assert [r.returncode for r in results] == [0] * world, results[0].stdout[-3000:]
+    found = re.search(r"CHECKSUM (\S+ \S+) steps (\[.*\])", results[0].stdout)
+    assert found is not None, results[0].stdout[-3000:]
+    return found[1], found[2]
+
+
+def test_an_fsdp_checkpoint_of_4_ranks_resumes_on_3_where_the_4_would_have_gone(tmp_path: Path) -> None:
+    ckpt = str(tmp_path / "ckpt")
+    went_on, steps = _run(4, "--ckpt", ckpt, "--steps", "5", "--after", "2")
+    assert steps == "[5]"
+    assert sorted(p.name for p in (tmp_path / "ckpt").iterdir()) == ["step-000000000005", "step-000000000005.json"]
+    resumed, _ = _run(3, "--ckpt", ckpt, "--load", "--after", "2")
+    assert resumed == went_on  # the model and Adam's moments came back, resharded from 4 ranks to 3
+
+
+def test_hsdp_replicas_hold_one_model_and_a_bad_layout_is_one_clear_error(tmp_path: Path) -> None:
+    _run(4, "--ckpt", str(tmp_path / "hsdp"), "--replicas", "2")  # SyncCheck compares the two replica groups
+    results = spawn_ranks("sharded.py", 4, "--ckpt", str(tmp_path / "bad"), "--replicas", "3")
+    assert [r.returncode for r in results] == [4] * 4
+    assert "replicas=3: HSDP needs a number of replica groups that divides the world size (4)" in results[0].stdout
+
+
+def test_a_save_that_never_committed_is_never_loaded_and_is_pruned(tmp_path: Path) -> None:
+    ckpt = tmp_path / "ckpt"
+    _run(2, "--ckpt", str(ckpt), "--steps", "3")
+    # A save killed half-way: its shards, no DCP metadata, no manifest.
+    (ckpt / "step-000000000004").mkdir()
+    (ckpt / "step-000000000004" / "__0_0.distcp").write_bytes(b"half")
+    results = spawn_ranks("sharded.py", 2, "--ckpt", str(ckpt), "--load", "--after", "1")
+    assert [r.returncode for r in results] == [0, 0], results[0].stdout[-3000:]
+    assert "LOADED step 3 saved by 2 ranks" in results[0].stdout
+    _, steps = _run(2, "--ckpt", str(ckpt), "--steps", "6", "--async-save")
+    assert steps == "[3, 6]"
+    assert not (ckpt / "step-000000000004").exists()
+
+
+def test_sharded_checkpoints_on_a_real_s3_server(s3_server: dict[str, str]) -> None:
+    import s3fs
+
+    s3fs.S3FileSystem.clear_instance_cache()
+    s3fs.S3FileSystem(**_client(s3_server)).mkdir("sharded")
+    went_on, steps = _run(2, "--ckpt", "s3://sharded/run", "--steps", "4", "--after", "1", env=s3_server)
+    assert steps == "[4]"
+    resumed, _ = _run(3, "--ckpt", "s3://sharded/run", "--load", "--after", "1", env=s3_server)
+    assert resumed == went_on
+
+
+def _client(env: dict[str, str]) -> dict[str, object]:
+    return {
+        "key": env["AWS_ACCESS_KEY_ID"],
+        "secret": env["AWS_SECRET_ACCESS_KEY"],
+        "client_kwargs": {"endpoint_url": env["AWS_ENDPOINT_URL"]},
+    }
