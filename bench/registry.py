@@ -68,6 +68,9 @@ BENCHMARKS = (
     Benchmark("elastic", LOCAL, "elastic", 5, None, ("torchrun",), 14, "an elastic member lost: in place, torchrun"),
     Benchmark("steady", LOCAL, "steady_state", 4, None, ("torchrun",), 2, "training throughput, controller cost"),
     Benchmark("checkpoint", LOCAL, "checkpoint", 16, None, (), 2, "sync and async checkpoints, 76 MB"),
+    Benchmark(
+        "state", LOCAL, "state", 3, None, (), 6, "a sharded 110M-parameter model's DCP checkpoint: sync against async"
+    ),
     Benchmark("cli", LOCAL, "cli", 7, None, (), 1, "`torchjob list`/`get`/`--help` with 1,000 jobs"),
     Benchmark("refusals", LOCAL, "refusals", 3, None, (), 3, "bad input refused"),
     Benchmark("dashboard", LOCAL, "ui", 5, None, ("chromium",), 2, "the dashboard with 1,000 jobs"),

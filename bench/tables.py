@@ -677,6 +677,25 @@ WIDTH = Table(
     ),
 )
 
+STATE = Table(
+    "state",
+    "Real-size state: a sharded model's checkpoint (4 ranks on 2 cores)",
+    (
+        Row(
+            "training blocked by a DCP checkpoint of the GPT example (110M parameters, FSDP2 over 4 ranks, with "
+            "AdamW's state)",
+            "state",
+            "**{async blocked save:.2f} s** asynchronous, {state size:.2f} GB (committed {async committed save:.1f} s "
+            "after)",
+            "{sync save:.1f} s synchronous",
+            "≤ 0.1× synchronous",
+            lambda cases: over("async blocked save", "sync save")(cases) <= 0.1,
+            ratio=over("async blocked save", "sync save"),
+        ),
+    ),
+    ratios=True,
+)
+
 TABLES = (
     HEADLINE,
     LAUNCH,
@@ -687,6 +706,7 @@ TABLES = (
     ELASTIC,
     STEADY,
     CHECKPOINT,
+    STATE,
     CLI,
     DASHBOARD,
     SCALE_TABLE,
