@@ -37,6 +37,8 @@ REANNOUNCE_SECONDS = 5.0
 
 # One try to connect to the store (store_client).
 STORE_TRY_SECONDS = 3.0
+# How long a kept connection's store has to accept a plain connection before a new one is made (StoreConnection).
+STORE_PING_SECONDS = 1.0
 
 # The store key (under a generation's prefix) that counts the members that arrived to form it.
 _ARRIVALS = "torchjob/arrived"
@@ -81,6 +83,43 @@ def _answers(host: str, port: int, timeout: float) -> bool:
         return False
 
 
+def _resolved(host: str) -> str | None:
+    try:
+        return socket.gethostbyname(host)
+    except OSError:
+        return None
+
+
+class StoreConnection:
+    """This process's one connection to the job's store, kept from one generation to the next.
+
+    A process that holds a second connection while a wide group forms was seen stalling the store's answers for
+    5 s (16 and 32 ranks here, with either of torch's store servers; never with one connection per process), and
+    a new connection per generation is a second one while the last generation's group, failed and not yet
+    collected, still holds its own. So the connection is kept, and made again only where it cannot serve: the
+    store's name now resolves to another address (the store was lost with its node and created again
+    elsewhere), or nothing accepts a connection at its address within ``STORE_PING_SECONDS`` (its node
+    vanished, and the name does not resolve elsewhere yet). The check is a plain socket's, with a timeout of its
+    own: an operation on a kept connection to a vanished host may not time out as asked."""
+
+    def __init__(self) -> None:
+        self._client: Any = None
+        self._address: str | None = None
+
+    def for_generation(self, timeout: timedelta) -> Any:
+        host, _, port = os.environ[worker_files.ENV_STORE].rpartition(":")
+        address = _resolved(host)
+        kept = self._client is not None and address is not None and address == self._address
+        if kept and _answers(address or host, int(port), STORE_PING_SECONDS):
+            return self._client
+        self._client = None  # the old connection goes before the new one is made
+        self._client, self._address = store_client(timeout), _resolved(host)
+        return self._client
+
+
+CONNECTION = StoreConnection()
+
+
 def is_newer(found: Membership | None, attempt: int, generation: int) -> bool:
     """Whether ``found`` is a membership of ``attempt`` with a generation above ``generation``."""
     return found is not None and found["attempt"] == attempt and found["generation"] > generation
@@ -115,9 +154,9 @@ def init_generation(
     backend: str, attempt: int, generation: int, rank: int, world: int, timeout: timedelta, client: Any = None
 ) -> None:
     """Join one generation of the attempt's group at the store torchjob hosts, under its own prefix, through
-    ``client`` (a new ``store_client`` where not given)."""
+    ``client`` (this process's kept connection where not given)."""
     prefix = worker_files.group_prefix(attempt, generation)
-    store = dist.PrefixStore(prefix, client if client is not None else store_client(timeout))  # type: ignore[attr-defined]
+    store = dist.PrefixStore(prefix, client if client is not None else CONNECTION.for_generation(timeout))  # type: ignore[attr-defined]
     dist.init_process_group(backend, store=store, rank=rank, world_size=world, timeout=timeout)
 
 
@@ -165,10 +204,8 @@ def join_next(
         found_at = time.time()
         if replica not in found["members"] or (replaced_by_joiner and replica in found["joined"]):
             return None
-        # One connection for the barrier and the group: two at once per member were seen stalling a wide
-        # group's forming at the store for 5 s. A new one each generation: the store may have been lost with
-        # its node and created again elsewhere, and a kept connection to a vanished node answers nothing.
-        client = store_client(timeout)
+        # One connection for the barrier and the group, kept across generations (StoreConnection).
+        client = CONNECTION.for_generation(timeout)
         if everyone_arrived(talk, found, client, timeout):
             rank, world = found["members"].index(replica), len(found["members"])
             init_generation(backend, attempt, found["generation"], rank, world, timeout, client)

@@ -62,6 +62,7 @@ class MetricsLogger:
         self._seconds_per_step: float | None = None
         self._gaps = sections.StepGaps()
         self._stop = threading.Event()
+        self._wake = threading.Event()  # the first step is written at once, not at the writer's next tick
         autoreport.stand_down()  # this logger reports the process's steps itself
         self._writer = threading.Thread(target=self._write_heartbeats, name="torchjob-heartbeat", daemon=True)
         self._writer.start()
@@ -105,6 +106,10 @@ class MetricsLogger:
             self._seconds_per_step = period if smoothed is None else 0.8 * smoothed + 0.2 * period
         if previous is None or step > previous[worker_files.REPORT_STEP]:
             self._gaps.on_step()
+        if previous is None:
+            # A process frozen in its first second must have beaten once: a process that never reported is
+            # compared with nobody, and a frozen one would then be found only by the progress deadline.
+            self._wake.set()
         self._latest = {
             worker_files.REPORT_STEP: step,
             worker_files.REPORT_TIME: now,
@@ -117,13 +122,18 @@ class MetricsLogger:
 
     def close(self) -> None:
         self._stop.set()
+        self._wake.set()
         self._writer.join()
         self._file.close()
         if self._scalars is not None:
             self._scalars.close()
 
     def _write_heartbeats(self) -> None:
-        while not self._stop.wait(self.heartbeat_seconds):
+        while not self._stop.is_set():
+            self._wake.wait(self.heartbeat_seconds)
+            self._wake.clear()
+            if self._stop.is_set():
+                break
             self._flush_heartbeat()
         self._flush_heartbeat(exiting=True)  # closed: the process's silence from now on is its own doing
 
