@@ -91,9 +91,12 @@ class ShardedCheckpointer:
                     process_group=self._group,
                     no_dist=not self.ctx.distributed,
                 )
-                future: Future[Any] = response if isinstance(response, Future) else response.upload_completion
-                self._pending, self._pending_step = future, step
-                future.add_done_callback(lambda done: self._finish(done, manifest))
+                written: Future[Any] = response if isinstance(response, Future) else response.upload_completion
+                # What wait() waits for is the commit, not only DCP's writes: a future's waiters wake before its
+                # callbacks run, so waiting on the writes alone could return before the manifest exists.
+                committed: Future[None] = Future()
+                self._pending, self._pending_step = committed, step
+                written.add_done_callback(lambda done: self._finish(done, manifest, committed))
                 return
             dcp_save(state, storage_writer=self._writer(folder), no_dist=not self.ctx.distributed)
         self._commit(manifest)
@@ -108,9 +111,17 @@ class ShardedCheckpointer:
         except Exception as err:
             raise ShardedCheckpointError(f"the checkpoint of step {self._pending_step} failed: {err}") from err
 
-    def _finish(self, done: Future[Any], manifest: dict[str, Any]) -> None:
-        if done.exception() is None:
-            self._commit(manifest)
+    def _finish(self, written: Future[Any], manifest: dict[str, Any], committed: Future[None]) -> None:
+        failed = written.exception()
+        if failed is None:
+            try:
+                self._commit(manifest)
+            except Exception as err:  # noqa: BLE001 - handed to wait(), which raises it in the training thread
+                failed = err
+        if failed is None:
+            committed.set_result(None)
+        else:
+            committed.set_exception(failed)
 
     def _commit(self, manifest: dict[str, Any]) -> None:
         """Rank 0 writes the manifest once DCP's metadata is there (every rank's shards are then written), then
