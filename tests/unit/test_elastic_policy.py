@@ -138,7 +138,7 @@ def test_after_a_membership_change_the_group_starts_up_again_and_is_not_judged_b
     start-up allowance bounds the wait, however long ago the last step was."""
     from dataclasses import replace
 
-    from torchjob.core.heard import Progress
+    from torchjob.core.reported import Progress
 
     job = make_job("el").workers(3).elastic(minReplicas=2, maxReplicas=4)
     job = started(job.annotate(**{"torchjob.io/progress-deadline-seconds": "30"}).build())

@@ -6,7 +6,7 @@ import sys
 from pathlib import Path
 
 import torchjob
-from tests.conftest import ROOT
+from tests.support.paths import ROOT
 
 
 def test_this_checkout_is_what_runs() -> None:

@@ -13,7 +13,7 @@ from torchjob.api.types import PyTorchJob, ReplicaType
 from torchjob.backends.kubernetes.crd import crd_manifest, elasticjob_crd_manifest
 from torchjob.backends.kubernetes.mapping import pod_manifest, service_manifest
 from torchjob.backends.kubernetes.observing import node_in_doubt, node_lost, observe_pod, silent_node
-from torchjob.core.observed import Phase, SilentNode
+from torchjob.core.observed import Observed, Phase, Platform, SilentNode
 from torchjob.core.replicas import ReplicaId
 from torchjob.testing import make_job
 
@@ -252,7 +252,9 @@ def test_elastic_c10d_jobs_meet_at_torchjobs_store_pod_unless_they_name_a_host()
 
     def at_store(job: PyTorchJob) -> set[bool]:
         """The planner's decision, as it tells a cluster backend (which reaches a host the job names)."""
-        actions = plan(job, [], datetime(2026, 1, 1, tzinfo=timezone.utc), reaches_rdzv_host=True).actions
+        actions = plan(
+            job, Observed([]), Platform(reaches_rdzv_host=True), datetime(2026, 1, 1, tzinfo=timezone.utc)
+        ).actions
         return {a.rendezvous_at_store for a in actions if isinstance(a, CreateReplica)}
 
     job = make_job("el").workers(2).elastic(minReplicas=1, maxReplicas=3).build()

@@ -126,7 +126,7 @@ def test_the_node_of_a_replica_never_heard_is_looked_at_once_the_jobs_other_repl
 
     from torchjob.backends.kubernetes.nodes import NodeReader
     from torchjob.core import replicas
-    from torchjob.core.heard import Progress
+    from torchjob.core.reported import Progress
 
     now = datetime.now(timezone.utc)
     renewed = (now - timedelta(seconds=30)).isoformat()
@@ -164,7 +164,7 @@ def test_the_node_of_an_in_place_member_that_missed_two_announcements_is_looked_
     from datetime import timedelta
 
     from torchjob.backends.kubernetes.nodes import NodeReader
-    from torchjob.core.heard import MemberAnnouncement, Progress
+    from torchjob.core.reported import MemberAnnouncement, Progress
 
     now = datetime.now(timezone.utc)
     read: list[str] = []
@@ -260,9 +260,9 @@ def test_a_node_found_silent_by_the_probe_is_kept_off_until_its_kubelet_renews_i
     assert "n2" not in reader.avoided
 
 
-def test_what_would_hold_a_job_up_for_good_is_removed_by_force_before_it_is_observed() -> None:
+def test_what_would_hold_a_job_up_for_good_is_observed_as_stuck_and_stuck_helpers_are_left_out() -> None:
     from torchjob.backends.kubernetes.nodes import KEPT_OFF
-    from torchjob.backends.kubernetes.stuck_pods import clear_the_way
+    from torchjob.backends.kubernetes.stuck_pods import find_stuck
 
     def pod(name: str, node: str, role: str | None = None, **extra: Any) -> dict[str, Any]:
         labels = {"torchjob.io/role": role} if role else {}
@@ -274,9 +274,12 @@ def test_what_would_hold_a_job_up_for_good_is_removed_by_force_before_it_is_obse
     spare = pod("job-spare-0-0", "", "spare", annotations={KEPT_OFF: "n2"})  # kept off n2, which reports again
     spare["status"] = {"phase": "Pending", "conditions": [{"type": "PodScheduled", "reason": "Unschedulable"}]}
     going = pod("job-worker-1", "n3", deletionTimestamp="2026-01-01T00:00:00Z")  # deleted, its kubelet gone
-    removed: list[str] = []
-    left = clear_the_way([replica, store, spare, going], silent, silent, "job-rdzv", removed.append)
-    assert sorted(removed) == ["job-rdzv", "job-spare-0-0", "job-worker-1"]
-    assert left == [replica, going]  # the one being deleted is still observed (stopping) until it is gone
-    # A replica on a silent node stays: the planner decides about replicas (node_loss), never this.
-    assert clear_the_way([pod("job-master-0", "n3")], silent, silent, "job-rdzv", removed.append) != []
+    stuck, left = find_stuck([replica, store, spare, going], silent, silent, "job-rdzv")
+    assert sorted((s.name, s.left_out) for s in stuck) == [
+        ("job-rdzv", True),
+        ("job-spare-0-0", True),
+        ("job-worker-1", False),  # the one being deleted is still observed (stopping) until it is gone
+    ]
+    assert left == [replica, going]
+    # A replica on a silent node is no stuck Pod: the planner decides about replicas (node_loss).
+    assert find_stuck([pod("job-master-0", "n3")], silent, silent, "job-rdzv") == ([], [pod("job-master-0", "n3")])

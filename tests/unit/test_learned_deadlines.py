@@ -9,10 +9,10 @@ from datetime import datetime, timedelta, timezone
 from torchjob.api.types import LearnedDeadlines
 from torchjob.cli.get import summary
 from torchjob.core.actions import Plan
-from torchjob.core.heard import Progress
-from torchjob.core.observed import ReplicaObservation
+from torchjob.core.observed import Observed, Platform, ReplicaObservation
 from torchjob.core.planning import plan
 from torchjob.core.policies import learned, progress
+from torchjob.core.reported import Progress
 from torchjob.testing import make_job, running
 
 T0 = datetime(2026, 11, 25, 12, 0, tzinfo=timezone.utc)
@@ -100,7 +100,7 @@ def test_after_a_membership_change_start_up_lasts_until_every_member_has_stepped
 
 
 def _pass(job: object, observed: list[ReplicaObservation], now: datetime) -> tuple[object, Plan]:
-    result = plan(job, observed, now)  # type: ignore[arg-type]
+    result = plan(job, Observed(observed), Platform(), now)  # type: ignore[arg-type]
     return job.model_copy(update={"status": result.status}), result  # type: ignore[attr-defined]
 
 

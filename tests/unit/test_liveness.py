@@ -6,9 +6,9 @@ from __future__ import annotations
 from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 
-from torchjob.core.heard import Progress
 from torchjob.core.observed import ReplicaObservation
 from torchjob.core.policies import progress
+from torchjob.core.reported import Progress
 from torchjob.testing import make_job, running
 
 T0 = datetime(2026, 11, 25, 12, 0, tzinfo=timezone.utc)

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import DATA
 from tests.support.corpus import INVALID_CORPUS, corpus_case
+from tests.support.paths import DATA
 from torchjob.api.errors import JobFileError, ValidationError
 from torchjob.api.loading import load_job, load_job_file, parse_job_text
 from torchjob.api.types import ReplicaType, RestartPolicy

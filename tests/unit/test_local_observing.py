@@ -11,9 +11,9 @@ import pytest
 from torchjob.api.types import ReplicaType
 from torchjob.backends.local.observing import observe_process, preemption_onset, slowest
 from torchjob.backends.local.shim import ExitRecord
-from torchjob.core.heard import Progress
 from torchjob.core.observed import Phase, PlatformReason
 from torchjob.core.replicas import ReplicaId
+from torchjob.core.reported import Progress
 
 WORKER = ReplicaId(ReplicaType.WORKER, 1)
 T = 1_800_000_000.0

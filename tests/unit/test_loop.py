@@ -5,8 +5,8 @@ from __future__ import annotations
 from datetime import timedelta
 
 from torchjob.api.types import ConditionType
+from torchjob.controller.local_driver import run_until_done
 from torchjob.controller.loop import ACTED_REQUEUE, PassResult, reconcile_once
-from torchjob.controller.supervise import run_until_done
 from torchjob.core import conditions
 from torchjob.core.actions import CreateRendezvousStore, CreateReplica, DeleteRendezvousStore, DeleteReplica
 from torchjob.core.times import timestamp

@@ -7,11 +7,19 @@ from datetime import datetime, timedelta, timezone
 
 from torchjob.api.types import TrainerMetric, TrainerStatus
 from torchjob.core.actions import CreateReplica, DeleteReplica
-from torchjob.core.heard import Progress
-from torchjob.core.observed import Phase, PlatformReason, ReplicaObservation, SilentNode, SpareObservation
+from torchjob.core.observed import (
+    Observed,
+    Phase,
+    Platform,
+    PlatformReason,
+    ReplicaObservation,
+    SilentNode,
+    SpareObservation,
+)
 from torchjob.core.planning import plan
 from torchjob.core.policies import repair
 from torchjob.core.policies.node_loss import declare_lost, look_again_at
+from torchjob.core.reported import Progress
 from torchjob.testing import make_job, running
 
 T0 = datetime(2026, 11, 25, 12, 0, 0, tzinfo=timezone.utc)
@@ -89,10 +97,14 @@ def test_a_node_that_never_stopped_reporting_loses_nobody() -> None:
 def test_the_planner_restarts_the_group_and_removes_every_pod_by_force() -> None:
     # The lost Pod has no kubelet to confirm its stop; the survivors wait in a collective that will not end, and
     # a graceful stop would only keep their names (the next attempt's) taken until their kubelets confirm it.
-    job = JOB.model_copy(update={"status": plan(JOB, [], T0).status})
+    job = JOB.model_copy(update={"status": plan(JOB, Observed([]), Platform(), T0).status})
     beating = [replace(running(n), progress=Progress(at(19), 12, alive_at=at(19))) for n in ("master-0", "worker-0")]
-    job = job.model_copy(update={"status": plan(job, [*beating, running("worker-1")], at(1)).status})
-    result = plan(job, [*beating, on_silent_node("worker-1", beat=6)], at(20), reports_progress=True)
+    job = job.model_copy(
+        update={"status": plan(job, Observed([*beating, running("worker-1")]), Platform(), at(1)).status}
+    )
+    result = plan(
+        job, Observed([*beating, on_silent_node("worker-1", beat=6)]), Platform(reports_progress=True), at(20)
+    )
     assert result.status.attempts[0].outcome.startswith("worker-1 was lost with its node: node node-b")
     assert (result.status.attempt, result.status.restart_count) == (1, 0)
     stops = {str(a.replica): (a.at_once, a.force) for a in result.actions if isinstance(a, DeleteReplica)}

@@ -10,7 +10,9 @@ from typing import Any, cast
 from lightkube import ApiError
 
 from torchjob.backends.kubernetes.report_board import ReportBoard
-from torchjob.controller.pytorchjobs import PyTorchJobs
+from torchjob.backends.kubernetes.requests import RequestCounter
+from torchjob.controller.clock import SystemClock
+from torchjob.controller.pytorchjobs import PassDeps, PyTorchJobs
 
 GONE = ApiError(status={"code": 404, "message": "not found", "reason": "NotFound"})
 
@@ -21,20 +23,25 @@ class DeletedJobs:
 
 
 def test_the_pass_over_a_deleted_job_marks_the_notices_heard_before_it_began() -> None:
-    board, forgotten = ReportBoard(), []
-    operator = SimpleNamespace(
+    board, forgotten = ReportBoard(), cast(list[tuple[str, str]], [])
+    deps = PassDeps(
+        client=cast(Any, DeletedJobs()),
+        backend=cast(Any, None),  # a deleted job is never reconciled
+        clock=SystemClock(),
+        counter=RequestCounter(),
+        metrics=cast(Any, SimpleNamespace(forget=forgotten.append)),
         reports=board,
-        client=DeletedJobs(),
-        counter=SimpleNamespace(add=lambda _: None),
-        prometheus=SimpleNamespace(forget=forgotten.append),
+        managed_by=(),
+        requeue=lambda _key, _seconds: None,
+        passed=lambda: None,
     )
     before = datetime.now(timezone.utc) - timedelta(seconds=1)
     assert board.notices.heard("team-a", "mnist", "uid-1", before)
     assert board.notices.heard("team-a", "other", "uid-2", before)
-    PyTorchJobs(cast(Any, operator)).reconcile(("team-a", "mnist"))
+    PyTorchJobs(deps).reconcile(("team-a", "mnist"))
     assert forgotten == [("team-a", "mnist")]
     assert board.notices.considered("uid-1") and not board.notices.considered("uid-2")
     # Heard after the pass began: the next pass looks at it.
     assert board.notices.heard("team-a", "mnist", "uid-3", datetime.now(timezone.utc) + timedelta(seconds=5))
-    PyTorchJobs(cast(Any, operator)).reconcile(("team-a", "mnist"))
+    PyTorchJobs(deps).reconcile(("team-a", "mnist"))
     assert not board.notices.considered("uid-3")

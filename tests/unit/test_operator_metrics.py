@@ -9,7 +9,7 @@ from datetime import timedelta
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.conftest import ROOT
+from tests.support.paths import ROOT
 from tests.unit.test_planning import T0, at
 from torchjob.controller.metrics import OperatorMetrics
 from torchjob.core.actions import Cause, Event

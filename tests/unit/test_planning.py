@@ -10,10 +10,10 @@ import pytest
 from torchjob.api.types import ConditionType, PyTorchJob
 from torchjob.core import conditions
 from torchjob.core.actions import CreateReplica, DeleteJob, DeleteReplica, Plan
-from torchjob.core.heard import Progress
-from torchjob.core.observed import ReplicaObservation
+from torchjob.core.observed import Observed, Platform, ReplicaObservation
 from torchjob.core.planning import plan
 from torchjob.core.policies import elastic
+from torchjob.core.reported import Progress
 from torchjob.core.times import timestamp
 from torchjob.testing import failed, make_job, pending, running, succeeded
 
@@ -26,7 +26,7 @@ def at(seconds: float) -> datetime:
 
 def step(job: PyTorchJob, observed: list[ReplicaObservation], now: datetime = T0) -> tuple[PyTorchJob, Plan]:
     # A job that needs torchjob's rendezvous store has it running here (its lifecycle has tests of its own).
-    result = plan(job, observed, now, store_running=elastic.hosts_rendezvous_store(job))
+    result = plan(job, Observed(observed, store_running=elastic.hosts_rendezvous_store(job)), Platform(), now)
     return job.model_copy(update={"status": result.status}), result
 
 
@@ -418,11 +418,11 @@ def test_a_slow_start_is_bounded_by_the_start_up_allowance_never_by_the_progress
 
 def test_where_reports_cannot_be_heard_the_deadline_is_not_enforced_and_the_job_is_told_once() -> None:
     job = make_job("h").workers(1).annotate(**{"torchjob.io/progress-deadline-seconds": "30"}).build()
-    first = plan(job, [], T0, reports_progress=False)
+    first = plan(job, Observed([]), Platform(reports_progress=False), T0)
     assert [(e.type, e.reason) for e in first.events] == [("Warning", "ProgressUnreported")]
     assert "--report-address" in first.events[0].message
     job = job.model_copy(update={"status": first.status})
-    later = plan(job, [running("worker-0")], at(10_000), reports_progress=False)
+    later = plan(job, Observed([running("worker-0")]), Platform(reports_progress=False), at(10_000))
     assert conditions.state(later.status) == "Running" and later.requeue_at is None
     assert not any(e.reason == "ProgressUnreported" for e in later.events)  # once
 

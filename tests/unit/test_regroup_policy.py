@@ -10,19 +10,20 @@ from tests.unit.test_planning import T0, at
 from tests.unit.test_repair_policy import beating, told
 from torchjob.api.types import PyTorchJob
 from torchjob.core.actions import CreateReplica, CreateSpare, DeleteReplica, Plan, ReformGroup, RepairReplica
-from torchjob.core.observed import PlatformReason, ReplicaObservation, SpareObservation
+from torchjob.core.observed import Observed, Platform, PlatformReason, ReplicaObservation, SpareObservation
 from torchjob.core.planning import plan
 from torchjob.core.policies import regroup
 from torchjob.testing import failed, make_job, running, succeeded
 
 WARMING = SpareObservation("spare-0", 0, ready=False)
+SPARES_PLATFORM = Platform(repairs_in_place=True)  # a cluster with report endpoints, or this machine
 READY = replace(WARMING, ready=True)
 
 
 def elastic_job(workers: int = 3, minimum: int = 2, spares: str = "0") -> PyTorchJob:
     builder = make_job("flex").workers(workers).elastic(minReplicas=minimum, maxReplicas=3)
     job = builder.annotate(**{"torchjob.io/spares": spares}).build()
-    started = plan(job, [], T0, store_running=True, repairs_in_place=True)
+    started = plan(job, Observed([], store_running=True), SPARES_PLATFORM, T0)
     return job.model_copy(update={"status": started.status})
 
 
@@ -43,18 +44,15 @@ def served(job: PyTorchJob) -> tuple[int, int] | None:
 def step(job: PyTorchJob, observed: list[ReplicaObservation], spares: Sequence[SpareObservation] = ()) -> Plan:
     return plan(
         job,
-        observed,
+        Observed(observed, store_running=True, spares=list(spares), published_membership=served(job)),
+        SPARES_PLATFORM,
         at(5),
-        store_running=True,
-        spares=list(spares),
-        repairs_in_place=True,
-        published_membership=served(job),
     )
 
 
 def test_an_elastic_group_under_in_place_repair_starts_as_a_group_of_its_target_size() -> None:
     job = elastic_job()
-    result = plan(job, [], T0, repairs_in_place=True)
+    result = plan(job, Observed([]), SPARES_PLATFORM, T0)
     assert [type(a).__name__ for a in result.actions] == ["CreateRendezvousStore", *["CreateReplica"] * 3]
     assert regroup.applies(job, True) and not regroup.applies(job, False)
 
@@ -139,10 +137,10 @@ def test_scaling_changes_the_membership_without_a_restart() -> None:
 def test_a_hung_member_is_stopped_at_once_and_the_others_carry_on_smaller() -> None:
     builder = make_job("flex").workers(3).elastic(minReplicas=2, maxReplicas=3)
     job = builder.annotate(**{"torchjob.io/spares": "0", "torchjob.io/progress-deadline-seconds": "30"}).build()
-    job = job.model_copy(update={"status": plan(job, [], T0, store_running=True, repairs_in_place=True).status})
+    job = job.model_copy(update={"status": plan(job, Observed([], store_running=True), SPARES_PLATFORM, T0).status})
     # Every step stuck since second 10; worker-1 stopped beating then, the others beat until now (second 45).
     hung = [beating("worker-0", 7, 45), beating("worker-1", 7, 11), beating("worker-2", 7, 44)]
-    result = plan(job, hung, at(45), store_running=True, repairs_in_place=True)
+    result = plan(job, Observed(hung, store_running=True), SPARES_PLATFORM, at(45))
     assert result.actions == [
         DeleteReplica(hung[1].replica, 0, "a hung member of the elastic group", at_once=True),
         told(1, ("worker-0", "worker-2")),
@@ -157,11 +155,9 @@ def test_a_hung_member_is_stopped_at_once_and_the_others_carry_on_smaller() -> N
     going = replace(hung[1], stopping=True)
     after = plan(
         smaller,
-        [hung[0], going, hung[2]],
+        Observed([hung[0], going, hung[2]], store_running=True, published_membership=served(smaller)),
+        SPARES_PLATFORM,
         at(46),
-        store_running=True,
-        repairs_in_place=True,
-        published_membership=served(smaller),
     )
     assert after.actions == [CreateSpare(0, rendezvous_at_store=True)]
 
@@ -180,15 +176,13 @@ def test_a_membership_the_backend_no_longer_serves_is_published_again_from_the_s
     smaller = job.model_copy(update={"status": lost_one.status})
     kept = smaller.status.membership
     assert kept is not None
-    restarted = plan(smaller, members("worker-0", "worker-2"), at(6), store_running=True, repairs_in_place=True)
+    restarted = plan(smaller, Observed(members("worker-0", "worker-2"), store_running=True), SPARES_PLATFORM, at(6))
     assert restarted.actions[0] == ReformGroup(kept)
     stale = plan(
         smaller,
-        members("worker-0", "worker-2"),
+        Observed(members("worker-0", "worker-2"), store_running=True, published_membership=(0, kept.generation - 1)),
+        SPARES_PLATFORM,
         at(6),
-        store_running=True,
-        repairs_in_place=True,
-        published_membership=(0, kept.generation - 1),
     )
     assert stale.actions[0] == ReformGroup(kept)
     served_already = step(smaller, members("worker-0", "worker-2"))

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.conftest import DATA, ROOT, run_cli
+from tests.support.cli import run_cli
+from tests.support.paths import DATA, ROOT
 from torchjob.api.errors import ValidationError
 from torchjob.api.loading import load_job_file
 from torchjob.api.types import ReplicaType

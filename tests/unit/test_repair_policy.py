@@ -12,12 +12,13 @@ from torchjob import worker_files
 from torchjob.api.errors import ValidationError
 from torchjob.api.types import ElasticPolicy, GroupMembership, PyTorchJob
 from torchjob.core.actions import CreateReplica, CreateSpare, DeleteReplica, DeleteSpare, ReformGroup, RepairReplica
-from torchjob.core.heard import Progress
-from torchjob.core.observed import PlatformReason, ReplicaObservation, SpareObservation
+from torchjob.core.observed import Observed, Platform, PlatformReason, ReplicaObservation, SpareObservation
 from torchjob.core.planning import plan
 from torchjob.core.policies import repair
+from torchjob.core.reported import Progress
 from torchjob.testing import failed, make_job, running
 
+SPARES_PLATFORM = Platform(repairs_in_place=True)  # a cluster with report endpoints, or this machine
 READY = SpareObservation("spare-0", 0, ready=True)
 
 
@@ -27,7 +28,7 @@ def in_place_job(spares: str = "1", backoff: int = 3) -> PyTorchJob:
 
 
 def started(job: PyTorchJob) -> PyTorchJob:
-    result = plan(job, [], T0, store_running=True, repairs_in_place=True)
+    result = plan(job, Observed([], store_running=True), SPARES_PLATFORM, T0)
     return job.model_copy(update={"status": result.status})
 
 
@@ -50,16 +51,16 @@ def told(
 
 
 def test_spares_start_with_the_group_and_the_store_before_both() -> None:
-    result = plan(in_place_job(spares="2"), [], T0, repairs_in_place=True)
+    result = plan(in_place_job(spares="2"), Observed([]), SPARES_PLATFORM, T0)
     kinds = [type(a).__name__ for a in result.actions]
     assert kinds == ["CreateRendezvousStore", *["CreateReplica"] * 3, "CreateSpare", "CreateSpare"]
     # Where the platform cannot repair in place (a cluster, today), the same job keeps no spares.
-    assert not any(isinstance(a, CreateSpare) for a in plan(in_place_job(), [], T0).actions)
+    assert not any(isinstance(a, CreateSpare) for a in plan(in_place_job(), Observed([]), Platform(), T0).actions)
 
 
 def test_a_lost_member_goes_to_a_ready_spare_and_nothing_else_stops() -> None:
     job = started(in_place_job())
-    result = plan(job, group(), at(5), store_running=True, spares=[READY], repairs_in_place=True)
+    result = plan(job, Observed(group(), store_running=True, spares=[READY]), SPARES_PLATFORM, at(5))
     members = ("master-0", "worker-0", "worker-1")
     assert result.actions == [
         RepairReplica(group()[2].replica, 0, "spare-0"),
@@ -74,7 +75,7 @@ def test_without_a_ready_spare_or_repairable_survivors_the_group_restarts() -> N
     job = started(in_place_job())
     warming = replace(READY, ready=False)
     for observed, spares in ((group(), [warming]), (group(), []), (group(repairable=False), [READY])):
-        result = plan(job, observed, at(5), store_running=True, spares=spares, repairs_in_place=True)
+        result = plan(job, Observed(observed, store_running=True, spares=spares), SPARES_PLATFORM, at(5))
         assert result.status.attempt == 1 and result.status.repairs == 0
         assert any(isinstance(a, DeleteReplica) for a in result.actions)
 
@@ -82,7 +83,7 @@ def test_without_a_ready_spare_or_repairable_survivors_the_group_restarts() -> N
 def test_repairs_and_restarts_share_the_backoff_limit() -> None:
     job = started(in_place_job(backoff=1))
     job = job.model_copy(update={"status": job.status.model_copy(update={"repairs": 1})})
-    result = plan(job, group(), at(5), store_running=True, spares=[READY], repairs_in_place=True)
+    result = plan(job, Observed(group(), store_running=True, spares=[READY]), SPARES_PLATFORM, at(5))
     assert not any(isinstance(a, RepairReplica) for a in result.actions)
     assert result.status.conditions[-1].type.value == "Failed"
 
@@ -91,11 +92,11 @@ def test_two_members_lost_at_once_take_two_spares_or_restart_the_group() -> None
     job = started(in_place_job(spares="2"))
     two = [running("master-0"), failed("worker-0", at=at(4)), failed("worker-1", at=at(4))]
     two = [replace(o, repairable=True) for o in two]
-    one_spare = plan(job, two, at(5), store_running=True, spares=[READY], repairs_in_place=True)
+    one_spare = plan(job, Observed(two, store_running=True, spares=[READY]), SPARES_PLATFORM, at(5))
     assert one_spare.status.attempt == 1 and not any(isinstance(a, RepairReplica) for a in one_spare.actions)
 
     spares = [READY, SpareObservation("spare-1", 0, ready=True)]
-    result = plan(job, two, at(5), store_running=True, spares=spares, repairs_in_place=True)
+    result = plan(job, Observed(two, store_running=True, spares=spares), SPARES_PLATFORM, at(5))
     # One membership for both: the group re-forms once.
     assert result.actions == [
         RepairReplica(two[1].replica, 0, "spare-0"),
@@ -106,7 +107,7 @@ def test_two_members_lost_at_once_take_two_spares_or_restart_the_group() -> None
     assert [e.reason for e in result.events] == ["Repaired", "Repaired"]
     # Both repairs count against backoffLimit: with room for one retry only, the group restarts... and fails.
     tight = started(in_place_job(spares="2", backoff=1))
-    capped = plan(tight, two, at(5), store_running=True, spares=spares, repairs_in_place=True)
+    capped = plan(tight, Observed(two, store_running=True, spares=spares), SPARES_PLATFORM, at(5))
     assert not any(isinstance(a, RepairReplica) for a in capped.actions)
 
 
@@ -145,7 +146,7 @@ def test_spares_of_an_ended_attempt_go_and_the_new_attempt_gets_its_own() -> Non
     job = started(in_place_job())
     job = job.model_copy(update={"status": job.status.model_copy(update={"attempt": 1})})
     old = SpareObservation("spare-0", 0, ready=True)
-    result = plan(job, [], at(9), store_running=True, spares=[old], repairs_in_place=True)
+    result = plan(job, Observed([], store_running=True, spares=[old]), SPARES_PLATFORM, at(9))
     assert DeleteSpare("spare-0", "its attempt ended") in result.actions
     assert any(isinstance(a, CreateReplica) for a in result.actions)
     assert CreateSpare(1) in result.actions
@@ -167,7 +168,7 @@ def test_spares_are_refused_for_groups_that_cannot_be_repaired_in_place() -> Non
     # The planner's own guard, for a job object that was never validated.
     unchecked = PyTorchJob.model_validate(two_per_replica.wire())
     assert repair.spares_wanted(unchecked) == 0
-    assert not any(isinstance(a, CreateSpare) for a in plan(unchecked, [], T0, repairs_in_place=True).actions)
+    assert not any(isinstance(a, CreateSpare) for a in plan(unchecked, Observed([]), SPARES_PLATFORM, T0).actions)
 
 
 def beating(name: str, step: int, alive: float) -> ReplicaObservation:
@@ -186,7 +187,7 @@ def test_a_hung_group_whose_one_silent_rank_is_known_replaces_it_with_a_spare() 
     job = hang_job()
     # Every step stuck since second 10; worker-1 stopped beating then, the others beat until now (second 45).
     hung = [beating("master-0", 7, 45), beating("worker-0", 7, 44), beating("worker-1", 7, 11)]
-    result = plan(job, hung, at(45), store_running=True, spares=[READY], repairs_in_place=True)
+    result = plan(job, Observed(hung, store_running=True, spares=[READY]), SPARES_PLATFORM, at(45))
     assert result.actions[0] == RepairReplica(hung[2].replica, 0, "spare-0")
     assert result.actions[1] == told(1, ("master-0", "worker-0", "worker-1"), {"spare-0": "worker-1"})
     assert (result.status.attempt, result.status.restart_count, result.status.repairs) == (0, 0, 1)
@@ -198,9 +199,9 @@ def test_a_hung_group_whose_one_silent_rank_is_known_replaces_it_with_a_spare() 
     # The repair counts as progress: the repaired group gets a whole deadline before it is judged again.
     repaired = job.model_copy(update={"status": result.status})
     after = [beating("master-0", 7, 70), beating("worker-0", 7, 70), beating("worker-1", 7, 70)]
-    again = plan(repaired, after, at(70), store_running=True, spares=[], repairs_in_place=True)
+    again = plan(repaired, Observed(after, store_running=True, spares=[]), SPARES_PLATFORM, at(70))
     assert not any(e.reason == "Hung" for e in again.events)
-    later = plan(repaired, after, at(76), store_running=True, repairs_in_place=True)
+    later = plan(repaired, Observed(after, store_running=True), SPARES_PLATFORM, at(76))
     assert any(e.reason == "Hung" for e in later.events)  # 30 s after the repair at second 45, still at step 7
 
 
@@ -213,14 +214,14 @@ def test_a_hang_without_one_known_silent_rank_or_a_spare_restarts_the_group() ->
         ([running("master-0"), beating("worker-0", 7, 45), beating("worker-1", 7, 11)], [READY]),  # no beats known
     ]
     for observed, spares in cases:
-        result = plan(job, observed, at(45), store_running=True, spares=spares, repairs_in_place=True)
+        result = plan(job, Observed(observed, store_running=True, spares=spares), SPARES_PLATFORM, at(45))
         assert not any(isinstance(a, RepairReplica) for a in result.actions), observed
         assert result.status.attempt == 1 and result.status.restart_count == 1
 
 
 def test_a_repair_that_does_not_complete_in_time_restarts_the_group() -> None:
     job = started(in_place_job())
-    repaired = plan(job, group(), at(5), store_running=True, spares=[READY], repairs_in_place=True)
+    repaired = plan(job, Observed(group(), store_running=True, spares=[READY]), SPARES_PLATFORM, at(5))
     job = job.model_copy(update={"status": repaired.status})
 
     def reported(name: str, second: float) -> ReplicaObservation:
@@ -228,9 +229,9 @@ def test_a_repair_that_does_not_complete_in_time_restarts_the_group() -> None:
 
     # worker-1 (the spare) has completed no step since the repair at second 5; the others have.
     stalled = [reported("master-0", 30), reported("worker-0", 30), reported("worker-1", 4)]
-    pending = plan(job, stalled, at(64), store_running=True, repairs_in_place=True)
+    pending = plan(job, Observed(stalled, store_running=True), SPARES_PLATFORM, at(64))
     assert pending.status.attempt == 0 and pending.requeue_at is not None and pending.requeue_at <= at(65)
-    given_up = plan(job, stalled, at(66), store_running=True, repairs_in_place=True)
+    given_up = plan(job, Observed(stalled, store_running=True), SPARES_PLATFORM, at(66))
     assert (given_up.status.attempt, given_up.status.restart_count) == (1, 1)
     assert [e.reason for e in given_up.events] == ["RepairTimeout", "Restarting"]
     assert "the in-place repair did not complete within 60s (worker-1 completed no step since)" in (
@@ -238,7 +239,7 @@ def test_a_repair_that_does_not_complete_in_time_restarts_the_group() -> None:
     )
     # Once every member has completed a step since the repair, it is done: no deadline any more.
     done = [reported("master-0", 30), reported("worker-0", 30), reported("worker-1", 31)]
-    assert plan(job, done, at(200), store_running=True, repairs_in_place=True).status.attempt == 0
+    assert plan(job, Observed(done, store_running=True), SPARES_PLATFORM, at(200)).status.attempt == 0
 
 
 def on_notice(reason: PlatformReason = PlatformReason.EVICTED, stopping: bool = True) -> list[ReplicaObservation]:
@@ -249,7 +250,7 @@ def on_notice(reason: PlatformReason = PlatformReason.EVICTED, stopping: bool = 
 
 def test_a_member_on_notice_of_eviction_hands_its_place_to_a_ready_spare_while_it_runs() -> None:
     job = started(in_place_job())
-    result = plan(job, on_notice(), at(5), store_running=True, spares=[READY], repairs_in_place=True)
+    result = plan(job, Observed(on_notice(), store_running=True, spares=[READY]), SPARES_PLATFORM, at(5))
     members = ("master-0", "worker-0", "worker-1")
     worker_1 = on_notice()[2].replica
     assert result.actions == [
@@ -261,7 +262,10 @@ def test_a_member_on_notice_of_eviction_hands_its_place_to_a_ready_spare_while_i
     assert [(e.type, e.reason) for e in result.events] == [("Normal", "HandedOver")]
     assert "worker-1 is being evicted; spare-0 takes its place" in result.events[0].message
     preempted = plan(
-        job, on_notice(PlatformReason.PREEMPTED), at(5), store_running=True, spares=[READY], repairs_in_place=True
+        job,
+        Observed(on_notice(PlatformReason.PREEMPTED), store_running=True, spares=[READY]),
+        SPARES_PLATFORM,
+        at(5),
     )
     assert "worker-1 is being preempted" in preempted.events[0].message
 
@@ -270,7 +274,7 @@ def test_without_a_ready_spare_a_member_on_notice_is_left_to_go_and_be_repaired_
     job = started(in_place_job())
     warming = replace(READY, ready=False)
     for spares in ([], [warming]):
-        result = plan(job, on_notice(), at(5), store_running=True, spares=spares, repairs_in_place=True)
+        result = plan(job, Observed(on_notice(), store_running=True, spares=spares), SPARES_PLATFORM, at(5))
         assert not any(isinstance(a, RepairReplica | DeleteReplica) for a in result.actions)
         assert result.status.repairs == 0 and result.status.attempt == 0
     # An elastic group shrinks around a leaving member instead; a group that is not in place has no spares.

@@ -15,7 +15,7 @@ import pytest
 from torchjob.backends.kubernetes.report_board import ReportBoard
 from torchjob.backends.kubernetes.token_review import PodIdentity, ReviewUnavailable
 from torchjob.controller.report_server import report_server
-from torchjob.core.heard import MemberAnnouncement
+from torchjob.core.reported import MemberAnnouncement
 
 POD = PodIdentity("team-a", "mnist-worker-0", "uid-1")
 

@@ -12,6 +12,7 @@ import pytest
 from torchjob.api.types import ConditionType, PyTorchJob
 from torchjob.core import conditions
 from torchjob.core.actions import CreateReplica, Plan
+from torchjob.core.observed import Observed, Platform
 from torchjob.core.planning import plan
 from torchjob.core.policies import backoff
 from torchjob.core.times import timestamp
@@ -25,7 +26,7 @@ def at(seconds: float) -> datetime:
 
 
 def step(job: PyTorchJob, observed: list[object], now: datetime) -> tuple[PyTorchJob, Plan]:
-    result = plan(job, observed, now)  # type: ignore[arg-type]
+    result = plan(job, Observed(observed), Platform(), now)  # type: ignore[arg-type]
     return job.model_copy(update={"status": result.status}), result
 
 

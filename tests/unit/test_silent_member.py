@@ -9,9 +9,9 @@ import time
 from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 
-from torchjob.core.heard import MemberAnnouncement
 from torchjob.core.observed import ReplicaObservation, SilentNode
 from torchjob.core.policies import progress, silent_member
+from torchjob.core.reported import MemberAnnouncement
 from torchjob.testing import make_job, running
 from torchjob.train.channel import LongestGap
 

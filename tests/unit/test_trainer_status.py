@@ -6,10 +6,10 @@ from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 
 from torchjob.api.types import PyTorchJob
-from torchjob.core.heard import Progress
-from torchjob.core.observed import ReplicaObservation
+from torchjob.core.observed import Observed, Platform, ReplicaObservation
 from torchjob.core.planning import plan
 from torchjob.core.policies.trainer_status import summarize
+from torchjob.core.reported import Progress
 from torchjob.testing import make_job, running, succeeded
 
 T0 = datetime(2026, 11, 24, 12, 0, 0, tzinfo=timezone.utc)
@@ -66,8 +66,10 @@ def test_no_total_means_no_percentage_and_no_reports_mean_no_status() -> None:
 
 def job_with_progress() -> PyTorchJob:
     job = make_job("p").workers(1).build()
-    job = job.model_copy(update={"status": plan(job, [], T0).status})
-    result = plan(job, [reporting("worker-0", Progress(at(1), 9, 10, seconds_per_step=1.0))], at(2))
+    job = job.model_copy(update={"status": plan(job, Observed([]), Platform(), T0).status})
+    result = plan(
+        job, Observed([reporting("worker-0", Progress(at(1), 9, 10, seconds_per_step=1.0))]), Platform(), at(2)
+    )
     return job.model_copy(update={"status": result.status})
 
 
@@ -78,7 +80,7 @@ def test_the_planner_writes_progress_and_100_percent_on_success() -> None:
         90,
         1,
     )
-    done = plan(job, [succeeded("worker-0")], at(3)).status.trainer_status
+    done = plan(job, Observed([succeeded("worker-0")]), Platform(), at(3)).status.trainer_status
     assert done is not None and (done.progress_percentage, done.estimated_remaining_seconds) == (100, 0)
     assert {m.name: m.value for m in done.metrics}["step"] == "10"  # every step was done, reported or not
     wire = job.to_wire()["status"]["trainerStatus"]
@@ -88,10 +90,10 @@ def test_the_planner_writes_progress_and_100_percent_on_success() -> None:
 def test_a_job_that_ends_between_two_passes_still_shows_its_last_report() -> None:
     # The pass before saw no report yet; the next one sees the replica already succeeded, with its last report.
     job = make_job("p").workers(1).build()
-    job = job.model_copy(update={"status": plan(job, [], T0).status})
-    job = job.model_copy(update={"status": plan(job, [running("worker-0")], at(1)).status})
+    job = job.model_copy(update={"status": plan(job, Observed([]), Platform(), T0).status})
+    job = job.model_copy(update={"status": plan(job, Observed([running("worker-0")]), Platform(), at(1)).status})
     assert job.status.trainer_status is None
     last = Progress(at(2), 20, 20, loss=0.125)
-    done = plan(job, [replace(succeeded("worker-0"), progress=last)], at(3)).status.trainer_status
+    done = plan(job, Observed([replace(succeeded("worker-0"), progress=last)]), Platform(), at(3)).status.trainer_status
     assert done is not None and done.progress_percentage == 100
     assert {m.name: m.value for m in done.metrics} == {"step": "20", "totalSteps": "20", "loss": "0.125"}

@@ -15,12 +15,12 @@ from torchjob.backends.kubernetes import warm_pods
 from torchjob.backends.kubernetes.mapping import addressing, pod_manifest
 from torchjob.backends.kubernetes.report_board import ReportBoard
 from torchjob.backends.kubernetes.token_review import PodIdentity
-from torchjob.controller.supervise import run_until_done
+from torchjob.controller.local_driver import run_until_done
 from torchjob.core import conditions
-from torchjob.core.actions import CreateReplica, DeleteReplica, RestartWarm
-from torchjob.core.heard import TrainerState
+from torchjob.core.actions import CreateReplica, DeleteReplica, ReorderStop, RestartWarm
 from torchjob.core.observed import Phase
 from torchjob.core.replicas import ReplicaId
+from torchjob.core.reported import TrainerState
 from torchjob.testing import FakeBackend, make_job
 from torchjob.testing.builders import running
 
@@ -182,9 +182,12 @@ def test_a_stop_order_lost_with_the_leader_is_given_again() -> None:
     job = make_job("mnist").master().workers(1).annotate(**{"torchjob.io/warm-start": "true"}).build()
     board = ReportBoard()
     board.trainer_said(POD, TrainerState(0, NOW))
-    warm_pods.give_lost_orders(board, job, [_pod(0), _pod(1, deleting=True)], lambda n: addressing(job, n, False))
-    assert board.order(POD.uid) is None  # still attempt 0, or going: nothing to order
-    warm_pods.give_lost_orders(board, job, [_pod(1)], lambda n: addressing(job, n, False))
+    assert warm_pods.unordered_stops(board, [_pod(0), _pod(1, deleting=True)]) == []  # attempt 0, or going
+    lost = warm_pods.unordered_stops(board, [_pod(1)])
+    assert [(str(stop.replica), stop.attempt) for stop in lost] == [("worker-0", 1)]
+    again = ReorderStop(lost[0].replica, lost[0].attempt)
+    warm_pods.order_stop_again(board, job, _pod(1), again, lambda n: addressing(job, n, False))
+    assert warm_pods.unordered_stops(board, [_pod(1)]) == []  # ordered: nothing lost any more
     order = board.order(POD.uid)
     assert order is not None and (order["attempt"], order["start"], order["grace"]) == (1, False, 0.0)
 

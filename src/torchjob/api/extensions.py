@@ -45,7 +45,7 @@ AUTO_REPORT = PREFIX + "auto-report"
 
 # Local runs start replicas that are Python scripts from the job's warm interpreter (torch imported once, not
 # per rank and restart); "false" starts every replica cold. WARM_PRELOAD adds modules (comma-separated) that
-# the warm interpreter imports besides torch's own (backends/local/warm.py).
+# the warm interpreter imports besides torch's own (backends/local/warm_client.py).
 WARM_START = PREFIX + "warm-start"
 WARM_PRELOAD = PREFIX + "warm-preload"
 

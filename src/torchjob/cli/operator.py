@@ -69,7 +69,7 @@ def handle(args: argparse.Namespace) -> int:
     from torchjob.backends.kubernetes.cluster import connect
     from torchjob.controller.leader import ElectionSettings
     from torchjob.controller.operator import DEFAULT_MANAGED_BY, OperatorSettings
-    from torchjob.controller.running import run_operator
+    from torchjob.controller.operator_main import run_operator
 
     if args.workers < 1:
         print("torchjob: --workers: must be at least 1", file=sys.stderr)

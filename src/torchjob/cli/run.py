@@ -52,7 +52,7 @@ def handle(args: argparse.Namespace) -> int:
 def _foreground(c: LocalClient, job: PyTorchJob) -> int:
     from torchjob.api.types import ConditionType
     from torchjob.cli.display import RunDisplay
-    from torchjob.controller.supervise import Interrupted
+    from torchjob.controller.local_driver import Interrupted
     from torchjob.core import conditions
 
     display = RunDisplay(c, job)
@@ -72,15 +72,17 @@ def _dry_run(c: LocalClient, job: PyTorchJob, job_file_dir: Path) -> int:
     import shlex
 
     from torchjob.api.types import DEFAULT_PORT
+    from torchjob.backends.local.backend import PLATFORM
     from torchjob.backends.local.mapping import local_addressing, process_spec
     from torchjob.backends.local.ports import LOCALHOST
     from torchjob.core.actions import CreateReplica
     from torchjob.core.envs import DEFAULT_RDZV_PORT
+    from torchjob.core.observed import Observed
     from torchjob.core.planning import plan
 
     # The planner's first pass, as the local backend would be told it; ports are chosen when the job starts,
     # so the dry run shows the defaults in their place.
-    first = plan(job, [], datetime.now(timezone.utc), reaches_rdzv_host=False, repairs_in_place=True)
+    first = plan(job, Observed([]), PLATFORM, datetime.now(timezone.utc))
     for action in (a for a in first.actions if isinstance(a, CreateReplica)):
         replica = action.replica
         addressing = local_addressing(

@@ -11,7 +11,7 @@ import subprocess
 import sys
 
 from torchjob.backends.local.store import JobStore
-from torchjob.controller.supervise import Interrupted, supervise
+from torchjob.controller.local_driver import Interrupted, supervise
 from torchjob.core.actions import Event
 
 

@@ -33,18 +33,7 @@ def reconcile_once(job: PyTorchJob, backend: Backend, clock: Clock) -> PassResul
     """One pass: the job with its new status, what was observed, whether the job is done."""
     seen = backend.observe(job)
     now = clock.now()
-    result = plan(
-        job,
-        seen.replicas,
-        now,
-        store_running=seen.store_running,
-        spares=seen.spares,
-        reaches_rdzv_host=backend.reaches_rdzv_host,
-        repairs_in_place=backend.repairs_in_place,
-        reports_progress=backend.reports_progress,
-        one_host=backend.one_host,
-        published_membership=seen.published_membership,
-    )
+    result = plan(job, seen, backend.platform, now)
     backend.execute(job, result.actions)
     if result.status != job.status:
         job = job.model_copy(update={"status": result.status})

@@ -1,7 +1,8 @@
 """The torchjob operator: reconciles every PyTorchJob on a cluster with the same planner as ``torchjob run``.
 
-This module holds the watches, the work queue's workers and one job's reconcile; ``controller/running.py``
-runs it (alone, or under leader election) and ``controller/health.py`` serves its probes.
+This module holds the watches and the work queue's workers; ``controller/operator_main.py``
+runs it (alone, or under leader election), ``controller/health.py`` serves its probes and
+``controller/report_channel.py`` its report endpoint; one PyTorchJob's pass is ``controller/pytorchjobs.py``.
 
 Two watches (PyTorchJobs, and Pods carrying the Kubeflow operator label) turn changes into job keys on a
 work queue; worker threads take a key, read the job and its Pods fresh from the API server, plan, act and
@@ -17,7 +18,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from http.server import ThreadingHTTPServer
@@ -31,7 +31,6 @@ from torchjob.backends.kubernetes.backend import KubernetesBackend
 from torchjob.backends.kubernetes.cluster import PyTorchJobResource, as_dict
 from torchjob.backends.kubernetes.report_board import ReportBoard
 from torchjob.backends.kubernetes.requests import RequestCounter
-from torchjob.backends.kubernetes.token_review import ApiTokenReviewer
 from torchjob.controller import leader_label, report_tls
 from torchjob.controller.clock import Clock, SystemClock
 from torchjob.controller.elasticjobs import ElasticJobs
@@ -39,8 +38,8 @@ from torchjob.controller.health import health_server
 from torchjob.controller.leader import ElectionSettings
 from torchjob.controller.metrics import OperatorMetrics
 from torchjob.controller.owned_runs import OwnedRuns
-from torchjob.controller.pytorchjobs import PyTorchJobs
-from torchjob.controller.report_server import report_server
+from torchjob.controller.pytorchjobs import PassDeps, PyTorchJobs
+from torchjob.controller.report_channel import ReportChannel
 from torchjob.controller.trainjobs import TrainJobs
 from torchjob.controller.watching import JobKey, job_key, one_line, pod_owner_key
 from torchjob.controller.workqueue import WorkQueue
@@ -52,7 +51,6 @@ log = logging.getLogger("torchjob.operator")
 # managedBy values this operator answers to: unset, Kubeflow's own (torchjob stands in for it), and ours.
 DEFAULT_MANAGED_BY = (extensions.KUBEFLOW_MANAGERS[0], extensions.TORCHJOB_MANAGER)
 _RETRY_SECONDS = 2.0
-_REPORT_PASS_SECONDS = 2.0
 _OWNED_CRD_SECONDS = 5.0
 _WATCH_SECONDS = 300  # the server ends each watch after this long; lightkube resumes it where it was
 
@@ -99,7 +97,24 @@ class Operator:
         self.reports = ReportBoard() if self.settings.report_address else None
         self.backend = KubernetesBackend(client, self.counter, self.reports, self.settings.advertised_report_url)
         self.queue: WorkQueue[JobKey] = WorkQueue()
-        self.pytorchjobs = PyTorchJobs(self)
+        self.reports_channel = (
+            ReportChannel(client, self.reports, self.backend, self.queue, lambda: self.leading)
+            if self.reports is not None
+            else None
+        )
+        self.pytorchjobs = PyTorchJobs(
+            PassDeps(
+                client,
+                self.backend,
+                self.clock,
+                self.counter,
+                self.prometheus,
+                self.reports,
+                self.settings.managed_by,
+                self.queue.add_after,
+                self._count_pass,
+            )
+        )
         # Jobs of other kinds, each run as a PyTorchJob it owns, each kind with its own work queue.
         self.owned: dict[str, tuple[OwnedRuns, WorkQueue[JobKey]]] = {
             kind.kind: (kind, WorkQueue())
@@ -109,11 +124,11 @@ class Operator:
         self.health = _Health()
         self._threads: list[threading.Thread] = []
         self._server: ThreadingHTTPServer | None = None
-        self._report_server: ThreadingHTTPServer | None = None
-        self._report_lock = threading.Lock()
-        self._report_passes: dict[JobKey, float] = {}
         # False while a replica waits for the leader election lease; it then watches and acts on nothing.
         self.leading = False
+
+    def _count_pass(self) -> None:
+        self.health.passes += 1
 
     # -- lifecycle ------------------------------------------------------------------------------------
 
@@ -122,7 +137,9 @@ class Operator:
         if self.settings.health_port is not None and self._server is None:
             self._server = health_server(self, self.settings.health_port)
             self._spawn("health", self._server.serve_forever)
-        self._serve_reports()
+        address, url = self.settings.report_address, self.settings.advertised_report_url
+        if self.reports_channel is not None and address is not None and url is not None:
+            self.reports_channel.serve(address, url, self.settings.report_secret, self._spawn, self.stopping)
 
     def start(self) -> None:
         self.leading = True
@@ -171,50 +188,13 @@ class Operator:
         self.queue.close()
         for _, queue in self.owned.values():
             queue.close()
-        for server in (self._server, self._report_server):
-            if server is not None:
-                server.shutdown()
+        if self._server is not None:
+            self._server.shutdown()
+        if self.reports_channel is not None:
+            self.reports_channel.shutdown()
         for thread in self._threads:
             if thread.name.startswith("worker"):
                 thread.join(timeout=30)
-
-    def _serve_reports(self) -> None:
-        """Hear Pods' progress reports: a standby serves too, though deploy/'s Service sends them to the
-        leader alone (leader_label.py); an operator run without that label is reached directly."""
-        if self.reports is None or self.settings.report_address is None or self._report_server is not None:
-            return
-        reviewer = ApiTokenReviewer(self.client)
-        address, url = self.settings.report_address, self.settings.advertised_report_url or ""
-        self._report_server = report_server(self.reports, reviewer, address, self._on_report)
-        if url.startswith("https://"):
-            hosts, secret = report_tls.hosts_of(url, address), self.settings.report_secret
-            certificates = report_tls.ensure(self.client, secret, hosts)
-            self.backend.report_ca = certificates.ca_cert
-            context = report_tls.secure(self._report_server, certificates)
-            renew = (self.client, secret, hosts, certificates, context, self._new_report_ca, self.stopping)
-            self._spawn("report-tls", report_tls.keep_renewed, *renew)
-        else:
-            log.warning("progress reports over plain HTTP (%s): Pods' tokens cross the network readable", url)
-        self._spawn("reports", self._report_server.serve_forever)
-        log.info("hearing progress reports at %s", url)
-
-    def _new_report_ca(self, certificates: report_tls.Certificates) -> None:
-        self.backend.report_ca = certificates.ca_cert
-
-    def _on_report(self, namespace: str, name: str, news: bool) -> None:
-        """Look at a reporting job again soon, at most once per interval: its status shows progress without a
-        status write per report. News (an in-place member waits on a peer, a spare is warm) is looked at now."""
-        if not self.leading:
-            return  # a standby only keeps the reports; the leader acts on them
-        key, now = (namespace, name), time.monotonic()
-        if news:
-            self.queue.add(key)
-            return
-        with self._report_lock:
-            if now - self._report_passes.get(key, -_REPORT_PASS_SECONDS) < _REPORT_PASS_SECONDS:
-                return
-            self._report_passes[key] = now
-        self.queue.add_after(key, _REPORT_PASS_SECONDS)
 
     @property
     def alive(self) -> bool:

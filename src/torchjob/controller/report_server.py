@@ -32,7 +32,7 @@ from typing import Any
 from torchjob import worker_files
 from torchjob.backends.kubernetes.report_board import ReportBoard
 from torchjob.backends.kubernetes.token_review import PodIdentity, ReviewUnavailable, TokenReviewer
-from torchjob.core.heard import MemberAnnouncement, TrainerState
+from torchjob.core.reported import MemberAnnouncement, TrainerState
 
 log = logging.getLogger("torchjob.operator")
 

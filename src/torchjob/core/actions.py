@@ -110,6 +110,23 @@ class ReformGroup:
 
 
 @dataclass(frozen=True)
+class DeleteStuckPod:
+    """Remove a Pod by force (no grace period): nothing else will ever remove it (``observed.StuckPod``)."""
+
+    name: str
+    why: str
+
+
+@dataclass(frozen=True)
+class ReorderStop:
+    """Order again the stop of a replica's trainer of an earlier attempt, which its launcher still runs: the
+    order was given by an operator that has since lost the lead (``observed.UnorderedStop``)."""
+
+    replica: ReplicaId
+    attempt: int
+
+
+@dataclass(frozen=True)
 class DeleteJob:
     """Remove the job itself (ttlSecondsAfterFinished passed)."""
 
@@ -148,6 +165,8 @@ Action = (
     | DeleteSpare
     | RepairReplica
     | ReformGroup
+    | DeleteStuckPod
+    | ReorderStop
     | DeleteJob
 )
 

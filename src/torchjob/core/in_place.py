@@ -32,7 +32,7 @@ def repaired(state: PassState, decisions: list[repair.Repair], counted: bool, ha
     retries = state.status.restart_count + state.status.repairs + len(decisions) - 1
     if counted and not backoff.may_restart(state.job, retries):
         return False  # a crash loop: the group restart path ends the job at the backoff limit
-    current = state._current()
+    current = state.current_replicas()
     others = len(current) - len(decisions)
     for decision in decisions:
         lost = decision.lost
@@ -70,7 +70,7 @@ def membership_changes(state: PassState, current: list[ReplicaObservation]) -> l
     state.events += change.events
     for replica, due in change.replacements.items():
         state.status.replacement_due[replica] = timestamp(due)
-        state._wake_at(due)
+        state.wake_at(due)
     state.status.membership_changes += len(change.leaving)
     attempts.note_regroup(state.status, state.now)  # the launcher restarts every worker: a start-up again
     return [o for o in current if o not in change.leaving]
@@ -118,7 +118,7 @@ def repair_overdue(state: PassState, current: list[ReplicaObservation]) -> Cause
     repaired_at = attempts.repaired_at(state.status)
     gave_up, look_again = repair.overdue(current, repaired_at, state.now)
     if gave_up is None:
-        state._wake_at(look_again)
+        state.wake_at(look_again)
         return None
     state.events.append(Event("Warning", "RepairTimeout", gave_up))
     return Cause(gave_up, "RepairTimeout", repaired_at)

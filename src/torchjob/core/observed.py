@@ -7,8 +7,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from enum import Enum
 
-from torchjob.core.heard import MemberAnnouncement, Progress
 from torchjob.core.replicas import ReplicaId
+from torchjob.core.reported import MemberAnnouncement, Progress
 
 
 class Phase(str, Enum):
@@ -145,6 +145,27 @@ class SpareObservation:
 
 
 @dataclass(frozen=True)
+class StuckPod:
+    """A Pod of the job that would hold it up for good, which only a forced delete removes: one whose deletion
+    was decided on a node that stopped reporting (no kubelet will confirm it), a spare or the rendezvous store
+    kept off a node that reports again and that the scheduler cannot place elsewhere, the store on a silent node.
+    ``left_out``: not among the pass's replicas, spares or store (the planner treats it as gone already)."""
+
+    name: str
+    why: str
+    left_out: bool
+
+
+@dataclass(frozen=True)
+class UnorderedStop:
+    """A replica moved into ``attempt`` whose launcher still runs an earlier attempt's trainer with no order
+    waiting: the stop was ordered by an operator that has since lost the lead (orders live in its memory)."""
+
+    replica: ReplicaId
+    attempt: int
+
+
+@dataclass(frozen=True)
 class Observed:
     """Everything a backend saw of one job in one pass."""
 
@@ -155,6 +176,26 @@ class Observed:
     # The (attempt, generation) of the in-place membership the group can read from the backend now (None:
     # none). An operator that restarted serves none until the planner asks it to publish the kept one again.
     published_membership: tuple[int, int] | None = None
+    stuck: list[StuckPod] = field(default_factory=list)
+    unordered_stops: list[UnorderedStop] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Platform:
+    """What the platform a backend drives can do: facts the planner reads, never decisions."""
+
+    # The replicas can reach a rendezvous host the job names (``elasticPolicy.rdzvHost``); where they cannot,
+    # torchjob hosts the job's rendezvous store itself (a cluster resolves the name, a laptop does not).
+    reaches_rdzv_host: bool = True
+    # A lost member's place can go to a warm spare while the survivors carry on (in-place repair).
+    repairs_in_place: bool = False
+    # torchjob.train's progress reports reach the controller (heartbeat files locally; an operator started with
+    # a report address on a cluster). Without them no progress deadline can be enforced.
+    reports_progress: bool = True
+    # Every replica runs on the controller's own machine (local processes): a silent one is never a lost host,
+    # and a frozen process may be named as soon as its peers are seen waiting for it. On a cluster a silent
+    # replica may be its vanished node, which the node-loss witnesses name (not counted, unlike a hang).
+    one_host: bool = False
 
 
 def lost_with_node(observation: ReplicaObservation) -> bool:

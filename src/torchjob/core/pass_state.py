@@ -5,14 +5,13 @@ uses. Pure, like the planner.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
 from torchjob.api.types import ConditionType, JobStatus, PyTorchJob
 from torchjob.core import conditions, envs
 from torchjob.core.actions import Action, DeleteReplica, Event, RestartWarm
-from torchjob.core.observed import ReplicaObservation, SpareObservation, lost_with_node
+from torchjob.core.observed import Observed, Platform, ReplicaObservation, SpareObservation, lost_with_node
 from torchjob.core.policies import elastic, regroup, repair
 
 
@@ -31,28 +30,20 @@ class Helpers:
     one_host: bool = False  # every replica runs on the controller's machine (progress.check's quick rule)
 
     @staticmethod
-    def decide(
-        job: PyTorchJob,
-        store_running: bool,
-        spares: Sequence[SpareObservation],
-        reaches_rdzv_host: bool,
-        repairs_in_place: bool,
-        reports_progress: bool,
-        one_host: bool = False,
-    ) -> Helpers:
-        """What the job needs beside its replicas on a platform that can do what the flags say (see ``plan``)."""
-        in_place = repairs_in_place and envs.in_place(job)
-        rendezvous_at_store = elastic.hosts_rendezvous_store(job, honor_rdzv_host=reaches_rdzv_host)
+    def decide(job: PyTorchJob, observed: Observed, platform: Platform) -> Helpers:
+        """What the job needs beside its replicas on a platform that can do what ``platform`` says."""
+        in_place = platform.repairs_in_place and envs.in_place(job)
+        rendezvous_at_store = elastic.hosts_rendezvous_store(job, honor_rdzv_host=platform.reaches_rdzv_host)
         return Helpers(
             store_needed=rendezvous_at_store or in_place,
             rendezvous_at_store=rendezvous_at_store,
-            store_running=store_running,
-            spares=list(spares),
+            store_running=observed.store_running,
+            spares=list(observed.spares),
             spares_wanted=repair.spares_wanted(job) if in_place else 0,
-            reports_progress=reports_progress,
+            reports_progress=platform.reports_progress,
             in_place=in_place,
-            regroups=regroup.applies(job, repairs_in_place),
-            one_host=one_host,
+            regroups=regroup.applies(job, platform.repairs_in_place),
+            one_host=platform.one_host,
         )
 
 
@@ -70,7 +61,8 @@ class PassState:
         self.requeue_at: datetime | None = None
         self.empty_places = 0  # places of a running elastic group that spares are to fill (in_place.regrouped)
 
-    def _current(self) -> list[ReplicaObservation]:
+    def current_replicas(self) -> list[ReplicaObservation]:
+        """The observed replicas of the attempt the status is at."""
         return [o for o in self.observed if o.attempt == self.status.attempt]
 
     def _stop_all(self, replicas: list[ReplicaObservation], reason: str, at_once: bool = False) -> None:
@@ -102,6 +94,7 @@ class PassState:
     def _condition(self, ctype: ConditionType, reason: str, message: str, value: str = "True") -> None:
         conditions.set_condition(self.status, ctype, value, reason, message, self.now)
 
-    def _wake_at(self, when: datetime | None) -> None:
+    def wake_at(self, when: datetime | None) -> None:
+        """Run the planner again at ``when`` at the latest (a deadline, a repair that may yet complete)."""
         if when is not None and (self.requeue_at is None or when < self.requeue_at):
             self.requeue_at = when

@@ -1,4 +1,4 @@
-"""``plan(job, observed, now)``: the one place where a PyTorchJob's lifecycle is decided.
+"""``plan(job, observed, platform, now)``: the one place where a PyTorchJob's lifecycle is decided.
 
 Pure: it reads the job (spec and current status), what a backend observed of its replicas and the time it
 is given, and returns actions plus the new status. Both backends (local processes, Kubernetes pods) run the
@@ -16,7 +16,6 @@ are part of the same pass, as functions of it in ``in_place.py``; the pass's sta
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from datetime import datetime
 
 from torchjob.api.types import ConditionType, PyTorchJob
@@ -28,49 +27,44 @@ from torchjob.core.actions import (
     CreateReplica,
     DeleteRendezvousStore,
     DeleteSpare,
+    DeleteStuckPod,
     Event,
     Plan,
 )
 from torchjob.core.counting import replica_counts
-from torchjob.core.observed import PlatformReason, ReplicaObservation, SpareObservation
+from torchjob.core.observed import Observed, Platform, PlatformReason, ReplicaObservation
 from torchjob.core.pass_state import Helpers, PassState
-from torchjob.core.policies import backoff, cleanup, deadline, elastic, node_loss, progress, repair, restart, success
+from torchjob.core.policies import (
+    backoff,
+    cleanup,
+    deadline,
+    elastic,
+    node_loss,
+    progress,
+    repair,
+    restart,
+    stuck,
+    success,
+)
 from torchjob.core.policies import learned as learned_deadlines
 from torchjob.core.policies import trainer_status as progress_summary
 from torchjob.core.replicas import ReplicaId, expected_replicas
 from torchjob.core.times import timestamp
 
 
-def plan(
-    job: PyTorchJob,
-    observed: Sequence[ReplicaObservation],
-    now: datetime,
-    *,
-    store_running: bool = False,
-    spares: Sequence[SpareObservation] = (),
-    reaches_rdzv_host: bool = True,
-    repairs_in_place: bool = False,
-    reports_progress: bool = True,
-    one_host: bool = False,
-    published_membership: tuple[int, int] | None = None,
-) -> Plan:
-    """Decide what to do next for ``job`` given its ``observed`` replicas at time ``now``.
+def plan(job: PyTorchJob, observed: Observed, platform: Platform, now: datetime) -> Plan:
+    """Decide what to do next for ``job`` given what was ``observed`` of it on ``platform`` at time ``now``.
 
-    ``store_running``: the job's rendezvous store runs; ``spares``: its warm spares. What the platform can do:
-    ``reaches_rdzv_host``, reach a ``rdzvHost`` the job names (a cluster can resolve it, a laptop cannot, so
-    locally torchjob hosts the store); ``repairs_in_place``, replace a lost member with a spare;
-    ``reports_progress``, hear torchjob.train's progress reports (without them no hang can be detected);
-    ``one_host``, run every replica on its own machine (no replica's silence is a lost host).
-    ``published_membership``: the (attempt, generation) of the membership the group can read now; when the
-    status keeps another one (an operator restarted, or a new leader took over), it is published again.
+    ``observed``: its replicas of every attempt that still has one, its store and spares, stuck Pods and lost
+    orders, the membership the group can read now (when the status keeps another one, as after an operator
+    restarted or a new leader took over, it is published again). ``platform``: what the backend can do.
     """
-    helpers = Helpers.decide(
-        job, store_running, spares, reaches_rdzv_host, repairs_in_place, reports_progress, one_host
-    )
+    helpers = Helpers.decide(job, observed, platform)
     # A replica lost with its node is a failure before any policy looks (the group's restart, its repair).
-    declared = node_loss.declare_lost(job, list(observed), now, helpers.reports_progress)
+    declared = node_loss.declare_lost(job, list(observed.replicas), now, helpers.reports_progress)
     planner = _Planner(job, declared, now, helpers)
-    repairs.publish_kept(planner, published_membership)
+    planner.actions += stuck.orders(observed)
+    repairs.publish_kept(planner, observed.published_membership)
     planner.run()
     status = planner.status
     if status != job.status:
@@ -104,11 +98,11 @@ class _Planner(PassState):
             seconds = self.job.spec.run_policy.active_deadline_seconds
             self._fail(f"it was active longer than the specified deadline ({seconds}s)", event="DeadlineExceeded")
             return
-        self._wake_at(deadline.deadline(self.job, self.status))
-        self._wake_at(node_loss.look_again_at(self.job, self.observed))
+        self.wake_at(deadline.deadline(self.job, self.status))
+        self.wake_at(node_loss.look_again_at(self.job, self.observed))
 
         self._remove_stale_attempts()
-        current = repairs.membership_changes(self, self._current())
+        current = repairs.membership_changes(self, self.current_replicas())
         restart.remember_disruptions(self.status, current)
         current += restart.vanished_replicas(self.job, self.status, current)
         # Before any verdict: what the last reports taught is kept, whatever this pass decides.
@@ -133,7 +127,7 @@ class _Planner(PassState):
         if hang.hung:
             self._on_hang(hang)
             return
-        self._wake_at(hang.check_at)
+        self.wake_at(hang.check_at)
         overdue = repairs.repair_overdue(self, current)
         if overdue is not None:
             self._restart_counted(overdue)
@@ -147,7 +141,7 @@ class _Planner(PassState):
     # -- phases ---------------------------------------------------------------------------------------
 
     def _finished(self) -> None:
-        self._count_replicas(self._current(), finished=True)
+        self._count_replicas(self.current_replicas(), finished=True)
         self.actions += cleanup.replicas_to_remove(self.job, self.status, self.observed)
         if self.helpers.store_running:
             # Whatever the cleanPodPolicy: the store holds no logs, and nobody will meet at it again.
@@ -156,7 +150,7 @@ class _Planner(PassState):
         delete_job, expiry = cleanup.ttl_action(self.job, self.status, self.now)
         if delete_job is not None:
             self.actions.append(delete_job)
-        self._wake_at(expiry)
+        self.wake_at(expiry)
 
     def _suspend(self) -> None:
         self._stop_all(self.observed, "the job is suspended")
@@ -176,7 +170,7 @@ class _Planner(PassState):
 
     def _on_failure(self, verdict: restart.FailureVerdict) -> None:
         if verdict.held_until is not None:  # the peer it lost may yet be seen failing: judged then
-            self._wake_at(verdict.held_until)
+            self.wake_at(verdict.held_until)
             return
         root = verdict.root_cause
         cause = Cause(root.describe(), restart.kind_of(root), root.failure_onset)
@@ -184,7 +178,7 @@ class _Planner(PassState):
             self._fail(cause.text, event="Failed", cause=cause)
             return
         counted = root.reason not in restart.PLATFORM_REASONS
-        decisions = repair.decide(self.job, self.status.attempt, self._current(), repairs.spares_of(self))
+        decisions = repair.decide(self.job, self.status.attempt, self.current_replicas(), repairs.spares_of(self))
         if repairs.repaired(self, decisions, counted):
             return
         if counted:
@@ -195,10 +189,10 @@ class _Planner(PassState):
     def _on_hang(self, hang: progress.HangVerdict) -> None:
         self.events.append(Event("Warning", "Hung", hang.message))
         if hang.culprit is not None:
-            if self.helpers.regroups and repairs.regrouped(self, self._current(), hang.culprit) is not None:
+            if self.helpers.regroups and repairs.regrouped(self, self.current_replicas(), hang.culprit) is not None:
                 return
             spares = repairs.spares_of(self)
-            decisions = repair.decide_hung(self.job, self.status.attempt, self._current(), spares, hang.culprit)
+            decisions = repair.decide_hung(self.job, self.status.attempt, self.current_replicas(), spares, hang.culprit)
             if repairs.repaired(self, decisions, counted=True):
                 return
         self._restart_counted(Cause(hang.message, progress.HUNG, hang.began_at))
@@ -229,7 +223,7 @@ class _Planner(PassState):
         # After a hang or a lost node the survivors wait in a collective that will not end, and a script that
         # checkpoints on SIGTERM would wait out its whole grace period there: they are stopped at once.
         blocked = cause.kind in (PlatformReason.NODE_LOST.value, progress.HUNG)
-        self._end_for_restart(self._current(), f"group restart after attempt {attempt + 1}", at_once=blocked)
+        self._end_for_restart(self.current_replicas(), f"group restart after attempt {attempt + 1}", at_once=blocked)
         attempts.end_current(self.status, cause.text, self.now)
         if counted:
             self.status.restart_count += 1
@@ -244,7 +238,7 @@ class _Planner(PassState):
         if wait > 0:
             due = backoff.next_attempt_at(self.now, wait)
             self.status.next_attempt_time = timestamp(due)
-            self._wake_at(due)
+            self.wake_at(due)
         return wait
 
     def _fail(self, text: str, event: str, cause: Cause | None = None) -> None:
@@ -277,7 +271,7 @@ class _Planner(PassState):
             return
         backing_off = backoff.waits_until(self.status.next_attempt_time, self.now) if not current else None
         if backing_off is not None:  # a crash loop's back-off: the next attempt starts then
-            self._wake_at(backing_off)
+            self.wake_at(backing_off)
             return
         self.status.next_attempt_time = None
         missing = [r for r in expected_replicas(self.job) if r not in present and not self._replacement_waits(r)]
@@ -297,7 +291,7 @@ class _Planner(PassState):
         if missing or current:
             if self.status.start_time is None:
                 self.status.start_time = timestamp(self.now)
-                self._wake_at(deadline.deadline(self.job, self.status))
+                self.wake_at(deadline.deadline(self.job, self.status))
             attempts.open_current(self.status, self.now)
 
     def _keep_helpers(self, current: list[ReplicaObservation]) -> None:
@@ -305,7 +299,9 @@ class _Planner(PassState):
         creating = any(isinstance(a, CreateReplica) for a in self.actions)
         group_up = creating or any(o.phase.live and not o.stopping for o in current)
         if self.helpers.store_needed and not self.helpers.store_running and group_up:
-            self.actions.insert(0, CreateRendezvousStore())  # before the replicas that meet at it
+            # Before the replicas that meet at it, after a stuck one's forced delete (it takes the same name).
+            forced = sum(isinstance(a, DeleteStuckPod) for a in self.actions)
+            self.actions.insert(forced, CreateRendezvousStore())
         wanted = self.helpers.spares_wanted + self.empty_places
         actions, self.status.spares_ready = repair.spare_actions(
             wanted, self.helpers.spares, self.status.attempt, group_up, self.helpers.rendezvous_at_store
@@ -318,7 +314,7 @@ class _Planner(PassState):
 
     def _replacement_waits(self, replica: ReplicaId) -> bool:
         due = elastic.replacement_waits_until(self.status.replacement_due, replica, self.now)
-        self._wake_at(due)  # the planner wakes up when it is due
+        self.wake_at(due)  # the planner wakes up when it is due
         return due is not None
 
     def _mark_running(self, current: list[ReplicaObservation]) -> None:

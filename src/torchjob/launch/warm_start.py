@@ -1,4 +1,4 @@
-"""In a replica process forked from a warm interpreter (the local backend's zygote.py, a Pod's launcher,
+"""In a replica process forked from a warm interpreter (the local backend's warm_interpreter.py, a Pod's launcher,
 pod.py): become what ``python SCRIPT ARGS`` would have been, then run the script as ``__main__``.
 
 A cold interpreter sets these while it starts; a forked one inherits the warm interpreter's, so they are set

@@ -94,7 +94,7 @@ class LocalClient(JobClient):
         on_pass: Callable[[PassResult], None] | None = None,
     ) -> PyTorchJob | None:
         """Supervise a created job in this process until it ends (raises ``Interrupted`` on a signal)."""
-        from torchjob.controller.supervise import AlreadySupervised, supervise
+        from torchjob.controller.local_driver import AlreadySupervised, supervise
 
         try:
             return supervise(self.store, name, on_event=on_event, on_pass=on_pass)
@@ -222,7 +222,7 @@ class LocalClient(JobClient):
     @store_errors
     def scale(self, name: str, workers: int) -> None:
         """Ask a running elastic job for ``workers`` Workers; its controller applies it within a pass."""
-        from torchjob.controller.supervise import WAKE_SIGNAL
+        from torchjob.controller.local_driver import WAKE_SIGNAL
 
         self._settle(name)
         problem = scale_problem(self.get(name), workers)

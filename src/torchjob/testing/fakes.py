@@ -26,12 +26,14 @@ from torchjob.core.actions import (
     DeleteRendezvousStore,
     DeleteReplica,
     DeleteSpare,
+    DeleteStuckPod,
     Event,
     ReformGroup,
+    ReorderStop,
     RepairReplica,
     RestartWarm,
 )
-from torchjob.core.observed import Observed, ReplicaObservation, SpareObservation
+from torchjob.core.observed import Observed, Platform, ReplicaObservation, SpareObservation, StuckPod, UnorderedStop
 from torchjob.testing.builders import failed, running, succeeded
 
 START = datetime(2026, 1, 1, tzinfo=timezone.utc)
@@ -72,7 +74,16 @@ class FakeBackend(Backend):
     membership: GroupMembership | None = None  # the membership the group can read now
     waiting_warm: set[str] = field(default_factory=set)  # replicas whose Pod waits to start the next attempt
 
+    stuck: list[StuckPod] = field(default_factory=list)  # reported on every look until a forced delete
+    unordered_stops: list[UnorderedStop] = field(default_factory=list)  # reported until a stop is ordered again
+    stuck_removed: list[str] = field(default_factory=list)
+    stops_reordered: list[tuple[str, int]] = field(default_factory=list)
+
     # -- Backend --------------------------------------------------------------------------------------
+
+    @property
+    def platform(self) -> Platform:
+        return Platform(self.reaches_rdzv_host, self.repairs_in_place, self.reports_progress, self.one_host)
 
     def observe(self, job: PyTorchJob) -> Observed:
         # A replica or spare asked to stop is gone by the next look (no grace period on this platform).
@@ -86,6 +97,8 @@ class FakeBackend(Backend):
             store_running=self.store_running,
             spares=list(self.spares.values()),
             published_membership=served,
+            stuck=list(self.stuck),
+            unordered_stops=list(self.unordered_stops),
         )
 
     def execute(self, job: PyTorchJob, actions: list[Action]) -> None:
@@ -126,6 +139,13 @@ class FakeBackend(Backend):
                         self._run(str(action.replica), action.attempt)
                 case ReformGroup():
                     self.membership = action.membership
+                case DeleteStuckPod():
+                    self.stuck = [stuck for stuck in self.stuck if stuck.name != action.name]
+                    self.stuck_removed.append(action.name)
+                case ReorderStop():
+                    lost = UnorderedStop(action.replica, action.attempt)
+                    self.unordered_stops = [stop for stop in self.unordered_stops if stop != lost]
+                    self.stops_reordered.append((str(action.replica), action.attempt))
                 case DeleteJob():
                     self.job_deleted = True
                 case _:

@@ -40,21 +40,20 @@ from torchjob.core.actions import (
     DeleteRendezvousStore,
     DeleteReplica,
     DeleteSpare,
+    DeleteStuckPod,
     Event,
     ReformGroup,
+    ReorderStop,
     RepairReplica,
     RestartWarm,
 )
-from torchjob.core.heard import Progress
-from torchjob.core.observed import Observed
+from torchjob.core.observed import Observed, Platform
 from torchjob.core.replicas import ReplicaId
+from torchjob.core.reported import Progress
 
 
 class KubernetesBackend(Backend):
     """One per operator: carries out plans against the API server for every job it reconciles."""
-
-    # Pods resolve a job's rdzvHost through the cluster's DNS.
-    reaches_rdzv_host = True
 
     def __init__(
         self,
@@ -97,21 +96,12 @@ class KubernetesBackend(Backend):
         # Only Pods this job object owns: a job deleted and created again under the same name starts afresh.
         owned = [p for p in pods if _owned_by(p, job.metadata.uid)]
         self._pass.pods = {p["metadata"]["name"]: p for p in owned}
-        if self.reports is not None:
-            self.reports.forget_other_jobs_membership(job.namespace, job.name, job.metadata.uid or "")
-        served = self.reports.membership(job.namespace, job.name) if self.reports is not None else None
+        served = self.reports.membership(job.namespace, job.name, job.metadata.uid or "") if self.reports else None
         published = None if served is None else (served["attempt"], served["generation"])
-        if self.reports is not None:
-            warm_pods.give_lost_orders(self.reports, job, owned, lambda n: mapping.addressing(job, n, at_store=False))
+        unordered = warm_pods.unordered_stops(self.reports, owned) if self.reports is not None else []
         # Every Pod's node, the store's and spares' too: one left on a silent node must go by force.
         nodes, silent = self.nodes.for_pods(owned, self._progress_of, lambda p: observing.member_of(self.reports, p))
-        owned = stuck_pods.clear_the_way(
-            owned,
-            silent,
-            self.nodes.avoided_now(),
-            mapping.store_name(job),
-            lambda name: self._delete(Pod, name, job.namespace, grace_period=0),
-        )
+        stuck, owned = stuck_pods.find_stuck(owned, silent, self.nodes.avoided_now(), mapping.store_name(job))
         observations = []
         for pod in owned:
             name = (pod.get("spec") or {}).get("nodeName", "")
@@ -125,23 +115,29 @@ class KubernetesBackend(Backend):
         ]
         seen = observing.one_per_replica([o for o in observations if o is not None])
         ready = [s for s in spares if s is not None]
-        return Observed(seen, store_running=store_running, spares=ready, published_membership=published)
-
-    one_host = False  # Pods run on nodes that can vanish: the node-loss witnesses name a silent one's fate
+        return Observed(
+            seen,
+            store_running=store_running,
+            spares=ready,
+            published_membership=published,
+            stuck=stuck,
+            unordered_stops=unordered,
+        )
 
     @property
-    def reports_progress(self) -> bool:  # type: ignore[override]
-        return self.reports is not None and self.report_url is not None
-
-    @property
-    def repairs_in_place(self) -> bool:  # type: ignore[override]
-        # Spare Pods need the operator's endpoints: they announce themselves and learn the membership there.
-        return self.reports_progress
+    def platform(self) -> Platform:
+        # Pods resolve a job's rdzvHost through the cluster's DNS; they run on nodes that can vanish (the node-loss
+        # witnesses name a silent one's fate). Progress is heard only where the operator serves a report endpoint,
+        # and spare Pods need it too: they announce themselves and learn the membership there.
+        hears = self.reports is not None and self.report_url is not None
+        return Platform(reaches_rdzv_host=True, repairs_in_place=hears, reports_progress=hears, one_host=False)
 
     def _progress_of(self, pod: dict[str, Any]) -> Progress | None:
         return self.reports.latest(pod["metadata"].get("uid")) if self.reports is not None else None
 
     def execute(self, job: PyTorchJob, actions: list[Action]) -> None:
+        if self.reports is not None:
+            self.reports.forget_other_jobs_membership(job.namespace, job.name, job.metadata.uid or "")
         deleting = [a for a in actions if isinstance(a, DeleteReplica)]
         self._keep_logs(job, deleting)
         # Pods removed while running (lost to silence, a hang): what replaces them prefers other nodes.
@@ -192,6 +188,13 @@ class KubernetesBackend(Backend):
                     restarting = self._pod_of(action.replica, action.attempt)
                     if self.warm is not None and restarting is not None:  # else the next pass creates it
                         self.warm.restart(job, restarting, action.replica, action.next_attempt, action.at_once)
+                case DeleteStuckPod():
+                    self._delete(Pod, action.name, job.namespace, grace_period=0)
+                case ReorderStop():
+                    stopping = self._pod_of(action.replica, action.attempt)
+                    if self.reports is not None and stopping is not None:
+                        addressing = lambda n: mapping.addressing(job, n, at_store=False)  # noqa: E731
+                        warm_pods.order_stop_again(self.reports, job, stopping, action, addressing)
                 case DeleteJob():
                     self._delete(PyTorchJobResource, job.name, job.namespace)
                 case _:

@@ -27,9 +27,9 @@ from lightkube.resources.core_v1 import Node
 from torchjob.backends.kubernetes import observing
 from torchjob.backends.kubernetes.cluster import as_dict
 from torchjob.backends.kubernetes.reachability import Reachability
-from torchjob.core.heard import MemberAnnouncement, Progress
 from torchjob.core.observed import SilentNode
 from torchjob.core.policies import silent_member
+from torchjob.core.reported import MemberAnnouncement, Progress
 
 log = logging.getLogger("torchjob.operator")
 
@@ -173,7 +173,7 @@ class NodeReader:
 
 def kept_off_needlessly(pod: dict[str, Any], avoided: dict[str, SilentNode]) -> bool:
     """A Pod the scheduler cannot place that torchjob kept off a node which reports again: only a new Pod can
-    go there (for a spare or the rendezvous store, which nobody waits on yet, the backend makes one)."""
+    go there (for a spare or the rendezvous store, which nobody waits on yet, the planner makes one)."""
     kept_off = ((pod["metadata"].get("annotations") or {}).get(KEPT_OFF) or "").split(",")
     status = pod.get("status") or {}
     unschedulable = any(
@@ -221,7 +221,7 @@ def _not_on(nodes: list[str]) -> list[dict[str, Any]]:
 def never_finishing(pods: list[dict[str, Any]], silent: dict[str, SilentNode]) -> list[dict[str, Any]]:
     """Pods whose deletion was decided (by the planner or the platform) and whose grace period is over, on a node
     that stopped reporting: no kubelet will ever confirm they stopped, so they would stay Terminating, hiding
-    behind the spare that took their place or holding a name. The backend deletes them by force."""
+    behind the spare that took their place or holding a name. Only a forced delete removes them."""
     now = datetime.now(timezone.utc)
     found = []
     for pod in pods:

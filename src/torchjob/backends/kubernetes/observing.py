@@ -15,9 +15,9 @@ from typing import Any
 from torchjob.api.types import DEFAULT_CONTAINER_NAME, ReplicaType
 from torchjob.backends.kubernetes.report_board import ReportBoard
 from torchjob.core import replicas
-from torchjob.core.heard import MemberAnnouncement
 from torchjob.core.observed import Phase, PlatformReason, ReplicaObservation, SilentNode, SpareObservation
 from torchjob.core.replicas import ReplicaId
+from torchjob.core.reported import MemberAnnouncement
 
 # Pod conditions the API server or the kubelet add when the platform takes a Pod away (Kubernetes ≥ 1.26).
 _DISRUPTION_CONDITION = "DisruptionTarget"

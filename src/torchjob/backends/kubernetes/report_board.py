@@ -15,8 +15,8 @@ from datetime import datetime, timezone
 
 from torchjob.backends.kubernetes.notices import Notices
 from torchjob.backends.kubernetes.token_review import PodIdentity
-from torchjob.core.heard import MemberAnnouncement, Progress, TrainerState
 from torchjob.core.policies import silent_member
+from torchjob.core.reported import MemberAnnouncement, Progress, TrainerState
 from torchjob.worker_files import Membership, RestartOrder
 
 log = logging.getLogger("torchjob.operator")
@@ -113,13 +113,17 @@ class ReportBoard:
             self._memberships[(namespace, job)] = membership
             self._membership_owners[(namespace, job)] = job_uid
 
-    def membership(self, namespace: str, job: str) -> Membership | None:
+    def membership(self, namespace: str, job: str, job_uid: str | None = None) -> Membership | None:
+        """The membership published for the job of this name; with ``job_uid``, only if that job published it
+        (an earlier job of the same name may have, until ``forget_other_jobs_membership``)."""
         with self._lock:
+            if job_uid is not None and self._membership_owners.get((namespace, job), job_uid) != job_uid:
+                return None
             return self._memberships.get((namespace, job))
 
     def forget_other_jobs_membership(self, namespace: str, job: str, job_uid: str) -> None:
         """A job deleted and created again under the same name: its Pods must not read the old one's group
-        (the endpoint is by name). Called for each job before its Pods are created."""
+        (the endpoint is by name). Called on each pass's execute, before the job's Pods are created."""
         with self._lock:
             if self._membership_owners.get((namespace, job), job_uid) != job_uid:
                 self._memberships.pop((namespace, job), None)

@@ -1,4 +1,5 @@
-"""Pods of a job that would hold it up for good, found each pass and removed by force before it is observed.
+"""Pods of a job that would hold it up for good, found each pass; the planner removes them by force
+(``core/policies/stuck.py``).
 
 - A Pod whose deletion was decided, on a node that stopped reporting: no kubelet will confirm its stop
   (``nodes.never_finishing``).
@@ -10,34 +11,38 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 from torchjob.backends.kubernetes import observing
 from torchjob.backends.kubernetes.nodes import kept_off_needlessly, never_finishing
 from torchjob.core import replicas
-from torchjob.core.observed import SilentNode
+from torchjob.core.observed import SilentNode, StuckPod
 
 
-def clear_the_way(
+def find_stuck(
     owned: list[dict[str, Any]],
     silent: dict[str, SilentNode],
     avoided: dict[str, SilentNode],
     store_name: str,
-    delete_by_force: Callable[[str], None],
-) -> list[dict[str, Any]]:
-    """Remove what holds the job up (see above) through ``delete_by_force(name)``; the Pods left to observe."""
-    for stuck in never_finishing(owned, silent):
-        delete_by_force(stuck["metadata"]["name"])
+) -> tuple[list[StuckPod], list[dict[str, Any]]]:
+    """The stuck Pods (see above), and the Pods left to observe: a stuck helper is left out (the planner makes
+    another), a stuck replica stays, seen stopping."""
+    found = [
+        StuckPod(pod["metadata"]["name"], "its deletion was decided and its node stopped reporting", False)
+        for pod in never_finishing(owned, silent)
+    ]
     left = []
     for pod in owned:
+        name = pod["metadata"]["name"]
         helper = observing.role_of(pod) in (replicas.ROLE_STORE, replicas.ROLE_SPARE)
         on_silent_node = (pod.get("spec") or {}).get("nodeName") in silent
-        lost_store = pod["metadata"]["name"] == store_name and on_silent_node
-        if (helper and kept_off_needlessly(pod, avoided)) or (
-            lost_store and not pod["metadata"].get("deletionTimestamp")
-        ):
-            delete_by_force(pod["metadata"]["name"])
+        lost_store = name == store_name and on_silent_node and not pod["metadata"].get("deletionTimestamp")
+        if helper and kept_off_needlessly(pod, avoided):
+            why = "it was kept off a node that reports again, and fits nowhere else"
+        elif lost_store:
+            why = "the rendezvous store's node stopped reporting"
+        else:
+            left.append(pod)
             continue
-        left.append(pod)
-    return left
+        found.append(StuckPod(name, why, True))  # never one of the above: those are on a node, being deleted
+    return found, left

@@ -31,8 +31,9 @@ from torchjob.api.types import DEFAULT_CONTAINER_NAME, PyTorchJob
 from torchjob.backends.kubernetes import observing
 from torchjob.backends.kubernetes.report_board import ReportBoard
 from torchjob.core import replicas
+from torchjob.core.actions import ReorderStop
 from torchjob.core.envs import Addressing, replica_env
-from torchjob.core.observed import Phase, ReplicaObservation
+from torchjob.core.observed import Phase, ReplicaObservation, UnorderedStop
 from torchjob.core.policies import warm_starts
 from torchjob.core.replicas import ReplicaId
 from torchjob.launch.entry import POD_COLD_START, WarmEntry, python_entry
@@ -130,13 +131,11 @@ def waits_to_start(board: ReportBoard | None, pod: dict[str, Any] | None, attemp
     return identity is not None and identity[1] == attempt and state.attempt < attempt and state.exit_code is not None
 
 
-def give_lost_orders(
-    board: ReportBoard, job: PyTorchJob, pods: list[dict[str, Any]], addressing: Callable[[int], Addressing]
-) -> None:
-    """Order again the stop of each Pod relabelled into a later attempt whose launcher still runs an earlier
-    trainer with no order waiting: the order was given by an operator that has since lost the lead (orders live
-    in the leader's memory). ``addressing``: where attempt N meets (mapping.addressing). One whose trainer has
-    ended needs none: the planner's CreateReplica starts it."""
+def unordered_stops(board: ReportBoard, pods: list[dict[str, Any]]) -> list[UnorderedStop]:
+    """The Pods relabelled into a later attempt whose launcher still runs an earlier trainer with no order
+    waiting: the stop was ordered by an operator that has since lost the lead (orders live in the leader's
+    memory). One whose trainer has ended needs none: the planner's CreateReplica starts it."""
+    found = []
     for pod in pods:
         uid = pod["metadata"].get("uid")
         state, identity = board.trainer(uid), observing.replica_of(pod)
@@ -144,5 +143,14 @@ def give_lost_orders(
             continue
         replica, attempt = identity
         if state.attempt < attempt and state.exit_code is None:
-            stop = restart_order(job, replica, attempt, addressing(attempt), at_once=True, start=False)
-            board.order_restart(uid, stop)
+            found.append(UnorderedStop(replica, attempt))
+    return found
+
+
+def order_stop_again(
+    board: ReportBoard, job: PyTorchJob, pod: dict[str, Any], stop: ReorderStop, addressing: Callable[[int], Addressing]
+) -> None:
+    """Order again the stop of ``pod``'s earlier trainer (``unordered_stops``); ``addressing``: where attempt N
+    meets (mapping.addressing)."""
+    order = restart_order(job, stop.replica, stop.attempt, addressing(stop.attempt), at_once=True, start=False)
+    board.order_restart(pod["metadata"].get("uid"), order)

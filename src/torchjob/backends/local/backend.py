@@ -22,7 +22,7 @@ from torchjob.api import extensions
 from torchjob.api.scaling import with_workers, workers_problem
 from torchjob.api.types import PyTorchJob
 from torchjob.backends.base import Backend
-from torchjob.backends.local import gathering, mapping, membership, processes, warm
+from torchjob.backends.local import gathering, mapping, membership, processes, warm_client
 from torchjob.backends.local.children import Children
 from torchjob.backends.local.launching import Launcher
 from torchjob.backends.local.store import JobStore, LocalState, ProcessRecord
@@ -35,12 +35,14 @@ from torchjob.core.actions import (
     DeleteRendezvousStore,
     DeleteReplica,
     DeleteSpare,
+    DeleteStuckPod,
     Event,
     ReformGroup,
+    ReorderStop,
     RepairReplica,
     RestartWarm,
 )
-from torchjob.core.observed import Observed, Phase, SpareObservation
+from torchjob.core.observed import Observed, Phase, Platform, SpareObservation
 from torchjob.core.replicas import ROLE_SPARE, ROLE_STORE, expected_replicas
 
 ROLE_REPLICA = "replica"
@@ -55,16 +57,16 @@ PROGRESS_SECONDS = 1.0
 IN_PLACE_SECONDS = 0.1
 
 
+# A job's rdzvHost is a cluster name this machine cannot resolve: torchjob hosts the store instead. A lost
+# member's place can go to a warm spare (torchjob.train.inplace); torchjob.train writes its progress reports to
+# heartbeat files this backend reads; every replica is a process of this machine.
+PLATFORM = Platform(reaches_rdzv_host=False, repairs_in_place=True, reports_progress=True, one_host=True)
+
+
 class LocalBackend(Backend):
     """Runs the replicas of one job as local processes. One instance per controller process."""
 
-    # A job's rdzvHost is a cluster name this machine cannot resolve: torchjob hosts the store instead.
-    reaches_rdzv_host = False
-    # A lost member's place can go to a warm spare while the survivors carry on (torchjob.train.inplace).
-    repairs_in_place = True
-    # torchjob.train writes its progress reports to heartbeat files this backend reads.
-    reports_progress = True
-    one_host = True
+    platform = PLATFORM
 
     def __init__(
         self,
@@ -82,9 +84,9 @@ class LocalBackend(Backend):
         self._running = False  # the last observation saw a replica running
         self._in_place = False  # ... and one of a group under in-place repair
         self.on_event = on_event or (lambda event: None)
-        # Replicas that are Python scripts start from the job's warm interpreter (warm.py), unless it opts out.
+        # Replicas that are Python scripts start from the job's warm interpreter (warm_client.py), unless it opts out.
         warm_log = store.job_dir(job.name) / "logs" / "warm.log"
-        self.children = Children(self.job_uid, self.grace, warm.for_job(job, self.job_uid, warm_log))
+        self.children = Children(self.job_uid, self.grace, warm_client.for_job(job, self.job_uid, warm_log))
         self.launcher = Launcher(store, self.name, self.state)
         self.deleted = False
         # Readable when the controller got a signal (set up by controller.supervise): `torchjob scale` wakes it.
@@ -146,6 +148,8 @@ class LocalBackend(Backend):
                     self._repair(action)
                 case ReformGroup():
                     membership.publish(self.store.output_dir(self.name), action.membership.to_json())
+                case DeleteStuckPod() | ReorderStop():
+                    pass  # Pod facts: this backend never observes a stuck Pod or a lost order
                 case DeleteJob():
                     self.deleted = True
                 case _:
@@ -162,7 +166,7 @@ class LocalBackend(Backend):
         for event in events:
             self.on_event(event)
 
-    # -- what only the local driver needs (controller/supervise.py) -----------------------------------
+    # -- what only the local driver needs (controller/local_driver.py) -----------------------------------
 
     def refresh(self, job: PyTorchJob) -> PyTorchJob:
         """The job with a pending `torchjob scale` request applied (only the controller writes job.json)."""

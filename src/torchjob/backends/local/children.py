@@ -21,7 +21,7 @@ from torchjob.backends.local import processes, shim
 from torchjob.backends.local.processes import Identity
 from torchjob.backends.local.shim import ExitRecord
 from torchjob.backends.local.store import ProcessRecord
-from torchjob.backends.local.warm import WarmInterpreter
+from torchjob.backends.local.warm_client import WarmInterpreter
 from torchjob.backends.local.warm_command import warm_entry
 from torchjob.launch.entry import WarmEntry
 

@@ -13,7 +13,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from torchjob import worker_files
-from torchjob.core.heard import MemberAnnouncement
+from torchjob.core.reported import MemberAnnouncement
 
 
 def announced(output_dir: Path, key: str, attempt: int) -> bool:

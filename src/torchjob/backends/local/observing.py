@@ -11,9 +11,9 @@ import signal
 from datetime import datetime, timezone
 
 from torchjob.backends.local.shim import ExitRecord
-from torchjob.core.heard import MemberAnnouncement, Progress
 from torchjob.core.observed import Phase, PlatformReason, ReplicaObservation
 from torchjob.core.replicas import ReplicaId
+from torchjob.core.reported import MemberAnnouncement, Progress
 
 
 def _utc(seconds: float) -> datetime:

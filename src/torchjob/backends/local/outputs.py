@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from torchjob import worker_files
-from torchjob.core.heard import Progress
+from torchjob.core.reported import Progress
 
 
 class NoSuchAttempt(Exception):

@@ -81,7 +81,7 @@ def main() -> int:
 def supervise(status_file: str, grace: float, parent: int, run_child: Callable[[], None]) -> int:
     """Run ``run_child`` in a child process (it must not return: it execs, or exits), wait for it, record how
     it ended, and leave nothing below. ``parent`` is the process whose death ends the replica: the controller
-    (cold start), or the job's warm interpreter, itself bound to the controller (warm start, zygote.py)."""
+    (cold start), or the job's warm interpreter, itself bound to the controller (warm start, warm_interpreter.py)."""
     # Not on Linux there is no prctl: the controller's own cleanup still applies.
     with contextlib.suppress(OSError, AttributeError):
         libc = ctypes.CDLL(None, use_errno=True)

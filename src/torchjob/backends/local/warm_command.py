@@ -1,4 +1,4 @@
-"""Whether a replica's command can start warm (forked from the job's warm interpreter, zygote.py) and how.
+"""Whether a replica's command can start warm (forked from the job's warm interpreter, warm_interpreter.py) and how.
 
 No side effects; it reads the file system only to resolve the command as ``exec`` would.
 
@@ -25,7 +25,7 @@ from pathlib import Path
 from torchjob.launch.entry import ColdStart, WarmEntry, python_entry
 
 # Read by Python only while it starts; a warm process started long ago cannot honour a replica's own value.
-# PYTHONPATH and PYTHONUNBUFFERED are the exceptions: the warm start applies them itself (zygote.py).
+# PYTHONPATH and PYTHONUNBUFFERED are the exceptions: the warm start applies them itself (warm_interpreter.py).
 _APPLIED_WARM = ("PYTHONPATH", "PYTHONUNBUFFERED")
 # What a console script's first line may hold besides the interpreter's path.
 _SHEBANG = "#!"

@@ -26,8 +26,8 @@ from __future__ import annotations
 from dataclasses import replace
 from datetime import datetime
 
-from torchjob.core.heard import MemberAnnouncement
 from torchjob.core.observed import Phase, ReplicaObservation
+from torchjob.core.reported import MemberAnnouncement
 from torchjob.core.times import later
 
 # Announcements a member may miss before its silence counts, and never less than MIN_SILENCE: a healthy member of

@@ -11,8 +11,8 @@ from __future__ import annotations
 import math
 
 from torchjob.api.types import TrainerMetric, TrainerStatus
-from torchjob.core.heard import Progress
 from torchjob.core.observed import Phase, ReplicaObservation
+from torchjob.core.reported import Progress
 from torchjob.core.times import timestamp
 
 

@@ -1,7 +1,7 @@
 """The job's warm interpreter: imports torch once, then forks every replica process of the job from itself.
 
 A cold replica spends seconds importing torch and what DDP's constructor pulls in (``torch._dynamo``), on every
-rank and on every restart. The local controller starts one of these per job (warm.py) and asks it, over a
+rank and on every restart. The local controller starts one of these per job (warm_client.py) and asks it, over a
 socket pair only the two of them hold, to start each replica. For each request it forks a process that does
 what ``shim.py`` does for a cold start (a session and process group of its own, the log as stdout and stderr,
 bound to its parent's life, the exit record, nothing left below it), whose child then runs the script as
@@ -16,7 +16,8 @@ Its preload comes in two parts (``{"first": [...], "later": [...]}``): what it i
 ready, and what it imports once the controller says that the first replicas are forked (preload_scan.py: a
 script shown not to need ``torch._dynamo`` starts before it is imported; restarts find it imported).
 
-Usage: ``python -m torchjob.backends.local.zygote FD CONTROLLER_PID PRELOAD_JSON RESERVED`` (warm.py builds it).
+Usage: ``python -m torchjob.backends.local.warm_interpreter FD CONTROLLER_PID PRELOAD_JSON RESERVED``
+(warm_client.py builds it).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The controller's side of a job's warm interpreter (zygote.py): start it, ask it for replicas, end it.
+"""The controller's side of a job's warm interpreter (warm_interpreter.py): start it, ask it for replicas, end it.
 
 Started on the job's first warm start and kept for the job's life, so every restart forks from an interpreter
 that has torch imported already. Where the first replica's script is shown not to need ``torch._dynamo``
@@ -130,7 +130,7 @@ class WarmInterpreter:
         argv = [
             sys.executable,
             "-m",
-            "torchjob.backends.local.zygote",
+            "torchjob.backends.local.warm_interpreter",
             str(theirs.fileno()),
             str(os.getpid()),
             json.dumps({"first": first, "later": self._later}),

@@ -1,0 +1,98 @@
+"""The operator's report channel: the endpoint Pods send progress to (``report_server.py``), its TLS
+(``report_tls.py``), and how a report turns into a look at its job.
+
+A standby serves too, though deploy/'s Service sends reports to the leader alone (``leader_label.py``); an
+operator run without that label is reached directly. Only the leader looks at a job because of a report.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from http.server import ThreadingHTTPServer
+from typing import Any
+
+from lightkube import Client
+
+from torchjob.backends.kubernetes.backend import KubernetesBackend
+from torchjob.backends.kubernetes.report_board import ReportBoard
+from torchjob.backends.kubernetes.token_review import ApiTokenReviewer
+from torchjob.controller import report_tls
+from torchjob.controller.report_server import report_server
+from torchjob.controller.watching import JobKey
+from torchjob.controller.workqueue import WorkQueue
+
+log = logging.getLogger("torchjob.operator")
+
+# A job that reports is looked at again at most this often: its status shows progress without a write per report.
+REPORT_PASS_SECONDS = 2.0
+
+
+class ReportChannel:
+    """Serves the report endpoint for one operator, and queues a look at a job its reports call for."""
+
+    def __init__(
+        self,
+        client: Client,
+        board: ReportBoard,
+        backend: KubernetesBackend,
+        queue: WorkQueue[JobKey],
+        leading: Callable[[], bool],
+    ) -> None:
+        self.client = client
+        self.board = board
+        self.backend = backend
+        self.queue = queue
+        self.leading = leading
+        self.server: ThreadingHTTPServer | None = None
+        self._lock = threading.Lock()
+        self._passes: dict[JobKey, float] = {}
+
+    def serve(
+        self,
+        address: tuple[str, int],
+        url: str,
+        secret: tuple[str, str],
+        spawn: Callable[..., None],
+        stopping: threading.Event,
+    ) -> None:
+        """Serve at ``address``, advertised to Pods as ``url``; https: with a CA kept in the Secret ``secret``
+        (namespace, name), renewed. ``spawn(name, target, *args)`` starts the serving threads. Once only."""
+        if self.server is not None:
+            return
+        self.server = report_server(self.board, ApiTokenReviewer(self.client), address, self.on_report)
+        if url.startswith("https://"):
+            hosts = report_tls.hosts_of(url, address)
+            certificates = report_tls.ensure(self.client, secret, hosts)
+            self.backend.report_ca = certificates.ca_cert
+            context = report_tls.secure(self.server, certificates)
+            renew: tuple[Any, ...] = (self.client, secret, hosts, certificates, context, self._new_ca, stopping)
+            spawn("report-tls", report_tls.keep_renewed, *renew)
+        else:
+            log.warning("progress reports over plain HTTP (%s): Pods' tokens cross the network readable", url)
+        spawn("reports", self.server.serve_forever)
+        log.info("hearing progress reports at %s", url)
+
+    def shutdown(self) -> None:
+        if self.server is not None:
+            self.server.shutdown()
+
+    def _new_ca(self, certificates: report_tls.Certificates) -> None:
+        self.backend.report_ca = certificates.ca_cert
+
+    def on_report(self, namespace: str, name: str, news: bool) -> None:
+        """Look at a reporting job again soon, at most once per interval. News (an in-place member waits on a
+        peer, a spare is warm) is looked at now."""
+        if not self.leading():
+            return  # a standby only keeps the reports; the leader acts on them
+        key, now = (namespace, name), time.monotonic()
+        if news:
+            self.queue.add(key)
+            return
+        with self._lock:
+            if now - self._passes.get(key, -REPORT_PASS_SECONDS) < REPORT_PASS_SECONDS:
+                return
+            self._passes[key] = now
+        self.queue.add_after(key, REPORT_PASS_SECONDS)
