@@ -11,7 +11,7 @@ and what each operator was waiting for when the window closed. The ways take tur
 - ``warm``: the same with ``torchjob.io/warm-start: "true"`` (the survivors' Pods stay and their launchers fork
   the script again; only the lost replica's Pod is created anew);
 - ``in place``: the in-place MNIST job (master, worker and a warm spare on a node each; the worker's node stopped
-  in epoch 2) → the survivor's first step in the repaired group (``bench.inplace_node.vanished_trial``);
+  in epoch 2) → the survivor's first step in the repaired group (``bench.in_place_node.vanished_trial``);
 - ``kubeflow``: Kubeflow's operator, the job as shipped.
 
 torchjob's operator runs in the cluster as users deploy it (two replicas, leader election), moved off the node
@@ -32,7 +32,7 @@ from tests.support import operator_pods
 from tests.support.images import push_test_images
 from tests.support.mnist_jobs import mnist_on_a_claim
 
-from bench import inplace_node
+from bench import in_place_node
 from bench.cluster_kit import nodes_ready, stamp, start_operator, wait
 from bench.records import Run
 from kuberig import Cluster, ClusterConfig, NodeConfig, create, delete
@@ -166,7 +166,7 @@ def record(run: Run, trials: int) -> None:
                 try:
                     namespace = cluster.namespace(f"loss-{way.replace(' ', '-')}-{number}")
                     if way == "in place":
-                        repaired = inplace_node.vanished_trial(cluster, namespace)
+                        repaired = in_place_node.vanished_trial(cluster, namespace)
                         run.keep("in place first step", None if repaired is None else repaired["first_step"])
                         run.keep("in place succeeded", float(repaired is not None), "")
                     else:

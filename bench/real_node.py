@@ -9,7 +9,7 @@ cluster, as kuberig runs it. They take turns, trial by trial, each with its own 
   steps: kill → the Worker's first step after it, and the steps lost; for torchjob also with
   ``torchjob.io/warm-start: "true"`` (the Pods stay, each one's launcher forks the script again);
 - torchjob only, the in-place MNIST job (one warm spare Pod), worker-1 lost in epoch 2: by SIGKILL, by an eviction
-  (the Eviction API, as `kubectl drain`), and frozen by SIGSTOP (``bench.inplace_node``);
+  (the Eviction API, as `kubectl drain`), and frozen by SIGSTOP (``bench.in_place_node``);
 - once per operator at the end, ``restartPolicy: ExitCode`` with exit 1 and with SIGKILL, and a crash loop under
   OnFailure with ``backoffLimit: 2``: the state and message each shows.
 
@@ -29,7 +29,7 @@ import yaml
 from tests.support.images import push_test_images
 from tests.support.paths import DATA
 
-from bench import alternating, inplace_node
+from bench import alternating, in_place_node
 from bench.cluster_kit import container_restarts, logged_steps, start_operator, wait
 from bench.records import Run
 from kuberig import Cluster
@@ -182,9 +182,9 @@ def _behaviour(rig: Cluster, run: Run, name: str) -> None:
 def _in_place(cluster: Cluster, run: Run) -> None:
     """The in-place MNIST job, worker-1 lost three ways: SIGKILL, eviction, SIGSTOP."""
     losses: dict[str, Callable[[], dict[str, float] | None]] = {
-        "kill": lambda: inplace_node.trial(cluster, NAMESPACE),
-        "evicted": lambda: inplace_node.evicted_trial(cluster, NAMESPACE),
-        "frozen": lambda: inplace_node.trial(cluster, NAMESPACE, signal.SIGSTOP),
+        "kill": lambda: in_place_node.trial(cluster, NAMESPACE),
+        "evicted": lambda: in_place_node.evicted_trial(cluster, NAMESPACE),
+        "frozen": lambda: in_place_node.trial(cluster, NAMESPACE, signal.SIGSTOP),
     }
     for way, lose in losses.items():
         found = lose()

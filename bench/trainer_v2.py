@@ -8,7 +8,7 @@ script under torchrun, no checkpoint). Each trial:
 - a clean run: ``kubectl apply`` → both Pods Running → Complete;
 - the same job over three epochs with rank 1's training process SIGKILLed from the host after 20 steps: the
   outcome, kill → rank 1's first step after it (the script starts over), and apply → the end;
-- torchjob only: the in-place MNIST job as a TrainJob (three nodes and a spare, ``bench.inplace_node``), rank 2's
+- torchjob only: the in-place MNIST job as a TrainJob (three nodes and a spare, ``bench.in_place_node``), rank 2's
   process SIGKILLed in epoch 2 (Trainer has no in-place repair);
 and once per controller, a script that fails at once on every node (exit 2): what the TrainJob says, and when.
 
@@ -28,7 +28,7 @@ import yaml
 from tests.support.images import push_example_images
 from tests.support.paths import MNIST
 
-from bench import alternating, inplace_node
+from bench import alternating, in_place_node
 from bench.cluster_kit import DeployedOperator, Stoppable, container_restarts, logged_steps, wait
 from bench.records import Run
 from kuberig import Cluster, toolchain
@@ -50,46 +50,48 @@ def _trainjob(epochs: int, command: list[str] | None = None) -> dict[str, Any]:
     return job
 
 
-def _pods(rig: Cluster) -> list[dict[str, Any]]:
+def _pods(cluster: Cluster) -> list[dict[str, Any]]:
     selector = f"jobset.sigs.k8s.io/jobset-name={JOB}"  # both controllers' Pods carry JobSet's labels
-    items: list[dict[str, Any]] = rig.kubectl_json("get", "pods", "-n", NAMESPACE, "-l", selector)["items"]
+    items: list[dict[str, Any]] = cluster.kubectl_json("get", "pods", "-n", NAMESPACE, "-l", selector)["items"]
     return [p for p in items if not p["metadata"].get("deletionTimestamp")]
 
 
-def _rank1(rig: Cluster) -> dict[str, Any] | None:
+def _rank1(cluster: Cluster) -> dict[str, Any] | None:
     index = "batch.kubernetes.io/job-completion-index"
-    return next((p for p in _pods(rig) if p["metadata"]["labels"].get(index) == "1"), None)
+    return next((p for p in _pods(cluster) if p["metadata"]["labels"].get(index) == "1"), None)
 
 
-def _rank1_log(rig: Cluster) -> str:
-    pod = _rank1(rig)
-    return "" if pod is None else rig.kubectl("logs", "-n", NAMESPACE, pod["metadata"]["name"], check=False).stdout
+def _rank1_log(cluster: Cluster) -> str:
+    pod = _rank1(cluster)
+    return "" if pod is None else cluster.kubectl("logs", "-n", NAMESPACE, pod["metadata"]["name"], check=False).stdout
 
 
-def _ended(rig: Cluster) -> tuple[str, str] | None:
-    found = rig.kubectl_json("get", "trainjob", JOB, "-n", NAMESPACE)
+def _ended(cluster: Cluster) -> tuple[str, str] | None:
+    found = cluster.kubectl_json("get", "trainjob", JOB, "-n", NAMESPACE)
     for condition in found.get("status", {}).get("conditions") or []:
         if condition["type"] in ("Complete", "Failed") and condition["status"] == "True":
             return condition["type"], condition.get("message", "")
     return None
 
 
-def _clean(rig: Cluster) -> None:
-    rig.kubectl("delete", "trainjob", JOB, "-n", NAMESPACE, "--ignore-not-found", "--wait=true", timeout=120)
-    wait(lambda: not _pods(rig), 120)
+def _clean(cluster: Cluster) -> None:
+    cluster.kubectl("delete", "trainjob", JOB, "-n", NAMESPACE, "--ignore-not-found", "--wait=true", timeout=120)
+    wait(lambda: not _pods(cluster), 120)
 
 
-def _clean_run(rig: Cluster, run: Run, side: str) -> None:
+def _clean_run(cluster: Cluster, run: Run, side: str) -> None:
     started = time.monotonic()
-    rig.apply(_trainjob(epochs=1), NAMESPACE)
-    created = wait(lambda: len(_pods(rig)) == 2, 300, poll=0.1)
-    running = wait(lambda: len(_pods(rig)) == 2 and all(p["status"].get("phase") == "Running" for p in _pods(rig)), 300)
-    wait(lambda: _ended(rig) is not None, 300)
-    ended = _ended(rig)
+    cluster.apply(_trainjob(epochs=1), NAMESPACE)
+    created = wait(lambda: len(_pods(cluster)) == 2, 300, poll=0.1)
+    running = wait(
+        lambda: len(_pods(cluster)) == 2 and all(p["status"].get("phase") == "Running" for p in _pods(cluster)), 300
+    )
+    wait(lambda: _ended(cluster) is not None, 300)
+    ended = _ended(cluster)
     run.keep(f"{side} created", created)
     run.keep(f"{side} running", None if created is None or running is None else created + running)
     run.keep(f"{side} complete", time.monotonic() - started if ended and ended[0] == "Complete" else None)
-    _clean(rig)
+    _clean(cluster)
 
 
 def _kill_run(cluster: Cluster, run: Run, side: str) -> str:
@@ -129,19 +131,19 @@ def _kill_run(cluster: Cluster, run: Run, side: str) -> str:
     return ended[0] if ended else "still running after 400 s"
 
 
-def _crash_run(rig: Cluster, run: Run, side: str) -> None:
+def _crash_run(cluster: Cluster, run: Run, side: str) -> None:
     started = time.monotonic()
-    rig.apply(_trainjob(epochs=1, command=["sh", "-c", CRASH]), NAMESPACE)
-    took = wait(lambda: _ended(rig) is not None, CRASH_WAIT, poll=0.5)
-    ended = _ended(rig)
-    restarts = container_restarts(_pods(rig))
+    cluster.apply(_trainjob(epochs=1, command=["sh", "-c", CRASH]), NAMESPACE)
+    took = wait(lambda: _ended(cluster) is not None, CRASH_WAIT, poll=0.5)
+    ended = _ended(cluster)
+    restarts = container_restarts(_pods(cluster))
     if ended is None or took is None:
         text = f"no end after {CRASH_WAIT} s ({restarts} container restarts so far)"
     else:
         message = ended[1].replace("\n", " ").replace("|", "/")
         text = f"`{ended[0]}` after {time.monotonic() - started:.0f} s: {message[:300] or '(no message)'}"
     run.describe(f"{side} crash", text)
-    _clean(rig)
+    _clean(cluster)
 
 
 def _start(cluster: Cluster, name: str, directory: Path) -> Stoppable:
@@ -167,7 +169,7 @@ def record(run: Run, trials: int) -> None:
         _clean_run(cluster, run, side)
         outcomes[side].append(_kill_run(cluster, run, side))
         if side == "torchjob":
-            repaired = inplace_node.trial(cluster, NAMESPACE, trainjob=True)
+            repaired = in_place_node.trial(cluster, NAMESPACE, trainjob=True)
             run.keep("torchjob in place first step", None if repaired is None else repaired["first_step"])
 
     crash = ("a crash loop", lambda cluster, side: _crash_run(cluster, run, side))

@@ -7,8 +7,9 @@ from pathlib import Path
 
 import yaml
 
-from tests.conftest import DATA, run_cli
-from tests.integration.helpers import job_object, write_job
+from tests.support.cli import run_cli
+from tests.support.local_runs import job_object, write_job
+from tests.support.paths import DATA
 
 
 def test_missing_file(torchjob_home: Path) -> None:

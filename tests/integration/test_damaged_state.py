@@ -15,8 +15,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.conftest import run_cli
-from tests.integration.helpers import job_object, wait_for, write_job
+from tests.support.cli import run_cli
+from tests.support.local_runs import job_object, write_job
+from tests.support.waits import wait_for
 
 
 def _finished_job(tmp_path: Path, home: Path, name: str) -> Path:

@@ -13,9 +13,10 @@ import psutil
 import pytest
 import yaml
 
-from tests.conftest import run_cli
 from tests.integration.conftest import etcd_v2_keys
-from tests.integration.helpers import alive, job_object, start_run, wait_for
+from tests.support.cli import run_cli
+from tests.support.local_runs import alive, job_object, start_run
+from tests.support.waits import wait_for
 from torchjob.testing import make_job
 
 SCRIPT = Path(__file__).resolve().parent / "scripts" / "elastic_train.py"

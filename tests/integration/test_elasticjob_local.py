@@ -12,9 +12,10 @@ from pathlib import Path
 import psutil
 import yaml
 
-from tests.conftest import run_cli
 from tests.integration.conftest import etcd_v2_keys
-from tests.integration.helpers import job_object, start_run, wait_for
+from tests.support.cli import run_cli
+from tests.support.local_runs import job_object, start_run
+from tests.support.waits import wait_for
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "mnist"
 

@@ -8,8 +8,10 @@ from pathlib import Path
 import psutil
 import yaml
 
-from tests.conftest import ROOT, run_cli
-from tests.integration.helpers import condition, job_file, job_object, start_run, wait_for
+from tests.support.cli import run_cli
+from tests.support.local_runs import condition, job_file, job_object, start_run
+from tests.support.paths import ROOT
+from tests.support.waits import wait_for
 from torchjob.testing import make_job
 
 SCRIPTS = Path(__file__).resolve().parent / "scripts"

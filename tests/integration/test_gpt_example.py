@@ -10,7 +10,8 @@ from typing import Any
 
 import yaml
 
-from tests.conftest import ROOT, run_cli
+from tests.support.cli import run_cli
+from tests.support.paths import ROOT
 
 EXAMPLE = ROOT / "examples" / "gpt"
 

@@ -13,9 +13,10 @@ import psutil
 import pytest
 import torch
 
-from tests.conftest import run_cli
-from tests.integration.helpers import job_file, job_object, shim_pid, start_run, wait_for
-from tests.integration.test_inplace_repair import GLOBAL_BATCH, SCRIPTS, trained
+from tests.integration.test_in_place_repair import GLOBAL_BATCH, SCRIPTS, trained
+from tests.support.cli import run_cli
+from tests.support.local_runs import job_file, job_object, shim_pid, start_run
+from tests.support.waits import wait_for
 from torchjob.testing import JobBuilder, make_job
 
 STEPS = 400  # long enough (0.1 s a step) for a cold spare to start and join while the group trains on

@@ -11,8 +11,9 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tests.conftest import run_cli
-from tests.integration.helpers import job_file, job_object, shim_pid, start_run, wait_for
+from tests.support.cli import run_cli
+from tests.support.local_runs import job_file, job_object, shim_pid, start_run
+from tests.support.waits import wait_for
 from torchjob import worker_files
 from torchjob.testing import JobBuilder, make_job
 

@@ -7,17 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import run_cli
-from tests.integration.helpers import (
-    alive,
-    all_pids,
-    condition,
-    job_object,
-    replica_records,
-    start_run,
-    wait_for,
-    write_job,
-)
+from tests.support.cli import run_cli
+from tests.support.local_runs import alive, all_pids, condition, job_object, replica_records, start_run, write_job
+from tests.support.waits import wait_for
 
 
 def wait_until_all_started(home: Path, name: str, replicas: int) -> None:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import run_cli
+from tests.support.cli import run_cli
 from tests.support.corpus import INVALID_CORPUS, corpus_case
 
 INVALID = sorted(INVALID_CORPUS.glob("*.yaml"))

@@ -5,8 +5,8 @@ from __future__ import annotations
 from datetime import timedelta
 from pathlib import Path
 
-from tests.conftest import run_cli
-from tests.integration.helpers import alive, all_pids, condition, job_object, replica_records, write_job
+from tests.support.cli import run_cli
+from tests.support.local_runs import alive, all_pids, condition, job_object, replica_records, write_job
 from torchjob.core.times import parse_timestamp
 
 

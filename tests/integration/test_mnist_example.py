@@ -17,8 +17,9 @@ import pytest
 import yaml
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from tests.conftest import ROOT, run_cli
-from tests.integration.helpers import condition, job_object
+from tests.support.cli import run_cli
+from tests.support.local_runs import condition, job_object
+from tests.support.paths import ROOT
 
 ACCURACY_BAR = 0.90  # the README states this bar; a typical run reaches about 0.95
 EQUIVALENCE_TOLERANCE = 0.03  # world size 1 vs 3 at the same effective batch: held-out accuracy within 3 points

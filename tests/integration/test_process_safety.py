@@ -21,8 +21,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tests.conftest import run_cli
-from tests.integration.helpers import alive, condition, job_object
+from tests.support.cli import run_cli
+from tests.support.local_runs import alive, condition, job_object
 from torchjob.backends.local.store import JobStore, LocalState, ProcessRecord
 from torchjob.core.times import timestamp
 from torchjob.testing import make_job

@@ -19,9 +19,11 @@ from pathlib import Path
 
 import psutil
 
-from tests.conftest import ROOT, run_cli
-from tests.integration.helpers import job_file, job_object, shim_pid, start_run, wait_for
+from tests.support.cli import run_cli
 from tests.support.load import cpu_hogs
+from tests.support.local_runs import job_file, job_object, shim_pid, start_run
+from tests.support.paths import ROOT
+from tests.support.waits import wait_for
 from torchjob.testing import make_job
 
 SCRIPTS = Path(__file__).resolve().parent / "scripts"

@@ -16,8 +16,10 @@ import pytest
 import torch
 import yaml
 
-from tests.conftest import ROOT, run_cli
-from tests.integration.helpers import job_object, start_run, wait_for
+from tests.support.cli import run_cli
+from tests.support.local_runs import job_object, start_run
+from tests.support.paths import ROOT
+from tests.support.waits import wait_for
 
 INTERVAL = 10
 

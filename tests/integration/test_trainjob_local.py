@@ -11,8 +11,9 @@ from typing import Any
 import psutil
 import yaml
 
-from tests.conftest import run_cli
-from tests.integration.helpers import condition, job_object, replica_records, shim_pid, start_run, wait_for
+from tests.support.cli import run_cli
+from tests.support.local_runs import condition, job_object, replica_records, shim_pid, start_run
+from tests.support.waits import wait_for
 
 SCRIPTS = Path(__file__).resolve().parent / "scripts"
 

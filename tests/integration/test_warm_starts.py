@@ -12,8 +12,9 @@ from typing import Any
 import psutil
 import yaml
 
-from tests.conftest import run_cli
-from tests.integration.helpers import alive, all_pids, condition, job_object, start_run, wait_for
+from tests.support.cli import run_cli
+from tests.support.local_runs import alive, all_pids, condition, job_object, start_run
+from tests.support.waits import wait_for
 from torchjob.testing import make_job
 
 SCRIPTS = Path(__file__).resolve().parent / "scripts"
@@ -83,7 +84,7 @@ def test_a_warm_restart_resumes_from_the_checkpoint_and_the_root_cause_is_named(
     log = (torchjob_home / "jobs" / "resume" / "logs" / "0" / "worker-0.log").read_text()
     assert "RuntimeError: boom in attempt 0 after step 3" in log
     assert "warm_start.py" not in log and "runpy" not in log  # the traceback starts in the script
-    assert "zygote.py" not in log and "another exception occurred" not in log  # as a cold run prints it
+    assert "warm_interpreter.py" not in log and "another exception occurred" not in log  # as a cold run prints it
     assert "RuntimeError: boom in attempt 0" in result.stdout + result.stderr  # why it restarted
 
 

@@ -17,8 +17,8 @@ import psutil
 import pytest
 import yaml
 
-from tests.conftest import ROOT
-from tests.integration.helpers import job_object, shim_pid, start_run
+from tests.support.local_runs import job_object, shim_pid, start_run
+from tests.support.paths import ROOT
 
 MNIST = ROOT / "examples" / "mnist"
 ACCURACY_BAR = 0.90  # the README's bar, which the 3-rank job reaches (about 0.95)

@@ -33,20 +33,20 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 @pytest.fixture(scope="session")
-def rig(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+def cluster(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     yield from session_cluster(request, tmp_path_factory, "TORCHJOB_TEST_KUBECONFIG", kubelets=0)
 
 
 @pytest.fixture
-def namespace(rig: Cluster, request: pytest.FixtureRequest) -> Iterator[str]:
+def namespace(cluster: Cluster, request: pytest.FixtureRequest) -> Iterator[str]:
     base = re.sub(r"[^a-z0-9-]+", "-", request.node.name.lower()).strip("-")[:40].strip("-")
-    name = rig.namespace(f"{base}-{secrets.token_hex(3)}")
+    name = cluster.namespace(f"{base}-{secrets.token_hex(3)}")
     yield name
-    rig.kubectl("delete", "namespace", name, "--wait=false", check=False)
+    cluster.kubectl("delete", "namespace", name, "--wait=false", check=False)
 
 
 @pytest.fixture(scope="session")
-def operator(rig: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[OperatorProcess]:
-    process = deploy_operator(rig, tmp_path_factory.mktemp("operator"))
+def operator(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[OperatorProcess]:
+    process = deploy_operator(cluster, tmp_path_factory.mktemp("operator"))
     yield process
     process.stop()

@@ -25,28 +25,28 @@ def example(name: str) -> dict[str, Any]:
     return job
 
 
-def get_elasticjob(rig: Cluster, namespace: str, name: str) -> dict[str, Any]:
-    return dict(rig.kubectl_json("get", "-n", namespace, "elasticjob", name))
+def get_elasticjob(cluster: Cluster, namespace: str, name: str) -> dict[str, Any]:
+    return dict(cluster.kubectl_json("get", "-n", namespace, "elasticjob", name))
 
 
-def elastic_condition(rig: Cluster, namespace: str, name: str, kind: str) -> dict[str, Any] | None:
-    conditions = get_elasticjob(rig, namespace, name).get("status", {}).get("conditions") or []
+def elastic_condition(cluster: Cluster, namespace: str, name: str, kind: str) -> dict[str, Any] | None:
+    conditions = get_elasticjob(cluster, namespace, name).get("status", {}).get("conditions") or []
     return next((c for c in conditions if c["type"] == kind and c["status"] == "True"), None)
 
 
 def test_an_elasticjob_runs_as_a_pytorchjob_it_owns_meeting_at_its_etcd(
-    rig: Cluster, namespace: str, operator: OperatorProcess
+    cluster: Cluster, namespace: str, operator: OperatorProcess
 ) -> None:
-    rig.apply(example("ej"), namespace)
-    wait_until(lambda: len(running_pods(rig, namespace, "ej")) == 3, what="the ElasticJob's three Worker Pods")
-    child = get_job(rig, namespace, "ej")
+    cluster.apply(example("ej"), namespace)
+    wait_until(lambda: len(running_pods(cluster, namespace, "ej")) == 3, what="the ElasticJob's three Worker Pods")
+    child = get_job(cluster, namespace, "ej")
     owner = child["metadata"]["ownerReferences"][0]
     assert (owner["kind"], owner["name"], owner["uid"]) == (
         "ElasticJob",
         "ej",
-        get_elasticjob(rig, namespace, "ej")["metadata"]["uid"],
+        get_elasticjob(cluster, namespace, "ej")["metadata"]["uid"],
     )
-    running = running_pods(rig, namespace, "ej")
+    running = running_pods(cluster, namespace, "ej")
     container = running["ej-worker-0"]["spec"]["containers"][0]
     # TorchElastic's controller prepended --rdzv_backend=etcd --rdzv_endpoint --rdzv_id --nnodes: the same values,
     # as the variables the launcher reads for those flags; the image's entrypoint runs, the args as written.
@@ -59,58 +59,61 @@ def test_an_elasticjob_runs_as_a_pytorchjob_it_owns_meeting_at_its_etcd(
     assert env["PET_RDZV_ID"] == "ej-0"
     assert "command" not in container and container["args"][:2] == ["--nproc_per_node=1", "train.py"]
     assert container["image"] == "ghcr.io/torchjob/examples-mnist-elastic:0.1"
-    wait_until(lambda: elastic_condition(rig, namespace, "ej", "Running") is not None, what="Running on the ElasticJob")
-    status = get_elasticjob(rig, namespace, "ej")["status"]
+    wait_until(
+        lambda: elastic_condition(cluster, namespace, "ej", "Running") is not None, what="Running on the ElasticJob"
+    )
+    status = get_elasticjob(cluster, namespace, "ej")["status"]
     assert status["replicaStatuses"]["Worker"]["active"] == 3 and "startTime" in status
-    columns = rig.kubectl("get", "-n", namespace, "elasticjobs").stdout.splitlines()
+    columns = cluster.kubectl("get", "-n", namespace, "elasticjobs").stdout.splitlines()
     assert columns[0].split() == ["NAME", "MIN", "MAX", "DESIRED", "RDZVENDPOINT", "STATE", "AGE"]
     assert columns[1].split()[:6] == ["ej", "2", "3", "3", "etcd-service:2379", "Running"]
 
     # Scaled as TorchElastic's users scale it: the group shrinks without a restart, and grows back.
-    rig.kubectl("scale", "-n", namespace, "elasticjob", "ej", "--replicas=2")
-    wait_until(lambda: len(running_pods(rig, namespace, "ej")) == 2, what="the group shrunk to 2")
-    assert get_job(rig, namespace, "ej")["spec"]["pytorchReplicaSpecs"]["Worker"]["replicas"] == 2
-    assert torchjob(rig, "scale", "--cluster", "-n", namespace, "ej", "--workers", "3").returncode == 0
-    wait_until(lambda: len(running_pods(rig, namespace, "ej")) == 3, what="the group grown back to 3")
-    assert get_elasticjob(rig, namespace, "ej")["spec"]["replicaSpecs"]["Worker"]["replicas"] == 3
-    status = get_job(rig, namespace, "ej")["status"]
+    cluster.kubectl("scale", "-n", namespace, "elasticjob", "ej", "--replicas=2")
+    wait_until(lambda: len(running_pods(cluster, namespace, "ej")) == 2, what="the group shrunk to 2")
+    assert get_job(cluster, namespace, "ej")["spec"]["pytorchReplicaSpecs"]["Worker"]["replicas"] == 2
+    assert torchjob(cluster, "scale", "--cluster", "-n", namespace, "ej", "--workers", "3").returncode == 0
+    wait_until(lambda: len(running_pods(cluster, namespace, "ej")) == 3, what="the group grown back to 3")
+    assert get_elasticjob(cluster, namespace, "ej")["spec"]["replicaSpecs"]["Worker"]["replicas"] == 3
+    status = get_job(cluster, namespace, "ej")["status"]
     assert (status["attempt"], status["restartCount"]) == (0, 0) and status["membershipChanges"] >= 2
 
-    for pod in running_pods(rig, namespace, "ej"):
-        rig.end_pod(namespace, pod, 0)
-    wait_until(lambda: elastic_condition(rig, namespace, "ej", "Succeeded") is not None, what="Succeeded")
-    rig.kubectl("delete", "-n", namespace, "elasticjob", "ej", "--wait=true")
+    for pod in running_pods(cluster, namespace, "ej"):
+        cluster.end_pod(namespace, pod, 0)
+    wait_until(lambda: elastic_condition(cluster, namespace, "ej", "Succeeded") is not None, what="Succeeded")
+    cluster.kubectl("delete", "-n", namespace, "elasticjob", "ej", "--wait=true")
     wait_until(
-        lambda: not rig.kubectl_json("get", "-n", namespace, "pytorchjobs")["items"], what="the owned PyTorchJob to go"
+        lambda: not cluster.kubectl_json("get", "-n", namespace, "pytorchjobs")["items"],
+        what="the owned PyTorchJob to go",
     )
 
 
 def test_an_elasticjob_refused_at_admission_or_failed_says_why(
-    rig: Cluster, namespace: str, operator: OperatorProcess, tmp_path: Path
+    cluster: Cluster, namespace: str, operator: OperatorProcess, tmp_path: Path
 ) -> None:
     bad = example("bad")
     bad["spec"].update(minReplicas=3, maxReplicas=2)
     path = tmp_path / "bad.yaml"
     path.write_text(yaml.safe_dump(bad))
-    refused = rig.kubectl("apply", "-n", namespace, "-f", str(path), check=False)
+    refused = cluster.kubectl("apply", "-n", namespace, "-f", str(path), check=False)
     assert refused.returncode != 0 and "minReplicas: must be at most maxReplicas" in refused.stderr
     unreachable = example("no-port")
     unreachable["spec"]["rdzvEndpoint"] = "etcd-service"
-    rig.apply(unreachable, namespace)
-    wait_until(lambda: elastic_condition(rig, namespace, "no-port", "Failed") is not None, what="Failed")
-    failed = elastic_condition(rig, namespace, "no-port", "Failed")
+    cluster.apply(unreachable, namespace)
+    wait_until(lambda: elastic_condition(cluster, namespace, "no-port", "Failed") is not None, what="Failed")
+    failed = elastic_condition(cluster, namespace, "no-port", "Failed")
     assert failed is not None and "spec.rdzvEndpoint: must be host:port" in failed["message"]
-    assert not rig.kubectl_json("get", "-n", namespace, "pytorchjobs")["items"]
+    assert not cluster.kubectl_json("get", "-n", namespace, "pytorchjobs")["items"]
 
 
 def test_torchjob_submit_creates_the_elasticjob_as_written(
-    rig: Cluster, namespace: str, operator: OperatorProcess, tmp_path: Path
+    cluster: Cluster, namespace: str, operator: OperatorProcess, tmp_path: Path
 ) -> None:
     path = tmp_path / "job.yaml"
     path.write_text(yaml.safe_dump(example("submitted")))
-    submitted = torchjob(rig, "submit", str(path), "-n", namespace)
+    submitted = torchjob(cluster, "submit", str(path), "-n", namespace)
     assert submitted.returncode == 0, submitted.stderr
     assert f"elasticjob.elastic.pytorch.org/submitted created in namespace {namespace}" in submitted.stderr
-    written = get_elasticjob(rig, namespace, "submitted")
+    written = get_elasticjob(cluster, namespace, "submitted")
     assert written["spec"]["rdzvEndpoint"] == "etcd-service:2379"
-    wait_until(lambda: len(running_pods(rig, namespace, "submitted")) == 3, what="its three Worker Pods")
+    wait_until(lambda: len(running_pods(cluster, namespace, "submitted")) == 3, what="its three Worker Pods")

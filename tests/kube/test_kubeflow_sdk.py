@@ -13,22 +13,24 @@ from tests.support.operator import OperatorProcess
 
 
 def test_training_client_creates_waits_for_and_reads_logs_of_a_job(
-    rig: Cluster, namespace: str, operator: OperatorProcess, tmp_path: Path
+    cluster: Cluster, namespace: str, operator: OperatorProcess, tmp_path: Path
 ) -> None:
-    sdk = TrainingClient(config_file=str(rig.kubeconfig), namespace=namespace)
+    sdk = TrainingClient(config_file=str(cluster.kubeconfig), namespace=namespace)
     sdk.create_job(name="sdk-job", base_image="example/train:1", num_workers=3)
 
     sdk.wait_for_job_conditions("sdk-job", expected_conditions={"Running"}, timeout=60, polling_interval=1)
     assert sdk.is_job_running("sdk-job")
     names = sorted(sdk.get_job_pod_names("sdk-job"))
     assert names == ["sdk-job-master-0", "sdk-job-worker-0", "sdk-job-worker-1"]
-    wait_until(lambda: len(pods(rig, namespace, "sdk-job")) == 3, what="three pods")
+    wait_until(lambda: len(pods(cluster, namespace, "sdk-job")) == 3, what="three pods")
 
-    rig.serve_logs(namespace, "sdk-job-master-0", "pytorch", ["epoch 1 loss 0.9", "epoch 2 loss 0.4"], tmp_path / "m")
+    cluster.serve_logs(
+        namespace, "sdk-job-master-0", "pytorch", ["epoch 1 loss 0.9", "epoch 2 loss 0.4"], tmp_path / "m"
+    )
     logs, _ = sdk.get_job_logs("sdk-job")
     assert logs == {"sdk-job-master-0": "epoch 1 loss 0.9\nepoch 2 loss 0.4\n"}
 
-    rig.end_pod(namespace, "sdk-job-master-0", 0)
+    cluster.end_pod(namespace, "sdk-job-master-0", 0)
     job = sdk.wait_for_job_conditions("sdk-job", timeout=60, polling_interval=1)
     assert sdk.is_job_succeeded("sdk-job")
     assert job.status.replica_statuses["Master"].succeeded == 1

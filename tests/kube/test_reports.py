@@ -22,7 +22,7 @@ from torchjob.reporting import call_operator
 
 
 def test_a_pod_bound_token_for_the_report_audience_names_its_pod_and_nothing_else_does(
-    rig: Cluster, namespace: str
+    cluster: Cluster, namespace: str
 ) -> None:
     pod = {
         "apiVersion": "v1",
@@ -30,15 +30,15 @@ def test_a_pod_bound_token_for_the_report_audience_names_its_pod_and_nothing_els
         "metadata": {"name": "reporter", "namespace": namespace},
         "spec": {"containers": [{"name": "pytorch", "image": "busybox"}]},
     }
-    rig.kubectl("apply", "-f", "-", input=json.dumps(pod))
-    uid = rig.kubectl("get", "pod", "reporter", "-n", namespace, "-o", "jsonpath={.metadata.uid}").stdout
+    cluster.kubectl("apply", "-f", "-", input=json.dumps(pod))
+    uid = cluster.kubectl("get", "pod", "reporter", "-n", namespace, "-o", "jsonpath={.metadata.uid}").stdout
 
     def token(audience: str, bound: bool = True) -> str:
         binding = ["--bound-object-kind=Pod", "--bound-object-name=reporter", f"--bound-object-uid={uid}"]
         args = ["create", "token", "default", "-n", namespace, f"--audience={audience}", *(binding if bound else [])]
-        return rig.kubectl(*args).stdout.strip()
+        return cluster.kubectl(*args).stdout.strip()
 
-    reviewer = ApiTokenReviewer(Client(KubeConfig.from_file(str(rig.kubeconfig))))
+    reviewer = ApiTokenReviewer(Client(KubeConfig.from_file(str(cluster.kubeconfig))))
     assert reviewer.review(token("torchjob.io/reports")) == PodIdentity(namespace, "reporter", uid)
     assert reviewer.review(token("https://kubernetes.default.svc.cluster.local")) is None  # an API token
     assert reviewer.review(token("torchjob.io/reports", bound=False)) is None  # not bound to a Pod
@@ -46,7 +46,7 @@ def test_a_pod_bound_token_for_the_report_audience_names_its_pod_and_nothing_els
 
 
 def test_the_report_endpoint_serves_tls_from_a_ca_it_keeps_and_gives_its_pods(
-    rig: Cluster, namespace: str, operator: OperatorProcess, tmp_path: Path
+    cluster: Cluster, namespace: str, operator: OperatorProcess, tmp_path: Path
 ) -> None:
     """A second operator, for this namespace only, with its report endpoint: a CA and certificate in a Secret,
     the CA in every Pod it creates; a Pod's real token over TLS is heard, a Pod without the CA cannot send its
@@ -60,20 +60,20 @@ def test_the_report_endpoint_serves_tls_from_a_ca_it_keeps_and_gives_its_pods(
     )
     reporting.start()
     try:
-        secret = rig.kubectl_json("get", "secret", "torchjob-report-tls", "-n", "torchjob-system")
+        secret = cluster.kubectl_json("get", "secret", "torchjob-report-tls", "-n", "torchjob-system")
         ca = base64.b64decode(secret["data"]["ca.crt"]).decode()
-        rig.apply(job_manifest("told", workers=1, run_policy={"managedBy": "torchjob.io/report-test"}), namespace)
-        wait_until(lambda: "told-worker-0" in pods(rig, namespace, "told"), what="the worker's Pod")
+        cluster.apply(job_manifest("told", workers=1, run_policy={"managedBy": "torchjob.io/report-test"}), namespace)
+        wait_until(lambda: "told-worker-0" in pods(cluster, namespace, "told"), what="the worker's Pod")
         env = {
             e["name"]: e.get("value")
-            for e in pods(rig, namespace, "told")["told-worker-0"]["spec"]["containers"][0]["env"]
+            for e in pods(cluster, namespace, "told")["told-worker-0"]["spec"]["containers"][0]["env"]
         }
         assert env["TORCHJOB_REPORT_CA"] == ca
         url = env["TORCHJOB_REPORT_URL"]
         assert url.startswith(f"https://127.0.0.1:{port}/reports/{namespace}/told")
 
-        uid = pods(rig, namespace, "told")["told-worker-0"]["metadata"]["uid"]
-        token = rig.kubectl(
+        uid = pods(cluster, namespace, "told")["told-worker-0"]["metadata"]["uid"]
+        token = cluster.kubectl(
             "create",
             "token",
             "default",
@@ -103,7 +103,8 @@ def test_the_report_endpoint_serves_tls_from_a_ca_it_keeps_and_gives_its_pods(
             assert isinstance(no_ca.value.reason, ssl.SSLCertVerificationError)
         wait_until(
             lambda: (
-                (get_job(rig, namespace, "told")["status"].get("trainerStatus") or {}).get("progressPercentage") == 30
+                (get_job(cluster, namespace, "told")["status"].get("trainerStatus") or {}).get("progressPercentage")
+                == 30
             ),
             what="the report heard (30% in trainerStatus)",
         )

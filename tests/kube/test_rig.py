@@ -30,38 +30,38 @@ def pod(name: str, **metadata: Any) -> dict[str, Any]:
     }
 
 
-def phase(rig: Cluster, namespace: str, name: str) -> str:
-    return str(rig.kubectl_json("get", "-n", namespace, "pod", name).get("status", {}).get("phase", ""))
+def phase(cluster: Cluster, namespace: str, name: str) -> str:
+    return str(cluster.kubectl_json("get", "-n", namespace, "pod", name).get("status", {}).get("phase", ""))
 
 
-def test_a_pod_runs_on_a_fake_node_and_fails_with_the_exit_code_we_choose(rig: Cluster, namespace: str) -> None:
-    rig.apply(pod("trainer"), namespace)
-    wait_until(lambda: phase(rig, namespace, "trainer") == "Running", what="the pod to run")
-    node = rig.kubectl_json("get", "-n", namespace, "pod", "trainer")["spec"]["nodeName"]
+def test_a_pod_runs_on_a_fake_node_and_fails_with_the_exit_code_we_choose(cluster: Cluster, namespace: str) -> None:
+    cluster.apply(pod("trainer"), namespace)
+    wait_until(lambda: phase(cluster, namespace, "trainer") == "Running", what="the pod to run")
+    node = cluster.kubectl_json("get", "-n", namespace, "pod", "trainer")["spec"]["nodeName"]
     assert node.startswith("kwok-node-")  # placed by the real scheduler
 
-    rig.end_pod(namespace, "trainer", 137, reason="OOMKilled")
-    wait_until(lambda: phase(rig, namespace, "trainer") == "Failed", what="the pod to fail")
-    status = rig.kubectl_json("get", "-n", namespace, "pod", "trainer")["status"]
+    cluster.end_pod(namespace, "trainer", 137, reason="OOMKilled")
+    wait_until(lambda: phase(cluster, namespace, "trainer") == "Failed", what="the pod to fail")
+    status = cluster.kubectl_json("get", "-n", namespace, "pod", "trainer")["status"]
     terminated = status["containerStatuses"][0]["state"]["terminated"]
     assert (terminated["exitCode"], terminated["reason"]) == (137, "OOMKilled")
 
 
-def test_exit_code_zero_succeeds(rig: Cluster, namespace: str) -> None:
-    rig.apply(pod("done"), namespace)
-    wait_until(lambda: phase(rig, namespace, "done") == "Running", what="the pod to run")
-    rig.end_pod(namespace, "done", 0)
-    wait_until(lambda: phase(rig, namespace, "done") == "Succeeded", what="the pod to succeed")
+def test_exit_code_zero_succeeds(cluster: Cluster, namespace: str) -> None:
+    cluster.apply(pod("done"), namespace)
+    wait_until(lambda: phase(cluster, namespace, "done") == "Running", what="the pod to run")
+    cluster.end_pod(namespace, "done", 0)
+    wait_until(lambda: phase(cluster, namespace, "done") == "Succeeded", what="the pod to succeed")
 
 
-def test_a_crd_and_a_custom_object(rig: Cluster, namespace: str) -> None:
-    rig.apply(
+def test_a_crd_and_a_custom_object(cluster: Cluster, namespace: str) -> None:
+    cluster.apply(
         {
             "apiVersion": "apiextensions.k8s.io/v1",
             "kind": "CustomResourceDefinition",
             "metadata": {"name": "widgets.rig.torchjob.io"},
             "spec": {
-                "group": "rig.torchjob.io",
+                "group": "cluster.torchjob.io",
                 "scope": "Namespaced",
                 "names": {"plural": "widgets", "singular": "widget", "kind": "Widget"},
                 "versions": [
@@ -80,30 +80,30 @@ def test_a_crd_and_a_custom_object(rig: Cluster, namespace: str) -> None:
             },
         }
     )
-    rig.kubectl("wait", "--for=condition=Established", "crd/widgets.rig.torchjob.io", "--timeout=60s")
-    rig.apply(
-        {"apiVersion": "rig.torchjob.io/v1", "kind": "Widget", "metadata": {"name": "w"}, "spec": {"size": 3}},
+    cluster.kubectl("wait", "--for=condition=Established", "crd/widgets.rig.torchjob.io", "--timeout=60s")
+    cluster.apply(
+        {"apiVersion": "cluster.torchjob.io/v1", "kind": "Widget", "metadata": {"name": "w"}, "spec": {"size": 3}},
         namespace,
     )
-    assert rig.kubectl_json("get", "-n", namespace, "widget", "w")["spec"] == {"size": 3}
+    assert cluster.kubectl_json("get", "-n", namespace, "widget", "w")["spec"] == {"size": 3}
     # kubectl validates strictly, and the API server prunes unknown fields when asked not to validate.
     extra = (
-        '{"apiVersion": "rig.torchjob.io/v1", "kind": "Widget", "metadata": {"name": "w2"},'
+        '{"apiVersion": "cluster.torchjob.io/v1", "kind": "Widget", "metadata": {"name": "w2"},'
         ' "spec": {"size": 1, "colour": "red"}}'
     )
-    strict = rig.kubectl("apply", "-n", namespace, "-f", "-", input=extra, check=False)
+    strict = cluster.kubectl("apply", "-n", namespace, "-f", "-", input=extra, check=False)
     assert strict.returncode != 0 and 'unknown field "spec.colour"' in strict.stderr
-    rig.kubectl("apply", "--validate=false", "-n", namespace, "-f", "-", input=extra)
-    assert rig.kubectl_json("get", "-n", namespace, "widget", "w2")["spec"] == {"size": 1}
+    cluster.kubectl("apply", "--validate=false", "-n", namespace, "-f", "-", input=extra)
+    assert cluster.kubectl_json("get", "-n", namespace, "widget", "w2")["spec"] == {"size": 1}
 
 
-def test_pod_logs_through_the_api_including_follow(rig: Cluster, namespace: str, tmp_path: Path) -> None:
-    rig.apply(pod("talker"), namespace)
-    wait_until(lambda: phase(rig, namespace, "talker") == "Running", what="the pod to run")
+def test_pod_logs_through_the_api_including_follow(cluster: Cluster, namespace: str, tmp_path: Path) -> None:
+    cluster.apply(pod("talker"), namespace)
+    wait_until(lambda: phase(cluster, namespace, "talker") == "Running", what="the pod to run")
     log_file = tmp_path / "talker.log"
-    rig.serve_logs(namespace, "talker", "pytorch", ["Rank 0: epoch 1/2", "Rank 0: epoch 2/2"], log_file)
+    cluster.serve_logs(namespace, "talker", "pytorch", ["Rank 0: epoch 1/2", "Rank 0: epoch 2/2"], log_file)
     logs = wait_until(
-        lambda: rig.kubectl("logs", "-n", namespace, "talker", check=False).stdout, what="logs to be served"
+        lambda: cluster.kubectl("logs", "-n", namespace, "talker", check=False).stdout, what="logs to be served"
     )
     assert logs.splitlines() == ["Rank 0: epoch 1/2", "Rank 0: epoch 2/2"]
 
@@ -111,7 +111,7 @@ def test_pod_logs_through_the_api_including_follow(rig: Cluster, namespace: str,
         [str(control_plane_bin() / "kubectl"), "logs", "-f", "-n", namespace, "talker"],
         stdout=subprocess.PIPE,
         text=True,
-        env=rig.env(),
+        env=cluster.env(),
     )
     try:
         assert follower.stdout is not None
@@ -124,8 +124,8 @@ def test_pod_logs_through_the_api_including_follow(rig: Cluster, namespace: str,
         follower.wait()
 
 
-def test_an_indexed_job_gets_completion_indexes_from_the_job_controller(rig: Cluster, namespace: str) -> None:
-    rig.apply(
+def test_an_indexed_job_gets_completion_indexes_from_the_job_controller(cluster: Cluster, namespace: str) -> None:
+    cluster.apply(
         {
             "apiVersion": "batch/v1",
             "kind": "Job",
@@ -148,7 +148,7 @@ def test_an_indexed_job_gets_completion_indexes_from_the_job_controller(rig: Clu
     )
 
     def pods() -> list[dict[str, Any]]:
-        items: list[dict[str, Any]] = rig.kubectl_json("get", "-n", namespace, "pods", "-l", "job-name=indexed")[
+        items: list[dict[str, Any]] = cluster.kubectl_json("get", "-n", namespace, "pods", "-l", "job-name=indexed")[
             "items"
         ]
         return items if len(items) == 3 else []
@@ -160,30 +160,32 @@ def test_an_indexed_job_gets_completion_indexes_from_the_job_controller(rig: Clu
         env = {e["name"]: e for e in p["spec"]["containers"][0]["env"]}
         field = env["JOB_COMPLETION_INDEX"]["valueFrom"]["fieldRef"]["fieldPath"]
         assert field == "metadata.labels['batch.kubernetes.io/job-completion-index']"
-    rig.kubectl("wait", "-n", namespace, "--for=condition=Complete", "job/indexed", "--timeout=90s")
+    cluster.kubectl("wait", "-n", namespace, "--for=condition=Complete", "job/indexed", "--timeout=90s")
 
 
-def test_rbac_is_enforced(rig: Cluster, namespace: str) -> None:
+def test_rbac_is_enforced(cluster: Cluster, namespace: str) -> None:
     who = f"--as=system:serviceaccount:{namespace}:default"
-    assert rig.kubectl("auth", "can-i", "list", "pods", "-n", namespace, who, check=False).stdout.strip() == "no"
-    assert rig.kubectl("auth", "can-i", "list", "pods", "-n", namespace).stdout.strip() == "yes"
+    assert cluster.kubectl("auth", "can-i", "list", "pods", "-n", namespace, who, check=False).stdout.strip() == "no"
+    assert cluster.kubectl("auth", "can-i", "list", "pods", "-n", namespace).stdout.strip() == "yes"
 
 
-def test_a_rendered_indexed_job_runs_on_the_cluster(rig: Cluster, namespace: str) -> None:
+def test_a_rendered_indexed_job_runs_on_the_cluster(cluster: Cluster, namespace: str) -> None:
     """`torchjob render --to indexed-job` output, applied as is: pods get their completion index."""
     import yaml
 
-    from tests.conftest import ROOT
+    from tests.support.paths import ROOT
     from torchjob.api.loading import load_job_file
     from torchjob.backends.kubernetes.indexed_job import render
 
     manifests, _ = render(load_job_file(ROOT / "examples" / "mnist" / "job.yaml"))
     for manifest in manifests:
         manifest["metadata"]["namespace"] = namespace
-    rig.apply(yaml.safe_dump_all(manifests), namespace)
+    cluster.apply(yaml.safe_dump_all(manifests), namespace)
 
     def pods() -> list[dict[str, Any]]:
-        items: list[dict[str, Any]] = rig.kubectl_json("get", "-n", namespace, "pods", "-l", "job-name=mnist")["items"]
+        items: list[dict[str, Any]] = cluster.kubectl_json("get", "-n", namespace, "pods", "-l", "job-name=mnist")[
+            "items"
+        ]
         return items if len(items) == 3 else []
 
     found = wait_until(pods, what="3 pods of the rendered Indexed Job")
@@ -195,5 +197,5 @@ def test_a_rendered_indexed_job_runs_on_the_cluster(rig: Cluster, namespace: str
     for p in found:
         assert p["spec"]["subdomain"] == "mnist"
         assert "--node-rank=$(JOB_COMPLETION_INDEX)" in p["spec"]["containers"][0]["args"]
-    assert rig.kubectl_json("get", "-n", namespace, "service", "mnist")["spec"]["clusterIP"] == "None"
-    rig.kubectl("wait", "-n", namespace, "--for=condition=Complete", "job/mnist", "--timeout=90s")
+    assert cluster.kubectl_json("get", "-n", namespace, "service", "mnist")["spec"]["clusterIP"] == "None"
+    cluster.kubectl("wait", "-n", namespace, "--for=condition=Complete", "job/mnist", "--timeout=90s")

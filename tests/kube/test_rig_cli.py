@@ -16,13 +16,13 @@ def kube_rig(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([command, *args], capture_output=True, text=True, timeout=120)
 
 
-def test_get_status_and_export_logs_of_a_cluster(rig: Cluster, tmp_path: Path) -> None:
-    where = ("--dir", str(rig.directory))
+def test_get_status_and_export_logs_of_a_cluster(cluster: Cluster, tmp_path: Path) -> None:
+    where = ("--dir", str(cluster.directory))
     nodes = kube_rig("get", "nodes", *where)
     assert nodes.returncode == 0, nodes.stderr
     rows = [line.split() for line in nodes.stdout.splitlines()[1:]]
     assert [(r[0], r[1], r[3]) for r in rows] == [("kwok-node-0", "kwok", "True"), ("kwok-node-1", "kwok", "True")]
-    assert kube_rig("get", "kubeconfig", *where).stdout.strip() == str(rig.kubeconfig)
+    assert kube_rig("get", "kubeconfig", *where).stdout.strip() == str(cluster.kubeconfig)
     status = kube_rig("status", *where)
     assert status.returncode == 0 and "kube-apiserver" in status.stdout and "NOT RUNNING" not in status.stdout
     exported = kube_rig("export", "logs", str(tmp_path / "logs"), *where)
@@ -30,8 +30,8 @@ def test_get_status_and_export_logs_of_a_cluster(rig: Cluster, tmp_path: Path) -
     assert (tmp_path / "logs" / "processes" / "kube-apiserver.log").stat().st_size > 0
 
 
-def test_the_cli_refuses_in_one_line(rig: Cluster, tmp_path: Path) -> None:
-    stop = kube_rig("node", "stop", "kwok-node-0", "--dir", str(rig.directory))
+def test_the_cli_refuses_in_one_line(cluster: Cluster, tmp_path: Path) -> None:
+    stop = kube_rig("node", "stop", "kwok-node-0", "--dir", str(cluster.directory))
     assert stop.returncode == 1
     assert stop.stderr.strip() == "kube-rig: kwok-node-0 is a kwok node: only a real (kubelet) node can stop and start"
     missing = kube_rig("get", "nodes", "--dir", str(tmp_path / "none"))

@@ -34,33 +34,33 @@ def trainjob(name: str, nodes: int = 2, **spec: Any) -> dict[str, Any]:
     }
 
 
-def get_trainjob(rig: Cluster, namespace: str, name: str) -> dict[str, Any]:
-    return dict(rig.kubectl_json("get", "-n", namespace, "trainjob", name))
+def get_trainjob(cluster: Cluster, namespace: str, name: str) -> dict[str, Any]:
+    return dict(cluster.kubectl_json("get", "-n", namespace, "trainjob", name))
 
 
-def trainjob_condition(rig: Cluster, namespace: str, name: str, kind: str) -> dict[str, Any] | None:
-    conditions = get_trainjob(rig, namespace, name).get("status", {}).get("conditions") or []
+def trainjob_condition(cluster: Cluster, namespace: str, name: str, kind: str) -> dict[str, Any] | None:
+    conditions = get_trainjob(cluster, namespace, name).get("status", {}).get("conditions") or []
     return next((c for c in conditions if c["type"] == kind), None)
 
 
-def running(rig: Cluster, namespace: str, name: str) -> list[str]:
-    return [p for p, pod in pods(rig, namespace, name).items() if pod.get("status", {}).get("phase") == "Running"]
+def running(cluster: Cluster, namespace: str, name: str) -> list[str]:
+    return [p for p, pod in pods(cluster, namespace, name).items() if pod.get("status", {}).get("phase") == "Running"]
 
 
 def test_a_trainjob_runs_as_a_pytorchjob_it_owns_and_completes_in_trainers_shape(
-    rig: Cluster, namespace: str, operator: OperatorProcess
+    cluster: Cluster, namespace: str, operator: OperatorProcess
 ) -> None:
-    rig.apply(TORCH_DISTRIBUTED)
-    rig.apply(trainjob("tj"), namespace)
-    wait_until(lambda: len(running_pods(rig, namespace, "tj")) == 2, what="the TrainJob's two node Pods")
-    child = get_job(rig, namespace, "tj")
+    cluster.apply(TORCH_DISTRIBUTED)
+    cluster.apply(trainjob("tj"), namespace)
+    wait_until(lambda: len(running_pods(cluster, namespace, "tj")) == 2, what="the TrainJob's two node Pods")
+    child = get_job(cluster, namespace, "tj")
     owner = child["metadata"]["ownerReferences"][0]
     assert (owner["kind"], owner["name"], owner["uid"]) == (
         "TrainJob",
         "tj",
-        get_trainjob(rig, namespace, "tj")["metadata"]["uid"],
+        get_trainjob(cluster, namespace, "tj")["metadata"]["uid"],
     )
-    running = running_pods(rig, namespace, "tj")
+    running = running_pods(cluster, namespace, "tj")
     env = {p: {e["name"]: e.get("value") for e in pod["spec"]["containers"][0]["env"]} for p, pod in running.items()}
     assert {p: (e["PET_NNODES"], e["PET_NODE_RANK"], e["PET_NPROC_PER_NODE"]) for p, e in env.items()} == {
         "tj-master-0": ("2", "0", "1"),
@@ -78,97 +78,100 @@ def test_a_trainjob_runs_as_a_pytorchjob_it_owns_and_completes_in_trainers_shape
     assert {pod["spec"]["containers"][0]["name"] for pod in running.values()} == {"node"}  # Trainer's name for it
     assert all(pod["spec"]["containers"][0]["image"].startswith("pytorch/pytorch:") for pod in running.values())
     wait_until(
-        lambda: (get_trainjob(rig, namespace, "tj").get("status") or {}).get("jobsStatus", [{}])[0].get("ready") == 1,
+        lambda: (
+            (get_trainjob(cluster, namespace, "tj").get("status") or {}).get("jobsStatus", [{}])[0].get("ready") == 1
+        ),
         what="jobsStatus to show the node job ready",
     )
-    rig.end_pod(namespace, "tj-master-0", 0)
-    wait_until(lambda: trainjob_condition(rig, namespace, "tj", "Complete") is not None, what="Complete")
-    status = get_trainjob(rig, namespace, "tj")["status"]
-    assert trainjob_condition(rig, namespace, "tj", "Complete")["status"] == "True"  # type: ignore[index]
+    cluster.end_pod(namespace, "tj-master-0", 0)
+    wait_until(lambda: trainjob_condition(cluster, namespace, "tj", "Complete") is not None, what="Complete")
+    status = get_trainjob(cluster, namespace, "tj")["status"]
+    assert trainjob_condition(cluster, namespace, "tj", "Complete")["status"] == "True"  # type: ignore[index]
     assert status["jobsStatus"] == [
         {"name": "node", "ready": 0, "succeeded": 1, "failed": 0, "active": 0, "suspended": 0}
     ]
-    printed = rig.kubectl("get", "-n", namespace, "trainjob", "tj").stdout
+    printed = cluster.kubectl("get", "-n", namespace, "trainjob", "tj").stdout
     assert "Complete" in printed.splitlines()[1]
-    rig.kubectl("delete", "-n", namespace, "trainjob", "tj", "--wait=true")
+    cluster.kubectl("delete", "-n", namespace, "trainjob", "tj", "--wait=true")
     wait_until(
-        lambda: not rig.kubectl_json("get", "-n", namespace, "pytorchjobs")["items"], what="the owned PyTorchJob to go"
+        lambda: not cluster.kubectl_json("get", "-n", namespace, "pytorchjobs")["items"],
+        what="the owned PyTorchJob to go",
     )
 
 
 def test_a_suspended_trainjob_starts_no_pod_until_it_is_resumed(
-    rig: Cluster, namespace: str, operator: OperatorProcess
+    cluster: Cluster, namespace: str, operator: OperatorProcess
 ) -> None:
-    rig.apply(TORCH_DISTRIBUTED)
-    rig.apply(trainjob("queued", suspend=True), namespace)
-    wait_until(lambda: trainjob_condition(rig, namespace, "queued", "Suspended") is not None, what="Suspended")
-    assert trainjob_condition(rig, namespace, "queued", "Suspended")["status"] == "True"  # type: ignore[index]
-    assert pods(rig, namespace, "queued") == {}
+    cluster.apply(TORCH_DISTRIBUTED)
+    cluster.apply(trainjob("queued", suspend=True), namespace)
+    wait_until(lambda: trainjob_condition(cluster, namespace, "queued", "Suspended") is not None, what="Suspended")
+    assert trainjob_condition(cluster, namespace, "queued", "Suspended")["status"] == "True"  # type: ignore[index]
+    assert pods(cluster, namespace, "queued") == {}
     # Admission as Kueue writes it: its runtime patch on the suspended TrainJob first, then the resume.
     admitted = {"metadata": {"labels": {"kueue.x-k8s.io/podset": "node"}}, "spec": {"tolerations": [TOLERATION]}}
     patch = {"name": "node", "template": {"spec": {"template": admitted}}}
     runtime_patch = {"manager": "kueue.x-k8s.io/manager", "trainingRuntimeSpec": {"template": {"spec": {}}}}
     runtime_patch["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"] = [patch]
     body = json.dumps({"spec": {"runtimePatches": [runtime_patch]}})
-    rig.kubectl("patch", "-n", namespace, "trainjob", "queued", "--type=merge", "-p", body)
-    rig.kubectl("patch", "-n", namespace, "trainjob", "queued", "--type=merge", "-p", '{"spec":{"suspend":false}}')
-    wait_until(lambda: len(running(rig, namespace, "queued")) == 2, what="the admitted job's Pods")
-    started = pods(rig, namespace, "queued").values()
+    cluster.kubectl("patch", "-n", namespace, "trainjob", "queued", "--type=merge", "-p", body)
+    cluster.kubectl("patch", "-n", namespace, "trainjob", "queued", "--type=merge", "-p", '{"spec":{"suspend":false}}')
+    wait_until(lambda: len(running(cluster, namespace, "queued")) == 2, what="the admitted job's Pods")
+    started = pods(cluster, namespace, "queued").values()
     assert all(pod["metadata"]["labels"].get("kueue.x-k8s.io/podset") == "node" for pod in started)
     assert all(TOLERATION in pod["spec"].get("tolerations", []) for pod in started)
     wait_until(
-        lambda: (trainjob_condition(rig, namespace, "queued", "Suspended") or {}).get("reason") == "Resumed",
+        lambda: (trainjob_condition(cluster, namespace, "queued", "Suspended") or {}).get("reason") == "Resumed",
         what="Suspended False, Resumed",
     )
-    assert trainjob_condition(rig, namespace, "queued", "Suspended")["status"] == "False"  # type: ignore[index]
+    assert trainjob_condition(cluster, namespace, "queued", "Suspended")["status"] == "False"  # type: ignore[index]
 
 
 def test_a_trainjob_that_cannot_run_says_why_and_one_of_multikueue_is_left_alone(
-    rig: Cluster, namespace: str, operator: OperatorProcess
+    cluster: Cluster, namespace: str, operator: OperatorProcess
 ) -> None:
-    rig.apply({**trainjob("nowhere"), "spec": {"runtimeRef": {"name": "no-such-runtime"}}}, namespace)
-    rig.apply(trainjob("theirs", managedBy="kueue.x-k8s.io/multikueue"), namespace)
-    wait_until(lambda: trainjob_condition(rig, namespace, "nowhere", "Failed") is not None, what="Failed")
-    failed = trainjob_condition(rig, namespace, "nowhere", "Failed")
+    cluster.apply({**trainjob("nowhere"), "spec": {"runtimeRef": {"name": "no-such-runtime"}}}, namespace)
+    cluster.apply(trainjob("theirs", managedBy="kueue.x-k8s.io/multikueue"), namespace)
+    wait_until(lambda: trainjob_condition(cluster, namespace, "nowhere", "Failed") is not None, what="Failed")
+    failed = trainjob_condition(cluster, namespace, "nowhere", "Failed")
     assert failed is not None and "no ClusterTrainingRuntime named 'no-such-runtime'" in failed["message"]
-    assert not rig.kubectl_json("get", "-n", namespace, "pytorchjobs")["items"]
-    assert not get_trainjob(rig, namespace, "theirs").get("status")
+    assert not cluster.kubectl_json("get", "-n", namespace, "pytorchjobs")["items"]
+    assert not get_trainjob(cluster, namespace, "theirs").get("status")
 
 
 def test_torchjob_submit_creates_the_trainjob_itself_where_the_cluster_serves_them(
-    rig: Cluster, namespace: str, operator: OperatorProcess, tmp_path: Path
+    cluster: Cluster, namespace: str, operator: OperatorProcess, tmp_path: Path
 ) -> None:
-    rig.apply(TORCH_DISTRIBUTED)
+    cluster.apply(TORCH_DISTRIBUTED)
     path = tmp_path / "trainjob.yaml"
     path.write_text(yaml.safe_dump(trainjob("sent", nodes=1)))
-    submitted = torchjob(rig, "submit", str(path), "-n", namespace)
+    submitted = torchjob(cluster, "submit", str(path), "-n", namespace)
     assert submitted.returncode == 0, submitted.stderr
     assert f"trainjob.trainer.kubeflow.org/sent created in namespace {namespace}" in submitted.stderr
-    wait_until(lambda: len(running(rig, namespace, "sent")) == 1, what="the submitted TrainJob's Pod")
-    assert get_job(rig, namespace, "sent")["metadata"]["ownerReferences"][0]["kind"] == "TrainJob"
+    wait_until(lambda: len(running(cluster, namespace, "sent")) == 1, what="the submitted TrainJob's Pod")
+    assert get_job(cluster, namespace, "sent")["metadata"]["ownerReferences"][0]["kind"] == "TrainJob"
 
 
 def test_kubeflows_trainer_sdk_creates_waits_for_and_reads_the_logs_of_a_trainjob(
-    rig: Cluster, namespace: str, operator: OperatorProcess, tmp_path: Path
+    cluster: Cluster, namespace: str, operator: OperatorProcess, tmp_path: Path
 ) -> None:
     """Kubeflow's own SDK (``kubeflow`` 0.5, TrainerClient with its Kubernetes backend) sees the TrainJob as
     Trainer would show it: the node Pods as its steps (Trainer's JobSet labels and ``node`` container)."""
     from kubeflow.trainer import CustomTrainerContainer, KubernetesBackendConfig, TrainerClient
 
-    rig.apply(TORCH_DISTRIBUTED)
-    config = KubernetesBackendConfig(namespace=namespace, config_file=str(rig.kubeconfig))
+    cluster.apply(TORCH_DISTRIBUTED)
+    config = KubernetesBackendConfig(namespace=namespace, config_file=str(cluster.kubeconfig))
     sdk = TrainerClient(backend_config=config)
     runtime = sdk.get_runtime("torch-distributed")
     name = sdk.train(runtime=runtime, trainer=CustomTrainerContainer(image="example/train:1", num_nodes=2))
-    wait_until(lambda: len(running(rig, namespace, name)) == 2, what="the SDK's TrainJob's two node Pods")
+    wait_until(lambda: len(running(cluster, namespace, name)) == 2, what="the SDK's TrainJob's two node Pods")
     job = sdk.wait_for_job_status(name, {"Running"}, timeout=60, polling_interval=1)
     assert sorted((step.name, step.pod_name) for step in job.steps) == [
         ("node-0", f"{name}-master-0"),
         ("node-1", f"{name}-worker-0"),
     ]
-    rig.serve_logs(namespace, f"{name}-master-0", "node", ["epoch 1 loss 0.9", "epoch 2 loss 0.4"], tmp_path / "m")
+    cluster.serve_logs(namespace, f"{name}-master-0", "node", ["epoch 1 loss 0.9", "epoch 2 loss 0.4"], tmp_path / "m")
     assert [line.rstrip("\n") for line in sdk.get_job_logs(name)] == ["epoch 1 loss 0.9", "epoch 2 loss 0.4"]
-    rig.end_pod(namespace, f"{name}-master-0", 0)
+    cluster.end_pod(namespace, f"{name}-master-0", 0)
     assert sdk.wait_for_job_status(name, timeout=60, polling_interval=1).status == "Complete"
     assert name in [listed.name for listed in sdk.list_jobs()]
     sdk.delete_job(name)

@@ -1,6 +1,6 @@
 """In-place repair on real Pods: a SIGKILLed or hung (SIGSTOPped) Worker's place goes to a warm spare Pod, an
 evicted one hands it over before it goes, and the survivors' Pods are never recreated (the local twins are in
-tests/integration/test_inplace_repair.py and test_mnist_example.py)."""
+tests/integration/test_in_place_repair.py and test_mnist_example.py)."""
 
 from __future__ import annotations
 

@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from kuberig import Cluster
-from tests.conftest import DATA
 from tests.node.conftest import wait_for_condition, wait_for_pod_phase
 from tests.support.images import KUBEFLOW_MNIST, TEST_SCRIPTS
 from tests.support.operator import OperatorProcess
+from tests.support.paths import DATA
 from torchjob.backends.kubernetes import log_archive
 
 

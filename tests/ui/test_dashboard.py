@@ -13,9 +13,10 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import Browser, expect
 
-from tests.conftest import run_cli
-from tests.integration.helpers import job_file, wait_for
+from tests.support.cli import run_cli
 from tests.support.dashboard import Dashboard
+from tests.support.local_runs import job_file
+from tests.support.waits import wait_for
 from torchjob.testing import make_job
 
 SCRIPTS = Path(__file__).resolve().parents[1] / "integration" / "scripts"
