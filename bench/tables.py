@@ -173,6 +173,15 @@ HEADLINE = Table(
     ratios=True,
 )
 
+# The README's front page: three numbers, each the headline of one promise (a lost rank, a lost node, the start).
+FRONT = Table(
+    "front",
+    "Three numbers",
+    (KILL_IN_PLACE, NODE_LOSS, LAUNCH_README),
+    judged=False,
+    ratios=True,
+)
+
 LAUNCH = Table(
     "launch",
     "Launch",
@@ -697,6 +706,7 @@ STATE = Table(
 )
 
 TABLES = (
+    FRONT,
     HEADLINE,
     LAUNCH,
     KILL,
