@@ -71,7 +71,7 @@ class PassState:
 
         ``at_once`` (a group restart after a hang or a lost node) removes the others by force too: they wait in
         a collective that will never end, so a graceful stop only makes the next attempt wait for their kubelets
-        to confirm it (3 to 14 s on three loaded nodes) before it can take their names. Their kubelets still
+        to confirm it (seconds on a loaded node) before it can take their names. Their kubelets still
         kill them; a new Pod of the same name has an address of its own, so no new trainer meets an old one."""
         self.actions += [
             DeleteReplica(o.replica, o.attempt, reason, at_once=at_once, force=at_once or lost_with_node(o))

@@ -75,8 +75,7 @@ class KubernetesBackend(Backend):
         self.report_ca: str | None = None
         # The Pods this pass's observe() saw, by name: deletes check they remove the attempt they mean. Per thread:
         # the operator's workers reconcile several jobs at once through this one backend, and a pass's execute()
-        # must act on its own job's Pods (shared, a second job's observe() made the first one's actions find no
-        # Pod, so a warm restart became a cold one).
+        # must act on its own job's Pods.
         self._pass = threading.local()
         # The jobs (by uid) whose autoreport ConfigMap this operator made or found.
         self._booted: set[str] = set()

@@ -71,12 +71,10 @@ class NodeReader:
         running = [p for p in pods if _running(p)]
         # Every node under a running Pod, once: a node may vanish a second after its Pods' first report.
         self.reach.learn({_node_of(p) for p in running} - {""})
-        # Quiet: under a process that stopped beating, or a replica never heard while others of the job report
-        # (its reports do not arrive: seen once on three nodes, and its node then went unprobed until the node
-        # lifecycle controller spoke, 16 s later), or a suspect (a replica running there was just removed,
-        # perhaps lost with it): a Pod that never beats, such as the rendezvous store, may share its fate. An
-        # in-place member that missed two announcements (a few tenths of a second) is quiet too: its node
-        # unreachable lets its peers' repair go ahead sooner (``silent_member``).
+        # Quiet: under a process that stopped beating, a replica never heard while others of the job report (its
+        # reports may not arrive at all), a suspect (a replica running there was just removed, perhaps lost with
+        # it; a Pod that never beats, such as the rendezvous store, may share its fate), or an in-place member
+        # that missed its announcements (``silent_member``): its node unreachable lets its peers' repair go on.
         # Each Pod's progress read once: a report arriving meanwhile must not make the two readings disagree.
         heard = [(p, progress_of(p)) for p in running]
         reporting = any(progress is not None for _, progress in heard)

@@ -31,8 +31,7 @@ from torchjob.core.reported import MemberAnnouncement
 from torchjob.core.times import later
 
 # Announcements a member may miss before its silence counts, and never less than MIN_SILENCE: a healthy member of
-# a loaded machine can be late by more than three announcements (0.45 s in a Pod): a master starved of its two
-# cores for half a second beside three busy Pods was once replaced that way, in CI.
+# a loaded machine can be late by more than three announcements (up to 0.45 s in a Pod).
 MISSED = 3
 MIN_SILENCE = 1.5
 # A member once heard late by G seconds (its longest gap between announcements) may be silent LATE_FACTOR × G before
