@@ -61,7 +61,7 @@ def test_a_crd_and_a_custom_object(cluster: Cluster, namespace: str) -> None:
             "kind": "CustomResourceDefinition",
             "metadata": {"name": "widgets.rig.torchjob.io"},
             "spec": {
-                "group": "cluster.torchjob.io",
+                "group": "rig.torchjob.io",
                 "scope": "Namespaced",
                 "names": {"plural": "widgets", "singular": "widget", "kind": "Widget"},
                 "versions": [
@@ -82,13 +82,13 @@ def test_a_crd_and_a_custom_object(cluster: Cluster, namespace: str) -> None:
     )
     cluster.kubectl("wait", "--for=condition=Established", "crd/widgets.rig.torchjob.io", "--timeout=60s")
     cluster.apply(
-        {"apiVersion": "cluster.torchjob.io/v1", "kind": "Widget", "metadata": {"name": "w"}, "spec": {"size": 3}},
+        {"apiVersion": "rig.torchjob.io/v1", "kind": "Widget", "metadata": {"name": "w"}, "spec": {"size": 3}},
         namespace,
     )
     assert cluster.kubectl_json("get", "-n", namespace, "widget", "w")["spec"] == {"size": 3}
     # kubectl validates strictly, and the API server prunes unknown fields when asked not to validate.
     extra = (
-        '{"apiVersion": "cluster.torchjob.io/v1", "kind": "Widget", "metadata": {"name": "w2"},'
+        '{"apiVersion": "rig.torchjob.io/v1", "kind": "Widget", "metadata": {"name": "w2"},'
         ' "spec": {"size": 1, "colour": "red"}}'
     )
     strict = cluster.kubectl("apply", "-n", namespace, "-f", "-", input=extra, check=False)
