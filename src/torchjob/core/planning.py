@@ -220,9 +220,11 @@ class _Planner(PassState):
                 message += f"; back-off: the next attempt starts in {wait:.0f}s ({streak} restarts in a row)"
         self._condition(ConditionType.RESTARTING, conditions.REASON_RESTARTING, message)
         self.events.append(Event("Warning", "Restarting", message, cause))
-        # After a hang or a lost node the survivors wait in a collective that will not end, and a script that
-        # checkpoints on SIGTERM would wait out its whole grace period there: they are stopped at once.
-        blocked = cause.kind in (PlatformReason.NODE_LOST.value, progress.HUNG)
+        # The survivors of a failed member are in a broken group: after a hang or a lost node they wait in a
+        # collective that will not end, after a crash in its failing teardown, and a script that checkpoints on
+        # SIGTERM would wait out its whole grace period there (10 s at 32 ranks): they are stopped at once. Not
+        # after a preemption or an eviction, whose ranks agreed to stop and may still be writing that checkpoint.
+        blocked = cause.kind not in (PlatformReason.PREEMPTED.value, PlatformReason.EVICTED.value)
         self._end_for_restart(self.current_replicas(), f"group restart after attempt {attempt + 1}", at_once=blocked)
         attempts.end_current(self.status, cause.text, self.now)
         if counted:
