@@ -523,3 +523,23 @@ def test_a_group_that_cannot_start_says_what_it_waits_for_never_a_bare_created()
     assert created[2] == f"PyTorchJob default/gpu is created. Waiting on master-0: {unplaced}"
     job, _ = step(job, [running("master-0"), running("worker-0")], at(9))
     assert conditions.state(job.status) == "Running"
+
+
+@pytest.mark.parametrize(
+    ("lost", "at_once"),
+    [
+        (failed("worker-1", exit_code=1, message="ValueError: x"), True),  # a crash: the others are in a broken group
+        (failed("worker-1", exit_code=None, signal=9), True),
+        (failed("worker-1", exit_code=143, reason="Preempted"), False),  # they agreed to stop: may still be saving
+        (failed("worker-1", exit_code=143, reason="Evicted"), False),
+    ],
+)
+def test_a_group_restart_stops_the_survivors_at_once_unless_they_are_leaving_by_agreement(
+    lost: ReplicaObservation, at_once: bool
+) -> None:
+    job, _ = step(three(), [])
+    job, _ = step(job, ALL_RUNNING, at(1))
+    job, result = step(job, [running("master-0"), running("worker-0"), lost], at(2))
+    survivors = [a for a in result.actions if isinstance(a, DeleteReplica) and str(a.replica) != "worker-1"]
+    assert [str(a.replica) for a in survivors] == ["master-0", "worker-0"]
+    assert all(a.at_once is at_once for a in survivors), survivors
