@@ -186,7 +186,7 @@ def test_a_stop_order_lost_with_the_leader_is_given_again() -> None:
     lost = warm_pods.unordered_stops(board, [_pod(1)])
     assert [(str(stop.replica), stop.attempt) for stop in lost] == [("worker-0", 1)]
     again = ReorderStop(lost[0].replica, lost[0].attempt)
-    warm_pods.order_stop_again(board, job, _pod(1), again, lambda n: addressing(job, n, False))
+    warm_pods.order_stop_again(board, job, _pod(1), again, addressing(job, again.attempt, False))
     assert warm_pods.unordered_stops(board, [_pod(1)]) == []  # ordered: nothing lost any more
     order = board.order(POD.uid)
     assert order is not None and (order["attempt"], order["start"], order["grace"]) == (1, False, 0.0)

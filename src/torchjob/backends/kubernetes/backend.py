@@ -192,7 +192,7 @@ class KubernetesBackend(Backend):
                 case ReorderStop():
                     stopping = self._pod_of(action.replica, action.attempt)
                     if self.reports is not None and stopping is not None:
-                        addressing = lambda n: mapping.addressing(job, n, at_store=False)  # noqa: E731
+                        addressing = mapping.addressing(job, action.attempt, at_store=False)
                         warm_pods.order_stop_again(self.reports, job, stopping, action, addressing)
                 case DeleteJob():
                     self._delete(PyTorchJobResource, job.name, job.namespace)

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
@@ -148,9 +147,9 @@ def unordered_stops(board: ReportBoard, pods: list[dict[str, Any]]) -> list[Unor
 
 
 def order_stop_again(
-    board: ReportBoard, job: PyTorchJob, pod: dict[str, Any], stop: ReorderStop, addressing: Callable[[int], Addressing]
+    board: ReportBoard, job: PyTorchJob, pod: dict[str, Any], stop: ReorderStop, addressing: Addressing
 ) -> None:
-    """Order again the stop of ``pod``'s earlier trainer (``unordered_stops``); ``addressing``: where attempt N
-    meets (mapping.addressing)."""
-    order = restart_order(job, stop.replica, stop.attempt, addressing(stop.attempt), at_once=True, start=False)
+    """Order again the stop of ``pod``'s earlier trainer (``unordered_stops``); ``addressing``: where the attempt
+    it moved into meets (mapping.addressing)."""
+    order = restart_order(job, stop.replica, stop.attempt, addressing, at_once=True, start=False)
     board.order_restart(pod["metadata"].get("uid"), order)
