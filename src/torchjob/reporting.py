@@ -7,11 +7,18 @@ operator learns from it (TokenReview) which Pod is reporting. The report is the 
 
 Best effort by design: a report that cannot be delivered never stops training. The first failure is said
 once on stderr, then at most once a minute (never, for ``torchjob.autoreport``, which must not print).
+
+One answer changes what the process does: an order to leave its group (``worker_files.ANSWER_LEAVE``), given
+to the survivors of a member lost with its node (``core.actions.LeaveGroup``), whose collective would otherwise
+wait out the group's whole timeout. The process says why on stderr and exits at once, from the reporting
+thread, while its main thread waits in that collective; its launcher (torchrun's agent) forms the group again.
+Each report names its process, so that only the processes of the broken group leave.
 Standard library only, and no torch: ``torchjob.autoreport`` uses it in every Python process of a Pod.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import ssl
@@ -19,6 +26,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +34,16 @@ from torchjob import worker_files
 
 _TIMEOUT_SECONDS = 2.0
 _COMPLAIN_EVERY_SECONDS = 60.0
+_process_ids: dict[int, str] = {}
+
+
+def process_id() -> str:
+    """This process's name in its reports: new in each process, a forked one included (a pid alone may come
+    back in a container)."""
+    pid = os.getpid()
+    if pid not in _process_ids:
+        _process_ids[pid] = f"{pid}-{uuid.uuid4().hex[:8]}"
+    return _process_ids[pid]
 
 
 def operator_from_env() -> tuple[str, Path] | None:
@@ -46,6 +64,29 @@ def call_operator(url: str, token_file: Path, body: dict[str, Any] | None = None
     request = urllib.request.Request(url, data=data, headers=headers, method="GET" if data is None else "POST")
     with urllib.request.urlopen(request, timeout=_TIMEOUT_SECONDS, context=_tls_context(url)) as answer:
         return bytes(answer.read())
+
+
+def _leave(why: str) -> None:
+    """End this process at once, saying why (its main thread waits in a collective that will never end)."""
+    with contextlib.suppress(OSError, ValueError, AttributeError):  # an output already closed: leave anyway
+        sys.stdout.flush()
+        print(
+            f"torchjob: {why}: this process leaves its group (exit {worker_files.LEAVE_EXIT_CODE}), and its "
+            "launcher forms the group again",
+            file=sys.stderr,
+            flush=True,
+        )
+    os._exit(worker_files.LEAVE_EXIT_CODE)
+
+
+def _order_to_leave(answer: bytes) -> str | None:
+    """The reason the operator gave for ordering this process out of its group; None for any other answer."""
+    try:
+        said = json.loads(answer) if answer.strip() else None
+    except ValueError:
+        return None
+    why = said.get(worker_files.ANSWER_LEAVE) if isinstance(said, dict) else None
+    return why if isinstance(why, str) and why else None
 
 
 def _tls_context(url: str) -> ssl.SSLContext | None:
@@ -74,12 +115,16 @@ class Reporter:
         return cls(*found, quiet=quiet) if found else None
 
     def send(self, report: dict[str, Any]) -> bool:
-        """POST one report; True when the operator took it (urllib raises for any answer but 2xx)."""
+        """POST one report; True when the operator took it (urllib raises for any answer but 2xx). An answer
+        that orders this process out of its group ends the process (see the module's docstring)."""
         try:
-            call_operator(self.url, self.token_file, report)
+            answer = call_operator(self.url, self.token_file, {**report, worker_files.REPORT_PROCESS: process_id()})
         except (OSError, ValueError) as err:
             self._complain(err)
             return False
+        why = _order_to_leave(answer)
+        if why is not None:
+            _leave(why)
         return True
 
     def _complain(self, err: Exception) -> None:

@@ -75,6 +75,12 @@ REPORT_LONGEST_GAP = "longest_step_gap"
 REPORT_GAPS_SEEN = "step_gaps_seen"
 REPORT_SECTION = "section"
 REPORT_SECTIONS_LONGEST = "sections_longest"
+# Which process of its Pod sent a report (a worker its launcher started again is another one), and the key of
+# the operator's answer that orders it out of its group (``core.actions.LeaveGroup``), with the reason.
+REPORT_PROCESS = "process"
+ANSWER_LEAVE = "leave"
+# How a process ordered out of its group ends: as if told to stop (128 + SIGTERM), which its launcher restarts.
+LEAVE_EXIT_CODE = 143
 HEARTBEAT_DIR = "heartbeat"
 INPLACE_DIR = "inplace"
 # The keys of an in-place announcement (a file locally, the body POSTed to the operator in a Pod): the attempt,

@@ -6,6 +6,7 @@ import signal
 
 from tests.unit.test_planning import at, creates, deletes, step
 from torchjob.api.types import PyTorchJob, ReplicaType
+from torchjob.core.actions import LeaveGroup
 from torchjob.core.envs import Addressing, replica_env
 from torchjob.core.replicas import ReplicaId, expected_replicas
 from torchjob.testing import failed, make_job, running
@@ -156,3 +157,22 @@ def test_after_a_membership_change_the_group_starts_up_again_and_is_not_judged_b
     # From the group's first step after the change, the step deadline counts again.
     job, _ = step(job, [stepped("worker-0", 61), stepped("worker-2", 61)], at(92))  # type: ignore[list-item]
     assert job.status.restart_count == 1 and "Hung: no progress for 30s" in str(job.status.attempts[0].outcome)
+
+
+def test_the_survivors_of_a_worker_lost_with_its_node_are_ordered_out_of_the_group_it_took_with_it() -> None:
+    job = started(elastic_job())
+    lost = failed("worker-1", exit_code=None, reason="NodeLost", at=at(4))
+    job, result = step(job, [running("worker-0"), lost, running("worker-2")], at(5))
+    assert deletes(result) == ["worker-1@0"]
+    orders = [a for a in result.actions if isinstance(a, LeaveGroup)]
+    assert [(str(a.replica), a.attempt) for a in orders] == [("worker-0", 0), ("worker-2", 0)]
+    assert all(a.why.startswith("worker-1 was lost with its node") for a in orders)
+    assert "its peers are told to leave the group it took with it" in result.events[0].message
+    assert (job.status.attempt, job.status.restart_count, job.status.membership_changes) == (0, 0, 1)
+
+
+def test_a_worker_killed_on_a_live_node_breaks_its_peers_collectives_itself_nobody_is_ordered_out() -> None:
+    job = started(elastic_job())
+    _, result = step(job, [running("worker-0"), failed("worker-1", signal=signal.SIGKILL), running("worker-2")], at(5))
+    assert deletes(result) == ["worker-1@0"]
+    assert not any(isinstance(a, LeaveGroup) for a in result.actions)

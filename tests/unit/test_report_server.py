@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import threading
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
+from pathlib import Path
 
 import pytest
 
+from torchjob import worker_files
 from torchjob.backends.kubernetes.report_board import ReportBoard
 from torchjob.backends.kubernetes.token_review import PodIdentity, ReviewUnavailable
 from torchjob.controller.report_server import report_server
@@ -179,3 +183,44 @@ def test_announcements_of_pods_long_gone_are_forgotten_as_new_pods_come() -> Non
         board.announce(PodIdentity("team-a", f"pod-{number}", f"uid-new-{number}"), MemberAnnouncement(0, later))
     assert board.announcement("uid-1", 0) is None  # silent for two hours: gone
     assert board.announcement("uid-new-0", 0) is not None and board.announcement("uid-new-299", 0) is not None
+
+
+LEAVING = """
+import json, sys, time
+from pathlib import Path
+from torchjob.reporting import Reporter
+reporter = Reporter(sys.argv[1], Path(sys.argv[2]))
+while True:
+    if reporter.send({"step": 3, "time": time.time()}):
+        print("took", flush=True)
+    time.sleep(0.05)
+"""
+
+
+def test_the_processes_of_a_broken_group_are_ordered_out_and_their_launchers_next_ones_are_not(
+    endpoint: Endpoint, tmp_path: Path
+) -> None:
+    token = tmp_path / "token"
+    token.write_text("good")
+    command = [sys.executable, "-c", LEAVING, f"{endpoint.url}/reports/team-a/mnist", str(token)]
+    survivor = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert survivor.stdout is not None and survivor.stdout.readline() == "took\n"  # heard: its process is known
+        why = "worker-2 was lost with its node, and no reset reaches this group's collectives"
+        assert endpoint.board.order_leave("uid-1", why) == 1
+        _, err = survivor.communicate(timeout=30)
+    finally:
+        survivor.kill()
+    assert survivor.returncode == worker_files.LEAVE_EXIT_CODE, err
+    assert f"torchjob: {why}: this process leaves its group" in err
+    # The process its launcher starts next names itself anew: it is not ordered out.
+    restarted = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
+    try:
+        assert restarted.stdout is not None
+        assert [restarted.stdout.readline() for _ in range(3)] == ["took\n"] * 3
+        assert restarted.poll() is None
+    finally:
+        restarted.kill()
+        restarted.wait()
+    # Only a report that names an ordered process is answered with the order.
+    assert endpoint.answer("/reports/team-a/mnist", REPORT) == (204, b"")

@@ -5,8 +5,9 @@ path's namespace, 503 when the API server cannot review it now (``backends/kuber
 a Pod says is filed under the Pod the token names (``backends/kubernetes/report_board.py``), so a path cannot
 misfile it; the job in the path only says which job to look at again soon.
 
-- ``POST /reports/<namespace>/<job>``: a progress report (JSON). 204; 400 for a body that is not a report;
-  413 for one over 4 KiB.
+- ``POST /reports/<namespace>/<job>``: a progress report (JSON). 204; 200 with ``{"leave": <why>}`` to a
+  process ordered out of its group (``ReportBoard.order_leave``); 400 for a body that is not a report; 413 for
+  one over 4 KiB.
 - ``POST /announcements/<namespace>/<job>``: ``{"attempt": A}``, the Pod trains under the in-place loop of
   attempt A (a spare: it is warm and waiting); a member adds how often it says so (``every``) and, when its step
   has waited past its allowance, that step's generation (``waiting``). 200 with the membership (as ``GET
@@ -103,6 +104,10 @@ def report_server(
                 self._answer(400, "the body is not a progress report: a JSON object with an integer step")
                 return
             on_report(namespace, job, False)  # before the answer: a caller that got its 204 finds the job woken
+            why = board.leave_order(pod.uid, body.get(worker_files.REPORT_PROCESS))
+            if why is not None:
+                self._answer(200, json.dumps({worker_files.ANSWER_LEAVE: why}))
+                return
             self._answer(204, "")
 
         def _authorized(self, *kinds: str) -> tuple[str, str] | None:

@@ -127,6 +127,18 @@ class ReorderStop:
 
 
 @dataclass(frozen=True)
+class LeaveGroup:
+    """Order a survivor's training processes out of a group whose member was lost without a word to them (its
+    node vanished: no reset crosses a dead link, so their collective waits for the group's whole timeout). They
+    exit, and the replica's launcher (torchrun's agent) forms the group again with the members that are left.
+    Only the processes running at the order leave: the ones the launcher starts next are not told."""
+
+    replica: ReplicaId
+    attempt: int
+    why: str
+
+
+@dataclass(frozen=True)
 class DeleteJob:
     """Remove the job itself (ttlSecondsAfterFinished passed)."""
 
@@ -167,6 +179,7 @@ Action = (
     | ReformGroup
     | DeleteStuckPod
     | ReorderStop
+    | LeaveGroup
     | DeleteJob
 )
 

@@ -28,6 +28,7 @@ from torchjob.core.actions import (
     DeleteSpare,
     DeleteStuckPod,
     Event,
+    LeaveGroup,
     ReformGroup,
     ReorderStop,
     RepairReplica,
@@ -78,6 +79,7 @@ class FakeBackend(Backend):
     unordered_stops: list[UnorderedStop] = field(default_factory=list)  # reported until a stop is ordered again
     stuck_removed: list[str] = field(default_factory=list)
     stops_reordered: list[tuple[str, int]] = field(default_factory=list)
+    ordered_to_leave: list[tuple[str, int]] = field(default_factory=list)  # survivors told to leave their group
 
     # -- Backend --------------------------------------------------------------------------------------
 
@@ -146,6 +148,8 @@ class FakeBackend(Backend):
                     lost = UnorderedStop(action.replica, action.attempt)
                     self.unordered_stops = [stop for stop in self.unordered_stops if stop != lost]
                     self.stops_reordered.append((str(action.replica), action.attempt))
+                case LeaveGroup():
+                    self.ordered_to_leave.append((str(action.replica), action.attempt))
                 case DeleteJob():
                     self.job_deleted = True
                 case _:

@@ -42,6 +42,7 @@ from torchjob.core.actions import (
     DeleteSpare,
     DeleteStuckPod,
     Event,
+    LeaveGroup,
     ReformGroup,
     ReorderStop,
     RepairReplica,
@@ -194,6 +195,10 @@ class KubernetesBackend(Backend):
                     if self.reports is not None and stopping is not None:
                         addressing = mapping.addressing(job, action.attempt, at_store=False)
                         warm_pods.order_stop_again(self.reports, job, stopping, action, addressing)
+                case LeaveGroup():
+                    survivor = self._pod_of(action.replica, action.attempt)
+                    if self.reports is not None and survivor is not None:  # its processes hear it at their next beat
+                        self.reports.order_leave(survivor["metadata"]["uid"], action.why)
                 case DeleteJob():
                     self._delete(PyTorchJobResource, job.name, job.namespace)
                 case _:

@@ -13,6 +13,7 @@ import threading
 from dataclasses import replace
 from datetime import datetime, timezone
 
+from torchjob import worker_files
 from torchjob.backends.kubernetes.notices import Notices
 from torchjob.backends.kubernetes.token_review import PodIdentity
 from torchjob.core.policies import silent_member
@@ -23,6 +24,7 @@ log = logging.getLogger("torchjob.operator")
 
 # A Pod silent this long is forgotten (its job has long been judged hung or finished).
 _FORGET_SECONDS = 3600.0
+_MAX_PROCESS_NAME = 64
 
 
 class ReportBoard:
@@ -41,6 +43,8 @@ class ReportBoard:
         self._trainers: dict[str, TrainerState] = {}  # by Pod uid: what its launcher said
         self.notices = Notices()  # members on notice of eviction, and whether a pass has looked since
         self._orders: dict[str, RestartOrder] = {}  # by Pod uid: the attempt its launcher is to start
+        self._processes: dict[str, set[str]] = {}  # by Pod uid: the processes it has reported from
+        self._leaving: dict[str, tuple[frozenset[str], str]] = {}  # by Pod uid: processes ordered out, and why
 
     def announce(self, pod: PodIdentity, announcement: MemberAnnouncement) -> bool:
         """Keep what ``pod`` announced; True when it is news the job should be looked at for at once (a Pod
@@ -129,13 +133,31 @@ class ReportBoard:
                 self._memberships.pop((namespace, job), None)
                 self._membership_owners.pop((namespace, job), None)
 
+    def order_leave(self, uid: str, why: str) -> int:
+        """Order the processes Pod ``uid`` has reported from so far out of their group (``LeaveGroup``): its
+        launcher's next ones are not ordered. Returns how many were."""
+        with self._lock:
+            heard = frozenset(self._processes.get(uid, ()))
+            earlier, _ = self._leaving.get(uid, (frozenset(), ""))
+            self._leaving[uid] = (earlier | heard, why)
+        return len(heard)
+
+    def leave_order(self, uid: str, process: object) -> str | None:
+        """Why ``process`` of Pod ``uid`` must leave its group; None when it was not ordered to."""
+        with self._lock:
+            ordered, why = self._leaving.get(uid, (frozenset(), ""))
+        return why if isinstance(process, str) and process in ordered else None
+
     def put(self, pod: PodIdentity, report: dict[str, object], now: datetime | None = None) -> bool:
         """Keep ``report`` as ``pod``'s latest; False when it is not a progress report."""
         received = now or datetime.now(timezone.utc)
         progress = Progress.from_report(report, received, alive_at=received)
         if progress is None:
             return False
+        process = report.get(worker_files.REPORT_PROCESS)
         with self._lock:
+            if isinstance(process, str) and len(process) <= _MAX_PROCESS_NAME:
+                self._processes.setdefault(pod.uid, set()).add(process)
             before = self._latest.get(pod.uid)
             if before is not None and before[1].step == progress.step:
                 # Still the same step: the Pod is alive, but its progress dates from the step's first report.
@@ -159,3 +181,5 @@ class ReportBoard:
             for uid, entry in self._latest.items()
             if (now - heard(entry[1])).total_seconds() < _FORGET_SECONDS
         }
+        self._processes = {uid: processes for uid, processes in self._processes.items() if uid in self._latest}
+        self._leaving = {uid: order for uid, order in self._leaving.items() if uid in self._latest}

@@ -37,6 +37,7 @@ from torchjob.core.actions import (
     DeleteSpare,
     DeleteStuckPod,
     Event,
+    LeaveGroup,
     ReformGroup,
     ReorderStop,
     RepairReplica,
@@ -148,8 +149,8 @@ class LocalBackend(Backend):
                     self._repair(action)
                 case ReformGroup():
                     membership.publish(self.store.output_dir(self.name), action.membership.to_json())
-                case DeleteStuckPod() | ReorderStop():
-                    pass  # Pod facts: this backend never observes a stuck Pod or a lost order
+                case DeleteStuckPod() | ReorderStop() | LeaveGroup():
+                    pass  # Pod and node facts: this backend never observes a stuck Pod, a lost order or a lost node
                 case DeleteJob():
                     self.deleted = True
                 case _:

@@ -10,6 +10,14 @@ joins or leaves (``PET_NNODES=min:max``). So for a job with ``spec.elasticPolicy
   kubelet's first crash-loop back-off, and like a real cluster, where a lost node's replacement takes time);
 - with fewer than minReplicas left, the loss is an ordinary failure of the attempt (restart policy, backoff).
 
+The agents re-form the group when one of their workers fails, or when a newcomer waits to join. A member
+killed in a live node fails its peers' collective at once (its kernel resets their connections). A member lost
+with its node sends nothing: its peers wait in their collective for the group's whole timeout (30 minutes by
+default), and an etcd rendezvous never even counts the newcomer as waiting (the newcomer finds the lost
+member's lease expired, ends that rendezvous and opens another, which the blocked agents do not look at). So
+the survivors of a member lost with its node are ordered out of the group (``LeaveGroup``): their workers
+exit, and their agents form it again with who is left.
+
 Membership changes are counted in ``status.membershipChanges``, never in ``status.restartCount``.
 """
 
@@ -20,8 +28,8 @@ from datetime import datetime, timedelta
 
 from torchjob.api import extensions
 from torchjob.api.types import PyTorchJob, ReplicaType
-from torchjob.core.actions import DeleteReplica, Event
-from torchjob.core.observed import Phase, ReplicaObservation
+from torchjob.core.actions import DeleteReplica, Event, LeaveGroup
+from torchjob.core.observed import Phase, PlatformReason, ReplicaObservation
 from torchjob.core.policies.restart import is_retryable, restart_policy_of
 from torchjob.core.replicas import ReplicaId, replica_count
 from torchjob.core.times import parse_timestamp
@@ -115,7 +123,7 @@ class MembershipChange:
     """What a pass does about Workers that leave a running elastic group without ending the attempt."""
 
     leaving: list[ReplicaObservation] = field(default_factory=list)
-    actions: list[DeleteReplica] = field(default_factory=list)
+    actions: list[DeleteReplica | LeaveGroup] = field(default_factory=list)
     events: list[Event] = field(default_factory=list)
     replacements: dict[str, datetime] = field(default_factory=dict)  # a lost Worker → when its replacement joins
 
@@ -133,17 +141,35 @@ def membership_change(job: PyTorchJob, current: list[ReplicaObservation], now: d
     delay = replacement_delay(job)
     for o in lost:
         change.replacements[str(o.replica)] = now + delay
+        told = " (its peers are told to leave the group it took with it)" if _silent(o) else ""
         message = (
-            f"{o.describe()}; the group carries on with {remaining} Worker(s) (minReplicas {minimum}), "
+            f"{o.describe()}; the group carries on with {remaining} Worker(s) (minReplicas {minimum}){told}, "
             f"and a replacement joins in {delay.total_seconds():g}s"
         )
         change.events.append(Event("Warning", "MemberLost", message))
         change.actions.append(DeleteReplica(o.replica, o.attempt, "a lost member of the elastic group"))
+    change.actions.extend(_orders_to_leave(lost, [o for o in _workers(current) if o.phase.live and o not in leaving]))
     target = target_workers(job)
     for o in surplus:
         change.events.append(Event("Normal", "ScaledDown", f"{o.replica} leaves: scaled to {target} Worker(s)"))
         change.actions.append(DeleteReplica(o.replica, o.attempt, f"scaled down to {target} Worker(s)"))
     return change
+
+
+def _orders_to_leave(lost: list[ReplicaObservation], survivors: list[ReplicaObservation]) -> list[LeaveGroup]:
+    """The survivors' orders to leave a group whose members were lost with their node (see the module's
+    docstring); none where every loss reset its peers' connections."""
+    silent = [o for o in lost if _silent(o)]
+    if not silent:
+        return []
+    names = ", ".join(str(o.replica) for o in silent)
+    why = f"{names} was lost with its node, and no reset reaches this group's collectives"
+    return [LeaveGroup(o.replica, o.attempt, why) for o in survivors]
+
+
+def _silent(lost: ReplicaObservation) -> bool:
+    """Whether ``lost`` went without a word to its peers (no reset reaches them): lost with its node."""
+    return lost.reason is PlatformReason.NODE_LOST
 
 
 def replacement_waits_until(replacement_due: dict[str, str], replica: ReplicaId, now: datetime) -> datetime | None:
