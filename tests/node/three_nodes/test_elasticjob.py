@@ -19,11 +19,6 @@ from tests.support import operator_pods
 from tests.support.paths import MNIST
 
 
-@pytest.mark.skip(
-    reason="open (#48): with torchrun's etcd agents, the survivors of a vanished node did not train again in 10 min "
-    "after the replacement Worker was Running beside them (2026-11-27, twice); the one-node test of the same files "
-    "(a Worker Pod deleted by force) passes"
-)
 @pytest.mark.timeout(1200)  # the cluster's making, a checkpoint, six epochs with a node lost
 def test_an_elasticjob_carries_on_when_a_workers_node_vanishes_and_grows_back(three_nodes: Cluster) -> None:
     cluster = three_nodes
@@ -63,6 +58,11 @@ def test_an_elasticjob_carries_on_when_a_workers_node_vanishes_and_grows_back(th
         assert status["membershipChanges"] >= 2, status  # lost, then replaced: the group grew back
         events = cluster.kubectl("get", "events", "-n", namespace, "-o", "jsonpath={.items[*].message}").stdout
         assert f"{lost.removeprefix('mnist-elastic-')} joins the running group" in events, events[-3000:]
+        # No reset crossed the dead link: the survivors left the broken group because they were told to.
+        assert "its peers are told to leave the group it took with it" in events, events[-3000:]
+        for survivor in (w for w in workers if w != lost):
+            log = cluster.kubectl("logs", "-n", namespace, survivor, "-c", "pytorch").stdout
+            assert "was lost with its node, and no reset reaches this group's collectives" in log, log[-3000:]
         elastic = cluster.kubectl_json("get", "elasticjob", "mnist-elastic", "-n", namespace)
         assert any(c["type"] == "Succeeded" and c["status"] == "True" for c in elastic["status"]["conditions"])
         after = {p["metadata"]["name"]: p for p in cluster.kubectl_json("get", "pods", "-n", namespace)["items"]}
