@@ -123,7 +123,7 @@ class Reporter:
             self._complain(err)
             return False
         why = _order_to_leave(answer)
-        if why is not None:
+        if why is not None and report.get(worker_files.REPORT_EXITING) is not True:  # exiting: with its own code
             _leave(why)
         return True
 
