@@ -1,19 +1,24 @@
 """What the cluster benchmarks share: torchjob's operator deployed in the cluster as users deploy it (its image from
 this checkout, ``deploy/`` through kustomize: two replicas, leader election, the report endpoint behind its Service),
-taking turns with an anchor's controller; waiting on the cluster; reading what a job's Pods logged and when.
+taking turns with an anchor's controller; a cluster of simulated nodes for the jobs' Pods; waiting on the cluster;
+reading what a job's Pods logged and when, and what the operator did and cost.
 """
 
 from __future__ import annotations
 
+import contextlib
+import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Protocol
 
+import yaml
 from tests.support import incluster, operator_pods
 
-from kuberig import Cluster
+from bench.records import Run
+from kuberig import Cluster, ClusterConfig, NodeConfig, create, delete, toolchain
 from kuberig.addons import kubeflow_operator
 
 
@@ -92,3 +97,79 @@ def stamp(line: str) -> float:
     when = line.split(" ", 1)[0]
     whole, _, fraction = when.rstrip("Z").partition(".")
     return datetime.fromisoformat(whole + "+00:00").timestamp() + float(f"0.{fraction or 0}")
+
+
+@contextlib.contextmanager
+def simulated_nodes(name: str, directory: Path, count: int) -> Iterator[Cluster]:
+    """A cluster whose one real node runs torchjob's operator (deployed, two replicas) and is then cordoned, and
+    ``count`` kwok nodes that take the jobs' Pods (they run nothing: a Pod is Running as soon as it is bound)."""
+    toolchain.build("build-kube.sh")
+    cluster = create(ClusterConfig(name, (NodeConfig("kubelet"), NodeConfig("kwok", count))), directory / "rig")
+    try:
+        kwoks = [node.name for node in cluster.nodes if node.kind == "kwok"]
+        real = next(node.name for node in cluster.nodes if node.kind == "kubelet")
+        for node in kwoks:  # the operator goes to the real node: kwok nodes run nothing
+            cluster.kubectl("cordon", node)
+        DeployedOperator(cluster, directory / "operator")
+        for node in kwoks:
+            cluster.kubectl("uncordon", node)
+        cluster.kubectl("cordon", real)  # and the jobs' Pods to the kwok nodes
+        yield cluster
+    finally:
+        delete(name, directory / "rig")
+
+
+def running_pods(cluster: Cluster, namespace: str) -> int:
+    pods = cluster.kubectl_json("get", "pods", "-n", namespace)["items"]
+    # kwok completes Job-owned Pods as soon as they run: Succeeded counts as having got there.
+    return sum(1 for p in pods if p.get("status", {}).get("phase") in ("Running", "Succeeded"))
+
+
+def seconds_until_running(cluster: Cluster, namespace: str, manifests: list[dict[str, Any]], pods: int) -> float:
+    """``manifests`` applied in a new ``namespace``: seconds until ``pods`` of its Pods are Running."""
+    cluster.kubectl("create", "namespace", namespace)
+    while cluster.kubectl("get", "-n", namespace, "serviceaccount", "default", check=False).returncode != 0:
+        time.sleep(0.2)
+    text = yaml.safe_dump_all(manifests)
+    started = time.monotonic()
+    cluster.kubectl("apply", "-n", namespace, "-f", "-", input=text, timeout=300)
+    while (running := running_pods(cluster, namespace)) < pods:
+        if time.monotonic() - started > 600:
+            raise RuntimeError(f"{running} of {pods} pods in {namespace} were Running after 600 s")
+        time.sleep(0.5)
+    return time.monotonic() - started
+
+
+def delete_namespace(cluster: Cluster, namespace: str) -> None:
+    cluster.kubectl("delete", "namespace", namespace, "--wait=true", timeout=600)
+
+
+def operator_requests(cluster: Cluster) -> dict[str, int]:
+    """The leading operator's API requests so far, by verb (its /counters, read from inside its Pod)."""
+    leading = operator_pods.leader(cluster)
+    program = "import urllib.request; print(urllib.request.urlopen('http://127.0.0.1:8080/counters').read().decode())"
+    found = cluster.kubectl("exec", "-n", "torchjob-system", leading, "--", "python3", "-c", program).stdout
+    requests: dict[str, int] = json.loads(found)["requests"]
+    return requests
+
+
+def keep_requests_since(run: Run, cluster: Cluster, before: dict[str, int], per: str, count: int) -> None:
+    """Keep the operator's API requests since ``before`` (its counters then), per ``per`` (a job, a replica) of
+    ``count``: in all and by verb. Read 3 s late: the status writes that follow the last Pod starting."""
+    time.sleep(3)
+    after = operator_requests(cluster)
+    by_verb = {verb: after.get(verb, 0) - before.get(verb, 0) for verb in after}
+    run.keep(f"requests per {per}", sum(by_verb.values()) / count, "requests")
+    for verb, made in sorted(by_verb.items()):
+        run.keep(f"requests per {per}, {verb}", made / count, "requests")
+
+
+def operator_peak_rss_mb(cluster: Cluster) -> float:
+    """The leading operator process's peak resident memory (VmHWM), in MB."""
+    leading = operator_pods.leader(cluster)
+    peak = 0
+    for pid in cluster.container_pids("torchjob-system", leading, "operator"):
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                peak = max(peak, int(line.split()[1]))
+    return peak / 1024

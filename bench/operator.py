@@ -11,19 +11,13 @@ operator made per job (its own count, by verb); the leading operator process's p
 
 from __future__ import annotations
 
-import json
 import os
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
-import yaml
-from tests.support import operator_pods
-
-from bench.cluster_kit import DeployedOperator
+from bench import cluster_kit
 from bench.records import Run
-from kuberig import Cluster, ClusterConfig, NodeConfig, create, delete, toolchain
 from torchjob.api.loading import job_from_mapping
 from torchjob.backends.kubernetes.indexed_job import render
 from torchjob.testing import make_job
@@ -31,94 +25,38 @@ from torchjob.testing import make_job
 JOBS, REPLICAS = 100, 3
 
 
-def job(name: str) -> dict[str, Any]:
-    return make_job(name).master().workers(REPLICAS - 1).restart_policy("OnFailure").wire()
+def job(name: str, replicas: int = REPLICAS) -> dict[str, Any]:
+    return make_job(name).master().workers(replicas - 1).restart_policy("OnFailure").wire()
 
 
-def _running(rig: Cluster, namespace: str) -> int:
-    pods = rig.kubectl_json("get", "pods", "-n", namespace)["items"]
-    # kwok completes Job-owned Pods as soon as they run: Succeeded counts as having got there.
-    return sum(1 for p in pods if p.get("status", {}).get("phase") in ("Running", "Succeeded"))
-
-
-def _time_until_running(rig: Cluster, namespace: str, manifests: list[dict[str, Any]]) -> float:
-    rig.kubectl("create", "namespace", namespace)
-    while rig.kubectl("get", "-n", namespace, "serviceaccount", "default", check=False).returncode != 0:
-        time.sleep(0.2)
-    text = yaml.safe_dump_all(manifests)
-    started = time.monotonic()
-    rig.kubectl("apply", "-n", namespace, "-f", "-", input=text, timeout=300)
-    wanted = len([m for m in manifests if m["kind"] in ("PyTorchJob", "Job")]) * REPLICAS
-    while (running := _running(rig, namespace)) < wanted:
-        if time.monotonic() - started > 600:
-            raise RuntimeError(f"{running} of {wanted} pods in {namespace} were Running after 600 s")
-        time.sleep(0.5)
-    return time.monotonic() - started
-
-
-def _gone(rig: Cluster, namespace: str) -> None:
-    rig.kubectl("delete", "namespace", namespace, "--wait=true", timeout=600)
-
-
-def _counters(rig: Cluster) -> dict[str, int]:
-    """The leading operator's API requests so far, by verb (its /counters, read from inside its Pod)."""
-    leading = operator_pods.leader(rig)
-    program = "import urllib.request; print(urllib.request.urlopen('http://127.0.0.1:8080/counters').read().decode())"
-    found = rig.kubectl("exec", "-n", "torchjob-system", leading, "--", "python3", "-c", program).stdout
-    requests: dict[str, int] = json.loads(found)["requests"]
-    return requests
-
-
-def _peak_rss_mb(rig: Cluster) -> float:
-    leading = operator_pods.leader(rig)
-    peak = 0
-    for pid in rig.container_pids("torchjob-system", leading, "operator"):
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                peak = max(peak, int(line.split()[1]))
-    return peak / 1024
+def as_indexed_jobs(jobs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each job rendered as an Indexed Job and its headless Service, for the namespace they are applied in."""
+    manifests: list[dict[str, Any]] = []
+    for wire in jobs:
+        rendered, _ = render(job_from_mapping(wire))
+        manifests += rendered
+    for manifest in manifests:
+        manifest["metadata"].pop("namespace", None)
+    return manifests
 
 
 def record(run: Run, trials: int, jobs: int = JOBS) -> None:
-    toolchain.build("build-kube.sh")
     name = f"bench-scale-{os.getpid()}"
     directory = Path(tempfile.mkdtemp(prefix="bench-scale-"))
-    rig = create(ClusterConfig(name, (NodeConfig("kubelet"), NodeConfig("kwok", 3))), directory / "rig")
-    try:
-        # The operator on the real node (the kwok nodes cordoned meanwhile: they run nothing), the jobs' Pods on
-        # the kwok nodes (the real node cordoned after: the operator stays where it runs).
-        kwoks = [node.name for node in rig.nodes if node.kind == "kwok"]
-        real = next(node.name for node in rig.nodes if node.kind == "kubelet")
-        for node in kwoks:
-            rig.kubectl("cordon", node)
-        DeployedOperator(rig, directory / "operator")
-        for node in kwoks:
-            rig.kubectl("uncordon", node)
-        rig.kubectl("cordon", real)
-        indexed: list[dict[str, Any]] = []
-        for i in range(jobs):
-            manifests, _ = render(job_from_mapping(job(f"idx-{i:03d}")))
-            indexed += manifests
-        for manifest in indexed:
-            manifest["metadata"].pop("namespace", None)
+    with cluster_kit.simulated_nodes(name, directory, 3) as rig:
+        indexed = as_indexed_jobs([job(f"idx-{i:03d}") for i in range(jobs)])
         for number in range(trials):
             sides = ("torchjob", "indexed jobs") if number % 2 == 0 else ("indexed jobs", "torchjob")
             for side in sides:
                 namespace = f"{side.split()[0]}-{number}"
                 if side == "torchjob":
-                    before = _counters(rig)
-                    seconds = _time_until_running(rig, namespace, [job(f"job-{i:03d}") for i in range(jobs)])
-                    time.sleep(3)  # the status writes that follow the last Pod starting
-                    after = _counters(rig)
-                    by_verb = {verb: after.get(verb, 0) - before.get(verb, 0) for verb in after}
-                    run.keep("requests per job", sum(by_verb.values()) / jobs, "requests")
-                    for verb, count in sorted(by_verb.items()):
-                        run.keep(f"requests per job, {verb}", count / jobs, "requests")
+                    before = cluster_kit.operator_requests(rig)
+                    mine = [job(f"job-{i:03d}") for i in range(jobs)]
+                    seconds = cluster_kit.seconds_until_running(rig, namespace, mine, jobs * REPLICAS)
+                    cluster_kit.keep_requests_since(run, rig, before, "job", jobs)
                 else:
-                    seconds = _time_until_running(rig, namespace, indexed)
+                    seconds = cluster_kit.seconds_until_running(rig, namespace, indexed, jobs * REPLICAS)
                 run.keep(f"{side} all running", seconds)
                 print(f"  trial {number + 1}, {side}: {seconds:.1f} s", flush=True)
-                _gone(rig, namespace)
-        run.keep("operator peak RSS", _peak_rss_mb(rig), "MB")
-    finally:
-        delete(name, directory / "rig")
+                cluster_kit.delete_namespace(rig, namespace)
+        run.keep("operator peak RSS", cluster_kit.operator_peak_rss_mb(rig), "MB")

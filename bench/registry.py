@@ -85,6 +85,16 @@ BENCHMARKS = (
         "100 jobs × 3 replicas on simulated nodes, the operator in the cluster, against Indexed Jobs",
     ),
     Benchmark(
+        "wide",
+        CLUSTER,
+        "wide_cluster",
+        3,
+        None,
+        ("kubernetes", "kwok"),
+        12,
+        "one job of 1,024 replicas on 64 simulated nodes, the operator in the cluster, against an Indexed Job",
+    ),
+    Benchmark(
         "real-node",
         CLUSTER,
         "real_node",

@@ -443,6 +443,32 @@ SCALE_TABLE = Table(
             "< 150",
             at_most("operator peak RSS", 150),
         ),
+        Row(
+            "one PyTorchJob of 1,024 replicas → all Pods Running, on 64 simulated nodes",
+            "wide",
+            "**{torchjob all running:.1f s}**",
+            "{indexed job all running:.1f s}, the same Pods as one Indexed Job (Kubernetes' own Job controller)",
+            "≤ 1.5× the Indexed Job",
+            lambda cases: over("torchjob all running", "indexed job all running")(cases) <= 1.5,
+            ratio=over("torchjob all running", "indexed job all running"),
+        ),
+        Row(
+            "API requests per replica of the 1,024 until Running, the operator's own count",
+            "wide",
+            "{requests per replica:.2f} (create {requests per replica, create:.2f}, patch "
+            "{requests per replica, patch:.2f})",
+            "",
+            "≤ 3",
+            at_most("requests per replica", 3),
+        ),
+        Row(
+            "the leading operator's peak RSS with a job of 1,024 replicas (MB)",
+            "wide",
+            "{operator peak RSS:.0f}",
+            "",
+            "< 250",
+            at_most("operator peak RSS", 250),
+        ),
     ),
 )
 

@@ -1,0 +1,43 @@
+"""One PyTorchJob of 1,024 replicas on 64 simulated (kwok) nodes, against the same Pods as one Indexed Job.
+
+As in ``bench.operator``: torchjob's operator runs in the cluster as users deploy it (two replicas, leader election)
+on the one real node, then cordoned, and the job's Pods go to 64 kwok nodes, which run nothing. The anchor is the
+same job rendered as an Indexed Job (``torchjob render --to indexed-job``: 1,024 completions and a headless Service),
+run by Kubernetes' own Job controller. The sides take turns, trial by trial, the first alternating, each in a new
+namespace, deleted and gone before the next. Measured: seconds from ``kubectl apply`` until every Pod is Running; the
+API requests the operator made per replica (its own count, by verb); the leading operator process's peak RSS.
+``python -m bench --only wide``.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+from bench import cluster_kit
+from bench.operator import as_indexed_jobs, job
+from bench.records import Run
+
+NODES, REPLICAS = 64, 1024
+
+
+def record(run: Run, trials: int) -> None:
+    name = f"bench-wide-{os.getpid()}"
+    directory = Path(tempfile.mkdtemp(prefix="bench-wide-"))
+    with cluster_kit.simulated_nodes(name, directory, NODES) as cluster:
+        indexed = as_indexed_jobs([job("wide-idx", REPLICAS)])
+        for number in range(trials):
+            sides = ("torchjob", "indexed job") if number % 2 == 0 else ("indexed job", "torchjob")
+            for side in sides:
+                namespace = f"{side.split()[0]}-{number}"
+                if side == "torchjob":
+                    before = cluster_kit.operator_requests(cluster)
+                    seconds = cluster_kit.seconds_until_running(cluster, namespace, [job("wide", REPLICAS)], REPLICAS)
+                    cluster_kit.keep_requests_since(run, cluster, before, "replica", REPLICAS)
+                else:
+                    seconds = cluster_kit.seconds_until_running(cluster, namespace, indexed, REPLICAS)
+                run.keep(f"{side} all running", seconds)
+                print(f"  trial {number + 1}, {side}: {seconds:.1f} s", flush=True)
+                cluster_kit.delete_namespace(cluster, namespace)
+        run.keep("operator peak RSS", cluster_kit.operator_peak_rss_mb(cluster), "MB")
