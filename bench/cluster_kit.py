@@ -164,6 +164,34 @@ def keep_requests_since(run: Run, cluster: Cluster, before: dict[str, int], per:
         run.keep(f"requests per {per}, {verb}", made / count, "requests")
 
 
+def take_turns(
+    run: Run,
+    cluster: Cluster,
+    trials: int,
+    mine: list[dict[str, Any]],
+    anchor: tuple[str, list[dict[str, Any]]],
+    pods: int,
+    per: tuple[str, int],
+) -> None:
+    """torchjob's operator (``mine`` applied) and an anchor (its name and manifests) take turns, the first side
+    alternating, each trial in a new namespace deleted before the next: seconds until ``pods`` Pods are Running,
+    and the operator's requests per ``per`` (a name and a count), then its peak RSS."""
+    for number in range(trials):
+        sides = ("torchjob", anchor[0]) if number % 2 == 0 else (anchor[0], "torchjob")
+        for side in sides:
+            namespace = f"{side.split()[0]}-{number}"
+            if side == "torchjob":
+                before = operator_requests(cluster)
+                seconds = seconds_until_running(cluster, namespace, mine, pods)
+                keep_requests_since(run, cluster, before, *per)
+            else:
+                seconds = seconds_until_running(cluster, namespace, anchor[1], pods)
+            run.keep(f"{side} all running", seconds)
+            print(f"  trial {number + 1}, {side}: {seconds:.1f} s", flush=True)
+            delete_namespace(cluster, namespace)
+    run.keep("operator peak RSS", operator_peak_rss_mb(cluster), "MB")
+
+
 def operator_peak_rss_mb(cluster: Cluster) -> float:
     """The leading operator process's peak resident memory (VmHWM), in MB."""
     leading = operator_pods.leader(cluster)

@@ -45,18 +45,5 @@ def record(run: Run, trials: int, jobs: int = JOBS) -> None:
     directory = Path(tempfile.mkdtemp(prefix="bench-scale-"))
     with cluster_kit.simulated_nodes(name, directory, 3) as rig:
         indexed = as_indexed_jobs([job(f"idx-{i:03d}") for i in range(jobs)])
-        for number in range(trials):
-            sides = ("torchjob", "indexed jobs") if number % 2 == 0 else ("indexed jobs", "torchjob")
-            for side in sides:
-                namespace = f"{side.split()[0]}-{number}"
-                if side == "torchjob":
-                    before = cluster_kit.operator_requests(rig)
-                    mine = [job(f"job-{i:03d}") for i in range(jobs)]
-                    seconds = cluster_kit.seconds_until_running(rig, namespace, mine, jobs * REPLICAS)
-                    cluster_kit.keep_requests_since(run, rig, before, "job", jobs)
-                else:
-                    seconds = cluster_kit.seconds_until_running(rig, namespace, indexed, jobs * REPLICAS)
-                run.keep(f"{side} all running", seconds)
-                print(f"  trial {number + 1}, {side}: {seconds:.1f} s", flush=True)
-                cluster_kit.delete_namespace(rig, namespace)
-        run.keep("operator peak RSS", cluster_kit.operator_peak_rss_mb(rig), "MB")
+        mine = [job(f"job-{i:03d}") for i in range(jobs)]
+        cluster_kit.take_turns(run, rig, trials, mine, ("indexed jobs", indexed), jobs * REPLICAS, ("job", jobs))

@@ -26,18 +26,5 @@ def record(run: Run, trials: int) -> None:
     name = f"bench-wide-{os.getpid()}"
     directory = Path(tempfile.mkdtemp(prefix="bench-wide-"))
     with cluster_kit.simulated_nodes(name, directory, NODES) as cluster:
-        indexed = as_indexed_jobs([job("wide-idx", REPLICAS)])
-        for number in range(trials):
-            sides = ("torchjob", "indexed job") if number % 2 == 0 else ("indexed job", "torchjob")
-            for side in sides:
-                namespace = f"{side.split()[0]}-{number}"
-                if side == "torchjob":
-                    before = cluster_kit.operator_requests(cluster)
-                    seconds = cluster_kit.seconds_until_running(cluster, namespace, [job("wide", REPLICAS)], REPLICAS)
-                    cluster_kit.keep_requests_since(run, cluster, before, "replica", REPLICAS)
-                else:
-                    seconds = cluster_kit.seconds_until_running(cluster, namespace, indexed, REPLICAS)
-                run.keep(f"{side} all running", seconds)
-                print(f"  trial {number + 1}, {side}: {seconds:.1f} s", flush=True)
-                cluster_kit.delete_namespace(cluster, namespace)
-        run.keep("operator peak RSS", cluster_kit.operator_peak_rss_mb(cluster), "MB")
+        anchor = ("indexed job", as_indexed_jobs([job("wide-idx", REPLICAS)]))
+        cluster_kit.take_turns(run, cluster, trials, [job("wide", REPLICAS)], anchor, REPLICAS, ("replica", REPLICAS))
