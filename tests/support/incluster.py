@@ -12,6 +12,7 @@ endpoint behind the Service, readiness and liveness probes, a read-only root fil
 from __future__ import annotations
 
 import argparse
+import fcntl
 import hashlib
 import json
 import os
@@ -44,6 +45,14 @@ def site_packages() -> Path:
     wanted = dependencies()
     key = hashlib.sha256(json.dumps(wanted).encode()).hexdigest()[:16]
     target = toolchain.cache_dir() / "operator-image" / key
+    target.parent.mkdir(parents=True, exist_ok=True)
+    # The single-node and three-node groups may run side by side (xdist): one installs, the other waits for it.
+    with open(target.parent / f"{key}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return _install(wanted, target)
+
+
+def _install(wanted: list[str], target: Path) -> Path:
     if (target / ".complete").exists():
         return target
     shutil.rmtree(target, ignore_errors=True)

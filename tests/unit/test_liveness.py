@@ -99,3 +99,14 @@ def test_the_liveness_deadline_is_an_annotation_and_zero_turns_it_off() -> None:
     assert not progress.check(off, group, at(1), at(300), started=at(1)).hung
     unheard = progress.check(JOB, group, at(1), at(30.5), reports_heard=False, started=at(1))
     assert not unheard.hung  # where reports cannot be heard, silence proves nothing
+
+
+def test_a_member_silent_while_the_others_step_on_is_not_one_they_wait_for() -> None:
+    # An elastic group re-forming: worker-1's torchrun agent is at the rendezvous (no worker, no beats) since
+    # second 19, while the others' new group trains on without it yet. torchrun lets it in at the next round.
+    group = [stepping("master-0", 30, 29.9), stepping("worker-0", 30, 29.9), stepping("worker-1", 19, 18.5)]
+    assert not progress.check(JOB, group, at(1), at(30.5), started=at(1)).hung
+    # The others' last step came with the silent one's last beat (the step in flight): they wait for it.
+    waiting = [stepping("master-0", 30, 20.5), stepping("worker-0", 30, 20.5), stepping("worker-1", 19, 18.5)]
+    verdict = progress.check(JOB, waiting, at(1), at(30.5), started=at(1))
+    assert verdict.hung and verdict.culprit is not None and str(verdict.culprit.replica) == "worker-1"

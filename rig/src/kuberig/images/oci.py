@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import os
 import tarfile
 import urllib.error
 import urllib.parse
@@ -78,13 +79,16 @@ def rootfs_layer(rootfs: Path, cache: Path) -> Blob:
     digest_path = tar_path.with_suffix(".digest")
     if not digest_path.exists():
         cache.mkdir(parents=True, exist_ok=True)
-        partial = tar_path.with_suffix(".partial")
+        # A name of this process's own: two test sessions may write the same layer at once; either rename wins.
+        partial = tar_path.with_suffix(f".{os.getpid()}.partial")
         with tarfile.open(partial, "w", format=tarfile.PAX_FORMAT) as tar:
             for entry in sorted(rootfs.iterdir()):
                 if entry.name != ".complete":
                     tar.add(entry, arcname=entry.name, filter=_reset_owner)
         partial.rename(tar_path)
-        digest_path.write_text(_digest_of_file(tar_path))
+        digest_partial = digest_path.with_suffix(f".{os.getpid()}.partial")
+        digest_partial.write_text(_digest_of_file(tar_path))
+        digest_partial.rename(digest_path)
     return Blob(digest_path.read_text(), tar_path.stat().st_size, path=tar_path)
 
 

@@ -209,12 +209,25 @@ def _silent_while_others_beat(
     if len(quiet) != 1:
         return None
     culprit, last = quiet[0]
+    if any(_stepped_on_without(o, last, allowed / 2) for o in running if o is not culprit):
+        return None
     silence = (now - last).total_seconds()
     message = (
         f"Hung: {culprit.replica} stopped beating while the others beat (silent for {silence:.0f}s, liveness "
         f"deadline {allowed:g}s); {culprit.replica} stopped responding, the others wait for it"
     )
     return HangVerdict(True, message, culprit=culprit, began_at=last)
+
+
+def _stepped_on_without(other: ReplicaObservation, silent_since: datetime, grace: float) -> bool:
+    """Whether ``other`` stepped well after the silent one's last beat, so it does not wait for it: a member of a
+    group blocked on a frozen process finishes at most the step in flight. Such silence is a member between
+    workers (its torchrun agent at the rendezvous while the others' new group trains on without it yet), not one
+    the group waits for; the progress deadline still judges the group."""
+    report = other.progress
+    if report is None:
+        return False
+    return report.at > later(silent_since, max(grace, report.longest_gap or 0.0))
 
 
 def _waited_on(
