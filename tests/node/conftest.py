@@ -28,10 +28,9 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if "/tests/node/" in str(item.path):
             item.add_marker(pytest.mark.node)
-            # A cluster per group, made once on the xdist worker that runs the group (--dist loadgroup): the
-            # single-node tests share one, the three-node package another, and the two groups run side by side.
-            three = "/tests/node/three_nodes/" in str(item.path)
-            item.add_marker(pytest.mark.xdist_group("three-nodes" if three else "node"))
+            # One xdist worker for every real-node test (--dist loadgroup): the single-node cluster and the
+            # three-node one side by side, on two workers, overloaded this 2-core machine into timeouts.
+            item.add_marker(pytest.mark.xdist_group("node"))
 
 
 _OPERATOR_LOG_AT = pytest.StashKey[int]()

@@ -46,7 +46,7 @@ def site_packages() -> Path:
     key = hashlib.sha256(json.dumps(wanted).encode()).hexdigest()[:16]
     target = toolchain.cache_dir() / "operator-image" / key
     target.parent.mkdir(parents=True, exist_ok=True)
-    # The single-node and three-node groups may run side by side (xdist): one installs, the other waits for it.
+    # Two test sessions at once (xdist workers, a benchmark beside the tests): one installs, the other waits.
     with open(target.parent / f"{key}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         return _install(wanted, target)

@@ -59,9 +59,12 @@ _CLUSTER_ONLY_CONTAINER_FIELDS = (
 # Where an etcd rendezvous looks when the job names no host or port: an etcd on this machine.
 DEFAULT_ETCD_PORT = 2379
 # Local rendezvous settings, used where the job's rdzvConf sets none. Every member runs on this machine,
-# so a lost one is noticed in seconds (keep-alive 1 s, 5 misses) and, once the minimum has joined, a round
-# closes 2 s after the last join instead of torchrun's 30.
-LOCAL_RDZV_CONF = (("last_call_timeout", "2"), ("keep_alive_interval", "1"), ("keep_alive_max_attempt", "5"))
+# so a lost one is noticed in seconds (keep-alive every 3 s, 2 misses) and, once the minimum has joined, a
+# round closes 2 s after the last join instead of torchrun's 30. Not more often: every keep-alive rewrites
+# the rendezvous state, and a late agent joins by compare-and-set on that state, one try per pass of its
+# own loop (slow on a loaded machine: torch names each op from inspect.stack()). With two members beating
+# every second it lost every try and never joined (a round of 2 trained on without it).
+LOCAL_RDZV_CONF = (("last_call_timeout", "2"), ("keep_alive_interval", "3"), ("keep_alive_max_attempt", "2"))
 
 
 @dataclass(frozen=True)
