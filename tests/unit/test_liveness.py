@@ -110,3 +110,16 @@ def test_a_member_silent_while_the_others_step_on_is_not_one_they_wait_for() -> 
     waiting = [stepping("master-0", 30, 20.5), stepping("worker-0", 30, 20.5), stepping("worker-1", 19, 18.5)]
     verdict = progress.check(JOB, waiting, at(1), at(30.5), started=at(1))
     assert verdict.hung and verdict.culprit is not None and str(verdict.culprit.replica) == "worker-1"
+
+
+def test_while_an_elastic_group_forms_again_a_member_at_the_rendezvous_is_not_hung() -> None:
+    # A membership change at second 20 (torchrun's agents start every worker again): worker-1's agent is still
+    # at the rendezvous, with no worker to beat, while worker-0's new worker beats and waits for the group.
+    group = [beating("master-0", 40), beating("worker-0", 40), beating("worker-1", 25)]
+    reforming = progress.check(JOB, group, at(20), at(40.5), started=at(20), regrouped=True)
+    assert not reforming.hung
+    assert reforming.check_at is not None and reforming.check_at <= at(20 + progress.REFORM_ALLOWANCE)
+    # Past the allowance, the silent one is named as ever (the others never stepped since: they wait for it).
+    late = at(20 + progress.REFORM_ALLOWANCE + 1)
+    stuck = [beating("master-0", 200.5), beating("worker-0", 200.5), beating("worker-1", 25)]
+    assert progress.check(JOB, stuck, at(20), late, started=at(20), regrouped=True).hung

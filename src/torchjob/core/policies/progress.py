@@ -50,6 +50,9 @@ WAITED_ON_SILENCE = 3.5
 WAITING_FACTOR = 3.0
 WAITING_FLOOR = 2.0
 FRESH_BEAT = 2.5
+# How long an elastic group's re-forming (torchrun's agents at a new rendezvous round) keeps the silence rules
+# off: an etcd rendezvous waits for the lost member's keep-alive to lapse, then its last call (30 s by default).
+REFORM_ALLOWANCE = 180.0
 
 
 @dataclass(frozen=True)
@@ -105,11 +108,18 @@ def check(
         said = suspect.member.heard_at if suspect.member is not None else None
         return HangVerdict(True, silent_member.describe(suspect, generation, now), culprit=suspect, began_at=said)
     restarting = regrouped and started is not None and not _all_stepped_since(current, started)
+    # While torchrun's agents form the group again after a membership change, a member whose agent is still at
+    # the rendezvous has no worker to beat, and nobody waits for it in a collective: the silence rules wait
+    # until every member has stepped again, or for REFORM_ALLOWANCE at most.
+    reforming_until = later(started, REFORM_ALLOWANCE) if restarting and started is not None else None
+    silence_judged = reforming_until is None or now >= reforming_until
     verdict = (
-        (_waited_on(job, running, since, now) if one_host else None)
-        or _silent_while_others_beat(job, running, since, now)
+        (_waited_on(job, running, since, now) if one_host and silence_judged else None)
+        or (_silent_while_others_beat(job, running, since, now) if silence_judged else None)
         or _progress(job, running, since, now, started, learned, restarting)
     )
+    if reforming_until is not None and not silence_judged and not verdict.hung:
+        verdict = replace(verdict, check_at=min(reforming_until, verdict.check_at or reforming_until))
     if verdict.hung or confirm_at is None:
         return verdict
     return replace(verdict, check_at=min(confirm_at, verdict.check_at or confirm_at))
