@@ -112,13 +112,14 @@ def check(
     # the rendezvous has no worker to beat, and nobody waits for it in a collective: the silence rules wait
     # until every member has stepped again, or for REFORM_ALLOWANCE at most.
     reforming_until = later(started, REFORM_ALLOWANCE) if restarting and started is not None else None
-    silence_judged = reforming_until is None or now >= reforming_until
+    if reforming_until is not None and now >= reforming_until:
+        reforming_until = None
     verdict = (
-        (_waited_on(job, running, since, now) if one_host and silence_judged else None)
-        or (_silent_while_others_beat(job, running, since, now) if silence_judged else None)
+        (_waited_on(job, running, since, now) if one_host and reforming_until is None else None)
+        or (_silent_while_others_beat(job, running, since, now) if reforming_until is None else None)
         or _progress(job, running, since, now, started, learned, restarting)
     )
-    if reforming_until is not None and not silence_judged and not verdict.hung:
+    if reforming_until is not None and not verdict.hung:
         verdict = replace(verdict, check_at=min(reforming_until, verdict.check_at or reforming_until))
     if verdict.hung or confirm_at is None:
         return verdict
