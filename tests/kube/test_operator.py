@@ -121,6 +121,7 @@ def test_master_and_two_workers_get_the_contract_pods_services_labels_and_env(
             "PET_NODE_RANK": "0",
             "PET_NNODES": "3",
             "PYTHONUNBUFFERED": "1",
+            "OMP_NUM_THREADS": "1",  # no CPU named: a thread a process, as locally
         }.items()
     )
     assert (env_of(worker1)["RANK"], env_of(worker1)["MASTER_ADDR"]) == ("2", "mnist-master-0")

@@ -54,9 +54,7 @@ def test_a_lost_worker_pod_is_replaced_by_a_warm_spare_and_the_survivors_pods_ca
     if fault is signal.SIGSTOP:  # a hang is found at the progress deadline: the one Pod that stopped reporting
         # 60 s: the deadline also bounds start-up (four Pods importing torch on two busy cores took over 30 s in CI).
         job["metadata"]["annotations"]["torchjob.io/progress-deadline-seconds"] = "60"
-    for spec in job["spec"]["pytorchReplicaSpecs"].values():
-        spec["template"]["spec"]["containers"][0]["args"] = ["--epochs", "3"]
-    cluster.apply(job)
+    cluster.apply(job)  # the example's 8 epochs: the fault comes in epoch 2, well before the end
     _warm_and_training(cluster, namespace)
     survivors = {pod: _uid(cluster, namespace, pod) for pod in (f"{JOB}-master-0", f"{JOB}-worker-0")}
     for pid in cluster.container_pids(namespace, f"{JOB}-worker-1"):
@@ -127,7 +125,7 @@ def test_an_elastic_group_on_pods_shrinks_at_once_and_grows_back_when_the_spare_
     job = yaml.safe_load((ROOT / "examples" / "mnist" / "job-elastic-inplace.yaml").read_text())
     job["metadata"]["namespace"] = namespace
     # Long enough after the kill for a spare Pod to start, import torch and join while the others train.
-    job["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]["args"] = ["--epochs", "16"]
+    job["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]["args"] = ["--epochs", "40"]
     cluster.apply(job)
     deadline = time.monotonic() + 300
     while "epoch: 2/" not in cluster.kubectl("logs", "-n", namespace, f"{name}-worker-1", check=False).stdout:
@@ -174,9 +172,7 @@ def test_a_worker_pod_evicted_through_the_eviction_api_hands_its_place_to_the_sp
     namespace = cluster.namespace("inplace-evicted")
     job = yaml.safe_load((ROOT / "examples" / "mnist" / "job-inplace.yaml").read_text())
     job["metadata"]["namespace"] = namespace
-    for spec in job["spec"]["pytorchReplicaSpecs"].values():
-        spec["template"]["spec"]["containers"][0]["args"] = ["--epochs", "3"]
-    cluster.apply(job)
+    cluster.apply(job)  # the example's 8 epochs: the fault comes in epoch 2, well before the end
     _warm_and_training(cluster, namespace)
     survivors = {pod: _uid(cluster, namespace, pod) for pod in (f"{JOB}-master-0", f"{JOB}-worker-0")}
     said = _evict(cluster, namespace, f"{JOB}-worker-1", tmp_path / "worker-1.log")

@@ -48,8 +48,8 @@ def test_an_eviction_restarts_the_group_without_counting_against_backoff_limit(
     """backoffLimit 0: one counted failure would end the job. An eviction through the Eviction API (what
     `kubectl drain` and the cluster autoscaler use) is the platform's doing, so the group restarts."""
     namespace = cluster.namespace("evict")
-    cluster.apply(_job("evicted", namespace, epochs=2, backoffLimit=0))
-    _wait_for_log_line(cluster, namespace, "evicted-worker-0", "Rank 1: epoch: 1/2, batch: 5/", timeout=240)
+    cluster.apply(_job("evicted", namespace, epochs=6, backoffLimit=0))
+    _wait_for_log_line(cluster, namespace, "evicted-worker-0", "Rank 1: epoch: 1/6, batch: 5/", timeout=240)
     eviction = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": "evicted-worker-0"}}
     cluster.kubectl(
         "create",
@@ -75,10 +75,10 @@ def test_a_lost_node_is_named_in_the_status_and_the_job_finishes_when_it_returns
     The script never imports torchjob, yet it reports its steps (the operator's user-site injection,
     autoreport_boot.py): it keeps beating while only the kubelet is gone, so nothing is declared lost."""
     namespace = cluster.namespace("lost-node")
-    # Fifteen epochs: the job must still train when the status is read with the kubelet gone (three were seen to end
-    # first, on a quiet machine: the exited processes, which no kubelet reports, then look silent).
-    cluster.apply(_job("stranded", namespace, epochs=15))
-    _wait_for_log_line(cluster, namespace, "stranded-worker-0", "Rank 1: epoch: 1/15, batch: 5/", timeout=240)
+    # Sixty epochs (over a minute on a quiet machine): the job must still train when the status is read with the
+    # kubelet gone; exited processes, which no kubelet reports, would look silent.
+    cluster.apply(_job("stranded", namespace, epochs=60))
+    _wait_for_log_line(cluster, namespace, "stranded-worker-0", "Rank 1: epoch: 1/60, batch: 5/", timeout=240)
     deadline = time.monotonic() + 60
     while not _reported_step(cluster, namespace, "stranded"):
         assert time.monotonic() < deadline, "the plain script's steps never reached the operator"

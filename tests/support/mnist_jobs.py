@@ -41,7 +41,7 @@ def inplace_one_per_node(namespace: str, *extra_args: str) -> dict[str, Any]:
     job["spec"]["pytorchReplicaSpecs"]["Worker"]["replicas"] = 1
     for spec in job["spec"]["pytorchReplicaSpecs"].values():
         pod = spec["template"]["spec"]
-        pod["containers"][0]["args"] = ["--epochs", "3", *extra_args]
+        pod["containers"][0]["args"] = ["--epochs", "8", *extra_args]
         pod["affinity"] = {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [apart]}}
     return job
 

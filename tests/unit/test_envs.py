@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+import pytest
+
+from torchjob.api.loading import job_from_mapping
 from torchjob.api.types import ReplicaType
+from torchjob.backends.kubernetes.mapping import pod_manifest
 from torchjob.backends.local.mapping import process_spec
 from torchjob.core.envs import Addressing, replica_env
 from torchjob.core.replicas import ReplicaId, labels, rendezvous_replica
 from torchjob.testing import make_job
+from torchjob.testing.builders import JobBuilder
 
 MASTER, W0, W1 = (
     ReplicaId(ReplicaType.MASTER, 0),
@@ -97,3 +104,42 @@ def test_local_process_spec_expands_vars_and_the_contract_wins() -> None:
     assert spec.env["PATH"] == "/venv/bin:/usr/bin"
     assert spec.env["TORCHJOB_OUTPUT_DIR"] == "/out"
     assert spec.cwd == "/jobs"
+
+
+def _threads(job_builder: JobBuilder, resources: dict[str, Any] | None = None) -> tuple[str, str]:
+    """OMP_NUM_THREADS as a Worker's Pod on a cluster and its process locally get it."""
+    wire = job_builder.wire()
+    if resources is not None:
+        wire["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]["resources"] = resources
+    job = job_from_mapping(wire)
+    env = pod_manifest(job, W0, 0)["spec"]["containers"][0]["env"]
+    on_a_cluster = [e["value"] for e in env if e["name"] == "OMP_NUM_THREADS"]
+    assert len(on_a_cluster) == 1, env
+    addressing = Addressing("127.0.0.1", 40000, "127.0.0.1", 40001)
+    locally = process_spec(job, W0, 0, addressing, "/jobs", "/out", "/venv/bin", "/usr/bin").env["OMP_NUM_THREADS"]
+    return on_a_cluster[0], locally
+
+
+@pytest.mark.parametrize(
+    ("nproc", "resources", "expected"),
+    [
+        (None, None, "1"),  # no CPU named: one thread a process, as torchrun gives
+        (None, {"limits": {"cpu": "4"}}, "4"),
+        ("2", {"limits": {"cpu": "4"}}, "2"),  # the Pod's cores shared among its processes
+        ("4", {"limits": {"cpu": "2"}}, "1"),  # at least one
+        (None, {"requests": {"cpu": "3500m"}}, "3"),  # a request where there is no limit, whole
+        (None, {"requests": {"cpu": "8"}, "limits": {"cpu": "2"}}, "2"),  # the limit first
+        (None, {"limits": {"cpu": "250m"}}, "1"),
+    ],
+)
+def test_each_process_gets_its_share_of_the_containers_cpu_as_omp_threads(
+    nproc: str | None, resources: dict[str, Any] | None, expected: str
+) -> None:
+    builder = make_job("t").workers(2)
+    if nproc:
+        builder = builder.spec(nprocPerNode=nproc)
+    assert _threads(builder, resources) == (expected, expected)
+
+
+def test_omp_threads_the_container_sets_win_on_a_cluster_and_locally() -> None:
+    assert _threads(make_job("t").workers(2).env(OMP_NUM_THREADS="6"), {"limits": {"cpu": "2"}}) == ("6", "6")

@@ -19,7 +19,7 @@ from tests.support import operator_pods
 from tests.support.paths import MNIST
 
 
-@pytest.mark.timeout(1200)  # the cluster's making, a checkpoint, six epochs with a node lost
+@pytest.mark.timeout(1200)  # the cluster's making, a checkpoint, thirty epochs with a node lost
 def test_an_elasticjob_carries_on_when_a_workers_node_vanishes_and_grows_back(three_nodes: Cluster) -> None:
     cluster = three_nodes
     support.all_nodes_ready(cluster, timeout=180)
@@ -31,8 +31,10 @@ def test_an_elasticjob_carries_on_when_a_workers_node_vanishes_and_grows_back(th
     pod = job["spec"]["replicaSpecs"]["Worker"]["template"]["spec"]
     pod["volumes"] = [{"name": "data", "persistentVolumeClaim": {"claimName": "data"}}]
     pod["containers"][0]["volumeMounts"] = [{"name": "data", "mountPath": "/data"}]
-    args = pod["containers"][0]["args"][:2]  # the launcher's and the script: then six epochs, saved on the claim
-    pod["containers"][0]["args"] = [*args, "--epochs=6", "--checkpoint-every=20", "--checkpoint-dir=/data/checkpoints"]
+    # The launcher's and the script's: then epochs enough for a replacement to start cold and join before the end
+    # (about a minute on a quiet machine), saved on the claim.
+    args = pod["containers"][0]["args"][:2]
+    pod["containers"][0]["args"] = [*args, "--epochs=30", "--checkpoint-every=20", "--checkpoint-dir=/data/checkpoints"]
     # A Worker a node, where they fit (preferred: the replacement must still find a place on two nodes).
     mine = {"matchLabels": {"training.kubeflow.org/job-name": "mnist-elastic"}}
     apart = [{"weight": 100, "podAffinityTerm": {"labelSelector": mine, "topologyKey": "kubernetes.io/hostname"}}]

@@ -76,7 +76,7 @@ def test_kubectl_drain_moves_an_in_place_replica_to_the_spare_on_another_node_be
     namespace = cluster.namespace("inplace-drained")
     # Five epochs, not three: the spare must be warm before the drain, and under CI's load one was seen still
     # starting when a three-epoch job had ended.
-    job = inplace_one_per_node(namespace, "--epochs", "5")
+    job = inplace_one_per_node(namespace, "--epochs", "12")
     name = job["metadata"]["name"]
     cluster.apply(job)
     support.wait_for_epoch_2_beside_a_spare(cluster, namespace, name)

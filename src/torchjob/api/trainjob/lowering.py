@@ -20,6 +20,7 @@ import math
 from typing import Any
 
 from torchjob.api.errors import ValidationError
+from torchjob.api.quantities import cpu_cores
 from torchjob.api.trainjob.types import MULTIKUEUE, NODE, ContainerPatch, PodSpecPatch, TrainingRuntime, TrainJob
 from torchjob.api.types import API_VERSION, DEFAULT_CONTAINER_NAME, KIND
 
@@ -219,17 +220,7 @@ def _counted(word: object, resources: Any) -> int | str:
     gpus = limits.get("nvidia.com/gpu")
     if word == "auto" and gpus is not None:
         return str(gpus)
-    cpu = str(limits.get("cpu", "1"))
-    cores = int(cpu[:-1]) / 1000 if cpu.endswith("m") and cpu[:-1].isdigit() else float(cpu) if _number(cpu) else 1
-    return max(1, math.ceil(cores))
-
-
-def _number(text: str) -> bool:
-    try:
-        float(text)
-    except ValueError:
-        return False
-    return True
+    return max(1, math.ceil(cpu_cores(limits.get("cpu")) or 1))
 
 
 def _add_metadata(template: dict[str, Any], labels: dict[str, str] | None, annotations: dict[str, str] | None) -> None:

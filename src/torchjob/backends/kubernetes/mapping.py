@@ -25,7 +25,7 @@ from torchjob.api import extensions
 from torchjob.api.types import DEFAULT_CONTAINER_NAME, DEFAULT_PORT, DEFAULT_PORT_NAME, PyTorchJob, ReplicaType
 from torchjob.backends.kubernetes import autoreport_boot, warm_pods
 from torchjob.core import replicas
-from torchjob.core.envs import DEFAULT_RDZV_PORT, Addressing, replica_env
+from torchjob.core.envs import DEFAULT_RDZV_PORT, ENV_THREADS, Addressing, replica_env, threads_per_process
 from torchjob.core.replicas import ReplicaId
 
 STORE_PORT = DEFAULT_RDZV_PORT
@@ -193,6 +193,8 @@ def pod_manifest(
         # The contract appends; a variable the template sets itself wins (as with Kubeflow's operator).
         container["env"] = [*(container.get("env") or []), *(e for e in env if e["name"] not in names)]
         if container.get("name") == DEFAULT_CONTAINER_NAME:
+            if ENV_THREADS not in names:
+                container["env"].append({"name": ENV_THREADS, "value": threads_per_process(job, container)})
             container.setdefault("terminationMessagePolicy", "FallbackToLogsOnError")
             container["name"] = replicas.container_name(job)
     if report_url:

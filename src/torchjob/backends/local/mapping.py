@@ -21,7 +21,15 @@ import torchjob
 from torchjob import worker_files
 from torchjob.api import extensions
 from torchjob.api.types import DEFAULT_CONTAINER_NAME, PyTorchJob, ReplicaType
-from torchjob.core.envs import Addressing, holds_a_place, in_place, processes_per_replica, replica_env
+from torchjob.core.envs import (
+    ENV_THREADS,
+    Addressing,
+    holds_a_place,
+    in_place,
+    processes_per_replica,
+    replica_env,
+    threads_per_process,
+)
 from torchjob.core.replicas import ReplicaId, replica_slots
 
 ENV_OUTPUT_DIR = worker_files.ENV_OUTPUT_DIR
@@ -204,8 +212,7 @@ def process_spec(
     env[ENV_OUTPUT_DIR] = output_dir
     if error_file:
         env[ENV_ERROR_FILE] = error_file
-    # torchrun does the same: one thread per process unless told otherwise, or ranks fight for cores.
-    env.setdefault("OMP_NUM_THREADS", "1")
+    env.setdefault(ENV_THREADS, threads_per_process(job, container))
     env["PATH"] = python_dir + (":" + inherited_path if inherited_path else "")
     if job.annotation(extensions.AUTO_REPORT) != "false":
         # Scripts that never import torchjob report their steps and beat too (torchjob/autoreport.py).
