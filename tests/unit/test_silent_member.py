@@ -1,6 +1,6 @@
 """A member of an in-place group that fell silent is confirmed in seconds by two witnesses: every other member
 says it waits in the group's current generation, and the accused has missed its own announcements for at least
-1.5 s (longer for a member once heard late). One member's word, a slow or late member, or a whole group gone
+3 s (longer for a member once heard late). One member's word, a slow or late member, or a whole group gone
 quiet never gets a healthy member replaced."""
 
 from __future__ import annotations
@@ -30,24 +30,24 @@ def member(name: str, heard: float, waiting_in: int | None = None, every: float 
 
 def test_the_one_member_the_others_wait_for_is_named_once_its_silence_is_confirmed() -> None:
     group = [member("master-0", 11.4, waiting_in=2), member("worker-0", 11.45, waiting_in=2), member("worker-1", 10.2)]
-    # 3 missed announcements of 0.2 s would be 0.6 s: the floor, 1.5 s, is what counts.
-    assert silent_member.find(group, 2, at(11.6)) == (None, at(11.7))
-    found, _ = silent_member.find(group, 2, at(11.75))
+    # 3 missed announcements of 0.2 s would be 0.6 s: the floor, 3 s, is what counts.
+    assert silent_member.find(group, 2, at(13.1)) == (None, at(13.2))
+    found, _ = silent_member.find(group, 2, at(13.25))
     assert found is not None and str(found.replica) == "worker-1"
-    verdict = progress.check(JOB, group, at(1), at(11.75), started=at(1), generation=2)
+    verdict = progress.check(JOB, group, at(1), at(13.25), started=at(1), generation=2)
     assert verdict.hung and verdict.culprit is not None and str(verdict.culprit.replica) == "worker-1"
     assert verdict.message.startswith(
         "Hung: worker-1 fell silent while every other member waits for it in generation 2"
     )
     assert verdict.message.endswith("worker-1 stopped responding, the others wait for it")
     # Before it is confirmed, the planner is told when to look again.
-    assert progress.check(JOB, group, at(1), at(11.6), started=at(1), generation=2).check_at == at(11.7)
+    assert progress.check(JOB, group, at(1), at(13.1), started=at(1), generation=2).check_at == at(13.2)
 
 
 def test_a_slow_member_a_lone_claim_an_old_generation_or_a_silent_group_single_nobody_out() -> None:
     slow = [member("master-0", 11, waiting_in=2), member("worker-0", 11, waiting_in=2), member("worker-1", 10.95)]
     assert silent_member.find(slow, 2, at(11)) == (None, at(11.55))  # a first look at its node, 3 missed
-    assert silent_member.find(slow, 2, at(11.6)) == (None, at(12.45))  # it still announces: it is only slow
+    assert silent_member.find(slow, 2, at(11.6)) == (None, at(13.95))  # it still announces: it is only slow
     lone = [member("master-0", 11, waiting_in=2), member("worker-0", 10), member("worker-1", 10)]
     assert silent_member.find(lone, 2, at(11)) == (None, None)  # one member's word accuses nobody
     old = [member("master-0", 11, waiting_in=1), member("worker-0", 11, waiting_in=1), member("worker-1", 10)]
@@ -60,17 +60,17 @@ def test_a_slow_member_a_lone_claim_an_old_generation_or_a_silent_group_single_n
 
 def test_a_member_once_heard_late_may_be_silent_twice_as_long_before_it_counts() -> None:
     first = MemberAnnouncement(attempt=0, heard_at=at(10), every=0.15)
-    late = silent_member.with_longest_gap(first, MemberAnnouncement(attempt=0, heard_at=at(11.2), every=0.15))
-    on_time = silent_member.with_longest_gap(late, MemberAnnouncement(attempt=0, heard_at=at(11.35), every=0.15))
-    assert (late.longest_gap, on_time.longest_gap) == (1.2, 1.2)  # the longest gap of the attempt is kept
+    late = silent_member.with_longest_gap(first, MemberAnnouncement(attempt=0, heard_at=at(12), every=0.15))
+    on_time = silent_member.with_longest_gap(late, MemberAnnouncement(attempt=0, heard_at=at(12.15), every=0.15))
+    assert (late.longest_gap, on_time.longest_gap) == (2.0, 2.0)  # the longest gap of the attempt is kept
     # A new attempt starts afresh.
     next_attempt = MemberAnnouncement(attempt=1, heard_at=at(12), every=0.15)
     assert silent_member.with_longest_gap(on_time, next_attempt).longest_gap == 0
     others = [member("master-0", 13.6, waiting_in=2), member("worker-0", 13.6, waiting_in=2)]
     group = [*others, replace(running("worker-1"), repairable=True, member=on_time)]
-    assert silent_member.find(group, 2, at(13.6)) == (None, at(13.75))  # 2 × 1.2 s, not 1.5 s
+    assert silent_member.find(group, 2, at(13.6)) == (None, at(16.15))  # 2 × 2 s, not 3 s
     stalled = replace(on_time, longest_gap=30.0)  # never longer than the liveness deadline's 10 s
-    assert silent_member.find([*others, replace(group[2], member=stalled)], 2, at(13.6)) == (None, at(21.35))
+    assert silent_member.find([*others, replace(group[2], member=stalled)], 2, at(13.6)) == (None, at(22.15))
 
 
 def test_announcements_are_read_strictly() -> None:
@@ -89,11 +89,11 @@ def test_announcements_are_read_strictly() -> None:
 def test_a_member_says_how_late_it_has_been_where_no_hearer_keeps_its_gaps() -> None:
     """Locally the controller reads each member's announcement file afresh: the member's own count of its
     longest gap (``channel.LongestGap``) lengthens its allowance as a hearer's would; nonsense counts as none."""
-    said = MemberAnnouncement.from_message({"attempt": 0, "every": 0.2, "longest_gap": 1.3}, at(10))
-    assert said is not None and said.longest_gap == 1.3
+    said = MemberAnnouncement.from_message({"attempt": 0, "every": 0.2, "longest_gap": 1.8}, at(10))
+    assert said is not None and said.longest_gap == 1.8
     others = [member("master-0", 11.6, waiting_in=2), member("worker-0", 11.6, waiting_in=2)]
     group = [*others, replace(running("worker-1"), repairable=True, member=said)]
-    assert silent_member.find(group, 2, at(11.6)) == (None, at(12.6))  # 2 × 1.3 s, not 1.5 s
+    assert silent_member.find(group, 2, at(11.6)) == (None, at(13.6))  # 2 × 1.8 s, not 3 s
     for nonsense in (-1, "2", float("nan"), True):
         found = MemberAnnouncement.from_message({"attempt": 0, "longest_gap": nonsense}, at(10))
         assert found is not None and found.longest_gap == 0.0
@@ -109,12 +109,12 @@ def test_a_member_says_how_late_it_has_been_where_no_hearer_keeps_its_gaps() -> 
 
 def test_a_member_whose_node_the_operator_cannot_reach_is_named_after_three_missed_announcements() -> None:
     """A vanished node: the operator's own probe is a third witness, so the floor for a member late on a loaded
-    machine (1.5 s) does not apply. A member whose node answers still waits for the floor."""
+    machine (3 s) does not apply. A member whose node answers still waits for the floor."""
     group = [member("master-0", 11.4, waiting_in=2), member("worker-0", 11.45, waiting_in=2), member("worker-1", 10.9)]
     # Its node not looked at yet: the first look comes after three missed announcements (0.6 s), so that the
     # backend probes the node of a member silent that long; the floor comes after.
     assert silent_member.find(group, 2, at(11.3)) == (None, at(11.5))
-    assert silent_member.find(group, 2, at(11.55)) == (None, at(12.4))
+    assert silent_member.find(group, 2, at(11.55)) == (None, at(13.9))
     gone = SilentNode("node-b", at(10.9), unreachable=True)
     group[2] = replace(group[2], silent_node=gone)
     assert silent_member.find(group, 2, at(11.3)) == (None, at(11.5))
@@ -122,7 +122,7 @@ def test_a_member_whose_node_the_operator_cannot_reach_is_named_after_three_miss
     assert found is not None and str(found.replica) == "worker-1"
     # A node whose kubelet only missed a Lease renewal (its host answers) is no such witness.
     group[2] = replace(group[2], silent_node=SilentNode("node-b", at(10.9), unreachable=False))
-    assert silent_member.find(group, 2, at(11.55)) == (None, at(12.4))
+    assert silent_member.find(group, 2, at(11.55)) == (None, at(13.9))
 
 
 def test_a_member_that_missed_two_announcements_looks_quiet_for_its_node_to_be_probed() -> None:

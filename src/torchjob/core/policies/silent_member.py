@@ -31,9 +31,10 @@ from torchjob.core.reported import MemberAnnouncement
 from torchjob.core.times import later
 
 # Announcements a member may miss before its silence counts, and never less than MIN_SILENCE: a healthy member of
-# a loaded machine can be late by more than three announcements (up to 0.45 s in a Pod).
+# a loaded machine can be late by more than three announcements (a promoted spare, whose gaps as a spare are not
+# held against it, was once silent 1.5 s in a Pod while CI's other tests loaded the 2 cores).
 MISSED = 3
-MIN_SILENCE = 1.5
+MIN_SILENCE = 3.0
 # A member once heard late by G seconds (its longest gap between announcements) may be silent LATE_FACTOR × G before
 # it counts, up to MAX_SILENCE (the liveness deadline's default: a silence that long is named anyway).
 LATE_FACTOR = 2.0
