@@ -84,7 +84,10 @@ class PyTorchJobs:
             return
         before = conditions.state(job.status)
         started = time.monotonic()
-        result = reconcile_once(job, self.deps.backend, self.deps.clock)
+        try:
+            result = reconcile_once(job, self.deps.backend, self.deps.clock)
+        finally:
+            self.deps.backend.end_pass()
         self.deps.passed()
         after = conditions.state(result.job.status)
         self.deps.metrics.passed(key, after, result.events, self.deps.clock.now(), time.monotonic() - started)

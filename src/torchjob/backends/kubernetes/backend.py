@@ -52,6 +52,9 @@ from torchjob.core.observed import Observed, Platform
 from torchjob.core.replicas import ReplicaId
 from torchjob.core.reported import Progress
 
+# Pods per list request: a page's response is held while it is parsed, not the whole job's (some 10 MB at 1,024).
+PODS_PER_PAGE = 250
+
 
 class KubernetesBackend(Backend):
     """One per operator: carries out plans against the API server for every job it reconciles."""
@@ -90,11 +93,8 @@ class KubernetesBackend(Backend):
     # -- Backend --------------------------------------------------------------------------------------
 
     def observe(self, job: PyTorchJob) -> Observed:
-        self.counter.add("list")
-        selector: dict[str, Any] = {replicas.LABEL_JOB: job.name, replicas.LABEL_OPERATOR: replicas.OPERATOR_NAME}
-        pods = [as_dict(p) for p in self.client.list(Pod, namespace=job.namespace, labels=selector)]
         # Only Pods this job object owns: a job deleted and created again under the same name starts afresh.
-        owned = [p for p in pods if _owned_by(p, job.metadata.uid)]
+        owned = [p for p in self._read_pods(job) if _owned_by(p, job.metadata.uid)]
         self._pass.pods = {p["metadata"]["name"]: p for p in owned}
         served = self.reports.membership(job.namespace, job.name, job.metadata.uid or "") if self.reports else None
         published = None if served is None else (served["attempt"], served["generation"])
@@ -131,6 +131,25 @@ class KubernetesBackend(Backend):
         # and spare Pods need it too: they announce themselves and learn the membership there.
         hears = self.reports is not None and self.report_url is not None
         return Platform(reaches_rdzv_host=True, repairs_in_place=hears, reports_progress=hears, one_host=False)
+
+    def end_pass(self) -> None:
+        """Forget the Pods this thread's pass read: each worker thread would otherwise hold its last job's Pods
+        (about 45 kB each as parsed JSON) until its next pass, whatever job that is."""
+        self._pass.pods = {}
+
+    def _read_pods(self, job: PyTorchJob) -> list[dict[str, Any]]:
+        """The job's Pods, a page of them per request, each without its managedFields (the API server's
+        record of who set which field: never read here, and up to half of a Pod's size), so that a job of
+        a thousand replicas never has its whole list's response, or its Pods whole, in memory at once."""
+        selector: dict[str, Any] = {replicas.LABEL_JOB: job.name, replicas.LABEL_OPERATOR: replicas.OPERATOR_NAME}
+        pods = []
+        for listed in self.client.list(Pod, namespace=job.namespace, labels=selector, chunk_size=PODS_PER_PAGE):
+            pod = as_dict(listed)
+            (pod.get("metadata") or {}).pop("managedFields", None)
+            pods.append(pod)
+        for _ in range(max(1, -(-len(pods) // PODS_PER_PAGE))):  # the API server answered a page per request
+            self.counter.add("list")
+        return pods
 
     def _progress_of(self, pod: dict[str, Any]) -> Progress | None:
         return self.reports.latest(pod["metadata"].get("uid")) if self.reports is not None else None
