@@ -139,7 +139,7 @@ class KubernetesBackend(Backend):
 
     def _read_pods(self, job: PyTorchJob) -> list[dict[str, Any]]:
         """The job's Pods, a page of them per request, each without its managedFields (the API server's
-        record of who set which field: never read here, and up to half of a Pod's size), so that a job of
+        record of who set which field: never read here, and a large part of a Pod), so that a job of
         a thousand replicas never has its whole list's response, or its Pods whole, in memory at once."""
         selector: dict[str, Any] = {replicas.LABEL_JOB: job.name, replicas.LABEL_OPERATOR: replicas.OPERATOR_NAME}
         pods = []

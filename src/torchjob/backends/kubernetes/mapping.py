@@ -107,7 +107,7 @@ def store_pod_manifest(job: PyTorchJob) -> dict[str, Any]:
             "image": container.get("image", ""),
             **({"imagePullPolicy": container["imagePullPolicy"]} if "imagePullPolicy" in container else {}),
             "command": ["python", "-c", _store_server_source(), str(port)],
-            "env": [{"name": "PYTHONUNBUFFERED", "value": "1"}, {"name": "OMP_NUM_THREADS", "value": "1"}],
+            "env": [{"name": "PYTHONUNBUFFERED", "value": "1"}, {"name": ENV_THREADS, "value": "1"}],
             "ports": [{"name": "c10d", "containerPort": port, "protocol": "TCP"}],
             # importing torch takes a few hundred MB; the store itself needs next to nothing.
             "resources": {"requests": {"cpu": "100m", "memory": "512Mi"}},

@@ -13,7 +13,7 @@ from torchjob.api.types import PyTorchJob
 from torchjob.backends.local import mapping
 from torchjob.backends.local.ports import LOCALHOST, free_port
 from torchjob.backends.local.store import JobStore, LocalState
-from torchjob.core.envs import Addressing
+from torchjob.core.envs import ENV_THREADS, Addressing
 from torchjob.core.replicas import ReplicaId
 
 STORE_PORTS = "store"  # the key of the store's port in LocalState.ports (the others are attempts)
@@ -42,7 +42,7 @@ class Launcher:
 
     def store_command(self) -> tuple[list[str], dict[str, str]]:
         """The argv and environment of the job's rendezvous store process."""
-        return [sys.executable, "-m", "torchjob.train.store_server", str(self.store_port())], {"OMP_NUM_THREADS": "1"}
+        return [sys.executable, "-m", "torchjob.train.store_server", str(self.store_port())], {ENV_THREADS: "1"}
 
     def addressing(self, job: PyTorchJob, attempt: int, at_store: bool, meets_at_store: bool) -> Addressing:
         ports = self.ports(str(attempt))
