@@ -91,6 +91,9 @@ ANNOUNCE_TIME = "time"
 ANNOUNCE_EVERY = "every"
 ANNOUNCE_WAITING = "waiting"
 ANNOUNCE_LONGEST_GAP = "longest_gap"  # the longest time between two of its announcements so far, by its clock
+# True once the member has trained a step in the group as it now is: past joining it, or re-forming it, whose
+# silences say nothing about a hang (a spare just promoted under load was once silent 1.5 s).
+ANNOUNCE_SETTLED = "settled"
 # A member on notice of eviction says so (True); the operator's answer says once a pass has looked at it.
 ANNOUNCE_NOTICE = "notice"
 NOTICE_CONSIDERED = "noticeConsidered"

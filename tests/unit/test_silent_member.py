@@ -1,6 +1,7 @@
 """A member of an in-place group that fell silent is confirmed in seconds by two witnesses: every other member
 says it waits in the group's current generation, and the accused has missed its own announcements for at least
-3 s (longer for a member once heard late). One member's word, a slow or late member, or a whole group gone
+1.5 s once it has trained a step in the group as it is, 3 s while it joins or re-forms it (longer for a member once
+heard late). One member's word, a slow or late member, or a whole group gone
 quiet never gets a healthy member replaced."""
 
 from __future__ import annotations
@@ -44,6 +45,18 @@ def test_the_one_member_the_others_wait_for_is_named_once_its_silence_is_confirm
     assert progress.check(JOB, group, at(1), at(13.1), started=at(1), generation=2).check_at == at(13.2)
 
 
+def test_a_member_that_has_trained_in_the_group_is_confirmed_sooner_than_one_still_joining_it() -> None:
+    # A spare just promoted, or a group re-forming, is busy joining (state received, a new DDP): its silence
+    # under load says less than that of a member that has trained a step in the group as it is.
+    others = [member("master-0", 11.4, waiting_in=2), member("worker-0", 11.45, waiting_in=2)]
+    settled = replace(member("worker-1", 10.2), member=MemberAnnouncement(0, at(10.2), every=0.2, settled=True))
+    assert silent_member.find([*others, settled], 2, at(11.6)) == (None, at(11.7))  # 1.5 s
+    found, _ = silent_member.find([*others, settled], 2, at(11.75))
+    assert found is not None and str(found.replica) == "worker-1"
+    joining = member("worker-1", 10.2)
+    assert silent_member.find([*others, joining], 2, at(11.75)) == (None, at(13.2))  # 3 s
+
+
 def test_a_slow_member_a_lone_claim_an_old_generation_or_a_silent_group_single_nobody_out() -> None:
     slow = [member("master-0", 11, waiting_in=2), member("worker-0", 11, waiting_in=2), member("worker-1", 10.95)]
     assert silent_member.find(slow, 2, at(11)) == (None, at(11.55))  # a first look at its node, 3 missed
@@ -78,6 +91,11 @@ def test_announcements_are_read_strictly() -> None:
     said = MemberAnnouncement.from_message({"attempt": 1, "every": 0.2, "waiting": 3}, heard)
     assert said == MemberAnnouncement(1, heard, 0.2, 3)
     assert MemberAnnouncement.from_message({"attempt": 0}, heard) == MemberAnnouncement(0, heard)
+    assert MemberAnnouncement.from_message({"attempt": 0, "settled": True}, heard) == MemberAnnouncement(
+        0, heard, settled=True
+    )
+    loosely = MemberAnnouncement.from_message({"attempt": 0, "settled": "yes"}, heard)
+    assert loosely is not None and not loosely.settled
     first = MemberAnnouncement.from_message({"attempt": 0, "waiting": 0}, heard)  # the first generation
     assert first is not None and first.waiting_in == 0
     for bad in ({"attempt": True}, {"attempt": -1}, {"every": 1}, [], None, {"attempt": "0"}):

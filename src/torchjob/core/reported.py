@@ -100,13 +100,15 @@ class MemberAnnouncement:
     in-place loop of ``attempt``, it runs (``heard_at``, sent every ``every`` seconds), and, when its step
     has waited past its allowance, the generation of that step (``waiting_in``): a peer it needs is silent.
     ``longest_gap``: the longest time between two of its announcements in the attempt, by its own count or as
-    heard (``silent_member.with_longest_gap``): how late a healthy member of this load can be."""
+    heard (``silent_member.with_longest_gap``): how late a healthy member of this load can be. ``settled``: it has
+    trained a step in the group as it now is (not joining it, nor re-forming it)."""
 
     attempt: int
     heard_at: datetime
     every: float | None = None
     waiting_in: int | None = None
     longest_gap: float = 0.0
+    settled: bool = False
 
     @classmethod
     def from_message(cls, message: object, heard_at: datetime) -> MemberAnnouncement | None:
@@ -119,7 +121,8 @@ class MemberAnnouncement:
         every = _finite(message.get(worker_files.ANNOUNCE_EVERY))
         waiting = _whole(message.get(worker_files.ANNOUNCE_WAITING))  # the first generation is 0
         gap = max(_finite(message.get(worker_files.ANNOUNCE_LONGEST_GAP)) or 0.0, 0.0)
-        return cls(attempt, heard_at, every if every and every > 0 else None, waiting, gap)
+        settled = message.get(worker_files.ANNOUNCE_SETTLED) is True
+        return cls(attempt, heard_at, every if every and every > 0 else None, waiting, gap, settled)
 
 
 @dataclass(frozen=True)

@@ -102,6 +102,8 @@ class InPlaceTraining:
         self.eviction: EvictionHold | None = None  # a notice of eviction held until a spare takes the place
         self._announced_at = -math.inf
         self._said_waiting: int | None = None
+        # Whether this member has trained a step in the current generation (announced: see ANNOUNCE_SETTLED).
+        self._settled = False
         if self.repairable:
             self.watch = generations.MembershipWatch(self._look, self.attempt, self._pause, self._after_look)
         if ctx.joined:
@@ -139,6 +141,7 @@ class InPlaceTraining:
                 self._regroup()
             else:
                 self.step += 1
+                self._settled = True
                 if self._unlogged is not None:
                     self._log_repair({**self._unlogged, "first_step_at": time.time()})
 
@@ -150,6 +153,8 @@ class InPlaceTraining:
         more: dict[str, Any] = {worker_files.ANNOUNCE_EVERY: self.channel.alive_seconds}
         if waiting_in is not None:
             more[worker_files.ANNOUNCE_WAITING] = waiting_in
+        if self._settled:
+            more[worker_files.ANNOUNCE_SETTLED] = True
         if self.eviction is not None and self.eviction.noticed_at is not None:
             more[worker_files.ANNOUNCE_NOTICE] = True  # the operator looks at once, and says when it has
         self._said_waiting = waiting_in
@@ -243,6 +248,7 @@ class InPlaceTraining:
         self._join(started, {"kind": "regroup", "agreed_at": agreed_at}, f"at step {self.step}")
 
     def _join(self, started: float, record: dict[str, Any], carrying_on: str) -> None:
+        self._settled = False
         timeout = timedelta(seconds=max(self.repair_timeout, 30.0))
         deadline = started + self.repair_timeout
         args = (self.channel, self.ctx.backend, self.replica, self.attempt, self.ctx.generation, deadline, timeout)

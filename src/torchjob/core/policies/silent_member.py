@@ -5,8 +5,9 @@ beat once a second from a busy machine can be late. A group under in-place repai
 watching thread says it runs several times a second (``MemberAnnouncement.every``), and a member whose step
 has run far past its usual time says which generation's step it waits in. When every member but one waits in
 the group's current generation, and that one has not been heard for ``MISSED`` of its own announcements
-while the waiting ones were (and for at least ``MIN_SILENCE``, longer for a member once heard late), it is
-the one they wait for: SIGSTOPped, frozen, or cut off with its node.
+while the waiting ones were (and for at least ``SETTLED_MIN_SILENCE``, or ``MIN_SILENCE`` while it joins or
+re-forms the group; longer for a member once heard late), it is the one they wait for: SIGSTOPped, frozen, or
+cut off with its node.
 
 Two witnesses, so that one member's word never gets a healthy one replaced: the waiting peers (a forged or
 mistaken claim of waiting changes nothing while the accused still announces), and the accused's own silence. A
@@ -30,11 +31,13 @@ from torchjob.core.observed import Phase, ReplicaObservation
 from torchjob.core.reported import MemberAnnouncement
 from torchjob.core.times import later
 
-# Announcements a member may miss before its silence counts, and never less than MIN_SILENCE: a healthy member of
-# a loaded machine can be late by more than three announcements (a promoted spare, whose gaps as a spare are not
-# held against it, was once silent 1.5 s in a Pod while CI's other tests loaded the 2 cores).
+# Announcements a member may miss before its silence counts, and never less than a floor: a healthy member of a
+# loaded machine can be late by more than three announcements. The floor is MIN_SILENCE for a member still joining
+# or re-forming the group (a spare just promoted, whose gaps as a spare are not held against it, was once silent
+# 1.5 s in a Pod while CI's other tests loaded the 2 cores), SETTLED_MIN_SILENCE once it has trained a step in it.
 MISSED = 3
 MIN_SILENCE = 3.0
+SETTLED_MIN_SILENCE = 1.5
 # A member once heard late by G seconds (its longest gap between announcements) may be silent LATE_FACTOR × G before
 # it counts, up to MAX_SILENCE (the liveness deadline's default: a silence that long is named anyway).
 LATE_FACTOR = 2.0
@@ -114,4 +117,5 @@ def _missed(said: MemberAnnouncement) -> float:
 
 
 def _allowed(said: MemberAnnouncement) -> float:
-    return max(_missed(said), MIN_SILENCE, min(LATE_FACTOR * said.longest_gap, MAX_SILENCE))
+    floor = SETTLED_MIN_SILENCE if said.settled else MIN_SILENCE
+    return max(_missed(said), floor, min(LATE_FACTOR * said.longest_gap, MAX_SILENCE))
