@@ -138,6 +138,10 @@ def test_a_hung_member_is_stopped_and_replaced_while_the_others_wait(
     assert "worker-1 stopped responding (hung); spare-0 takes its place" in stderr
     assert "spare spare-0 joins as worker-1 (rank 2 of 3)" in stdout
     assert_repaired_exactly(torchjob_home, survivors, uninterrupted)
+    # Every member's last word: it had trained a step in the group as it was (so a silence of 1.5 s, not 3, counts).
+    said = [json.loads(p.read_text()) for p in (torchjob_home / "jobs" / "mend" / "output" / "inplace").glob("*.json")]
+    members = [s for s in said if worker_files.ANNOUNCE_EVERY in s]
+    assert len(members) == 3 and all(s.get(worker_files.ANNOUNCE_SETTLED) is True for s in members), said
 
 
 def test_two_members_lost_at_once_take_two_spares(
