@@ -31,7 +31,7 @@ def test_a_jobs_pods_are_read_a_page_at_a_time_without_their_managed_fields(
     backend = kube_backend.KubernetesBackend(Client(KubeConfig.from_file(str(cluster.kubeconfig))))
     seen = backend.observe(job)
     assert sorted(str(o.replica) for o in seen.replicas) == sorted(str(r) for r in replicas)
-    assert backend.counter.by_verb["list"] == 3  # 5 Pods, 2 a page: the API server paged its answer
+    assert backend.counter.by_verb["list"] == 3  # 5 Pods, 2 a page: a request counted per page
     kept = list(backend._pods.values())
     assert len(kept) == 5 and not any("managedFields" in p["metadata"] for p in kept)
     assert all(p["spec"]["containers"] and p["metadata"]["labels"] for p in kept)  # the rest is whole

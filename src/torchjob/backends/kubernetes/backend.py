@@ -147,8 +147,8 @@ class KubernetesBackend(Backend):
             pod = as_dict(listed)
             (pod.get("metadata") or {}).pop("managedFields", None)
             pods.append(pod)
-        for _ in range(max(1, -(-len(pods) // PODS_PER_PAGE))):  # the API server answered a page per request
-            self.counter.add("list")
+        # A request per page; lightkube's iterator does not show its pages, so they are counted from the Pods.
+        self.counter.add("list", max(1, -(-len(pods) // PODS_PER_PAGE)))
         return pods
 
     def _progress_of(self, pod: dict[str, Any]) -> Progress | None:

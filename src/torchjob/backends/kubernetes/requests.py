@@ -13,9 +13,9 @@ class RequestCounter:
         self._lock = threading.Lock()
         self.by_verb: Counter[str] = Counter()
 
-    def add(self, verb: str) -> None:
+    def add(self, verb: str, requests: int = 1) -> None:
         with self._lock:
-            self.by_verb[verb] += 1
+            self.by_verb[verb] += requests
 
     @property
     def total(self) -> int:
