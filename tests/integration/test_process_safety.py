@@ -18,11 +18,11 @@ from collections.abc import Iterator
 from datetime import datetime, timezone
 from pathlib import Path
 
-import psutil
 import pytest
 
 from tests.support.cli import run_cli
 from tests.support.local_runs import alive, condition, job_object
+from torchjob.backends.local import processes
 from torchjob.backends.local.store import JobStore, LocalState, ProcessRecord
 from torchjob.core.times import timestamp
 from torchjob.testing import make_job
@@ -53,7 +53,8 @@ def _record_running_job(home: Path, name: str, controller: int, replicas: list[i
     recorded and nothing but the marker could tell them apart."""
 
     def started(pid: int) -> float:
-        return psutil.Process(pid).create_time() if exact else 1.0
+        identity = processes.identify(pid) if exact else None
+        return identity.started if identity is not None else 1.0
 
     job = make_job(name).master().workers(len(replicas) - 1).build()
     job.metadata.creation_timestamp = timestamp(datetime.now(timezone.utc))
@@ -148,3 +149,21 @@ def test_a_process_carrying_the_jobs_marker_is_stopped_on_delete(
     assert run_cli("delete", "leftover", home=torchjob_home).returncode == 0
     leftover.wait(timeout=10)
     assert leftover.returncode == -9 and alive(stranger.pid)
+
+
+def test_a_process_stays_provably_its_own_when_the_wall_clock_steps(
+    bystanders: list[subprocess.Popen[bytes]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A step of the wall clock (NTP, a VM restored) moves the boot time every date-based start time is derived
+    from: the recorded process must still be found (or its job would take it for dead), and a pid whose start
+    differs must still not be."""
+    import psutil._pslinux
+
+    process = _bystander(bystanders)
+    identity = processes.identify(process.pid)
+    assert identity is not None
+    booted = psutil._pslinux.boot_time()
+    monkeypatch.setattr(psutil._pslinux, "boot_time", lambda: booted + 1.0)
+    found = processes.find(identity)
+    assert found is not None and found.pid == process.pid
+    assert processes.find(processes.Identity(process.pid, identity.started + 0.01)) is None

@@ -3,7 +3,8 @@
 Stateless: callers keep the returned :class:`Process` records (``state.py``). Every process carries the
 cluster's name in its environment (``KUBERIG_CLUSTER``), so ``delete`` finds it even when the state is lost
 (kind's "no external state": the truth is on the things themselves). A pid is trusted only with its start
-time, so a reused pid is never signalled.
+time, so a reused pid is never signalled. That start time is the kernel's count since boot, never a date: a date
+is derived from the boot time, which moves when the wall clock is stepped, and every process would then read dead.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ Check = Callable[[], bool]
 class Process:
     name: str
     pid: int
-    started_at: float
+    started_at: float  # seconds after boot (the kernel's count): no clock step moves it
     argv: list[str] = field(default_factory=list)
 
 
@@ -41,10 +42,12 @@ def spawn(cluster: str, logs: Path, name: str, argv: list[str]) -> Process:
             start_new_session=True,
             env={**os.environ, CLUSTER_ENV: cluster},
         )
-    return Process(name, process.pid, time.time(), argv)
+    # The child exists once Popen returns (a zombie at worst, which reads as never started).
+    return Process(name, process.pid, _start_time(process.pid) or 0.0, argv)
 
 
 def _start_time(pid: int) -> float | None:
+    """Seconds after boot at which ``pid`` started; None for a zombie or no such process."""
     try:
         with open(f"/proc/{pid}/stat") as f:
             fields = f.read().rsplit(")", 1)[1].split()
@@ -53,13 +56,12 @@ def _start_time(pid: int) -> float | None:
     if fields[0] == "Z":
         return None
     # Field 22 of /proc/PID/stat is the start time in clock ticks since boot: it tells a reused pid apart.
-    boot = time.time() - float(Path("/proc/uptime").read_text().split()[0])
-    return boot + int(fields[19]) / os.sysconf("SC_CLK_TCK")
+    return int(fields[19]) / os.sysconf("SC_CLK_TCK")
 
 
 def alive(process: Process) -> bool:
     started = _start_time(process.pid)
-    return started is not None and abs(started - process.started_at) < 5.0
+    return started is not None and abs(started - process.started_at) < 0.001  # under one tick: the same count
 
 
 def marked(cluster: str) -> set[int]:

@@ -6,7 +6,9 @@ A recorded pid proves nothing: the OS reuses pids (pid_max is 32768 on many mach
 every recorded pid is stale). So torchjob proves ownership two ways at once:
 
 - **identity**: the pid *and* the kernel's start time of that pid (``Identity``), recorded when the process
-  was started. A reused pid has another start time; a pid from before a reboot, too.
+  was started. A reused pid has another start time. The start time is the kernel's own count since boot, not
+  a wall-clock date: a date is derived from the boot time, which moves whenever the clock is stepped (NTP, a
+  VM restored), and a process judged "not the one recorded" after a step would be taken for dead.
 - **a marker torchjob owns**: every replica process is started with ``TORCHJOB_JOB_UID=<the job's uid>``
   in its environment, which everything it forks inherits; a controller holds an exclusive lock on its
   job's ``controller.lock`` for as long as it lives.
@@ -21,6 +23,7 @@ import fcntl
 import os
 import signal
 import subprocess
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,10 +43,28 @@ class Identity:
     started: float
 
 
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+# Less than one clock tick (1/100 s): the same process reads the same count; JSON keeps the float exact.
+_SAME_START = 0.001
+
+
+def _kernel_start(process: psutil.Process) -> float:
+    """When the kernel started ``process``: seconds since boot on Linux (field 22 of /proc/PID/stat, a count no
+    clock step changes); elsewhere psutil's date, the best that platform offers."""
+    if not sys.platform.startswith("linux"):
+        return process.create_time()
+    try:
+        with open(f"/proc/{process.pid}/stat", "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()
+    except OSError:
+        raise psutil.NoSuchProcess(process.pid) from None
+    return int(fields[19]) / _CLOCK_TICKS
+
+
 def identify(pid: int) -> Identity | None:
     """The identity of the live process ``pid``, to record right after starting it."""
     try:
-        return Identity(pid, psutil.Process(pid).create_time())
+        return Identity(pid, _kernel_start(psutil.Process(pid)))
     except psutil.Error:
         return None
 
@@ -54,9 +75,7 @@ def find(identity: Identity | None) -> psutil.Process | None:
         return None
     try:
         process = psutil.Process(identity.pid)
-        # The start time comes from the same kernel counter both times, so equality is exact for the same
-        # process; a small tolerance only absorbs the float's last digits through JSON.
-        if abs(process.create_time() - identity.started) > 0.01:
+        if abs(_kernel_start(process) - identity.started) > _SAME_START:
             return None
         if process.status() == psutil.STATUS_ZOMBIE:
             return None
