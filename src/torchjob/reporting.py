@@ -19,16 +19,17 @@ Standard library only, and no torch: ``torchjob.autoreport`` uses it in every Py
 from __future__ import annotations
 
 import contextlib
+import http.client
 import json
 import os
 import ssl
 import sys
+import threading
 import time
-import urllib.error
-import urllib.request
 import uuid
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from torchjob import worker_files
 
@@ -53,17 +54,73 @@ def operator_from_env() -> tuple[str, Path] | None:
     return (url, Path(token_file)) if url and token_file else None
 
 
+class Refused(OSError):
+    """The operator answered, but not with a 2xx: ``code`` is its HTTP status."""
+
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(f"HTTP {code}: {message}")
+        self.code = code
+
+
+class _Kept(threading.local):
+    """This thread's open connections to the operator, by (process, scheme, host, port, CA): one per thread, as
+    an HTTP connection carries one request at a time; new in a forked process, which must not share its parent's
+    TLS session; new when the CA changes, as trust is settled once per connection."""
+
+    def __init__(self) -> None:
+        self.connections: dict[tuple[object, ...], http.client.HTTPConnection] = {}
+
+
+_kept = _Kept()
+# How a kept connection the operator has closed fails on use: a reset, an end without TLS's close_notify (the
+# server's side shuts the socket down under TLS), or no answer at all.
+_CLOSED = (ConnectionError, ssl.SSLEOFError, ssl.SSLZeroReturnError, http.client.BadStatusLine)
+
+
 def call_operator(url: str, token_file: Path, body: dict[str, Any] | None = None) -> bytes:
-    """GET ``url`` (or POST ``body`` as JSON) as this Pod, and return the answer's body. Raises OSError
-    (urllib's errors included) or ValueError when the operator cannot be reached or refuses."""
+    """GET ``url`` (or POST ``body`` as JSON) as this Pod, and return the answer's body. Raises OSError (ssl's
+    errors and :class:`Refused` included) or ValueError when the operator cannot be reached or refuses.
+
+    The connection stays open for the next call (HTTP/1.1 keep-alive): every process reports each second, and a
+    TLS handshake per report would cost the operator more than the report. A kept connection the operator closed
+    meanwhile (its idle timeout, a restart) fails on use: the call is made once more on a new one."""
     # Read each time: the kubelet rotates projected tokens before they expire.
     headers = {"Authorization": f"Bearer {token_file.read_text().strip()}"}
     data = None if body is None else json.dumps(body).encode()
     if data is not None:
         headers["Content-Type"] = "application/json"
-    request = urllib.request.Request(url, data=data, headers=headers, method="GET" if data is None else "POST")
-    with urllib.request.urlopen(request, timeout=_TIMEOUT_SECONDS, context=_tls_context(url)) as answer:
-        return bytes(answer.read())
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(f"not an operator's URL: {url!r}")
+    ca = os.environ.get(worker_files.ENV_REPORT_CA) if parts.scheme == "https" else None
+    key = (os.getpid(), parts.scheme, parts.hostname, parts.port, ca)
+    for fresh in (key not in _kept.connections, True):
+        connection = _kept.connections.get(key) or _connect(parts.scheme, parts.hostname, parts.port)
+        _kept.connections[key] = connection
+        try:
+            connection.request("GET" if data is None else "POST", parts.path, body=data, headers=headers)
+            answer = connection.getresponse()
+            text = answer.read()
+        except (OSError, http.client.HTTPException) as err:
+            _kept.connections.pop(key, None)
+            connection.close()
+            # Only a kept connection found closed is tried again (after a timeout the operator may have the report).
+            if fresh or not isinstance(err, _CLOSED):
+                raise err if isinstance(err, OSError) else OSError(f"the operator's answer broke off: {err!r}") from err
+            continue
+        if answer.will_close:
+            _kept.connections.pop(key, None)
+            connection.close()
+        if not 200 <= answer.status < 300:
+            raise Refused(answer.status, text.decode(errors="replace").strip()[:200])
+        return text
+    raise AssertionError("unreachable: the second try is always on a new connection")
+
+
+def _connect(scheme: str, host: str, port: int | None) -> http.client.HTTPConnection:
+    if scheme == "https":
+        return http.client.HTTPSConnection(host, port, timeout=_TIMEOUT_SECONDS, context=_tls_context())
+    return http.client.HTTPConnection(host, port, timeout=_TIMEOUT_SECONDS)
 
 
 def _leave(why: str) -> None:
@@ -89,16 +146,12 @@ def _order_to_leave(answer: bytes) -> str | None:
     return why if isinstance(why, str) and why else None
 
 
-def _tls_context(url: str) -> ssl.SSLContext | None:
-    """For an https endpoint: verify it with the operator's CA and nothing else (the token is a credential;
-    it goes only to the endpoint that CA vouches for). Without the CA, the system's trust store decides, and
-    the operator's own CA is in none."""
-    if not url.startswith("https://"):
-        return None
+def _tls_context() -> ssl.SSLContext:
+    """Verify the endpoint with the operator's CA and nothing else (the token is a credential; it goes only to
+    the endpoint that CA vouches for). Without the CA, the system's trust store decides, and the operator's own
+    CA is in none."""
     ca = os.environ.get(worker_files.ENV_REPORT_CA)
-    if ca:
-        return ssl.create_default_context(cadata=ca)
-    return ssl.create_default_context()
+    return ssl.create_default_context(cadata=ca) if ca else ssl.create_default_context()
 
 
 class Reporter:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import resource
 import secrets
 import socket
 import time
@@ -25,6 +26,7 @@ def run_operator(client: Client, settings: OperatorSettings) -> None:
     in time exits at once: another replica may hold the Lease by then, and two operators must never act on
     the same jobs (Kubernetes restarts the process, which then stands by).
     """
+    _open_files_up_to_the_hard_limit()
     operator = Operator(client, settings)
     election = settings.election
     if election is None:
@@ -57,6 +59,21 @@ def run_operator(client: Client, settings: OperatorSettings) -> None:
         if operator.leading:
             operator.stop()
             lock.release()
+
+
+def _open_files_up_to_the_hard_limit() -> None:
+    """Every Pod's processes keep a connection to the report endpoint: a soft limit of 1,024 open files (a
+    container's usual) would be reached by a job of 1,000 Pods. The hard limit is this process's to take (as Go
+    programs do at start)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY or hard > soft:
+        wanted = hard if hard != resource.RLIM_INFINITY else max(soft, 1 << 20)
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
+        except (ValueError, OSError) as err:
+            log.warning("could not raise the open files limit from %d to %d: %s", soft, wanted, err)
+            return
+    log.info("open files limit: %d", resource.getrlimit(resource.RLIMIT_NOFILE)[0])
 
 
 def _renewed(lock: LeaseLock) -> bool:

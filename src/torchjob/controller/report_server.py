@@ -24,11 +24,13 @@ from __future__ import annotations
 import json
 import logging
 import re
+import resource
 import ssl
+import threading
 from collections.abc import Callable
 from datetime import datetime, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, cast
 
 from torchjob import worker_files
 from torchjob.backends.kubernetes.report_board import ReportBoard
@@ -53,7 +55,10 @@ def report_server(
     and announcement, ``news`` when the job should be looked at at once (``ReportBoard.announce``)."""
 
     class Handler(BaseHTTPRequestHandler):
-        timeout = 10  # seconds: a caller that stalls (in the TLS handshake too) loses only its own thread
+        # Keep-alive: a Pod's process keeps its connection for its reports (``torchjob.reporting``), so the TLS
+        # handshake is once per process, not once a second. The connection's thread waits for its next request.
+        protocol_version = "HTTP/1.1"
+        timeout = 10  # seconds: a caller that stalls (in the TLS handshake too) or goes quiet loses only its thread
 
         def setup(self) -> None:
             super().setup()
@@ -132,10 +137,16 @@ def report_server(
             return matched["namespace"], matched["job"]
 
         def _answer(self, code: int, message: str) -> None:
+            body = f"{message}\n".encode() if message else b""
             self.send_response(code)
+            if code != 204:
+                self.send_header("Content-Length", str(len(body)))
+            # A refused request's body may still be unread on the connection: it is not reused.
+            if code >= 400 or cast(_Server, self.server).crowded():
+                self.send_header("Connection", "close")
+                self.close_connection = True
             self.end_headers()
-            if message:
-                self.wfile.write(f"{message}\n".encode())
+            self.wfile.write(body)
 
         def log_message(self, *args: Any) -> None:  # one report per Pod per second: not worth a log line
             return
@@ -156,6 +167,35 @@ def _membership_for(board: ReportBoard, namespace: str, job: str, uid: str) -> d
 
 
 class _Server(ThreadingHTTPServer):
+    # Pods connect in bursts (a new leader, a job's start): socketserver's accept queue of 5 overflows, and a
+    # connection dropped there is tried again only after a second (TCP's first retransmission). The kernel caps
+    # it at net.core.somaxconn.
+    request_queue_size = 4096
+
+    def __init__(self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler]) -> None:
+        super().__init__(address, handler)
+        # Kept connections hold a file descriptor (and a thread) each: at most half the process's open files, so
+        # that the API client, the watches and the health probes always find one. Over it, each answer closes
+        # its connection (the Pod's next report opens another): slower, never refused.
+        self.keep_at_most = resource.getrlimit(resource.RLIMIT_NOFILE)[0] // 2
+        self._open = 0
+        self._lock = threading.Lock()
+
+    def crowded(self) -> bool:
+        return self._open > self.keep_at_most
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        with self._lock:
+            self._open += 1
+        super().process_request(request, client_address)
+
+    def shutdown_request(self, request: Any) -> None:
+        try:
+            super().shutdown_request(request)
+        finally:
+            with self._lock:
+                self._open -= 1
+
     def handle_error(self, request: Any, client_address: Any) -> None:
         # A caller that fails the TLS handshake (no CA, the wrong CA) or hangs up: its problem, said in one line.
         log.debug("report endpoint: a call from %s failed", client_address, exc_info=True)
