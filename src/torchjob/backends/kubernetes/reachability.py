@@ -30,17 +30,24 @@ KUBELET_PORT = 10250
 RETRY_SECONDS = 60.0
 # Errors that prove the host answered: a refusal is the host's own kernel speaking.
 _ANSWERED = (errno.ECONNREFUSED, errno.ECONNRESET)
+# Errors that say nothing answered: the wait ran out, or the way to the host is gone (EINVAL: its route discards
+# what is sent, a blackhole). Any other error is this operator's own (out of file descriptors, of memory, of
+# ports): it proves nothing about the node.
+_SILENT = (errno.ETIMEDOUT, errno.EHOSTUNREACH, errno.ENETUNREACH, errno.EHOSTDOWN, errno.EINVAL)
 
 Address = tuple[str, int]
 
 
-def connect(address: Address, timeout: float) -> bool:
-    """Whether the host at ``address`` answers a TCP connection within ``timeout`` seconds (accepted or refused)."""
+def connect(address: Address, timeout: float) -> bool | None:
+    """Whether the host at ``address`` answers a TCP connection within ``timeout`` seconds (accepted or refused);
+    None when the connection could not be tried here."""
     try:
         with socket.create_connection(address, timeout=timeout):
             return True
+    except TimeoutError:
+        return False
     except OSError as err:
-        return err.errno in _ANSWERED
+        return True if err.errno in _ANSWERED else False if err.errno in _SILENT else None
 
 
 def kubelet_address(node: dict[str, Any] | None) -> Address | None:
@@ -58,7 +65,9 @@ class Reachability:
     """Which nodes this operator reached once, and which of those it no longer reaches."""
 
     def __init__(
-        self, read_node: Callable[[str], dict[str, Any] | None], probe: Callable[[Address, float], bool] = connect
+        self,
+        read_node: Callable[[str], dict[str, Any] | None],
+        probe: Callable[[Address, float], bool | None] = connect,
     ) -> None:
         self.read_node = read_node
         self.probe = probe
@@ -90,13 +99,15 @@ class Reachability:
             return list(pool.map(self._probe_one, names))
 
     def _probe_one(self, name: str) -> bool | None:
-        """Whether node ``name`` answers; None when it has no address to try."""
+        """Whether node ``name`` answers; None when it has no address, or could not be tried."""
         address = self._addresses.get(name)
-        if address is not None and self.probe(address, PROBE_SECONDS):
-            return True
+        if address is not None:
+            answered = self.probe(address, PROBE_SECONDS)
+            if answered is not False:
+                return answered
         # Not answered, or never addressed: read the Node again (a node that came back may have a new address).
         fresh = kubelet_address(self.read_node(name))
         if fresh is None:
             return None
         self._addresses[name] = fresh
-        return fresh != address and self.probe(fresh, PROBE_SECONDS)
+        return False if fresh == address else self.probe(fresh, PROBE_SECONDS)
