@@ -70,8 +70,8 @@ def test_a_phase_in_progress_is_judged_by_its_own_allowance_not_the_step_deadlin
     known = LearnedDeadlines(progress_seconds=20, longest_step_gap_seconds=0.3)
     saving = stepping("master-0", 10, 50, section="checkpoint-save", section_since=at(11))
     waiting = [saving, stepping("worker-0", 10, 50)]
-    beat = [replace(o, progress=replace(o.progress, alive_at=at(200))) for o in waiting]  # type: ignore[type-var]
-    verdict = progress.check(JOB, beat, at(1), at(200), started=at(1), learned=known)
+    beat = [replace(o, progress=replace(o.progress, alive_at=at(305))) for o in waiting]  # type: ignore[type-var]
+    verdict = progress.check(JOB, beat, at(1), at(305), started=at(1), learned=known)
     assert not verdict.hung and verdict.check_at == at(311)  # the save began at 11 s; 300 s allowance
     assert progress.check(JOB, beat, at(1), at(312), started=at(1), learned=known).hung
 
@@ -127,7 +127,8 @@ def test_a_progress_deadline_of_zero_turns_it_off_even_when_learned() -> None:
     group = [stepping("master-0", 10, 50), stepping("worker-0", 10, 50)]
     beating = [replace(o, progress=replace(o.progress, alive_at=at(5000))) for o in group]  # type: ignore[type-var]
     verdict = progress.check(off, beating, at(1), at(5000), started=at(1), learned=known)
-    assert not verdict.hung and verdict.check_at is None
+    # Only the liveness deadline is left to look again for: when a process beating now would have been silent.
+    assert not verdict.hung and verdict.check_at == at(5000 + 10 + progress.SILENCE_CHECK_MARGIN)
     assert progress.check(JOB, beating, at(1), at(5000), started=at(1), learned=known).hung  # the same, on
     wire = off.model_dump(by_alias=True, exclude_none=True, mode="json")
     assert "progress off (torchjob.io/progress-deadline-seconds)" in summary(wire)

@@ -36,6 +36,16 @@ def test_the_one_silent_process_is_named_with_no_annotation() -> None:
     assert not progress.check(JOB, group, at(1), at(28), started=at(1)).hung  # 9 s: within the deadline
 
 
+def test_the_pass_is_asked_for_when_the_quietest_process_would_pass_its_liveness_deadline() -> None:
+    """Not whenever the reports next wake the job: a wide job's report passes come seconds apart."""
+    group = [beating("master-0", 30), beating("worker-0", 30), beating("worker-1", 25)]
+    verdict = progress.check(JOB, group, at(1), at(30.5), started=at(1))
+    assert not verdict.hung and verdict.check_at == at(25 + 10 + progress.SILENCE_CHECK_MARGIN)
+    assert verdict.check_at is not None
+    later = (verdict.check_at - T0).total_seconds()
+    assert progress.check(JOB, group, at(1), at(later), started=at(1)).hung  # the others last beat 5 s before
+
+
 def stepping(name: str, last_beat: float, last_step: float, longest_gap: float = 0.1) -> ReplicaObservation:
     report = Progress(at(last_step), 50, alive_at=at(last_beat), longest_gap=longest_gap, gaps_seen=40)
     return replace(running(name), progress=report)

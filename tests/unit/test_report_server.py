@@ -185,6 +185,19 @@ def test_announcements_of_pods_long_gone_are_forgotten_as_new_pods_come() -> Non
     assert board.announcement("uid-new-0", 0) is not None and board.announcement("uid-new-299", 0) is not None
 
 
+def test_reports_of_pods_long_gone_are_forgotten_as_new_pods_come_and_the_rest_are_kept() -> None:
+    board, start = ReportBoard(), datetime(2026, 11, 25, tzinfo=timezone.utc)
+    board.put(POD, {"step": 1}, now=start)
+    later = start + timedelta(hours=2)
+    for number in range(255):
+        board.put(PodIdentity("team-a", f"pod-{number}", f"uid-new-{number}"), {"step": 1}, now=later)
+    assert board.latest("uid-1") is None  # silent for two hours: gone when the 256th Pod came
+    for step in range(2, 600):  # a board of 256 Pods, reported to again and again: each report is kept
+        board.put(PodIdentity("team-a", "pod-7", "uid-new-7"), {"step": step}, now=later)
+    progress = board.latest("uid-new-7")
+    assert progress is not None and progress.step == 599 and board.latest("uid-new-0") is not None
+
+
 LEAVING = """
 import json, sys, time
 from pathlib import Path

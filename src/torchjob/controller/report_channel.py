@@ -28,6 +28,31 @@ log = logging.getLogger("torchjob.operator")
 
 # A job that reports is looked at again at most this often: its status shows progress without a write per report.
 REPORT_PASS_SECONDS = 2.0
+# A pass reads every Pod of the job, so a wide job's report passes come further apart: a pass per this many reports
+# a second, a second apart (1,024 replicas beating each second: a pass every 4 s), but never rarer than the most.
+# A silent replica is looked for when its deadline is due (core/policies/progress.py), not at these passes.
+REPORTS_PER_PASS_SECOND = 256.0
+MOST_REPORT_PASS_SECONDS = 10.0
+
+
+class ReportPacing:
+    """When a job's reports call for a look at it: once per interval that grows with how often it reports."""
+
+    def __init__(self) -> None:
+        self._last: dict[JobKey, float] = {}  # when each job's last report pass was asked for (monotonic)
+        self._interval: dict[JobKey, float] = {}
+        self._heard: dict[JobKey, int] = {}  # reports since then
+
+    def heard(self, key: JobKey, now: float) -> float | None:
+        """A report of ``key`` came at ``now``: the delay to look at the job after, or None (one is asked for)."""
+        self._heard[key] = self._heard.get(key, 0) + 1
+        last = self._last.get(key)
+        if last is not None and now - last < self._interval.get(key, REPORT_PASS_SECONDS):
+            return None
+        rate = self._heard.pop(key) / (now - last) if last is not None and now > last else 0.0
+        interval = min(MOST_REPORT_PASS_SECONDS, max(REPORT_PASS_SECONDS, rate / REPORTS_PER_PASS_SECOND))
+        self._last[key], self._interval[key] = now, interval
+        return interval
 
 
 class ReportChannel:
@@ -48,7 +73,7 @@ class ReportChannel:
         self.leading = leading
         self.server: ThreadingHTTPServer | None = None
         self._lock = threading.Lock()
-        self._passes: dict[JobKey, float] = {}
+        self._pacing = ReportPacing()
 
     def serve(
         self,
@@ -92,7 +117,6 @@ class ReportChannel:
             self.queue.add(key)
             return
         with self._lock:
-            if now - self._passes.get(key, -REPORT_PASS_SECONDS) < REPORT_PASS_SECONDS:
-                return
-            self._passes[key] = now
-        self.queue.add_after(key, REPORT_PASS_SECONDS)
+            delay = self._pacing.heard(key, now)
+        if delay is not None:
+            self.queue.add_after(key, delay)

@@ -163,7 +163,7 @@ class ReportBoard:
                 # Still the same step: the Pod is alive, but its progress dates from the step's first report.
                 progress = replace(progress, at=before[1].at)
             self._latest[pod.uid] = (pod, progress)
-            if len(self._latest) % 256 == 0:
+            if before is None and len(self._latest) % 256 == 0:  # a new Pod, as in announce: not on every report
                 self._forget_silent(received)
         return True
 

@@ -47,6 +47,8 @@ from torchjob.core.times import later
 # The waited-on rule (above): the silence, the others' wait against their longest step gap, and how fresh their
 # beats must be (beats come every second; a loaded machine's are late by a second at times).
 WAITED_ON_SILENCE = 3.5
+# Past the liveness deadline by this much when the silence rule is checked: "silent for more than" the deadline.
+SILENCE_CHECK_MARGIN = 0.05
 WAITING_FACTOR = 3.0
 WAITING_FLOOR = 2.0
 FRESH_BEAT = 2.5
@@ -119,11 +121,23 @@ def check(
         or (_silent_while_others_beat(job, running, since, now) if reforming_until is None else None)
         or _progress(job, running, since, now, started, learned, restarting)
     )
-    if reforming_until is not None and not verdict.hung:
-        verdict = replace(verdict, check_at=min(reforming_until, verdict.check_at or reforming_until))
-    if verdict.hung or confirm_at is None:
+    if verdict.hung:
         return verdict
-    return replace(verdict, check_at=min(confirm_at, verdict.check_at or confirm_at))
+    # Looked at again when the next of these is due: the end of a re-forming, a silent member to confirm, and the
+    # moment the quietest process would pass its liveness deadline (not whenever reports next wake the job).
+    silence = _silence_due(job, running, now) if reforming_until is None else None
+    due = [d for d in (reforming_until, confirm_at, silence, verdict.check_at) if d is not None]
+    return replace(verdict, check_at=min(due)) if due else verdict
+
+
+def _silence_due(job: PyTorchJob, running: list[ReplicaObservation], now: datetime) -> datetime | None:
+    """The next moment a running process, beating now, would have been silent for the liveness deadline (one
+    silent already was judged by this pass)."""
+    allowed = liveness_deadline(job)
+    if allowed <= 0 or len(running) < 2:
+        return None
+    due = [later(o.last_beat, allowed + SILENCE_CHECK_MARGIN) for o in running if o.last_beat is not None]
+    return min((d for d in due if d > now), default=None)
 
 
 def _progress(
