@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from torchjob.api.types import PyTorchJob
+from torchjob.api.types import JobStatus, PyTorchJob
 from torchjob.backends.base import Backend
 from torchjob.controller.clock import Clock
 from torchjob.core import conditions
@@ -34,10 +34,18 @@ def reconcile_once(job: PyTorchJob, backend: Backend, clock: Clock) -> PassResul
     seen = backend.observe(job)
     now = clock.now()
     result = plan(job, seen, backend.platform, now)
+    decided = job.model_copy(update={"status": result.status}) if result.status != job.status else job
+    # A decision that ends an attempt (a group restart, the job's end) is recorded before it is carried out:
+    # stopping a wide group costs a round trip per replica, and the status says why at once. Recording first is
+    # safe there, as a stop left undone is planned again (the next pass removes what belongs to an earlier
+    # attempt). Anything else is recorded once done: a repair in place changes what the next pass reads.
+    first = _ends_attempt(job.status, result.status)
+    if first:
+        backend.record_status(decided)
     backend.execute(job, result.actions)
-    if result.status != job.status:
-        job = job.model_copy(update={"status": result.status})
-        backend.record_status(job)
+    if decided is not job and not first:
+        backend.record_status(decided)
+    job = decided
     if result.events:
         backend.publish(job, result.events)
     deleted = any(isinstance(a, DeleteJob) for a in result.actions)
@@ -50,3 +58,7 @@ def reconcile_once(job: PyTorchJob, backend: Backend, clock: Clock) -> PassResul
         soon = now + ACTED_REQUEUE
         requeue_at = soon if requeue_at is None else min(requeue_at, soon)
     return PassResult(job, seen.replicas, done, requeue_at, result.events)
+
+
+def _ends_attempt(before: JobStatus, after: JobStatus) -> bool:
+    return after.attempt != before.attempt or (conditions.is_finished(after) and not conditions.is_finished(before))

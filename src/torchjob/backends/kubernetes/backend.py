@@ -9,7 +9,9 @@ and only when it changed; events are ``core/v1`` Events on the job, so ``kubectl
 from __future__ import annotations
 
 import contextlib
+import functools
 import threading
+from collections.abc import Callable
 from datetime import datetime, timezone
 from typing import Any
 
@@ -22,7 +24,7 @@ from typing_extensions import assert_never
 from torchjob.api import extensions
 from torchjob.api.types import PyTorchJob
 from torchjob.backends.base import Backend
-from torchjob.backends.kubernetes import autoreport_boot, events, mapping, observing, stuck_pods, warm_pods
+from torchjob.backends.kubernetes import autoreport_boot, events, fanout, mapping, observing, stuck_pods, warm_pods
 from torchjob.backends.kubernetes import spares as spares_mapping
 from torchjob.backends.kubernetes.cluster import PyTorchJobResource, as_dict
 from torchjob.backends.kubernetes.log_keeper import LogKeeper
@@ -164,7 +166,11 @@ class KubernetesBackend(Backend):
         self.nodes.suspect([pod for a in leaving for pod in [self._pod_of(a.replica, a.attempt)] if pod is not None])
         taken = set(self._pods)  # Pod names in use, with the spares this pass creates
         lost: list[tuple[RepairReplica, dict[str, Any]]] = []
+        deletes: list[DeleteReplica] = []  # a run of them, made side by side (a group restart deletes every replica)
         for action in actions:
+            if deletes and not isinstance(action, DeleteReplica):
+                self._delete_replicas(job, deletes)
+                deletes = []
             match action:
                 case CreateRendezvousStore():
                     self._create(mapping.store_service_manifest(job), Service)
@@ -202,7 +208,7 @@ class KubernetesBackend(Backend):
                 case ReformGroup():
                     self._reform(job, action)
                 case DeleteReplica():
-                    self._delete_pod(job, action)
+                    deletes.append(action)
                 case RestartWarm():
                     restarting = self._pod_of(action.replica, action.attempt)
                     if self.warm is not None and restarting is not None:  # else the next pass creates it
@@ -222,6 +228,7 @@ class KubernetesBackend(Backend):
                     self._delete(PyTorchJobResource, job.name, job.namespace)
                 case _:
                     assert_never(action)
+        self._delete_replicas(job, deletes)
         for repaired, lost_pod in lost:  # once the group was told its next membership: keeping logs takes time
             self._drop_lost(job, repaired, lost_pod)
 
@@ -308,20 +315,28 @@ class KubernetesBackend(Backend):
         mine = [p for p in self._pods.values() if observing.replica_of(p) == (replica, attempt)]
         return min(mine, key=lambda p: p["metadata"].get("deletionTimestamp") is not None, default=None)
 
-    def _delete_pod(self, job: PyTorchJob, action: DeleteReplica) -> None:
+    def _delete_replicas(self, job: PyTorchJob, actions: list[DeleteReplica]) -> None:
+        calls = [call for action in actions for call in self._replica_deletes(job, action)]
+        fanout.each(calls)
+
+    def _replica_deletes(self, job: PyTorchJob, action: DeleteReplica) -> list[Callable[[], None]]:
+        """The requests that delete a replica's Pod (and, when the job is over, its Service), to be made."""
         pod = self._pod_of(action.replica, action.attempt)
         if pod is None:
-            return  # already gone, or the name now belongs to another attempt
+            return []  # already gone, or the name now belongs to another attempt
         grace = job.annotation(extensions.TERMINATION_GRACE)
         seconds = 1 if action.at_once else int(float(grace)) if grace is not None else None
         # Force (grace 0, as `kubectl delete --force`): a graceful delete waits for the kubelet to confirm the
         # stop. For a Pod lost with its node that kubelet is gone, so the Pod would stay Terminating and hold its
         # name (and the next attempt) forever; Kubernetes' own answer, the out-of-service taint, waits for a
         # person. For a survivor blocked in a dead collective the confirmation only delays the next attempt.
-        self._delete(Pod, pod["metadata"]["name"], job.namespace, 0 if action.force else seconds)
+        calls: list[Callable[[], None]] = [
+            functools.partial(self._delete, Pod, pod["metadata"]["name"], job.namespace, 0 if action.force else seconds)
+        ]
         if action.final:
             # The job is over: its Services go with its Pods (under cleanPodPolicy, as Kubeflow does).
-            self._delete(Service, action.replica.pod_name(job.name), job.namespace)
+            calls.append(functools.partial(self._delete, Service, action.replica.pod_name(job.name), job.namespace))
+        return calls
 
 
 def _owned_by(pod: dict[str, Any], uid: str | None) -> bool:

@@ -7,6 +7,7 @@ API server refused) is skipped. Losing old output must never stop a restart or a
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -16,7 +17,7 @@ from lightkube.resources.core_v1 import ConfigMap
 from lightkube.types import PatchType
 
 from torchjob.api.types import PyTorchJob
-from torchjob.backends.kubernetes import log_archive
+from torchjob.backends.kubernetes import fanout, log_archive
 from torchjob.core import replicas
 
 
@@ -35,9 +36,11 @@ class LogKeeper:
         """File each ``(attempt, key, pod)``'s output under ``key`` in that attempt's ConfigMap."""
         by_attempt: dict[int, dict[str, str]] = {}
         silent = set(self.silent_nodes())
-        for attempt, key, pod in pods:
-            on_a_silent_node = (pod.get("spec") or {}).get("nodeName") in silent
-            text = self.read(job, pod, log_archive.TAIL_LINES) if _has_run(pod) and not on_a_silent_node else None
+        readable = [
+            (a, k, p) for a, k, p in pods if _has_run(p) and (p.get("spec") or {}).get("nodeName") not in silent
+        ]
+        texts = fanout.each([functools.partial(self.read, job, pod, log_archive.TAIL_LINES) for _, _, pod in readable])
+        for (attempt, key, _), text in zip(readable, texts, strict=True):
             if text is not None:
                 by_attempt.setdefault(attempt, {})[key] = text
         for attempt, logs in by_attempt.items():
