@@ -40,9 +40,12 @@ def fake_files() -> dict[str, str]:
 
 
 def base_spec(default_spec: dict[str, Any], site_packages: str) -> dict[str, Any]:
-    """runc's default spec plus the node's Python environment, read-only at :data:`RUNTIME_MOUNT`."""
+    """runc's default spec plus the node's Python environment, read-only at :data:`RUNTIME_MOUNT`, less its open
+    files limit of 1,024: containers inherit containerd's own, as they do under the CRI's default spec."""
     mount = {"destination": RUNTIME_MOUNT, "type": "bind", "source": site_packages, "options": ["rbind", "ro"]}
-    return {**default_spec, "mounts": [*default_spec["mounts"], mount]}
+    process = dict(default_spec.get("process") or {})
+    process["rlimits"] = [r for r in process.get("rlimits") or [] if r.get("type") != "RLIMIT_NOFILE"]
+    return {**default_spec, "process": process, "mounts": [*default_spec["mounts"], mount]}
 
 
 def containerd_toml(directory: Path, socket: str, registry: str) -> str:
