@@ -469,6 +469,41 @@ SCALE_TABLE = Table(
             "< 250",
             at_most("operator peak RSS", 250),
         ),
+        Row(
+            "1,024 replicas reporting every second over TLS with Pod tokens: reports taken per second (failed)",
+            "wide",
+            "**{reports taken per second:.0f}** ({reports failed per second:.1f} failed)",
+            "",
+            "≥ 1,000, none failed",
+            lambda cases: (
+                cases["reports taken per second"].value >= 1000 and cases["reports failed per second"].value == 0
+            ),
+        ),
+        Row(
+            "… a report's latency, median / 99th percentile; the operator's CPU (the load generator's)",
+            "wide",
+            "{report latency p50:.3f} s / {report latency p99:.3f} s; {operator CPU under reports:.2f} cores "
+            "({load generator CPU:.2f})",
+            "",
+            "",
+        ),
+        Row(
+            "… one replica frozen: the job's status names it, seconds after its silence threshold (10 s)",
+            "wide",
+            "**{frozen replica named after its threshold:.2f} s** ({frozen replica named after its threshold.got} of "
+            "{frozen replica named after its threshold.n})",
+            "",
+            "≤ 1.0 s",
+            at_most("frozen replica named after its threshold", 1.0),
+        ),
+        Row(
+            "… the leading operator's peak RSS (MB), the reports' connections kept",
+            "wide",
+            "{operator peak RSS under reports:.0f}",
+            "",
+            "< 250",
+            at_most("operator peak RSS under reports", 250),
+        ),
     ),
 )
 

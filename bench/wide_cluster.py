@@ -5,7 +5,8 @@ on the one real node, then cordoned, and the job's Pods go to 64 kwok nodes, whi
 same job rendered as an Indexed Job (``torchjob render --to indexed-job``: 1,024 completions and a headless Service),
 run by Kubernetes' own Job controller. The sides take turns, trial by trial, the first alternating, each in a new
 namespace, deleted and gone before the next. Measured: seconds from ``kubectl apply`` until every Pod is Running; the
-API requests the operator made per replica (its own count, by verb); the leading operator process's peak RSS.
+API requests the operator made per replica (its own count, by verb); the leading operator process's peak RSS. Then
+the same job under its replicas' progress reports, one replica frozen in each trial (``bench/report_load.py``).
 ``python -m bench --only wide``.
 """
 
@@ -15,7 +16,7 @@ import os
 import tempfile
 from pathlib import Path
 
-from bench import cluster_kit
+from bench import cluster_kit, report_load
 from bench.operator import as_indexed_jobs, job
 from bench.records import Run
 
@@ -28,3 +29,4 @@ def record(run: Run, trials: int) -> None:
     with cluster_kit.simulated_nodes(name, directory, NODES) as cluster:
         anchor = ("indexed job", as_indexed_jobs([job("wide-idx", REPLICAS)]))
         cluster_kit.take_turns(run, cluster, trials, [job("wide", REPLICAS)], anchor, REPLICAS, ("replica", REPLICAS))
+        report_load.record(run, cluster, trials, job("wide", REPLICAS), REPLICAS)
