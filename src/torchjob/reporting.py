@@ -95,7 +95,7 @@ def call_operator(url: str, token_file: Path, body: dict[str, Any] | None = None
     ca = os.environ.get(worker_files.ENV_REPORT_CA) if parts.scheme == "https" else None
     key = (os.getpid(), parts.scheme, parts.hostname, parts.port, ca)
     for fresh in (key not in _kept.connections, True):
-        connection = _kept.connections.get(key) or _connect(parts.scheme, parts.hostname, parts.port)
+        connection = _kept.connections.get(key) or _connect(parts.scheme, parts.hostname, parts.port, ca)
         _kept.connections[key] = connection
         try:
             connection.request("GET" if data is None else "POST", parts.path, body=data, headers=headers)
@@ -117,9 +117,9 @@ def call_operator(url: str, token_file: Path, body: dict[str, Any] | None = None
     raise AssertionError("unreachable: the second try is always on a new connection")
 
 
-def _connect(scheme: str, host: str, port: int | None) -> http.client.HTTPConnection:
+def _connect(scheme: str, host: str, port: int | None, ca: str | None) -> http.client.HTTPConnection:
     if scheme == "https":
-        return http.client.HTTPSConnection(host, port, timeout=_TIMEOUT_SECONDS, context=_tls_context())
+        return http.client.HTTPSConnection(host, port, timeout=_TIMEOUT_SECONDS, context=_tls_context(ca))
     return http.client.HTTPConnection(host, port, timeout=_TIMEOUT_SECONDS)
 
 
@@ -146,11 +146,10 @@ def _order_to_leave(answer: bytes) -> str | None:
     return why if isinstance(why, str) and why else None
 
 
-def _tls_context() -> ssl.SSLContext:
-    """Verify the endpoint with the operator's CA and nothing else (the token is a credential; it goes only to
-    the endpoint that CA vouches for). Without the CA, the system's trust store decides, and the operator's own
-    CA is in none."""
-    ca = os.environ.get(worker_files.ENV_REPORT_CA)
+def _tls_context(ca: str | None) -> ssl.SSLContext:
+    """Verify the endpoint with the operator's CA (``TORCHJOB_REPORT_CA``) and nothing else (the token is a
+    credential; it goes only to the endpoint that CA vouches for). Without the CA, the system's trust store
+    decides, and the operator's own CA is in none."""
     return ssl.create_default_context(cadata=ca) if ca else ssl.create_default_context()
 
 
