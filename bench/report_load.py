@@ -99,7 +99,6 @@ class Group:
 class Tally:
     latencies: list[float] = field(default_factory=list)
     failed: int = 0
-    lock: threading.Lock = field(default_factory=threading.Lock)
 
     def reset(self) -> None:
         self.latencies, self.failed = [], 0
