@@ -8,10 +8,11 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from torchjob.sdk.local_client import LocalClient
+
 if TYPE_CHECKING:
     from torchjob.sdk.client import JobClient
     from torchjob.sdk.cluster_client import ClusterClient
-    from torchjob.sdk.local_client import LocalClient
 
 # `export TORCHJOB_TARGET=cluster` makes every verb talk to the cluster, as `--cluster` does.
 TARGET_ENV = "TORCHJOB_TARGET"
@@ -89,7 +90,7 @@ def on_cluster(args: argparse.Namespace) -> bool:
 
 
 def cluster_client(args: argparse.Namespace) -> ClusterClient:
-    from torchjob.sdk.cluster_client import ClusterClient
+    from torchjob.sdk.cluster_client import ClusterClient  # the Kubernetes client: 0.2 s, only for --cluster
 
     return ClusterClient(args.namespace, args.context, args.kubeconfig)
 
@@ -100,8 +101,6 @@ def client(args: argparse.Namespace) -> JobClient:
 
 
 def local_client(args: argparse.Namespace) -> LocalClient:
-    from torchjob.sdk.local_client import LocalClient
-
     home = getattr(args, "home", None)
     return LocalClient(Path(home) if home else None)
 

@@ -10,7 +10,11 @@ import json
 from datetime import datetime, timezone
 from typing import Any
 
+from torchjob.api.extensions import SPARES
+from torchjob.api.types import LearnedDeadlines
 from torchjob.cli.common import add_target_options, client, human_age
+from torchjob.core.times import age_seconds
+from torchjob.sdk.summary import last_condition
 
 
 def add_parser(verbs: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -35,10 +39,6 @@ def handle(args: argparse.Namespace) -> int:
 
 
 def summary(wire: dict[str, Any]) -> str:
-    from torchjob.api.extensions import SPARES
-    from torchjob.core.times import age_seconds
-    from torchjob.sdk.summary import last_condition
-
     status = wire.get("status", {})
     conditions = status.get("conditions", [])
     age = age_seconds(wire.get("metadata", {}).get("creationTimestamp"), datetime.now(timezone.utc))
@@ -99,7 +99,7 @@ def summary(wire: dict[str, Any]) -> str:
 def _deadlines(annotations: dict[str, str], learned: dict[str, Any] | None) -> str:
     """``liveness 10s (default) · start-up 30m (default) · progress 40s (torchjob.io/progress-deadline-seconds)
     · other phases 5m (default)``."""
-    from torchjob.api.types import LearnedDeadlines
+    # Late: the policies would cost every verb's start ~20 ms (cli/__init__.py); only `get` shows deadlines.
     from torchjob.core.policies.learned import LEARNING
     from torchjob.core.policies.progress import deadlines_in_force
 

@@ -12,7 +12,10 @@ import argparse
 import sys
 
 from torchjob import __version__
+from torchjob.api.errors import JobFileError, ValidationError
+from torchjob.api.names import job_name_problem
 from torchjob.cli import delete, get, listing, logs, metrics, operator, render, run, scale, submit, ui, validate
+from torchjob.sdk.errors import SdkError
 
 EXIT_OK, EXIT_FAILED, EXIT_INVALID, EXIT_REFUSED = 0, 1, 2, 3
 VERBS = (run, validate, render, submit, listing, get, logs, metrics, scale, delete, ui, operator)
@@ -34,11 +37,6 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    # Imported late: `torchjob --help` and `torchjob list` must not pay for what only some verbs need.
-    from torchjob.api.errors import JobFileError, ValidationError
-    from torchjob.api.names import job_name_problem
-    from torchjob.sdk.errors import SdkError
-
     # A name on the command line is checked before it can touch the file system or the API.
     bad_names = [problem for name in _names(args) if (problem := job_name_problem(name))]
     if bad_names:

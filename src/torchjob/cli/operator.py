@@ -14,6 +14,7 @@ import signal
 import sys
 from types import FrameType
 
+from torchjob.backends.kubernetes.crd import crd_manifest, elasticjob_crd_manifest
 from torchjob.cli.common import add_target_options
 
 
@@ -66,6 +67,7 @@ def add_parser(verbs: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
 
 
 def handle(args: argparse.Namespace) -> int:
+    # Late: the operator's parts and the Kubernetes client take 0.3 s to import (cli/__init__.py).
     from torchjob.backends.kubernetes.cluster import connect
     from torchjob.controller.leader import ElectionSettings
     from torchjob.controller.operator import DEFAULT_MANAGED_BY, OperatorSettings
@@ -125,8 +127,6 @@ def _host_port(value: str) -> tuple[str, int]:
 
 def print_crd(args: argparse.Namespace) -> int:
     import yaml
-
-    from torchjob.backends.kubernetes.crd import crd_manifest, elasticjob_crd_manifest
 
     manifest = elasticjob_crd_manifest() if args.kind == "ElasticJob" else crd_manifest()
     print(yaml.safe_dump(manifest, sort_keys=False), end="")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 
+from torchjob.backends.kubernetes.indexed_job import render
 from torchjob.cli.common import add_runtime_option, print_notes
 
 
@@ -23,7 +24,7 @@ def add_parser(verbs: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
 def handle(args: argparse.Namespace) -> int:
     import yaml
 
-    from torchjob.api.loading import load_job
+    from torchjob.api.loading import load_job  # a job file's models: 30 ms (cli/__init__.py)
 
     loaded = load_job(args.file, args.values, args.runtime)
     print_notes(loaded.notes)
@@ -33,7 +34,6 @@ def handle(args: argparse.Namespace) -> int:
         wire.pop("status", None)
         print(yaml.safe_dump(wire, sort_keys=False), end="")
         return 0
-    from torchjob.backends.kubernetes.indexed_job import render
 
     manifests, notes = render(job)
     print_notes(notes)

@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from torchjob.api.types import DEFAULT_PORT, ConditionType
+from torchjob.backends.local.ports import LOCALHOST
 from torchjob.cli.common import add_input_options, local_client, max_processes, print_notes
+from torchjob.core import conditions
+from torchjob.core.envs import DEFAULT_RDZV_PORT
 
 if TYPE_CHECKING:
     from torchjob.api.types import PyTorchJob
@@ -25,6 +30,7 @@ def add_parser(verbs: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
 
 
 def handle(args: argparse.Namespace) -> int:
+    # Late, here and below: the local backend, the planner and the controller are `run`'s alone (cli/__init__.py).
     from torchjob.backends.local.mapping import elastic_launch_problem, ignored_fields
     from torchjob.core.policies.elastic import etcd_stand_in
 
@@ -50,10 +56,8 @@ def handle(args: argparse.Namespace) -> int:
 
 
 def _foreground(c: LocalClient, job: PyTorchJob) -> int:
-    from torchjob.api.types import ConditionType
     from torchjob.cli.display import RunDisplay
     from torchjob.controller.local_driver import Interrupted
-    from torchjob.core import conditions
 
     display = RunDisplay(c, job)
     try:
@@ -69,14 +73,9 @@ def _foreground(c: LocalClient, job: PyTorchJob) -> int:
 
 
 def _dry_run(c: LocalClient, job: PyTorchJob, job_file_dir: Path) -> int:
-    import shlex
-
-    from torchjob.api.types import DEFAULT_PORT
     from torchjob.backends.local.backend import PLATFORM
     from torchjob.backends.local.mapping import local_addressing, process_spec
-    from torchjob.backends.local.ports import LOCALHOST
     from torchjob.core.actions import CreateReplica
-    from torchjob.core.envs import DEFAULT_RDZV_PORT
     from torchjob.core.observed import Observed
     from torchjob.core.planning import plan
 

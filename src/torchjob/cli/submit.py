@@ -37,7 +37,7 @@ def add_parser(verbs: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
 
 
 def handle(args: argparse.Namespace) -> int:
-    from torchjob.api.loading import load_job
+    from torchjob.api.loading import load_job  # a job file's models: 30 ms (cli/__init__.py)
 
     loaded = load_job(args.file, args.values, args.runtime)  # one-line errors before anything reaches the cluster
     print_notes(loaded.notes)

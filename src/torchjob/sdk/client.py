@@ -8,6 +8,8 @@ import builtins
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, Protocol
 
+from torchjob.api.scaling import workers_problem
+from torchjob.core import conditions
 from torchjob.sdk.summary import JobSummary
 
 if TYPE_CHECKING:
@@ -50,9 +52,6 @@ class JobClient(Protocol):
 
 def scale_problem(job: PyTorchJob, workers: int) -> str | None:
     """Why ``job`` cannot be scaled to ``workers`` Workers now, in one line; None when it can."""
-    from torchjob.api.scaling import workers_problem
-    from torchjob.core import conditions
-
     problem = workers_problem(job, workers)
     if problem is None and conditions.is_finished(job.status):
         problem = f"job {job.name!r} has already finished ({conditions.state(job.status)})"

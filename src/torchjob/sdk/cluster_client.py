@@ -22,6 +22,7 @@ from lightkube.types import PatchType
 
 from torchjob.api import documents
 from torchjob.api.extensions import SPARES
+from torchjob.api.loading import job_from_mapping
 from torchjob.api.types import PyTorchJob
 from torchjob.backends.kubernetes import log_archive
 from torchjob.backends.kubernetes.cluster import (
@@ -143,8 +144,6 @@ class ClusterClient(JobClient):
 
     def scale(self, name: str, workers: int) -> None:
         """Set a running elastic job's Worker count; the operator starts or stops Workers to match."""
-        from torchjob.api.loading import job_from_mapping
-
         wire = self.get_wire(name)
         problem = scale_problem(job_from_mapping(wire), workers)
         if problem:
@@ -179,8 +178,6 @@ class ClusterClient(JobClient):
         """What the replicas printed so far, each line prefixed ``[replica]`` unless one replica is asked for."""
         wire = self.get_wire(name)  # a clear "not found" rather than an empty answer
         if replica is not None:
-            from torchjob.api.loading import job_from_mapping
-
             problem = replicas.unknown_replica_problem(job_from_mapping(wire), replica)
             if problem:
                 raise SdkError(problem)

@@ -17,10 +17,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from torchjob import worker_files
+from torchjob.api.errors import ValidationError
 from torchjob.api.extensions import DEFAULT_TERMINATION_GRACE
+from torchjob.api.types import PyTorchJob
 from torchjob.backends.local import outputs, processes
 from torchjob.backends.local.logs import LogFollower
 from torchjob.backends.local.store import DamagedRecord, JobStore, LocalState
+from torchjob.core.replicas import unknown_replica_problem
+from torchjob.core.times import timestamp
 from torchjob.sdk import upkeep
 from torchjob.sdk.client import JobClient, scale_problem
 from torchjob.sdk.errors import (
@@ -34,12 +38,10 @@ from torchjob.sdk.summary import UNREADABLE, JobSummary, from_local_record
 
 if TYPE_CHECKING:
     from torchjob.api.loading import JobInput
-    from torchjob.api.types import PyTorchJob
     from torchjob.controller.loop import PassResult
     from torchjob.core.actions import Event
 
-# Model, planner and controller code is imported inside the methods that need it: `torchjob list` and
-# `torchjob get` read plain JSON and must start fast (a few tens of milliseconds, not half a second).
+# Reading a job file and the controller are imported inside the methods that need them (torchjob/cli/__init__.py).
 
 
 class LocalClient(JobClient):
@@ -57,7 +59,7 @@ class LocalClient(JobClient):
     ) -> JobInput:
         """Load and validate a job file (``-``: standard input; ``values``: its placeholders' values; a
         TrainJob's runtime files), including what it needs to run locally."""
-        from torchjob.api.errors import ValidationError
+        # Late: a job file's models (30 ms); `list`, `get` and `logs` never read one (torchjob/cli/__init__.py).
         from torchjob.api.loading import load_job
         from torchjob.backends.local import mapping
 
@@ -70,8 +72,6 @@ class LocalClient(JobClient):
     @store_errors
     def create(self, job: PyTorchJob, job_file_dir: str | Path, replace: bool = False) -> PyTorchJob:
         """Record a new job (not yet started). ``replace`` deletes a finished job of the same name first."""
-        from torchjob.core.times import timestamp
-
         if self.store.exists(job.name):
             if not replace:
                 raise JobExistsError(job.name, self._state_or_unreadable(job.name))
@@ -94,7 +94,7 @@ class LocalClient(JobClient):
         on_pass: Callable[[PassResult], None] | None = None,
     ) -> PyTorchJob | None:
         """Supervise a created job in this process until it ends (raises ``Interrupted`` on a signal)."""
-        from torchjob.controller.local_driver import AlreadySupervised, supervise
+        from torchjob.controller.local_driver import AlreadySupervised, supervise  # the controller: 45 ms
 
         try:
             return supervise(self.store, name, on_event=on_event, on_pass=on_pass)
@@ -111,8 +111,6 @@ class LocalClient(JobClient):
 
     def get(self, name: str) -> PyTorchJob:
         """The job with its status, as a typed object."""
-        from torchjob.api.types import PyTorchJob
-
         return PyTorchJob.model_validate(self.get_wire(name))
 
     @store_errors
@@ -177,8 +175,6 @@ class LocalClient(JobClient):
 
     def check_replica(self, name: str, replica: str) -> None:
         """Raise unless ``replica`` (e.g. ``worker-1``) is one the job has or may have."""
-        from torchjob.core.replicas import unknown_replica_problem
-
         problem = unknown_replica_problem(self.get(name), replica)
         if problem:
             raise SdkError(problem)

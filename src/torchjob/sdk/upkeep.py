@@ -12,9 +12,12 @@ import signal
 from datetime import datetime, timezone
 from typing import Any
 
+import psutil
+
 from torchjob.api.extensions import DEFAULT_TERMINATION_GRACE
 from torchjob.backends.local import processes
 from torchjob.backends.local.store import DamagedRecord, JobStore, LocalState
+from torchjob.core import conditions
 from torchjob.core.times import parse_timestamp
 
 
@@ -42,8 +45,6 @@ def settle(store: JobStore, name: str) -> dict[str, Any] | None:
 def remove_job(store: JobStore, name: str, grace: float = DEFAULT_TERMINATION_GRACE) -> list[str]:
     """Stop the job's controller (which stops its replicas) and whatever it left, then remove its records
     and logs. Returns what could not be removed."""
-    import psutil
-
     try:
         state: LocalState | None = store.read_state(name)
     except (DamagedRecord, FileNotFoundError):
@@ -61,8 +62,6 @@ def remove_job(store: JobStore, name: str, grace: float = DEFAULT_TERMINATION_GR
 
 
 def _fail_orphan(store: JobStore, name: str, state: LocalState) -> None:
-    from torchjob.core import conditions
-
     processes.kill_marked(state.job_uid)
     job = store.read_job(name)
     cause = f"its controller (pid {state.controller_pid}) ended without finishing it"

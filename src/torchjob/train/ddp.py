@@ -13,6 +13,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 from torch import nn
+from torch.distributed.tensor import DTensor
 from torch.nn.parallel import DistributedDataParallel
 
 from torchjob.train.context import DistContext
@@ -33,8 +34,6 @@ def checksum(model: nn.Module) -> torch.Tensor:
     """Two numbers per model: the sum of all parameters, and a position-weighted sum (catches swaps). A sharded
     parameter (a DTensor: ``torchjob.train.fsdp``) counts whole, gathered from its shards (a collective: every
     rank calls this), so that HSDP's replica groups, which must hold the same model, are compared."""
-    from torch.distributed.tensor import DTensor
-
     total = torch.zeros(2, dtype=torch.float64)
     for i, param in enumerate(model.parameters(), start=1):
         whole = param.full_tensor() if isinstance(param, DTensor) else param

@@ -20,6 +20,7 @@ from collections.abc import Iterable
 from torch import nn
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.fsdp import fully_shard
+from torch.distributed.tensor import DTensor
 
 from torchjob.train.context import DistContext
 
@@ -60,6 +61,4 @@ def shard_model(
 
 def is_sharded(model: nn.Module) -> bool:
     """Whether ``model``'s parameters are sharded (DTensors), as ``shard_model`` leaves them."""
-    from torch.distributed.tensor import DTensor
-
     return any(isinstance(p, DTensor) for p in model.parameters())

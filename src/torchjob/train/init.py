@@ -11,6 +11,7 @@ from types import TracebackType
 
 import torch
 import torch.distributed as dist
+from torch.distributed.elastic.multiprocessing.errors import ErrorHandler
 
 from torchjob import worker_files
 from torchjob.train import generations
@@ -86,8 +87,6 @@ def _record_uncaught_exceptions() -> None:
     does), so the controller can put the exception in the job's status even if the output is lost."""
     if not os.environ.get("TORCHELASTIC_ERROR_FILE") or getattr(sys.excepthook, "torchjob", False):
         return
-    from torch.distributed.elastic.multiprocessing.errors import ErrorHandler
-
     previous = sys.excepthook
 
     def hook(kind: type[BaseException], value: BaseException, tb: TracebackType | None) -> None:

@@ -25,14 +25,16 @@ import shutil
 import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
+
+import pydantic
 
 from torchjob.api.extensions import SPARES
 from torchjob.api.names import job_name_problem
+from torchjob.api.types import PyTorchJob
 from torchjob.backends.local.processes import Identity
-
-if TYPE_CHECKING:
-    from torchjob.api.types import PyTorchJob
+from torchjob.core import conditions
+from torchjob.core.times import timestamp
 
 
 class BadName(ValueError):
@@ -171,10 +173,6 @@ class JobStore:
         return self._read_object(self.job_dir(name) / "job.json")
 
     def read_job(self, name: str) -> PyTorchJob:
-        import pydantic
-
-        from torchjob.api.types import PyTorchJob
-
         path = self.job_dir(name) / "job.json"
         try:
             return PyTorchJob.model_validate(self._read_object(path))
@@ -254,9 +252,7 @@ class JobStore:
 
 def summarize(job: PyTorchJob) -> dict[str, Any]:
     """The few facts `torchjob list` shows and the checks it makes on read (TTL, orphaned controller)."""
-    from torchjob.core import conditions
-    from torchjob.core.policies.cleanup import ttl_expiry
-    from torchjob.core.times import timestamp
+    from torchjob.core.policies.cleanup import ttl_expiry  # 12 ms: only `list` reads expiries (cli/__init__.py)
 
     last = job.status.conditions[-1] if job.status.conditions else None
     expiry = ttl_expiry(job, job.status)

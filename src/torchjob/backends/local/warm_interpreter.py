@@ -35,7 +35,7 @@ from typing import Any
 
 from torchjob.backends.local import shim
 from torchjob.backends.local.shim import ExitRecord
-from torchjob.launch import preload, proctitle, reaping
+from torchjob.launch import preload, proctitle, reaping, warm_start
 
 PR_SET_PDEATHSIG = 1
 # How often finished shims are reaped while no request comes.
@@ -68,8 +68,6 @@ def main() -> None:
         request = replica.request
     # Out of the except clause: the script's own exceptions must not be chained to BecomeReplica ("During
     # handling of the above exception...") in its traceback.
-    from torchjob.launch import warm_start  # only the replica process needs it
-
     warm_start.run(request, base_path)  # raises SystemExit, as a script's end does
 
 
