@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from tests.support.mnist_jobs import inplace_one_per_node, lost_and_survivor
+from tests.support.mnist_jobs import in_place_one_per_node, lost_and_survivor
 
 from bench.cluster_kit import nodes_ready, stamp, wait
 from kuberig import Cluster
@@ -135,7 +135,7 @@ def vanished_trial(cluster: Cluster, namespace: str) -> dict[str, float] | None:
     """The in-place job with master, worker and spare on a node each; the worker's node stopped as a spot VM
     vanishes (its link silent first, then everything on it dies). Times after the stop, from the survivor's log;
     None when the job was not repaired in place."""
-    cluster.apply(inplace_one_per_node(namespace, "--log-interval", "1"))
+    cluster.apply(in_place_one_per_node(namespace, "--log-interval", "1"))
     try:
         if not _in_epoch_2_beside_a_spare(cluster, namespace, "worker-0"):
             return None

@@ -28,7 +28,7 @@ def elastic_job(name: str, **annotations: str) -> JobBuilder:
         make_job(name)
         .workers(3)
         .elastic(minReplicas=2, maxReplicas=3)
-        .command("python", str(SCRIPTS / "inplace_train.py"))
+        .command("python", str(SCRIPTS / "in_place_train.py"))
         .env(STEPS=str(STEPS))
         # Elastic and in place, with no idle spare: a lost member leaves, and a spare is started for its place.
         .annotate(**{"torchjob.io/spares": "0", **annotations})
@@ -36,7 +36,7 @@ def elastic_job(name: str, **annotations: str) -> JobBuilder:
 
 
 def reference_parameters() -> list[float]:
-    """What scripts/inplace_train.py ends with, computed in one process over each step's whole global batch:
+    """What scripts/in_place_train.py ends with, computed in one process over each step's whole global batch:
     DDP's mean of equal shards' mean gradients is the mean over the whole batch, at any world size."""
     torch.manual_seed(0)
     model = torch.nn.Linear(8, 1)

@@ -37,7 +37,7 @@ def in_place_job(name: str, spares: int = 1, **annotations: str) -> JobBuilder:
         make_job(name)
         .master()
         .workers(2)
-        .command("python", str(SCRIPTS / "inplace_train.py"))
+        .command("python", str(SCRIPTS / "in_place_train.py"))
         .env(STEPS=str(STEPS))
         .annotate(**{"torchjob.io/spares": str(spares), **annotations})
         # A repair is a retry: it counts against backoffLimit like a restart (one allowed per spare here).
@@ -188,7 +188,7 @@ def test_a_lost_spare_is_replaced_and_the_group_never_notices(tmp_path: Path, to
         make_job("spareless")
         .master()
         .workers(1)
-        .command("python", str(SCRIPTS / "inplace_train.py"))
+        .command("python", str(SCRIPTS / "in_place_train.py"))
         .env(STEPS="250")  # 25 s: time for the next spare to warm up while the group trains
         .annotate(**{"torchjob.io/spares": "1"})
     )

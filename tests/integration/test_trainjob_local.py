@@ -82,7 +82,7 @@ def test_a_failing_trainjob_is_restarted_as_its_runtime_allows_and_says_why(
 
 
 def test_a_member_of_a_trainjob_is_repaired_in_place_by_a_warm_spare(tmp_path: Path, torchjob_home: Path) -> None:
-    trainer = {"numNodes": 3, "command": ["python", str(SCRIPTS / "inplace_train.py")]}
+    trainer = {"numNodes": 3, "command": ["python", str(SCRIPTS / "in_place_train.py")]}
     trainer["env"] = [{"name": "STEPS", "value": "60"}]
     path = _write(tmp_path, "mend", trainer, **{"torchjob.io/spares": "1"})
     run = start_run(path, torchjob_home)

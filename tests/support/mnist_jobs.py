@@ -29,7 +29,7 @@ def mnist_on_a_claim(namespace: str, *extra_args: str, spread: bool = False) -> 
     return job
 
 
-def inplace_one_per_node(namespace: str, *extra_args: str) -> dict[str, Any]:
+def in_place_one_per_node(namespace: str, *extra_args: str) -> dict[str, Any]:
     """examples/mnist/job-inplace.yaml with one Worker: master, worker and the warm spare each on a node of their
     own (required anti-affinity; the rendezvous store Pod may share a node: it is none of them)."""
     job: dict[str, Any] = yaml.safe_load((MNIST / "job-inplace.yaml").read_text())
@@ -62,7 +62,7 @@ def elastic_spread(namespace: str, epochs: int) -> dict[str, Any]:
 
 
 def lost_and_survivor(job: str, where: dict[str, str]) -> tuple[str, str]:
-    """For ``inplace_one_per_node``, given each Pod's node: the replica whose node to stop and the one that
+    """For ``in_place_one_per_node``, given each Pod's node: the replica whose node to stop and the one that
     survives. The worker's, unless the rendezvous store shares its node (losing the store is another scenario)."""
     if where[f"{job}-worker-0"] == where.get(f"{job}-rdzv"):
         return "master-0", "worker-0"

@@ -151,7 +151,7 @@ def _check_annotations(job: PyTorchJob) -> list[str]:
         elif job.spec.elastic_policy is not None and _starts_torchrun(job):
             problems.append(
                 f"metadata.annotations[{SPARES}]: an elastic job under in-place repair runs its script directly "
-                "(torchjob.train.inplace forms and re-forms the group), but its command starts torchrun; "
+                "(torchjob.train.in_place forms and re-forms the group), but its command starts torchrun; "
                 "use e.g. command: [python, train.py], or drop the annotation to keep torchrun's rendezvous"
             )
     return problems

@@ -102,7 +102,7 @@ class RepairReplica:
 
 @dataclass(frozen=True)
 class ReformGroup:
-    """Tell a running group its next membership (torchjob.train.inplace reads it; ``status.membership`` keeps
+    """Tell a running group its next membership (torchjob.train.in_place reads it; ``status.membership`` keeps
     it). The members re-form around it in place: at once after a lost member, at their next step otherwise
     (an elastic group that grows or shrinks)."""
 

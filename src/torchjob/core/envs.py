@@ -96,7 +96,7 @@ def replica_env(job: PyTorchJob, replica: ReplicaId, attempt: int, addressing: A
     elastic = job.spec.elastic_policy
     if elastic is None or in_place(job):
         # An elastic group under in-place repair is formed by torchjob, not by torchrun agents: it starts
-        # with the target count, and later changes reach its members as memberships (torchjob.train.inplace).
+        # with the target count, and later changes reach its members as memberships (torchjob.train.in_place).
         rank = node_rank(job, replica)
         env += [
             ("WORLD_SIZE", str(world_size(job))),

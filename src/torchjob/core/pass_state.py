@@ -25,7 +25,7 @@ class Helpers:
     spares: list[SpareObservation]
     spares_wanted: int  # idle ones
     reports_progress: bool  # the platform hears torchjob.train's progress reports
-    in_place: bool  # the group is repaired in place (torchjob.train.inplace) on this platform
+    in_place: bool  # the group is repaired in place (torchjob.train.in_place) on this platform
     regroups: bool  # an elastic group under in-place repair: policies/regroup decides its membership
     one_host: bool = False  # every replica runs on the controller's machine (progress.check's quick rule)
 

@@ -17,7 +17,7 @@ class DistContext:
     device: torch.device
     backend: str
     launcher: str
-    # In-place repair (torchjob.train.inplace): the group's generation, and whether this process joined a
+    # In-place repair (torchjob.train.in_place): the group's generation, and whether this process joined a
     # running group as a spare (it then takes its state from the survivors).
     generation: int = 0
     joined: bool = False

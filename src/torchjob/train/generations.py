@@ -1,4 +1,4 @@
-"""Forming one generation of a group under in-place repair (torchjob.train.inplace): meeting at the store
+"""Forming one generation of a group under in-place repair (torchjob.train.in_place): meeting at the store
 torchjob hosts under the generation's own prefix, waiting for the controller's membership, and a warm spare's
 wait for a place.
 

@@ -2,7 +2,7 @@
 
 The training thread marks each step's start and end; the membership-watching thread asks, from outside the
 step, whether it has outlasted its allowance (a multiple of the usual step time, at least a floor): then the
-member says it waits on a silent peer (``torchjob.train.inplace``); and in which generation the step runs, so
+member says it waits on a silent peer (``torchjob.train.in_place``); and in which generation the step runs, so
 that it is left at once when the controller has published a newer one around a lost member. Both threads
 share ``lock``; the queries are made under it.
 """

@@ -15,7 +15,7 @@ from kuberig import Cluster
 from kuberig.node import kubelet
 from tests.node.three_nodes import support
 from tests.support import operator_pods
-from tests.support.mnist_jobs import elastic_spread, inplace_one_per_node, lost_and_survivor
+from tests.support.mnist_jobs import elastic_spread, in_place_one_per_node, lost_and_survivor
 
 
 def test_in_place_a_spare_on_another_node_takes_the_place_of_a_replica_whose_node_vanished(
@@ -28,7 +28,7 @@ def test_in_place_a_spare_on_another_node_takes_the_place_of_a_replica_whose_nod
     cluster = three_nodes
     support.all_nodes_ready(cluster, timeout=180)
     namespace = cluster.namespace("inplace-node-lost")
-    job = inplace_one_per_node(namespace)
+    job = in_place_one_per_node(namespace)
     name = job["metadata"]["name"]
     cluster.apply(job)
     support.wait_for_epoch_2_beside_a_spare(cluster, namespace, name)
@@ -76,7 +76,7 @@ def test_kubectl_drain_moves_an_in_place_replica_to_the_spare_on_another_node_be
     namespace = cluster.namespace("inplace-drained")
     # Five epochs, not three: the spare must be warm before the drain, and under CI's load one was seen still
     # starting when a three-epoch job had ended.
-    job = inplace_one_per_node(namespace, "--epochs", "12")
+    job = in_place_one_per_node(namespace, "--epochs", "12")
     name = job["metadata"]["name"]
     cluster.apply(job)
     support.wait_for_epoch_2_beside_a_spare(cluster, namespace, name)
@@ -117,7 +117,7 @@ def test_in_place_the_job_carries_on_when_the_node_of_its_rendezvous_store_vanis
     cluster = three_nodes
     support.all_nodes_ready(cluster, timeout=180)
     namespace = cluster.namespace("store-node-lost")
-    job = inplace_one_per_node(namespace)
+    job = in_place_one_per_node(namespace)
     name = job["metadata"]["name"]
     # The Master on one node; the Workers' template (the worker's, the spare's and the store's) prefers a second
     # one, which the store, created first, and then the worker take: the store's node holds a member.

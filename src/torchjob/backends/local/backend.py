@@ -59,7 +59,7 @@ IN_PLACE_SECONDS = 0.1
 
 
 # A job's rdzvHost is a cluster name this machine cannot resolve: torchjob hosts the store instead. A lost
-# member's place can go to a warm spare (torchjob.train.inplace); torchjob.train writes its progress reports to
+# member's place can go to a warm spare (torchjob.train.in_place); torchjob.train writes its progress reports to
 # heartbeat files this backend reads; every replica is a process of this machine.
 PLATFORM = Platform(reaches_rdzv_host=False, repairs_in_place=True, reports_progress=True, one_host=True)
 

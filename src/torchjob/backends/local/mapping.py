@@ -155,7 +155,7 @@ def local_problems(job: PyTorchJob, max_processes: int = DEFAULT_MAX_PROCESSES) 
 def elastic_launch_problem(job: PyTorchJob) -> str | None:
     """A warning when an elastic job's command does not start torchrun: nothing would read PET_* then."""
     if job.spec.elastic_policy is None or in_place(job):
-        return None  # under in-place repair the script itself forms the group (torchjob.train.inplace)
+        return None  # under in-place repair the script itself forms the group (torchjob.train.in_place)
     for rtype in job.spec.pytorch_replica_specs:
         container = pytorch_container(job, rtype)
         argv = " ".join([*local_command(job, container), *container.get("args", [])])

@@ -1,5 +1,5 @@
 """The controller's half of in-place repair on this machine: telling a running group who its members are,
-and reading which processes can be repaired around (see ``torchjob.train.inplace`` for the other half).
+and reading which processes can be repaired around (see ``torchjob.train.in_place`` for the other half).
 
 Both go through files in the job's output folder (``worker_files``): the controller side never imports
 torch, and a file is what a process polls at no cost while it waits.

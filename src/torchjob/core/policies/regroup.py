@@ -1,7 +1,7 @@
 """Elastic groups under in-place repair: the group shrinks at once when a member is lost, and grows when a
 warm spare is ready to take an empty place, while the survivors keep their processes.
 
-An elastic job whose script trains under ``torchjob.train.inplace`` (it names ``torchjob.io/spares``; see
+An elastic job whose script trains under ``torchjob.train.in_place`` (it names ``torchjob.io/spares``; see
 ``envs.in_place``) is not a set of torchrun agents: its replicas run the script directly and meet at the
 store torchjob hosts, like a fixed group under in-place repair. Its membership is decided here:
 

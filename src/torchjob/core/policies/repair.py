@@ -1,7 +1,7 @@
 """In-place repair: when a lost member of a running group is replaced by a warm spare instead of a restart.
 
 A DDP group normally cannot survive a lost member, so the planner restarts the whole group. A script that
-trains under ``torchjob.train.inplace`` can: its survivors drop the broken process group, wait for the next
+trains under ``torchjob.train.in_place`` can: its survivors drop the broken process group, wait for the next
 membership, and re-form with the spare that takes the lost member's place, state included. The planner
 repairs in place only when all of this holds, and otherwise keeps the group restart:
 
@@ -38,7 +38,7 @@ def spares_wanted(job: PyTorchJob) -> int:
 
 
 # How long a repaired group may take to complete a step before the repair is given up and the group restarts.
-# The survivors' own wait for a membership (torchjob.train.inplace) is as long; this also covers a member
+# The survivors' own wait for a membership (torchjob.train.in_place) is as long; this also covers a member
 # stuck elsewhere, e.g. inside a collective whose timeout is far longer.
 REPAIR_DEADLINE = 60.0
 

@@ -1,6 +1,6 @@
 """Distributed MNIST that survives the loss of a rank without restarting the others (in-place repair).
 
-The training loop runs under :class:`torchjob.train.inplace.InPlaceTraining`: when a peer dies, the
+The training loop runs under :class:`torchjob.train.in_place.InPlaceTraining`: when a peer dies, the
 survivors keep their processes (torch imported, model and optimizer in memory), a warm spare takes the lost
 rank's place with the state broadcast from a survivor, and training goes on from the step that failed. The
 job asks for the spare with the ``torchjob.io/spares`` annotation (see job-inplace.yaml).
@@ -23,7 +23,7 @@ from model import Net, evaluate, save_results, to_dataset
 from torch import nn
 
 from torchjob.train import DistContext, MetricsLogger, init, shutdown
-from torchjob.train.inplace import InPlaceTraining
+from torchjob.train.in_place import InPlaceTraining
 
 
 def parse_args() -> argparse.Namespace:

@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 import torchjob.train as tt
-from torchjob.train.inplace import InPlaceTraining
+from torchjob.train.in_place import InPlaceTraining
 
 STEPS = int(os.environ.get("STEPS", "60"))
 GLOBAL_BATCH = 6  # divisible by 3 and 2: the same global batch whatever the group's size
