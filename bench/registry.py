@@ -96,6 +96,16 @@ BENCHMARKS = (
         "replicas' reports, one frozen",
     ),
     Benchmark(
+        "wide-jobs",
+        CLUSTER,
+        "wide_jobs",
+        3,
+        None,
+        ("kubernetes", "kwok"),
+        15,
+        "100 jobs × 32 replicas at once on 64 simulated nodes, the operator in the cluster, against Indexed Jobs",
+    ),
+    Benchmark(
         "real-node",
         CLUSTER,
         "real_node",
