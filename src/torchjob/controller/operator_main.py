@@ -7,7 +7,6 @@ import os
 import resource
 import secrets
 import socket
-import sys
 import time
 
 import httpx
@@ -20,13 +19,6 @@ from torchjob.controller.watching import one_line
 log = logging.getLogger("torchjob.operator")
 
 
-# How long a thread holds the GIL while another waits for it (Python's default: 5 ms). The report endpoint's thread
-# for each Pod needs the GIL several times per report (after each read and write); while a pass parses a wide job's
-# Pods, each of those waits costs up to the interval, and at 1,024 reports a second they queue past the trainers'
-# 2 s timeout (locally, the endpoint beside a busy thread took 161 of 1,024 reports a second; at 0.5 ms, all).
-SWITCH_INTERVAL_SECONDS = 0.0005
-
-
 def run_operator(client: Client, settings: OperatorSettings) -> None:
     """Run until SIGTERM/SIGINT (the CLI turns both into KeyboardInterrupt).
 
@@ -35,7 +27,6 @@ def run_operator(client: Client, settings: OperatorSettings) -> None:
     the same jobs (Kubernetes restarts the process, which then stands by).
     """
     _open_files_up_to_the_hard_limit()
-    sys.setswitchinterval(SWITCH_INTERVAL_SECONDS)
     operator = Operator(client, settings)
     election = settings.election
     if election is None:
