@@ -41,7 +41,7 @@ from torchjob.controller.owned_runs import OwnedRuns
 from torchjob.controller.pytorchjobs import PassDeps, PyTorchJobs
 from torchjob.controller.report_channel import ReportChannel
 from torchjob.controller.trainjobs import TrainJobs
-from torchjob.controller.watching import JobKey, job_key, one_line, pod_owner_key
+from torchjob.controller.watching import JobKey, job_key, namespace_terminating, one_line, pod_owner_key
 from torchjob.controller.workqueue import WorkQueue
 from torchjob.core import replicas
 
@@ -121,6 +121,7 @@ class Operator:
             for kind in (TrainJobs(client, self.counter), ElasticJobs(client, self.counter))
         }
         self.stopping = threading.Event()
+        self._going_with_namespace: set[JobKey] = set()  # jobs told once that their namespace is being deleted
         self.health = _Health()
         self._threads: list[threading.Thread] = []
         self._server: ThreadingHTTPServer | None = None
@@ -277,9 +278,14 @@ class Operator:
                 return
             try:
                 reconcile(key)
+                self._going_with_namespace.discard(key)
             except Exception as err:  # noqa: BLE001 - one job's trouble must not stop the others
                 self.prometheus.failed_pass(err)
-                log.warning("%s/%s: %s; retrying in %.0fs", *key, one_line(err), _RETRY_SECONDS)
+                if not namespace_terminating(err):
+                    log.warning("%s/%s: %s; retrying in %.0fs", *key, one_line(err), _RETRY_SECONDS)
+                elif key not in self._going_with_namespace:  # it goes with its namespace: said once, not each pass
+                    self._going_with_namespace.add(key)
+                    log.info("%s/%s: its namespace is being deleted; the job goes with it", *key)
                 queue.add_after(key, _RETRY_SECONDS)
             finally:
                 queue.done(key)

@@ -30,3 +30,10 @@ def one_line(err: BaseException) -> str:
         return f"API error {err.status.code}: {err.status.message}"
     text = str(err).strip().splitlines()
     return f"{type(err).__name__}: {text[0] if text else ''}"
+
+
+def namespace_terminating(err: BaseException) -> bool:
+    """The API server refused to create an object in a namespace being deleted (cause ``NamespaceTerminating``)."""
+    if not isinstance(err, ApiError) or err.status.details is None:
+        return False
+    return any(cause.reason == "NamespaceTerminating" for cause in err.status.details.causes or [])
