@@ -131,15 +131,30 @@ APPLY_RUNNING = Row(
     lambda cases: over("torchjob running", "kubeflow running")(cases) <= 1.0,
     ratio=over("torchjob running", "kubeflow running"),
 )
-SCALE = Row(
+
+
+def _running_against_indexed_jobs(metric: str, benchmark: str, anchor: str, anchor_is: str, target: str) -> Row:
+    """Seconds until every Pod of the jobs is Running, against the same Pods run by Kubernetes' Job controller as
+    Indexed Jobs (the case ``anchor``, described by ``anchor_is``): met at no more than 1.5× theirs."""
+    ratio = over("torchjob all running", anchor)
+    return Row(
+        metric,
+        benchmark,
+        "**{torchjob all running:.1f s}**",
+        f"{{{anchor}:.1f s}}, {anchor_is} (Kubernetes' own Job controller)",
+        target,
+        lambda cases: ratio(cases) <= 1.5,
+        ratio=ratio,
+    )
+
+
+SCALE = _running_against_indexed_jobs(
     "100 jobs × 3 replicas submitted at once → all Pods Running, on simulated (kwok) nodes, the operator in the "
     "cluster (2 replicas)",
     "scale",
-    "**{torchjob all running:.1f s}**",
-    "{indexed jobs all running:.1f s}, the same Pods as Indexed Jobs (Kubernetes' own Job controller)",
+    "indexed jobs all running",
+    "the same Pods as Indexed Jobs",
     "≤ 1.5× Indexed Jobs",
-    lambda cases: over("torchjob all running", "indexed jobs all running")(cases) <= 1.5,
-    ratio=over("torchjob all running", "indexed jobs all running"),
 )
 NODE_LOSS = Row(
     "a node of three vanishes mid-training → first step after it",
@@ -443,14 +458,12 @@ SCALE_TABLE = Table(
             "< 150",
             at_most("operator peak RSS", 150),
         ),
-        Row(
+        _running_against_indexed_jobs(
             "one PyTorchJob of 1,024 replicas → all Pods Running, on 64 simulated nodes",
             "wide",
-            "**{torchjob all running:.1f s}**",
-            "{indexed job all running:.1f s}, the same Pods as one Indexed Job (Kubernetes' own Job controller)",
+            "indexed job all running",
+            "the same Pods as one Indexed Job",
             "≤ 1.5× the Indexed Job",
-            lambda cases: over("torchjob all running", "indexed job all running")(cases) <= 1.5,
-            ratio=over("torchjob all running", "indexed job all running"),
         ),
         Row(
             "API requests per replica of the 1,024 until Running, the operator's own count",
@@ -469,14 +482,12 @@ SCALE_TABLE = Table(
             "< 250",
             at_most("operator peak RSS", 250),
         ),
-        Row(
+        _running_against_indexed_jobs(
             "100 PyTorchJobs of 32 replicas at once → all 3,200 Pods Running, on 64 simulated nodes",
             "wide-jobs",
-            "**{torchjob all running:.1f s}**",
-            "{indexed jobs all running:.1f s}, the same Pods as 100 Indexed Jobs (Kubernetes' own Job controller)",
+            "indexed jobs all running",
+            "the same Pods as 100 Indexed Jobs",
             "≤ 1.5× the Indexed Jobs",
-            lambda cases: over("torchjob all running", "indexed jobs all running")(cases) <= 1.5,
-            ratio=over("torchjob all running", "indexed jobs all running"),
         ),
         Row(
             "… API requests per replica of the 3,200 until Running, the operator's own count; its peak RSS (MB)",
