@@ -7,17 +7,13 @@ import shlex
 import sys
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-from torchjob.api.types import DEFAULT_PORT, ConditionType
+from torchjob.api.types import DEFAULT_PORT, ConditionType, PyTorchJob
 from torchjob.backends.local.ports import LOCALHOST
 from torchjob.cli.common import add_input_options, local_client, max_processes, print_notes
 from torchjob.core import conditions
 from torchjob.core.envs import DEFAULT_RDZV_PORT
-
-if TYPE_CHECKING:
-    from torchjob.api.types import PyTorchJob
-    from torchjob.sdk.local_client import LocalClient
+from torchjob.sdk.local_client import LocalClient
 
 
 def add_parser(verbs: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
