@@ -5,9 +5,10 @@ runs it (alone, or under leader election), ``controller/health.py`` serves its p
 ``controller/report_channel.py`` its report endpoint; one PyTorchJob's pass is ``controller/pytorchjobs.py``.
 
 Two watches (PyTorchJobs, and Pods carrying the Kubeflow operator label) turn changes into job keys on a
-work queue; worker threads take a key, read the job and its Pods fresh from the API server, plan, act and
-write the status. Nothing is remembered between passes, so killing the operator at any point is safe: a new
-one lists everything (a watch without a resourceVersion starts with every object) and converges. Timers
+work queue; worker threads take a key, read the job fresh from the API server and its Pods (listed again only
+when the Pod watch or the operator's own acts say they may have changed: ``backends/kubernetes/pod_listings.py``),
+plan, act and write the status. No decision is remembered between passes, so killing the operator at any point
+is safe: a new one lists everything (a watch without a resourceVersion starts with every object) and converges. Timers
 (activeDeadlineSeconds, TTL, backoff) are requeues at the time the planner asks for.
 
 Jobs whose ``spec.runPolicy.managedBy`` names another controller (MultiKueue, say) are left alone. With
@@ -150,7 +151,7 @@ class Operator:
             self.reports.listening_since = self.clock.now()
         self._spawn("watch-jobs", self._watch, PyTorchJobResource, None, job_key)
         labels: dict[str, Any] = {replicas.LABEL_OPERATOR: replicas.OPERATOR_NAME}
-        self._spawn("watch-pods", self._watch, Pod, labels, pod_owner_key)
+        self._spawn("watch-pods", self._watch, Pod, labels, self._pod_event, None, self.backend.listings.unwatched)
         self._spawn("resync", self._resync)
         for i in range(self.settings.workers):
             self._spawn(f"worker-{i}", self._work, self.queue, self.pytorchjobs.reconcile)
@@ -226,12 +227,16 @@ class Operator:
         labels: dict[str, Any] | None,
         key_of: Callable[[dict[str, Any]], JobKey | None],
         queue: WorkQueue[JobKey] | None = None,
+        on_break: Callable[[], None] = lambda: None,
     ) -> None:
+        """Queue the job ``key_of`` names for each event of ``resource``. ``on_break`` wherever events may go
+        unseen: before each stream begins, and when one fails."""
         name = threading.current_thread().name  # watch-jobs | watch-pods, what readiness tracks
         queue = self.queue if queue is None else queue  # not `or`: an empty WorkQueue is falsy (it has __len__)
         while not self.stopping.is_set():
             try:
                 self.counter.add("watch")
+                on_break()  # events between the last stream's end and this one's start are not seen
                 # No resourceVersion: the server first replays every object as ADDED, so a (re)started watch
                 # sees everything; lightkube restarts from scratch by itself on 410 Gone.
                 stream: Iterable[tuple[str, Any]] = self.client.watch(
@@ -245,9 +250,18 @@ class Operator:
                     if self.stopping.is_set():
                         return
             except Exception as err:  # noqa: BLE001 - any failure of a watch (API server restart...) is retried
+                on_break()
                 self.health.synced.discard(name)
                 log.warning("%s: %s; watching again in %.0fs", name, one_line(err), _RETRY_SECONDS)
                 self.stopping.wait(_RETRY_SECONDS)
+
+    def _pod_event(self, pod: dict[str, Any]) -> JobKey | None:
+        """The job a Pod event is for, whose Pods are then listed again at its next pass."""
+        key = pod_owner_key(pod)
+        self.backend.listings.watching()
+        if key is not None:
+            self.backend.listings.changed(key)
+        return key
 
     def _resync(self) -> None:
         while not self.stopping.wait(self.settings.resync_seconds):
