@@ -157,3 +157,29 @@ def test_the_operators_pod_watch_says_which_job_changed() -> None:
     operator._pod_event(pod)
     operator.backend.listings.pods(JOB, lister)
     assert lister.made == 3
+
+
+class BrokenWatch:
+    """A client whose watch delivers one Pod event, then fails (an API server restart), and the operator stops."""
+
+    def __init__(self, operator: Operator, pod: dict[str, Any]) -> None:
+        self.operator, self.pod = operator, pod
+
+    def watch(self, *args: Any, **kwargs: Any) -> Any:
+        yield "ADDED", self.pod
+        self.operator.stopping.set()
+        raise ConnectionError("the API server went away")
+
+
+def test_a_break_of_the_operators_pod_watch_stops_the_reuse_of_lists() -> None:
+    operator = Operator(client=None)  # type: ignore[arg-type]
+    pod = {"metadata": {"namespace": "team-a", "name": "mnist-master-0", "labels": {"torchjob.io/job-name": "mnist"}}}
+    operator.client = BrokenWatch(operator, pod)  # type: ignore[assignment]
+    listings, lister = operator.backend.listings, Lister()
+    listings.watching()
+    listings.pods(JOB, lister)  # kept while the watch runs
+    operator._watch(Any, None, operator._pod_event, None, listings.unwatched)
+    assert operator.queue.get() == JOB  # the event still asks for a pass
+    listings.pods(JOB, lister)
+    listings.pods(JOB, lister)
+    assert lister.made == 3  # not reused after the break, until the watch runs again
