@@ -36,8 +36,11 @@ class _Listing:
     at: float  # when the list began (monotonic)
     pods: Pods
 
+    def young(self, now: float) -> bool:
+        return now - self.at < MOST_SECONDS
+
     def stands(self, changes: int, era: int, now: float) -> bool:
-        return (self.changes, self.era) == (changes, era) and now - self.at < MOST_SECONDS
+        return (self.changes, self.era) == (changes, era) and self.young(now)
 
 
 class PodListings:
@@ -82,7 +85,7 @@ class PodListings:
         pods = list_pods()  # changes from here on count against this list
         with self._lock:
             # Lists past their age would never be reused: they go, so that a job no longer looked at is not held.
-            self._listed = {k: v for k, v in self._listed.items() if now - v.at < MOST_SECONDS}
+            self._listed = {k: v for k, v in self._listed.items() if v.young(now)}
             if watched and self._era == era:
                 self._listed[key] = _Listing(changes, era, now, pods)
         return pods
