@@ -69,7 +69,15 @@ BENCHMARKS = (
     Benchmark("steady", LOCAL, "steady_state", 4, None, ("torchrun",), 2, "training throughput, controller cost"),
     Benchmark("checkpoint", LOCAL, "checkpoint", 16, None, (), 2, "sync and async checkpoints, 76 MB"),
     Benchmark(
-        "state", LOCAL, "state", 3, None, (), 6, "a sharded 110M-parameter model's DCP checkpoint: sync against async"
+        "state",
+        LOCAL,
+        "state",
+        3,
+        None,
+        ("torchft",),
+        30,
+        "a sharded 110M-parameter model: its DCP checkpoint, sync against async; a rank SIGKILLed, in place against "
+        "torchft",
     ),
     Benchmark("cli", LOCAL, "cli", 7, None, (), 1, "`torchjob list`/`get`/`--help` with 1,000 jobs"),
     Benchmark("refusals", LOCAL, "refusals", 3, None, (), 3, "bad input refused"),

@@ -6,8 +6,9 @@ moments) sharded with FSDP2 over 4 ranks (one process each, gloo, this 2-core ma
 all of it: the anchor) and an asynchronous one (blocked only while the state is staged in memory; written and
 committed in the background), each the slowest rank's time. Target: blocked ≤ 10% of the synchronous save.
 
-Not yet here (#51): kill → first step of a sharded group in place, restores from peers' memory, and torchft on
-the same model. ``python -m bench --only state``.
+Then a rank of the same model SIGKILLed, repaired in place from its HSDP replica's memory, beside torchft 0.2.0 on
+the same model (``bench/state_repair.py``), trial by trial. Not yet here (#51): the ~1B case, a plain FSDP group's
+shards copied to a neighbour, memory per rank. ``python -m bench --only state``.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+from bench import state_repair, torchft_runs
 from bench.measure import BIN
 from bench.records import Run
 
@@ -41,3 +43,39 @@ def record(run: Run, trials: int) -> None:
         run.add(f"{case} save", [s[case] for s in saves])
     run.add("state size", [saves[0]["bytes"] / 1e9], "GB")
     print("  " + "; ".join(f"{k} {v}" for k, v in saves[-1].items()), flush=True)
+    _kills(run, trials)
+
+
+def _kills(run: Run, trials: int) -> None:
+    """A rank SIGKILLed: in place (HSDP, the shard from its replica) and torchft, alternating trial by trial."""
+    samples: dict[str, list[float | None]] = {}
+    failures: list[str] = []
+    global_batch = state_repair.RANKS * state_repair.BATCH
+    for number in range(trials):
+        ours = state_repair.in_place_trial()
+        theirs = torchft_runs.trial(
+            state_repair.RANKS, global_batch, model=f"gpt-{SIZE}", after_kill=300.0, together=5, timeout=900.0
+        )
+        for case, value in (
+            ("in place first step", ours.first_step),
+            ("in place re-form", ours.reformed),
+            ("in place steady step", ours.steady_step),
+            ("torchft survivors", theirs.survivors_next),
+            ("torchft replacement", theirs.replacement_first),
+            ("torchft steady step", theirs.steady_step),
+        ):
+            samples.setdefault(case, []).append(value)
+        if ours.first_step is None:
+            failures.append(ours.last_error.replace("|", "/") or "no error printed")
+        print(
+            f"  kill {number + 1}: in place {ours.first_step} (re-form {ours.reformed}, step {ours.steady_step}); "
+            f"torchft survivors {theirs.survivors_next}, replacement {theirs.replacement_first} "
+            f"(step {theirs.steady_step})",
+            flush=True,
+        )
+    for case, values in samples.items():
+        run.add(case, values)
+    run.add("lost shard", [state_repair.shard_bytes() / 1e9], "GB")
+    run.describe(
+        "in place outcome", f"{trials - len(failures)} of {trials} repaired" + (f"; {failures[-1]}" if failures else "")
+    )

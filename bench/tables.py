@@ -791,6 +791,35 @@ STATE = Table(
             lambda cases: over("async blocked save", "sync save")(cases) <= 0.1,
             ratio=over("async blocked save", "sync save"),
         ),
+        Row(
+            "a rank of the same model SIGKILLed → the group whole again, training (HSDP: 2 replica groups of 2 "
+            "ranks, a warm spare)",
+            "state",
+            "**{in place first step:.2f s}** in place: the lost shard ({lost shard:.2f} GB of weights and AdamW's "
+            "moments) from its replica's memory (re-form {in place re-form:.2f s})",
+            "torchft 0.2.0 (4 replica groups, whole copies): the replacement's first step {torchft replacement:.1f s}",
+            "≤ 0.1× torchft's replacement",
+            lambda cases: over("in place first step", "torchft replacement")(cases) <= 0.1,
+            ratio=over("in place first step", "torchft replacement"),
+        ),
+        Row(
+            "the same kill → the survivors' next step",
+            "state",
+            "**{in place first step:.2f s}** (a fixed group's survivors wait for the spare)",
+            "torchft's survivors {torchft survivors:.2f s}, in a smaller quorum",
+            "≤ torchft's + 0.05 s",
+            lambda cases: cases["in place first step"].value <= cases["torchft survivors"].value + 0.05,
+            ratio=over("in place first step", "torchft survivors"),
+        ),
+        Row(
+            "a step of the same model, steady, before the kill (the same global batch)",
+            "state",
+            "**{in place steady step:.2f s}** (HSDP over 4 ranks)",
+            "torchft {torchft steady step:.2f s} (a quorum and a whole model's all-reduce per step)",
+            "≤ torchft's (throughput ≥ torchft's)",
+            lambda cases: over("in place steady step", "torchft steady step")(cases) <= 1.0,
+            ratio=over("in place steady step", "torchft steady step"),
+        ),
     ),
     ratios=True,
 )

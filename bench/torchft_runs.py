@@ -10,10 +10,12 @@ its defaults (``heartbeat_timeout_ms`` 5 s, ``quorum_tick_ms`` 100) and a join t
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -35,6 +37,7 @@ class Outcome:
     survivors_next: float | None = None  # replica 0's first committed step after the kill, seconds after it
     replacement_first: float | None = None  # the restarted group's first committed step, seconds after the kill
     launch: float | None = None  # launch → every group's first committed step
+    steady_step: float | None = None  # median seconds between replica 0's commits in a full quorum, before the kill
 
 
 def _records(path: Path) -> list[dict[str, Any]]:
@@ -49,9 +52,18 @@ def _first_after(path: Path, moment: float) -> float | None:
     return later[0] - moment if later else None
 
 
-def trial(groups: int, global_batch: int) -> Outcome:
-    """One run: ``groups`` replica groups, group ``VICTIM`` SIGKILLed once all have committed ``ALL_TOGETHER``
-    steps in a full quorum, restarted at once; stopped once the replacement has committed (or given up on)."""
+def trial(
+    groups: int,
+    global_batch: int,
+    model: str = "mnist",
+    after_kill: float = AFTER_KILL,
+    together: int = ALL_TOGETHER,
+    timeout: float = TIMEOUT,
+) -> Outcome:
+    """One run: ``groups`` replica groups training ``model`` (``scripts/torchft_replica.py``'s ``MODEL``), group
+    ``VICTIM`` SIGKILLed once all have committed ``together`` steps in a full quorum (within ``timeout`` of the
+    launch), restarted at once; stopped once the replacement has committed (or ``after_kill`` seconds have
+    passed)."""
     os.environ.setdefault("RUST_LOG", "error")  # the Lighthouse logs every quorum request otherwise
     from torchft.coordination import LighthouseServer
 
@@ -63,6 +75,7 @@ def trial(groups: int, global_batch: int) -> Outcome:
         "BENCH_OUT": str(work),
         "BATCH": str(max(1, global_batch // groups)),
         "STEPS": str(STEPS),
+        "MODEL": model,
         "OMP_NUM_THREADS": "1",
     }
 
@@ -75,15 +88,17 @@ def trial(groups: int, global_batch: int) -> Outcome:
     launched = time.time()
     processes = [start(replica) for replica in range(groups)]
     try:
-        if not _wait_together(work, groups, processes, launched + TIMEOUT):
+        if not _wait_together(work, groups, processes, launched + timeout, together):
             return outcome
         firsts = [_records(work / f"replica-{replica}.jsonl")[0]["time"] for replica in range(groups)]
         outcome.launch = max(float(first) for first in firsts) - launched
+        full = [float(r["time"]) for r in _records(work / "replica-0.jsonl") if r["participants"] == groups]
+        outcome.steady_step = statistics.median(b - a for a, b in itertools.pairwise(full))
         processes[VICTIM].send_signal(signal.SIGKILL)
         killed_at = time.time()
         processes[VICTIM].wait()
         processes[VICTIM] = start(VICTIM)
-        deadline = killed_at + AFTER_KILL
+        deadline = killed_at + after_kill
         while time.time() < deadline and outcome.replacement_first is None:
             time.sleep(0.05)
             outcome.replacement_first = _first_after(work / f"replica-{VICTIM}.jsonl", killed_at)
@@ -98,8 +113,10 @@ def trial(groups: int, global_batch: int) -> Outcome:
         shutil.rmtree(work, ignore_errors=True)
 
 
-def _wait_together(work: Path, groups: int, processes: list[subprocess.Popen[bytes]], deadline: float) -> bool:
-    """Whether every group has committed ``ALL_TOGETHER`` steps in a quorum of all ``groups`` before ``deadline``."""
+def _wait_together(
+    work: Path, groups: int, processes: list[subprocess.Popen[bytes]], deadline: float, together: int
+) -> bool:
+    """Whether every group has committed ``together`` steps in a quorum of all ``groups`` before ``deadline``."""
     while time.time() < deadline:
         if any(process.poll() is not None for process in processes):
             return False
@@ -107,7 +124,7 @@ def _wait_together(work: Path, groups: int, processes: list[subprocess.Popen[byt
             sum(1 for r in _records(work / f"replica-{replica}.jsonl") if r["participants"] == groups)
             for replica in range(groups)
         ]
-        if min(full) >= ALL_TOGETHER:
+        if min(full) >= together:
             return True
         time.sleep(0.2)
     return False

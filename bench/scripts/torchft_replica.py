@@ -1,6 +1,7 @@
-"""Benchmark payload: one torchft 0.2.0 replica group of one process, training the MNIST example's model as torchft's
-own DDP example does (a Manager asking the Lighthouse for a quorum every step, one all-reduce per gradient, the
-optimizer step committed only where every participant agreed, a replacement healed from a live peer's state).
+"""Benchmark payload: one torchft 0.2.0 replica group of one process, training the MNIST example's model (or, with
+``MODEL=gpt-100m``, the GPT example's ~110M-parameter one: a whole copy per group) as torchft's own DDP example does (a
+Manager asking the Lighthouse for a quorum every step, one all-reduce per gradient, the optimizer step committed only
+where every participant agreed, a replacement healed from a live peer's state).
 
 Every committed step appends ``{"step", "time", "participants"}`` to ``$BENCH_OUT/replica-$REPLICA.jsonl``, where the
 benchmark reads when the survivors and a replacement committed. Runs until ``$STEPS`` steps are committed or it is
@@ -24,21 +25,41 @@ from torchft import Manager, ProcessGroupGloo
 from torchft.ddp import PureDistributedDataParallel
 from torchft.optim import OptimizerWrapper
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples" / "mnist"))
-example = importlib.import_module("model")  # the example's own model and data, as its scripts import them
-load = importlib.import_module("mnist_data").load
-
 replica = int(os.environ["REPLICA"])
 batch = int(os.environ["BATCH"])
 steps = int(os.environ["STEPS"])
 out = Path(os.environ["BENCH_OUT"]) / f"replica-{replica}.jsonl"
+chosen_model = os.environ.get("MODEL", "mnist")
 torch.manual_seed(replica)
 torch.set_num_threads(1)
+generator = torch.Generator().manual_seed(replica)
+examples = Path(__file__).resolve().parents[2] / "examples"
 
-images, labels, _, _ = load()
-train = example.to_dataset(images, labels)
-model = example.Net()
-optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+if chosen_model == "mnist":
+    sys.path.insert(0, str(examples / "mnist"))
+    example = importlib.import_module("model")  # the example's own model and data, as its scripts import them
+    images, labels, _, _ = importlib.import_module("mnist_data").load()
+    train = example.to_dataset(images, labels)
+    model = example.Net()
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+
+    def loss_of_next_batch(ddp: torch.nn.Module) -> torch.Tensor:
+        chosen = torch.randint(len(train), (batch,), generator=generator)
+        return F.cross_entropy(ddp(train.tensors[0][chosen]), train.tensors[1][chosen])
+
+else:  # gpt-<size>: the sharded example's model, whole in every group
+    sys.path.insert(0, str(examples / "gpt"))
+    gpt = importlib.import_module("model")
+    config = gpt.SIZES[chosen_model.removeprefix("gpt-")]
+    torch.manual_seed(0)  # every group starts from the same weights, as the sharded example's ranks do
+    model = gpt.GPT(config)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=config.learning_rate)
+    language = gpt.Language(config)
+
+    def loss_of_next_batch(ddp: torch.nn.Module) -> torch.Tensor:
+        tokens, targets = language.batch(batch, manager.current_step() + 1, replica)
+        loss: torch.Tensor = ddp(tokens, targets)
+        return loss
 
 
 def load_state(state: dict[str, Any]) -> None:
@@ -62,14 +83,11 @@ manager = Manager(
 )
 ddp = PureDistributedDataParallel(manager, model)
 wrapped = OptimizerWrapper(manager, optimizer)
-generator = torch.Generator().manual_seed(replica)
 with out.open("a") as records:
     while manager.current_step() < steps:
-        chosen = torch.randint(len(train), (batch,), generator=generator)
-        x, y = train.tensors[0][chosen], train.tensors[1][chosen]
         before = manager.current_step()
         wrapped.zero_grad()
-        F.cross_entropy(ddp(x), y).backward()  # type: ignore[no-untyped-call]
+        loss_of_next_batch(ddp).backward()  # type: ignore[no-untyped-call]
         wrapped.step()
         if manager.current_step() > before:
             record = {"step": manager.current_step(), "time": time.time(), "participants": manager.num_participants()}

@@ -91,11 +91,11 @@ class Language:
         self.config = config
         self.successors = torch.randint(config.vocabulary, (config.vocabulary, SUCCESSORS), generator=generator)
 
-    def batch(self, size: int, step: int, rank: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """``size`` sequences for ``rank`` at ``step`` (the same on every run: a resumed job sees the same data),
-        as inputs and next-token targets."""
+    def batch(self, size: int, step: int, rank: int, length: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """``size`` sequences of ``length`` tokens (default: the model's context) for ``rank`` at ``step`` (the
+        same on every run: a resumed job sees the same data), as inputs and next-token targets."""
         generator = torch.Generator().manual_seed(step * 100_003 + rank)
-        length = self.config.context + 1
+        length = min(length or self.config.context, self.config.context) + 1
         sequence = torch.empty(size, length, dtype=torch.long)
         sequence[:, 0] = torch.randint(self.config.vocabulary, (size,), generator=generator)
         choices = torch.randint(SUCCESSORS, (size, length), generator=generator)

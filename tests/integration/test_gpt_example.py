@@ -1,37 +1,107 @@
 """The sharded example (examples/gpt): a GPT-style model under FSDP2 with DCP checkpoints, run as users run it
-(``torchjob run``), in its tiny size: it learns, and a second job of another width resumes from its checkpoint."""
+(``torchjob run``), in its tiny size: it learns, and a second job of another width resumes from its checkpoint.
+Its in-place variant (HSDP, a warm spare) survives a SIGKILLed rank with the model of a run without a fault, and a
+shard lost with every copy of it is a group restart that says why."""
 
 from __future__ import annotations
 
 import json
 import shutil
+import signal
 from pathlib import Path
 from typing import Any
 
+import psutil
 import yaml
 
 from tests.support.cli import run_cli
+from tests.support.local_runs import job_object, shim_pid, start_run
 from tests.support.paths import ROOT
+from tests.support.waits import wait_for
 
 EXAMPLE = ROOT / "examples" / "gpt"
 
 
-def _job(folder: Path, workers: int, *args: str) -> Path:
+def _job(folder: Path, workers: int, *args: str, example: str = "job.yaml", spares: int | None = None) -> Path:
     folder.mkdir()
     for script in EXAMPLE.glob("*.py"):
         shutil.copy(script, folder / script.name)
-    job = yaml.safe_load((EXAMPLE / "job.yaml").read_text())
+    job = yaml.safe_load((EXAMPLE / example).read_text())
     for spec in job["spec"]["pytorchReplicaSpecs"].values():
         spec["template"]["spec"]["containers"][0]["args"] = list(args)
     job["spec"]["pytorchReplicaSpecs"]["Worker"]["replicas"] = workers
+    if spares is not None:
+        job["metadata"].setdefault("annotations", {})["torchjob.io/spares"] = str(spares)
     path = folder / "job.yaml"
     path.write_text(yaml.safe_dump(job))
     return path
 
 
-def _metrics(home: Path) -> dict[str, Any]:
-    found: dict[str, Any] = json.loads((home / "jobs" / "gpt" / "output" / "metrics.json").read_text())
+def _metrics(home: Path, job: str = "gpt") -> dict[str, Any]:
+    found: dict[str, Any] = json.loads((home / "jobs" / job / "output" / "metrics.json").read_text())
     return found
+
+
+IN_PLACE = ("--size", "tiny", "--steps", "400", "--replicas", "2")
+
+
+def _kill_when_warm(home: Path, victims: tuple[str, ...], spares: int) -> None:
+    """Once the spares wait, warm, and the last rank has trained 60 steps: SIGKILL the victims' trainers."""
+    output = home / "jobs" / "gpt-inplace" / "output"
+    ready = [output / "inplace" / f"spare-{k}.json" for k in range(spares)]
+    progress = output / "metrics" / "rank-3.jsonl"
+
+    def warm() -> bool:
+        return all(p.exists() for p in ready) and progress.exists() and len(progress.read_text().splitlines()) >= 60
+
+    wait_for(warm, timeout=180, what="warm spares and 60 steps")
+    trainers = [psutil.Process(shim_pid(home, "gpt-inplace", victim)).children()[0] for victim in victims]
+    for trainer in trainers:
+        trainer.send_signal(signal.SIGKILL)
+
+
+def test_the_sharded_in_place_example_loses_a_rank_and_ends_with_the_model_of_a_run_without_a_fault(
+    tmp_path: Path,
+) -> None:
+    straight = _job(tmp_path / "straight", 3, *IN_PLACE, example="job-inplace.yaml", spares=0)
+    result = run_cli("run", str(straight), home=tmp_path / "home-straight", timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    uninterrupted = _metrics(tmp_path / "home-straight", "gpt-inplace")
+    assert uninterrupted["repairs"] == 0 and uninterrupted["last_loss"] < uninterrupted["first_loss"] - 1.0
+
+    home = tmp_path / "home"
+    run = start_run(_job(tmp_path / "killed", 3, *IN_PLACE, example="job-inplace.yaml"), home)
+    survivors = {}
+    try:
+        _kill_when_warm(home, ("worker-2",), spares=1)
+        survivors = {r: shim_pid(home, "gpt-inplace", r) for r in ("master-0", "worker-0", "worker-1")}
+    finally:
+        stdout, stderr = run.communicate(timeout=600)
+    assert run.returncode == 0, stderr[-3000:]
+    assert "spare spare-0 joins as worker-2 (rank 3 of 4)" in stdout
+    # Rank 3 holds shard 1 of replica group 1: its copy is rank 1's, in group 0.
+    assert "Rank 0: group repaired in place (generation 1, 4 ranks, rank 3's shard from rank 1)" in stdout, stdout
+    status = job_object(home, "gpt-inplace")["status"]
+    assert (status["restartCount"], status["repairs"]) == (0, 1)
+    state = json.loads((home / "jobs" / "gpt-inplace" / "local.json").read_text())
+    assert {p["replica"]: p["pid"] for p in state["processes"] if p["replica"] in survivors} == survivors
+    repaired = _metrics(home, "gpt-inplace")
+    assert repaired["repairs"] == 1
+    # The spare's weights and AdamW moments are the lost rank's, to the bit: the same model as without the fault.
+    assert (repaired["checksum"], repaired["last_loss"]) == (uninterrupted["checksum"], uninterrupted["last_loss"])
+
+
+def test_a_shard_lost_with_every_copy_of_it_restarts_the_group_and_says_why(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    run = start_run(_job(tmp_path / "both", 3, *IN_PLACE, example="job-inplace.yaml", spares=2), home)
+    try:
+        _kill_when_warm(home, ("worker-0", "worker-2"), spares=2)  # ranks 1 and 3: both copies of shard 1
+    finally:
+        _, stderr = run.communicate(timeout=600)
+    assert run.returncode == 0, stderr[-3000:]
+    assert "ShardedRepairError: no survivor holds shard 1 (every replica group lost that rank at once)" in stderr
+    status = job_object(home, "gpt-inplace")["status"]
+    assert status["restartCount"] == 1, status
 
 
 def test_the_sharded_example_learns_and_resumes_on_another_width(tmp_path: Path) -> None:

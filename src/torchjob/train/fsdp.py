@@ -51,7 +51,12 @@ def shard_model(
     the root. Returns the same module, its parameters now DTensors; rank 0's initial weights are not broadcast
     (as with FSDP2 itself): build the model from the same seed on every rank, or load a checkpoint after."""
     model = model.to(ctx.device)
-    mesh = mesh_for(ctx, replicas)
+    return shard_on(model, mesh_for(ctx, replicas), units)
+
+
+def shard_on(model: nn.Module, mesh: DeviceMesh, units: Iterable[nn.Module] | None = None) -> nn.Module:
+    """Shard ``model`` where it is (FSDP2 over ``mesh``), unit by unit, then the root: ``shard_model`` without the
+    move to a device, for a model built on the meta device (torchjob.train.sharded_in_place)."""
     chosen = list(units) if units is not None else [c for c in model.children() if any(True for _ in c.parameters())]
     for unit in chosen:
         fully_shard(unit, mesh=mesh)

@@ -18,8 +18,10 @@ changed; a member left out, or replaced, exits. Forming itself is ``torchjob.tra
 
 Every member runs the same collectives after a re-form (state broadcast, then ``DDP()``), so a joiner and
 the survivors never disagree on what comes next, and every member gets a new DDP: a kept DDP beside a fresh
-one can silently average misaligned buckets. Tested on gloo; for NCCL the same sequence holds, with the
-communicator aborted rather than destroyed after a peer's death.
+one can silently average misaligned buckets. What a member holds, and where a joiner's comes from, is the
+``GroupState``'s (group_state.py): DDP's whole model from the lowest survivor, or a sharded model's shard from
+its replica (``InPlaceTraining.sharded``, sharded_in_place.py). Tested on gloo; for NCCL the same sequence
+holds, with the communicator aborted rather than destroyed after a peer's death.
 
 Data: the step function is given the step and the current context (rank, world size); a step's samples
 must depend on those alone (e.g. ``torchjob.train.ResilientBatches``), so a repaired group retries the
@@ -34,7 +36,7 @@ import math
 import os
 import time
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import replace
 from datetime import timedelta
 from typing import Any
@@ -42,16 +44,16 @@ from typing import Any
 import torch
 import torch.distributed as dist
 from torch import nn
-from torch.nn.parallel import DistributedDataParallel
 
 from torchjob import worker_files
-from torchjob.train import channel, generations, peers, preemption
+from torchjob.train import channel, generations, peers, preemption, sharded_in_place
 from torchjob.train.context import DistContext
 from torchjob.train.eviction import EvictionHold
+from torchjob.train.group_state import GroupState, ReplicatedState, Restored
 from torchjob.train.step_clock import StepClock
 from torchjob.worker_files import Membership
 
-StepFunction = Callable[[DistributedDataParallel, int, DistContext], Any]
+StepFunction = Callable[[nn.Module, int, DistContext], Any]
 
 # How long a step may run before this member says it waits on a silent peer: this many times its usual step
 # time (step_clock.py). Saying so costs nothing (the controller replaces a peer only when it too
@@ -72,16 +74,21 @@ class InPlaceTraining:
     def __init__(
         self,
         ctx: DistContext,
-        model: nn.Module,
-        optimizer: torch.optim.Optimizer,
+        model: nn.Module | None = None,
+        optimizer: torch.optim.Optimizer | None = None,
         repair_timeout: float = 60.0,
+        *,
+        state: GroupState | None = None,
         **ddp_options: Any,
     ) -> None:
+        """``model`` and ``optimizer`` are DDP's; a sharded model's state comes from ``sharded``."""
         self.ctx = ctx
-        self.model = model.to(ctx.device)
-        self.optimizer = optimizer
+        if state is None:
+            if model is None or optimizer is None:
+                raise TypeError("InPlaceTraining needs a model and its optimizer (or use InPlaceTraining.sharded)")
+            state = ReplicatedState(model.to(ctx.device), optimizer, ddp_options)
+        self.state: GroupState = state
         self.repair_timeout = repair_timeout
-        self.ddp_options = ddp_options
         self.step = 0
         self.repairs = 0  # re-forms after a lost peer
         self.regroups = 0  # re-forms of an elastic group that grew or shrank by decision
@@ -90,7 +97,7 @@ class InPlaceTraining:
         self.replica = os.environ.get(worker_files.ENV_REPLICA, "")
         self.attempt = int(os.environ.get(worker_files.ENV_ATTEMPT, "0"))
         self.repairable = bool(os.environ.get(worker_files.ENV_STORE) and self.replica)
-        self.ddp: DistributedDataParallel | None = None
+        self.module: nn.Module | None = None  # what the step function is given: the DDP, or the sharded model
         # Whether this process holds the group's training state: a joiner gets it from a survivor.
         self.has_state = not ctx.joined
         self._unlogged: dict[str, Any] | None = None  # the last re-form's timings, until its first step is done
@@ -107,26 +114,56 @@ class InPlaceTraining:
         if self.repairable:
             self.watch = generations.MembershipWatch(self._look, self.attempt, self._pause, self._after_look)
         if ctx.joined:
-            self._take_state_and_wrap()
+            self._restore()
         else:
-            self.ddp = self._wrap()
+            self.module = self.state.wrap(ctx)
         if self.repairable:
             self._announce()
             told = (lambda: self.channel.notice_considered) if self.channel.tells_notice_considered else None
             self.eviction = EvictionHold(ctx.rank, lambda: self.ctx.generation, self._newest, self._note_eviction, told)
 
+    @classmethod
+    def sharded(
+        cls,
+        ctx: DistContext,
+        build: Callable[[], nn.Module],
+        make_optimizer: Callable[[nn.Module], torch.optim.Optimizer],
+        replicas: int,
+        units: Callable[[nn.Module], Iterable[nn.Module]] | None = None,
+        repair_timeout: float = 60.0,
+    ) -> InPlaceTraining:
+        """In-place repair of a sharded model: HSDP over ``replicas`` replica groups, each sharded over world /
+        ``replicas`` ranks, so that a lost rank's shard lives on in another group (sharded_in_place.py).
+
+        ``build()`` constructs the unsharded model (the same weights on every rank: seed it); a re-form calls it
+        again on the meta device, so it must only construct. ``make_optimizer(model)`` is called once, with
+        the sharded model; the optimizer then stays the same object. ``units(model)`` names the modules
+        sharded on their own (``shard_model``). After a re-form the model is a new module: use the one the step
+        function is given, and ``model`` after ``run``."""
+        state = sharded_in_place.ShardedState(ctx, build, make_optimizer, replicas, units)
+        return cls(ctx, repair_timeout=repair_timeout, state=state)
+
+    @property
+    def model(self) -> nn.Module:
+        """The model, unwrapped (DDP's is the one the script built; a sharded one is rebuilt at each re-form)."""
+        return self.state.model
+
+    @property
+    def optimizer(self) -> torch.optim.Optimizer:
+        return self.state.optimizer
+
     def run(self, step_fn: StepFunction, total_steps: int, start_step: int = 0) -> None:
         if not self.ctx.joined:
             self.step = start_step
         while self.step < total_steps:
-            assert self.ddp is not None
+            assert self.module is not None
             failed_at: float | None = None
             changed = False
             began = self.clock.begin(self.ctx.generation)
             try:
                 changed = self._membership_changed()
                 if not changed:
-                    step_fn(self.ddp, self.step, self.ctx)
+                    step_fn(self.module, self.step, self.ctx)
             except RuntimeError:
                 if not self.repairable:
                     raise
@@ -223,10 +260,12 @@ class InPlaceTraining:
         started = time.monotonic()
         if self.eviction is not None:
             self.eviction.repairing(True)
-        # Drop the broken group at once, and every reference to it (the DDP reducer holds one): peers that
-        # are not the dead rank's neighbours learn of the failure only when the survivors' sockets close.
+        # Drop the broken group at once, and every reference to it (the DDP reducer holds one, a sharded
+        # model's mesh too): peers that are not the dead rank's neighbours learn of the failure only when the
+        # survivors' sockets close.
         broken = weakref.ref(dist.distributed_c10d._get_default_group())
-        self.ddp = None
+        self.module = None
+        self.state.release()
         abort = getattr(dist.distributed_c10d, "_abort_process_group", None)
         if self.ctx.backend == "nccl" and abort is not None:
             abort()  # NCCL: a collective teardown with a dead peer can hang; abort the communicators instead
@@ -242,7 +281,8 @@ class InPlaceTraining:
     def _regroup(self) -> None:
         """Every member is at the same step, after the same collective: the group is whole, and goes cleanly."""
         started, agreed_at = time.monotonic(), time.time()
-        self.ddp = None
+        self.module = None
+        self.state.release()
         dist.destroy_process_group()
         self.regroups += 1
         self._join(started, {"kind": "regroup", "agreed_at": agreed_at}, f"at step {self.step}")
@@ -262,16 +302,16 @@ class InPlaceTraining:
             self.eviction.repairing(False)
         found, published_at, rank, world = joined
         self.ctx = replace(self.ctx, rank=rank, world_size=world, generation=found["generation"])
-        source = self._take_state_and_wrap()
+        restored = self._restore()
         timings = {"membership_at": published_at, "reformed_at": time.time()}
         self._unlogged = {**record, "generation": self.ctx.generation, "world": world, "step": self.step, **timings}
-        self._reporter = self.ctx.rank == source  # the lowest survivor (rank 0 may be the joiner now)
+        self._reporter = self.ctx.rank == restored.reporter  # the lowest survivor (rank 0 may be the joiner now)
         if self._reporter:
             took = time.monotonic() - started
             what = "repaired" if record["kind"] == "repair" else "re-formed"
             print(
-                f"Rank {rank}: group {what} in place (generation {self.ctx.generation}, {world} ranks, state from "
-                f"rank {source}) in {took * 1000:.0f} ms; {carrying_on}",
+                f"Rank {rank}: group {what} in place (generation {self.ctx.generation}, {world} ranks, "
+                f"{restored.source}) in {took * 1000:.0f} ms; {carrying_on}",
                 flush=True,
             )
 
@@ -283,30 +323,8 @@ class InPlaceTraining:
             with open(path, "a") as log:
                 log.write(json.dumps(record) + "\n")
 
-    def _take_state_and_wrap(self) -> int:
-        """Every member, joiners included: the state from the lowest rank that has it (a survivor; not a
-        joiner, even one promoted in a generation that never formed), then a new DDP. Returns that rank."""
-        # One all-reduce of one integer (an all_gather_object of N pickles took 0.2 s at 32 ranks here).
-        mine = self.ctx.rank if self.has_state else self.ctx.world_size
-        lowest = torch.tensor([mine], dtype=torch.int64, device=self.ctx.device)
-        dist.all_reduce(lowest, op=dist.ReduceOp.MIN)
-        source = int(lowest.item())
-        if source == self.ctx.world_size:
-            raise RuntimeError("no member of the repaired group holds the training state")
-        state: list[Any] = [
-            {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(), "step": self.step}
-        ]
-        dist.broadcast_object_list(state, src=source)
-        self.model.load_state_dict(state[0]["model"])
-        self.optimizer.load_state_dict(state[0]["optimizer"])
-        self.step = int(state[0]["step"])
-        self.has_state = True
-        # Every member now holds the same state: DDP's own check of shapes and broadcast of the model at start
-        # would only repeat what was just sent.
-        self.ddp = self._wrap(init_sync=False)
-        return source
-
-    def _wrap(self, init_sync: bool = True) -> DistributedDataParallel:
-        device_ids = [self.ctx.device.index] if self.ctx.device.type == "cuda" else None
-        options = {"init_sync": init_sync, **self.ddp_options}
-        return DistributedDataParallel(self.model, device_ids=device_ids, **options)
+    def _restore(self) -> Restored:
+        """Every member, joiners included: the group's state (``GroupState.restore``)."""
+        restored = self.state.restore(self.ctx, self.has_state, self.step)
+        self.module, self.step, self.has_state = restored.module, restored.step, True
+        return restored

@@ -1,0 +1,129 @@
+"""Real-size state, repaired: a rank of the GPT example's ~110M-parameter model SIGKILLed, in place against torchft.
+
+- **in place** (``examples/gpt/job-inplace.yaml`` under ``torchjob run``): HSDP over 4 ranks, 2 replica groups of
+  2, one warm spare. Rank 3 (worker-2) is SIGKILLed once the spare waits and the group has trained
+  ``STEPS_BEFORE`` steps; the spare takes rank 3 and receives its shard (weights and AdamW's moments) from rank 1,
+  which holds the same shard in the other replica group. Timed from the kill to the repaired group's first step
+  (rank 0's repair record), which is also the moment the group is whole again.
+- **torchft** 0.2.0 (``bench/torchft_runs.py``): 4 replica groups of one process, each with a whole copy of the
+  same model, the same per-rank batch (the same global batch), one group SIGKILLed and restarted at once: the
+  survivors' next committed step and the replacement's first (a cold start, then a heal from a live peer).
+
+Both also give their steady step time before the kill (torchjob: rank 0's metrics; torchft: replica 0's commits).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import shutil
+import signal
+import statistics
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import psutil
+import yaml
+
+from bench.measure import BIN
+
+EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "gpt"
+SIZE, RANKS, REPLICAS, BATCH = "100m", 4, 2, 4  # BATCH: sequences per rank (per torchft group) and step
+VICTIM = "worker-2"  # rank 3: its shard's copy is rank 1's
+STEPS_BEFORE = 6  # steps the whole group trains before the kill (the first ones are slower)
+TIMEOUT = 900.0
+
+
+@dataclass
+class InPlace:
+    first_step: float | None = None  # kill → the repaired group's first step (seconds)
+    reformed: float | None = None  # the membership published → the group formed again, the shard received
+    steady_step: float | None = None  # median seconds between rank 0's steps before the kill
+    last_error: str = ""
+
+
+def _records(path: Path) -> list[dict[str, Any]]:
+    try:
+        return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    except (OSError, ValueError):
+        return []
+
+
+def _job(work: Path) -> Path:
+    for script in EXAMPLE.glob("*.py"):
+        shutil.copy(script, work / script.name)
+    job = yaml.safe_load((EXAMPLE / "job-inplace.yaml").read_text())
+    args = ["--size", SIZE, "--steps", "1000", "--replicas", str(REPLICAS), "--batch-size", str(BATCH)]
+    for spec in job["spec"]["pytorchReplicaSpecs"].values():
+        spec["template"]["spec"]["containers"][0]["args"] = args
+    job["spec"]["pytorchReplicaSpecs"]["Worker"]["replicas"] = RANKS - 1
+    path = work / "job.yaml"
+    path.write_text(yaml.safe_dump(job))
+    return path
+
+
+def _victim(job: Path) -> psutil.Process | None:
+    try:
+        local = json.loads((job / "local.json").read_text())
+        shims = [p["pid"] for p in local["processes"] if p["replica"] == VICTIM and not p.get("removed")]
+        found = [c for c in psutil.Process(shims[0]).children(recursive=True) if "train_in_place.py" in c.cmdline()]
+    except (OSError, ValueError, IndexError, psutil.Error):
+        return None
+    return found[0] if found else None
+
+
+def in_place_trial() -> InPlace:
+    work = Path(tempfile.mkdtemp(prefix="bench-state-repair-"))
+    outcome = InPlace()
+    job = work / "home" / "jobs" / "gpt-inplace"
+    output = job / "output"
+    env = {**os.environ, "TORCHJOB_HOME": str(work / "home"), "OMP_NUM_THREADS": "1"}
+    log = (work / "launcher.log").open("wb")
+    process = subprocess.Popen(
+        [str(BIN / "torchjob"), "run", str(_job(work))], env=env, cwd=work, stdout=log, stderr=log
+    )
+    started, sent_at = time.monotonic(), None
+    try:
+        while process.poll() is None and time.monotonic() - started < TIMEOUT:
+            time.sleep(0.05)
+            if sent_at is None:
+                stepped = _records(output / "metrics" / "rank-3.jsonl")
+                if len(stepped) >= STEPS_BEFORE and (output / "inplace" / "spare-0.json").exists():
+                    trainer = _victim(job)
+                    if trainer is not None:
+                        sent_at = time.time()
+                        trainer.send_signal(signal.SIGKILL)
+            elif (repairs := _records(output / "repairs.jsonl")) or time.time() - sent_at > 300:
+                if repairs:
+                    outcome.first_step = float(repairs[0]["first_step_at"]) - sent_at
+                    outcome.reformed = float(repairs[0]["reformed_at"]) - float(repairs[0]["membership_at"])
+                break
+        times = [float(r["time"]) for r in _records(output / "metrics" / "rank-0.jsonl")]
+        before = [t for t in times if sent_at is None or t < sent_at][2:]  # the first steps warm up
+        if len(before) >= 3:
+            outcome.steady_step = statistics.median(b - a for a, b in itertools.pairwise(before))
+        return outcome
+    finally:
+        if process.poll() is None:
+            process.send_signal(signal.SIGINT)
+            process.wait(120)
+        log.close()
+        lines = (work / "launcher.log").read_text(errors="replace").splitlines()
+        errors = [line for line in lines if "Error:" in line]
+        outcome.last_error = errors[-1].strip()[:200] if errors else ""
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def shard_bytes() -> float:
+    """The bytes of one rank's shard of the weights and AdamW's two moments (fp32), the lost state sent."""
+    import importlib
+    import sys
+
+    sys.path.insert(0, str(EXAMPLE))
+    model = importlib.import_module("model")
+    return float(model.parameters(model.SIZES[SIZE]) * 4 * 3 / (RANKS // REPLICAS))
