@@ -14,6 +14,7 @@ Both also give their steady step time before the kill (torchjob: rank 0's metric
 
 from __future__ import annotations
 
+import importlib.util
 import itertools
 import json
 import os
@@ -33,7 +34,9 @@ import yaml
 from bench.measure import BIN
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "gpt"
-SIZE, RANKS, REPLICAS, BATCH = "100m", 4, 2, 4  # BATCH: sequences per rank (per torchft group) and step
+# BATCH sequences of LENGTH tokens per rank (per torchft group) and step: a step of ~1 s on this 2-core machine, so
+# that the state, not the arithmetic, is what a repair moves and waits for.
+SIZE, RANKS, REPLICAS, BATCH, LENGTH = "100m", 4, 2, 1, 32
 VICTIM = "worker-2"  # rank 3: its shard's copy is rank 1's
 STEPS_BEFORE = 6  # steps the whole group trains before the kill (the first ones are slower)
 TIMEOUT = 900.0
@@ -42,7 +45,9 @@ TIMEOUT = 900.0
 @dataclass
 class InPlace:
     first_step: float | None = None  # kill → the repaired group's first step (seconds)
-    reformed: float | None = None  # the membership published → the group formed again, the shard received
+    detected: float | None = None  # kill → the survivors' step failed
+    published: float | None = None  # the step failed → the controller's next membership read
+    reformed: float | None = None  # the membership read → the group formed again, the shard received
     steady_step: float | None = None  # median seconds between rank 0's steps before the kill
     last_error: str = ""
 
@@ -59,6 +64,7 @@ def _job(work: Path) -> Path:
         shutil.copy(script, work / script.name)
     job = yaml.safe_load((EXAMPLE / "job-inplace.yaml").read_text())
     args = ["--size", SIZE, "--steps", "1000", "--replicas", str(REPLICAS), "--batch-size", str(BATCH)]
+    args += ["--length", str(LENGTH)]
     for spec in job["spec"]["pytorchReplicaSpecs"].values():
         spec["template"]["spec"]["containers"][0]["args"] = args
     job["spec"]["pytorchReplicaSpecs"]["Worker"]["replicas"] = RANKS - 1
@@ -101,7 +107,10 @@ def in_place_trial() -> InPlace:
             elif (repairs := _records(output / "repairs.jsonl")) or time.time() - sent_at > 300:
                 if repairs:
                     outcome.first_step = float(repairs[0]["first_step_at"]) - sent_at
-                    outcome.reformed = float(repairs[0]["reformed_at"]) - float(repairs[0]["membership_at"])
+                    record = repairs[0]
+                    outcome.detected = float(record["failed_at"]) - sent_at
+                    outcome.published = float(record["membership_at"]) - float(record["failed_at"])
+                    outcome.reformed = float(record["reformed_at"]) - float(record["membership_at"])
                 break
         times = [float(r["time"]) for r in _records(output / "metrics" / "rank-0.jsonl")]
         before = [t for t in times if sent_at is None or t < sent_at][2:]  # the first steps warm up
@@ -121,9 +130,9 @@ def in_place_trial() -> InPlace:
 
 def shard_bytes() -> float:
     """The bytes of one rank's shard of the weights and AdamW's two moments (fp32), the lost state sent."""
-    import importlib
-    import sys
-
-    sys.path.insert(0, str(EXAMPLE))
-    model = importlib.import_module("model")
+    # By its path, under a name of its own: the MNIST example's model module is also called "model".
+    spec = importlib.util.spec_from_file_location("gpt_example_model", EXAMPLE / "model.py")
+    assert spec is not None and spec.loader is not None
+    model = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(model)
     return float(model.parameters(model.SIZES[SIZE]) * 4 * 3 / (RANKS // REPLICAS))

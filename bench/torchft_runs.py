@@ -56,19 +56,23 @@ def trial(
     groups: int,
     global_batch: int,
     model: str = "mnist",
+    length: int = 0,
     after_kill: float = AFTER_KILL,
     together: int = ALL_TOGETHER,
     timeout: float = TIMEOUT,
+    join_timeout_ms: int = 1000,
 ) -> Outcome:
-    """One run: ``groups`` replica groups training ``model`` (``scripts/torchft_replica.py``'s ``MODEL``), group
+    """One run: ``groups`` replica groups training ``model`` (``scripts/torchft_replica.py``'s ``MODEL``, with
+    sequences of ``length`` tokens for a language model: 0, its context), group
     ``VICTIM`` SIGKILLed once all have committed ``together`` steps in a full quorum (within ``timeout`` of the
     launch), restarted at once; stopped once the replacement has committed (or ``after_kill`` seconds have
-    passed)."""
+    passed). ``join_timeout_ms``: how long the Lighthouse waits for every known group before it forms a smaller
+    quorum."""
     os.environ.setdefault("RUST_LOG", "error")  # the Lighthouse logs every quorum request otherwise
     from torchft.coordination import LighthouseServer
 
     work = Path(tempfile.mkdtemp(prefix="bench-torchft-"))
-    lighthouse = LighthouseServer(bind="[::]:0", min_replicas=1, join_timeout_ms=1000)
+    lighthouse = LighthouseServer(bind="[::]:0", min_replicas=1, join_timeout_ms=join_timeout_ms)
     env = {
         **os.environ,
         "TORCHFT_LIGHTHOUSE": lighthouse.address(),
@@ -76,6 +80,7 @@ def trial(
         "BATCH": str(max(1, global_batch // groups)),
         "STEPS": str(STEPS),
         "MODEL": model,
+        "LENGTH": str(length),
         "OMP_NUM_THREADS": "1",
     }
 

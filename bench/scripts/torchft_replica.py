@@ -55,9 +55,10 @@ else:  # gpt-<size>: the sharded example's model, whole in every group
     model = gpt.GPT(config)
     optimizer = torch.optim.AdamW(model.parameters(), lr=config.learning_rate)
     language = gpt.Language(config)
+    length = int(os.environ.get("LENGTH", "0")) or None  # tokens per sequence: the model's context if unset
 
     def loss_of_next_batch(ddp: torch.nn.Module) -> torch.Tensor:
-        tokens, targets = language.batch(batch, manager.current_step() + 1, replica)
+        tokens, targets = language.batch(batch, manager.current_step() + 1, replica, length)
         loss: torch.Tensor = ddp(tokens, targets)
         return loss
 
