@@ -48,6 +48,7 @@ def record(run: Run, trials: int) -> None:
 
 def _kills(run: Run, trials: int) -> None:
     """A rank SIGKILLed: in place (HSDP, the shard from its replica) and torchft, alternating trial by trial."""
+    run.add("lost shard", [state_repair.shard_bytes() / 1e9], "GB")
     samples: dict[str, list[float | None]] = {}
     failures: list[str] = []
     global_batch = state_repair.RANKS * state_repair.BATCH
@@ -86,7 +87,6 @@ def _kills(run: Run, trials: int) -> None:
         )
     for case, values in samples.items():
         run.add(case, values)
-    run.add("lost shard", [state_repair.shard_bytes() / 1e9], "GB")
     run.describe(
         "in place outcome", f"{trials - len(failures)} of {trials} repaired" + (f"; {failures[-1]}" if failures else "")
     )
