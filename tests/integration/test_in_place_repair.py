@@ -183,6 +183,28 @@ def test_a_member_lost_during_a_repair_is_repaired_around_too(
     assert_repaired_exactly(torchjob_home, survivors, uninterrupted, repairs=2)
 
 
+def test_a_spare_frozen_as_it_is_given_a_place_is_replaced_by_the_next_in_seconds(
+    tmp_path: Path, torchjob_home: Path, uninterrupted: list[list[float]]
+) -> None:
+    """spare-0 is SIGSTOPped just before worker-1 is killed, so it is given worker-1's place (its last word as a
+    spare is recent) and never arrives. The survivors, waiting for the generation to form, say they wait; the
+    frozen spare, silent as the member it became, is named and its place goes to spare-1: no 60 s wait for the
+    group's forming to time out, no restart."""
+    run = start_run(job_file(tmp_path, in_place_job("mend", spares=2)), torchjob_home)
+    warm_and_training(torchjob_home, spares=2)
+    survivors = {r: shim_pid(torchjob_home, "mend", r) for r in ("master-0", "worker-0")}
+    psutil.Process(shim_pid(torchjob_home, "mend", "spare-0")).children()[0].send_signal(signal.SIGSTOP)
+    psutil.Process(shim_pid(torchjob_home, "mend", "worker-1")).children()[0].send_signal(signal.SIGKILL)
+    stdout, stderr = run.communicate(timeout=300)
+    assert run.returncode == 0, stderr[-3000:]
+    assert "worker-1 was killed by SIGKILL; spare-0 takes its place" in stderr, stderr
+    assert "Hung: worker-1 fell silent while every other member waits for it in generation 1's step" in stderr, stderr
+    assert "worker-1 stopped responding (hung); spare-1 takes its place" in stderr, stderr
+    assert "spare spare-1 joins as worker-1 (rank 2 of 3)" in stdout and "spare spare-0 joins" not in stdout
+    assert "did not form within" not in stdout + stderr
+    assert_repaired_exactly(torchjob_home, survivors, uninterrupted, repairs=2)
+
+
 def test_a_lost_spare_is_replaced_and_the_group_never_notices(tmp_path: Path, torchjob_home: Path) -> None:
     job = (
         make_job("spareless")

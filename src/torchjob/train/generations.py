@@ -233,6 +233,9 @@ def wait_as_spare(ctx_backend: str, device: torch.device, timeout: timedelta) ->
         time.sleep(talk.poll_seconds)
     replica = found["spares"][spare]
     os.environ[worker_files.ENV_REPLICA] = replica  # from now on this process is that replica (files, logs)
+    # Said at once, as the member it now is: its silence from here on is what the controller judges, not the
+    # lost member's last word, nor its own last word as a spare (up to REANNOUNCE_SECONDS old).
+    talk.announce(worker_files.process_key(replica, 0, 0), attempt, {worker_files.ANNOUNCE_EVERY: talk.alive_seconds})
     given = found["generation"]
     joined = join_next(talk, ctx_backend, replica, attempt, given - 1, math.inf, timeout)
     if joined is None:

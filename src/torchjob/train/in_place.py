@@ -55,6 +55,12 @@ from torchjob.worker_files import Membership
 
 StepFunction = Callable[[nn.Module, int, DistContext], Any]
 
+# How long a member may wait for the next generation to form before it says it waits on a silent peer: a warm
+# spare given a place arrives well within it (and says so as the member at once); one frozen or lost as it was
+# given the place never does, and the controller replaces it once it has been silent long enough. As long as the
+# silence a joining member is allowed (core/policies/silent_member.py): until a spare given the place has spoken,
+# the member's last word is the lost process's, and a spare slowed by a loaded machine must not be judged by it.
+_FORMING_ALLOWANCE = 3.0
 # How long a step may run before this member says it waits on a silent peer: this many times its usual step
 # time (step_clock.py). Saying so costs nothing (the controller replaces a peer only when it too
 # has fallen silent), so it is said early.
@@ -202,6 +208,9 @@ class InPlaceTraining:
         took over), and read the membership, in one call where the channel allows."""
         with self.clock.lock:
             waiting_in = self.clock.waiting_in(_WAITING_FACTOR)
+            forming = self.clock.forming()
+        if waiting_in is None and forming is not None and forming > _FORMING_ALLOWANCE and self.watch is not None:
+            waiting_in = self.watch.newest  # the generation it waits to form: its peers are all it waits for
         if self.channel.answers_with_membership:
             return self._announce(waiting_in)
         if waiting_in != self._said_waiting or time.monotonic() - self._announced_at >= self.channel.alive_seconds:
@@ -292,7 +301,11 @@ class InPlaceTraining:
         timeout = timedelta(seconds=max(self.repair_timeout, 30.0))
         deadline = started + self.repair_timeout
         args = (self.channel, self.ctx.backend, self.replica, self.attempt, self.ctx.generation, deadline, timeout)
-        joined = generations.join_next(*args, replaced_by_joiner=True)
+        self.clock.begin_forming()
+        try:
+            joined = generations.join_next(*args, replaced_by_joiner=True)
+        finally:
+            self.clock.formed()
         if joined is None:
             # An elastic group scaled down past this member, or its place went to a spare on notice of its
             # eviction: the controller stops it, and it goes first.

@@ -3,8 +3,9 @@
 The training thread marks each step's start and end; the membership-watching thread asks, from outside the
 step, whether it has outlasted its allowance (a multiple of the usual step time, at least a floor): then the
 member says it waits on a silent peer (``torchjob.train.in_place``); and in which generation the step runs, so
-that it is left at once when the controller has published a newer one around a lost member. Both threads
-share ``lock``; the queries are made under it.
+that it is left at once when the controller has published a newer one around a lost member. A member forming
+the next generation waits on its peers too, outside any step: ``forming`` says for how long. Both threads share
+``lock``; the queries are made under it.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ class StepClock:
         self.lock = threading.Lock()
         self._stepping: tuple[int, float] | None = None  # the step in progress: its generation, when it began
         self._usual: float | None = None  # how long a completed step takes, smoothed
+        self._forming_since: float | None = None  # when this member began forming the next generation
 
     def begin(self, generation: int) -> float:
         """A step of ``generation`` starts now; returns its start (monotonic) for ``end``."""
@@ -56,6 +58,19 @@ class StepClock:
     def in_step(self) -> int | None:
         """Under ``lock``: the generation of the step in progress (None between steps)."""
         return self._stepping[0] if self._stepping is not None else None
+
+    def begin_forming(self) -> None:
+        """This member waits for the next generation to form (its membership, then every member's arrival)."""
+        with self.lock:
+            self._forming_since = time.monotonic()
+
+    def formed(self) -> None:
+        with self.lock:
+            self._forming_since = None
+
+    def forming(self) -> float | None:
+        """Under ``lock``: how long this member has been forming the next generation (None: it is not)."""
+        return None if self._forming_since is None else time.monotonic() - self._forming_since
 
     def forget_step(self) -> None:
         """Under ``lock``: the step in progress has been dealt with (asked about once per step)."""
