@@ -168,7 +168,7 @@ class ShardedState:
 
     def _send(self, rank: int, senders: dict[int, list[int]], kept: _Kept) -> None:
         """As a holder: each joiner whose shard this rank holds gets its part of the tensors (the first holder
-        also sends what the joiner needs to know: the step, the optimizer's layout)."""
+        also sends what the joiner needs to know first: the optimizer's layout, the state tensors' shapes)."""
         pending = []
         for joiner, holders in senders.items():
             if rank not in holders:
