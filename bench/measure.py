@@ -1,7 +1,9 @@
-"""Small measuring helpers shared by the benchmarks: medians, watching a process's CPU and peak memory."""
+"""Small measuring helpers shared by the benchmarks: medians, watching a process's CPU and peak memory, reading
+the JSONL records jobs write, finding a replica's trainer process."""
 
 from __future__ import annotations
 
+import json
 import statistics
 import subprocess
 import sys
@@ -9,10 +11,28 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import psutil
 
 BIN = Path(sys.executable).parent  # this environment's torchjob, torchrun and python
+
+
+def jsonl(path: Path) -> list[dict[str, Any]]:
+    """The records of a JSONL file a job writes as it runs (none yet, or half a line being written: none)."""
+    try:
+        return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    except (OSError, ValueError):
+        return []
+
+
+def trainer_of(shim: int, script: str) -> psutil.Process | None:
+    """The process running ``script`` under the replica's shim (or launcher) ``shim``; None while there is none."""
+    try:
+        found = [c for c in psutil.Process(shim).children(recursive=True) if script in " ".join(c.cmdline())]
+    except psutil.Error:
+        return None
+    return found[0] if found else None
 
 
 def median(values: list[float]) -> float:

@@ -23,7 +23,7 @@ from typing import Any
 import psutil
 import yaml
 
-from bench.measure import BIN
+from bench.measure import BIN, jsonl, trainer_of
 from bench.restart_split import AttemptWatch, split
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "mnist"
@@ -102,37 +102,30 @@ def container_args(path: Path) -> list[str]:
 
 def first_steps(output: Path, ranks: int) -> list[float] | None:
     """When each of ``ranks`` ranks completed its first step (epoch seconds), once every one of them has."""
-    found = [_records(output / "metrics" / f"rank-{rank}.jsonl") for rank in range(ranks)]
+    found = [jsonl(output / "metrics" / f"rank-{rank}.jsonl") for rank in range(ranks)]
     return [float(records[0]["time"]) for records in found] if all(found) else None
-
-
-def _records(path: Path) -> list[dict[str, Any]]:
-    try:
-        return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    except (OSError, ValueError):
-        return []
 
 
 def _in_epoch(output: Path, rank: int, epoch: int) -> bool:
     """Whether ``rank`` has completed a step of ``epoch`` (its metrics file, written at every step)."""
-    records = _records(output / "metrics" / f"rank-{rank}.jsonl")
+    records = jsonl(output / "metrics" / f"rank-{rank}.jsonl")
     return bool(records) and int(records[-1].get("epoch", 0)) >= epoch
 
 
 def _first_step_after(output: Path, sent_at: float) -> float | None:
     """Rank 0's first step completed in a later attempt than the first, in seconds after ``sent_at``."""
-    later = [r for r in _records(output / "metrics" / "rank-0.jsonl") if int(r.get("attempt", 0)) > 0]
+    later = [r for r in jsonl(output / "metrics" / "rank-0.jsonl") if int(r.get("attempt", 0)) > 0]
     return float(later[0]["time"]) - sent_at if later else None
 
 
 def _stepped_again(output: Path, sent_at: float) -> bool:
     """The group trained again after the signal: repaired in place, or a later attempt's first step."""
-    return bool(_records(output / "repairs.jsonl")) or _first_step_after(output, sent_at) is not None
+    return bool(jsonl(output / "repairs.jsonl")) or _first_step_after(output, sent_at) is not None
 
 
 def _launch(output: Path, launched_at: float) -> float | None:
     """Seconds from ``launched_at`` to the last rank's first completed step, over the ranks that have stepped."""
-    firsts = [records[0]["time"] for path in output.glob("metrics/rank-*.jsonl") if (records := _records(path))]
+    firsts = [records[0]["time"] for path in output.glob("metrics/rank-*.jsonl") if (records := jsonl(path))]
     return max(float(first) for first in firsts) - launched_at if firsts else None
 
 
@@ -150,14 +143,6 @@ def tree_pss_mb(root: int) -> float | None:
         except psutil.Error:
             continue  # gone meanwhile: it holds nothing now
     return total / 2**20
-
-
-def _trainer_of(shim: int, script: str) -> psutil.Process | None:
-    try:
-        found = [c for c in psutil.Process(shim).children(recursive=True) if script in " ".join(c.cmdline())]
-    except psutil.Error:
-        return None
-    return found[0] if found else None
 
 
 def _warm_interpreter_rss() -> float:
@@ -228,7 +213,7 @@ def _run(
         outcome.accuracy = float(json.loads(results.read_text())["accuracy"])
     if sent_at is not None:
         outcome.first_step = _first_step_after(output, sent_at)
-    outcome.repairs = _records(output / "repairs.jsonl")
+    outcome.repairs = jsonl(output / "repairs.jsonl")
     outcome.warm_rss_mb = rss
     outcome.launch, outcome.memory_mb = launch, memory
     return outcome
@@ -263,7 +248,7 @@ def torchjob(
             except (OSError, ValueError):
                 return None
             shims = [p["pid"] for p in local["processes"] if p["replica"] == "worker-1" and not p.get("removed")]
-            return _trainer_of(shims[0], script_name) if shims else None
+            return trainer_of(shims[0], script_name) if shims else None
 
         env = {**os.environ, "TORCHJOB_HOME": str(home), "OMP_NUM_THREADS": "1"}
         watch = AttemptWatch(home, name) if timed_split else None
@@ -280,7 +265,7 @@ def torchjob(
             return bool(attempts) and str(attempts[0].get("outcome", "")).startswith("Hung")
 
         def repaired() -> bool:
-            return bool(_records(job / "output" / "repairs.jsonl"))
+            return bool(jsonl(job / "output" / "repairs.jsonl"))
 
         enough = {"hung": hung, "repaired": repaired, None: None}[stop_once]
         outcome = _run(argv, env, work, job / "output", victim, sent, at_epoch, watch, enough)

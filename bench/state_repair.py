@@ -27,12 +27,11 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import psutil
 import yaml
 
-from bench.measure import BIN
+from bench.measure import BIN, jsonl, trainer_of
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "gpt"
 # BATCH sequences of LENGTH tokens per rank (per torchft group) and step: a step of ~1 s on this 2-core machine, so
@@ -53,13 +52,6 @@ class InPlace:
     last_error: str = ""
 
 
-def _records(path: Path) -> list[dict[str, Any]]:
-    try:
-        return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    except (OSError, ValueError):
-        return []
-
-
 def _job(work: Path) -> Path:
     for script in EXAMPLE.glob("*.py"):
         shutil.copy(script, work / script.name)
@@ -77,11 +69,10 @@ def _job(work: Path) -> Path:
 def _victim(job: Path) -> psutil.Process | None:
     try:
         local = json.loads((job / "local.json").read_text())
-        shims = [p["pid"] for p in local["processes"] if p["replica"] == VICTIM and not p.get("removed")]
-        found = [c for c in psutil.Process(shims[0]).children(recursive=True) if "train_in_place.py" in c.cmdline()]
-    except (OSError, ValueError, IndexError, psutil.Error):
+    except (OSError, ValueError):
         return None
-    return found[0] if found else None
+    shims = [p["pid"] for p in local["processes"] if p["replica"] == VICTIM and not p.get("removed")]
+    return trainer_of(shims[0], "train_in_place.py") if shims else None
 
 
 def in_place_trial() -> InPlace:
@@ -99,13 +90,13 @@ def in_place_trial() -> InPlace:
         while process.poll() is None and time.monotonic() - started < TIMEOUT:
             time.sleep(0.05)
             if sent_at is None:
-                stepped = _records(output / "metrics" / "rank-3.jsonl")
+                stepped = jsonl(output / "metrics" / "rank-3.jsonl")
                 if len(stepped) >= STEPS_BEFORE and (output / "inplace" / "spare-0.json").exists():
                     trainer = _victim(job)
                     if trainer is not None:
                         sent_at = time.time()
                         trainer.send_signal(signal.SIGKILL)
-            elif (repairs := _records(output / "repairs.jsonl")) or time.time() - sent_at > 300:
+            elif (repairs := jsonl(output / "repairs.jsonl")) or time.time() - sent_at > 300:
                 if repairs:
                     outcome.first_step = float(repairs[0]["first_step_at"]) - sent_at
                     record = repairs[0]
@@ -113,7 +104,7 @@ def in_place_trial() -> InPlace:
                     outcome.published = float(record["membership_at"]) - float(record["failed_at"])
                     outcome.reformed = float(record["reformed_at"]) - float(record["membership_at"])
                 break
-        times = [float(r["time"]) for r in _records(output / "metrics" / "rank-0.jsonl")]
+        times = [float(r["time"]) for r in jsonl(output / "metrics" / "rank-0.jsonl")]
         before = [t for t in times if sent_at is None or t < sent_at][2:]  # the first steps warm up
         if len(before) >= 3:
             outcome.steady_step = statistics.median(b - a for a, b in itertools.pairwise(before))

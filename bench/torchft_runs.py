@@ -11,7 +11,6 @@ its defaults (``heartbeat_timeout_ms`` 5 s, ``quorum_tick_ms`` 100) and a join t
 from __future__ import annotations
 
 import itertools
-import json
 import os
 import shutil
 import signal
@@ -22,7 +21,8 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+
+from bench.measure import jsonl
 
 SCRIPT = Path(__file__).resolve().parent / "scripts" / "torchft_replica.py"
 VICTIM = 2  # the replica killed, as rank 2 is in the torchjob runs
@@ -40,15 +40,8 @@ class Outcome:
     steady_step: float | None = None  # median seconds between replica 0's commits in a full quorum, before the kill
 
 
-def _records(path: Path) -> list[dict[str, Any]]:
-    try:
-        return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    except (OSError, ValueError):
-        return []
-
-
 def _first_after(path: Path, moment: float) -> float | None:
-    later = [float(r["time"]) for r in _records(path) if float(r["time"]) > moment]
+    later = [float(r["time"]) for r in jsonl(path) if float(r["time"]) > moment]
     return later[0] - moment if later else None
 
 
@@ -95,9 +88,9 @@ def trial(
     try:
         if not _wait_together(work, groups, processes, launched + timeout, together):
             return outcome
-        firsts = [_records(work / f"replica-{replica}.jsonl")[0]["time"] for replica in range(groups)]
+        firsts = [jsonl(work / f"replica-{replica}.jsonl")[0]["time"] for replica in range(groups)]
         outcome.launch = max(float(first) for first in firsts) - launched
-        full = [float(r["time"]) for r in _records(work / "replica-0.jsonl") if r["participants"] == groups]
+        full = [float(r["time"]) for r in jsonl(work / "replica-0.jsonl") if r["participants"] == groups]
         outcome.steady_step = statistics.median(b - a for a, b in itertools.pairwise(full))
         processes[VICTIM].send_signal(signal.SIGKILL)
         killed_at = time.time()
@@ -126,7 +119,7 @@ def _wait_together(
         if any(process.poll() is not None for process in processes):
             return False
         full = [
-            sum(1 for r in _records(work / f"replica-{replica}.jsonl") if r["participants"] == groups)
+            sum(1 for r in jsonl(work / f"replica-{replica}.jsonl") if r["participants"] == groups)
             for replica in range(groups)
         ]
         if min(full) >= together:
