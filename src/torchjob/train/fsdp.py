@@ -35,13 +35,18 @@ def mesh_for(ctx: DistContext, replicas: int = 1) -> DeviceMesh:
     """The device mesh ``shard_model`` uses: 1-D over every rank (``shard``), or ``replicas`` × (world /
     ``replicas``) (``replicate``, ``shard``) for HSDP."""
     world = ctx.world_size
+    check_layout(world, replicas)
+    if replicas == 1:
+        return init_device_mesh(ctx.device.type, (world,), mesh_dim_names=(SHARD,))
+    return init_device_mesh(ctx.device.type, (replicas, world // replicas), mesh_dim_names=(REPLICATE, SHARD))
+
+
+def check_layout(world: int, replicas: int) -> None:
+    """Refuse a number of replica groups that does not divide the world size (``ShardingError``)."""
     if replicas < 1 or world % replicas:
         raise ShardingError(
             f"replicas={replicas}: HSDP needs a number of replica groups that divides the world size ({world})"
         )
-    if replicas == 1:
-        return init_device_mesh(ctx.device.type, (world,), mesh_dim_names=(SHARD,))
-    return init_device_mesh(ctx.device.type, (replicas, world // replicas), mesh_dim_names=(REPLICATE, SHARD))
 
 
 def shard_model(

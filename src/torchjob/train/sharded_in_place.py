@@ -73,16 +73,13 @@ class ShardedState:
                 f"InPlaceTraining.sharded: replicas={replicas}; a lost rank's shard must live on in another "
                 "replica group, so repair in place needs replicas >= 2 (HSDP)"
             )
-        if ctx.world_size % replicas:
-            raise fsdp.ShardingError(
-                f"replicas={replicas}: HSDP needs a number of replica groups that divides the world size "
-                f"({ctx.world_size})"
-            )
+        fsdp.check_layout(ctx.world_size, replicas)  # without making a mesh: a joiner makes its own when it joins
         self.replicas = replicas
         self._build, self._make_optimizer, self._units = build, make_optimizer, units
         self._model: nn.Module | None = None
         self._optimizer: torch.optim.Optimizer | None = None
         self._sharded: dict[str, nn.Parameter] = {}  # the model's sharded parameters, by name
+        self._world = 0  # the number of ranks the model is sharded over
         self._kept: _Kept | None = None
         if not ctx.joined:  # a joiner builds its model when it joins (restore)
             self._model = self._shard(build(), fsdp.mesh_for(ctx, replicas))
@@ -108,13 +105,12 @@ class ShardedState:
             return  # nothing built since the last release
         optimizer = self._optimizer
         name_of = {id(p): name for name, p in self._sharded.items()}
-        kept = _Kept(world=0)
+        kept = _Kept(world=self._world)
         with torch.no_grad():
             # The optimizer's parameters, not the module's: a step that failed mid-forward leaves the module
             # holding its gathered (unsharded) parameters.
             for name, param in self._sharded.items():
                 kept.params[name] = _local(param)
-                kept.world = _world_of(param)
             kept.buffers = {name: buffer for name, buffer in self._model.named_buffers()}
             for owner, state in optimizer.state.items():
                 name = name_of[id(owner)]
@@ -164,6 +160,7 @@ class ShardedState:
         units = list(self._units(model)) if self._units is not None else None
         fsdp.shard_on(model, mesh, units)
         self._sharded = dict(model.named_parameters())  # sharded now, before any forward gathers them
+        self._world = int(mesh.size())
         return model
 
     def _send(self, rank: int, senders: dict[int, list[int]], kept: _Kept) -> None:
@@ -222,11 +219,6 @@ class _Placeholder:
 def _local(value: Any) -> torch.Tensor:
     local: torch.Tensor = value.to_local() if isinstance(value, DTensor) else value
     return local.detach()
-
-
-def _world_of(param: Any) -> int:
-    mesh = param.device_mesh if isinstance(param, DTensor) else None
-    return int(mesh.size()) if mesh is not None else 1
 
 
 def _holders(ctx: DistContext, has_state: bool, step: int) -> tuple[dict[int, int], int]:
