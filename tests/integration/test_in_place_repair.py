@@ -133,7 +133,9 @@ def test_a_hung_member_is_stopped_and_replaced_while_the_others_wait(
     psutil.Process(shim_pid(torchjob_home, "mend", "worker-1")).children()[0].send_signal(signal.SIGSTOP)
     stdout, stderr = run.communicate(timeout=300)
     assert run.returncode == 0, stderr[-3000:]
-    assert "Hung: worker-1 fell silent while every other member waits for it in generation 0's step" in stderr, stderr
+    assert "torchjob: Hung: worker-1 fell silent while every other member waits for it in generation 0 (" in stderr, (
+        stderr
+    )
     assert "worker-1 stopped responding, the others wait for it" in stderr, stderr
     assert "worker-1 stopped responding (hung); spare-0 takes its place" in stderr
     assert "spare spare-0 joins as worker-1 (rank 2 of 3)" in stdout
@@ -198,7 +200,9 @@ def test_a_spare_frozen_as_it_is_given_a_place_is_replaced_by_the_next_in_second
     stdout, stderr = run.communicate(timeout=300)
     assert run.returncode == 0, stderr[-3000:]
     assert "worker-1 was killed by SIGKILL; spare-0 takes its place" in stderr, stderr
-    assert "Hung: worker-1 fell silent while every other member waits for it in generation 1's step" in stderr, stderr
+    assert "torchjob: Hung: worker-1 fell silent while every other member waits for it in generation 1 (" in stderr, (
+        stderr
+    )
     assert "worker-1 stopped responding (hung); spare-1 takes its place" in stderr, stderr
     assert "spare spare-1 joins as worker-1 (rank 2 of 3)" in stdout and "spare spare-0 joins" not in stdout
     assert "did not form within" not in stdout + stderr

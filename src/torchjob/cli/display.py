@@ -66,7 +66,9 @@ class RunDisplay:
         style = "bold red" if event.type == "Warning" else "bold"
         with self._lock:
             self._print_lines(rescan=True)
-            self.err.print(Text(f"torchjob: {event.reason}: {event.message}", style=style))
+            # A hang's message begins with its kind already ("Hung: ..."): said once.
+            said = event.message if event.message.startswith(f"{event.reason}:") else f"{event.reason}: {event.message}"
+            self.err.print(Text(f"torchjob: {said}", style=style))
 
     def update(self, result: PassResult) -> None:
         self.job = result.job

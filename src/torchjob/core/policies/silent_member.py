@@ -69,8 +69,8 @@ def describe(suspect: ReplicaObservation, generation: int, now: datetime) -> str
     said = _said(suspect)
     silence = (now - said.heard_at).total_seconds()
     return (
-        f"Hung: {suspect.replica} fell silent while every other member waits for it in generation {generation}'s "
-        f"step (not heard for {silence:.1f}s, it said it runs every {said.every or _DEFAULT_EVERY:g}s); "
+        f"Hung: {suspect.replica} fell silent while every other member waits for it in generation {generation} "
+        f"(not heard for {silence:.1f}s, it said it runs every {said.every or _DEFAULT_EVERY:g}s); "
         f"{suspect.replica} stopped responding, the others wait for it"
     )
 
