@@ -242,6 +242,27 @@ def test_a_repair_that_does_not_complete_in_time_restarts_the_group() -> None:
     assert plan(job, Observed(done, store_running=True), SPARES_PLATFORM, at(200)).status.attempt == 0
 
 
+def test_the_next_spare_starts_once_the_repaired_group_has_stepped() -> None:
+    """A spare's start (a fork, the script's imports: seconds of CPU) would slow the step the repaired group
+    retries, so the planner waits for that step; a group that reports no progress gets its spare at once."""
+    job = started(in_place_job())
+    repaired = plan(job, Observed(group(), store_running=True, spares=[READY]), SPARES_PLATFORM, at(5))
+    job = job.model_copy(update={"status": repaired.status})
+
+    def reported(name: str, second: float | None) -> ReplicaObservation:
+        progress = Progress(at(second), 9) if second is not None else None
+        return replace(running(name), progress=progress, repairable=True)
+
+    retrying = [reported("master-0", 4), reported("worker-0", 4), reported("worker-1", None)]
+    joined = [reported("master-0", 4), reported("worker-0", 6), reported("worker-1", 6)]
+    stepped = [reported("master-0", 6), reported("worker-0", 6), reported("worker-1", 6)]
+    silent = [reported("master-0", None), reported("worker-0", None), reported("worker-1", None)]
+    for observed, spare in ((retrying, False), (joined, False), (stepped, True), (silent, True)):
+        result = plan(job, Observed(observed, store_running=True), SPARES_PLATFORM, at(7))
+        assert (CreateSpare(0) in result.actions) is spare, observed
+        assert result.status.attempt == 0
+
+
 def on_notice(reason: PlatformReason = PlatformReason.EVICTED, stopping: bool = True) -> list[ReplicaObservation]:
     """The group with worker-1 still running, on notice of its eviction (its Pod being deleted gracefully)."""
     evicted = replace(running("worker-1"), disrupted_at=at(4), reason=reason, stopping=stopping)

@@ -141,7 +141,7 @@ def overdue(
     if repaired_at is None or not running or any(p is None for p in reports):
         return None, None
     known = [p for p in reports if p is not None]
-    if all(p.at > repaired_at for p in known):
+    if not settling(current, repaired_at):
         return None, None
     seconds = max(REPAIR_DEADLINE, 3 * max(p.seconds_per_step or 0.0 for p in known))
     due = repaired_at + timedelta(seconds=seconds)
@@ -151,6 +151,16 @@ def overdue(
         sorted(str(o.replica) for o in running if o.progress is not None and o.progress.at <= repaired_at)
     )
     return f"the in-place repair did not complete within {seconds:g}s ({behind} completed no step since)", None
+
+
+def settling(current: list[ReplicaObservation], repaired_at: datetime | None) -> bool:
+    """Whether the group re-formed in place at ``repaired_at`` has yet to step since: a running member's last
+    report is older than the repair, or a joiner has not reported yet while its peers report. False where no
+    member reports progress (nothing can be told)."""
+    reports = [o.progress for o in current if o.phase is Phase.RUNNING and not o.stopping]
+    if repaired_at is None or all(p is None for p in reports):
+        return False
+    return any(p is None or p.at <= repaired_at for p in reports)
 
 
 def spare_actions(
