@@ -2,12 +2,13 @@
 comes back from its replica in another group's memory, not from a checkpoint, and the survivors never stop.
 
     torchjob run examples/gpt/job-inplace.yaml                    # 4 ranks (2 replica groups × 2), a spare
+    torchjob run examples/gpt/job-inplace.yaml -- --replicas 1    # plain FSDP over 4: neighbours keep copies
     torchjob run examples/gpt/job-inplace.yaml -- --size tiny     # the same code in seconds
 
 The loop runs under ``InPlaceTraining.sharded``: when a rank dies, a warm spare takes its rank, receives its
-shard of the weights and of AdamW's state from the survivor holding the same shard, and the group retries the
-step that failed. Each step's sequences depend only on the step and the rank, so a repaired run ends with the
-model of a run without a fault.
+shard of the weights and of AdamW's state from the survivor holding the same shard (``--replicas 1``: plain FSDP,
+from the neighbour keeping a copy of it), and the group retries the step that failed. Each step's sequences
+depend only on the step and the rank, so a repaired run ends with the model of a run without a fault.
 """
 
 from __future__ import annotations
@@ -33,7 +34,12 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--batch-size", type=int, default=4, help="sequences per rank and step")
     p.add_argument("--length", type=int, help="tokens per sequence; default: the model's context")
     p.add_argument("--lr", type=float, help="AdamW's learning rate; default: the size's")
-    p.add_argument("--replicas", type=int, default=2, help="HSDP replica groups (at least 2: a shard's copies)")
+    p.add_argument(
+        "--replicas",
+        type=int,
+        default=2,
+        help="HSDP replica groups; 1: plain FSDP, each rank's shard copied to its neighbour's memory after each step",
+    )
     p.add_argument("--log-interval", type=int, default=10)
     p.add_argument("--output-dir", default=os.environ.get("TORCHJOB_OUTPUT_DIR", "output"))
     return p.parse_args()
@@ -56,9 +62,10 @@ def main() -> None:
         units=lambda model: list(model.blocks),  # type: ignore[arg-type]
     )
     count = sum(p.numel() for p in trainer.model.parameters())
+    layout = f"in {args.replicas} replica groups (HSDP)" if args.replicas > 1 else "(FSDP, neighbours' copies)"
     ctx.log(
-        f"{count / 1e6:.1f}M parameters, sharded over {ctx.world_size} ranks in {args.replicas} replica groups "
-        f"(HSDP), repaired in place; {args.batch_size} × {args.length or config.context} tokens per rank and step"
+        f"{count / 1e6:.1f}M parameters, sharded over {ctx.world_size} ranks {layout}, repaired in place; "
+        f"{args.batch_size} × {args.length or config.context} tokens per rank and step"
     )
     language = Language(config)
     metrics = MetricsLogger(trainer.ctx, total_steps=args.steps)

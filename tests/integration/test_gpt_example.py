@@ -1,7 +1,7 @@
 """The sharded example (examples/gpt): a GPT-style model under FSDP2 with DCP checkpoints, run as users run it
 (``torchjob run``), in its tiny size: it learns, and a second job of another width resumes from its checkpoint.
-Its in-place variant (HSDP, a warm spare) survives a SIGKILLed rank with the model of a run without a fault, and a
-shard lost with every copy of it is a group restart that says why."""
+Its in-place variant (HSDP, or plain FSDP with neighbours' copies, and a warm spare) survives a SIGKILLed rank with
+the model of a run without a fault, and a shard lost with every copy of it is a group restart that says why."""
 
 from __future__ import annotations
 
@@ -45,11 +45,11 @@ def _metrics(home: Path, job: str = "gpt") -> dict[str, Any]:
 IN_PLACE = ("--size", "tiny", "--steps", "400", "--replicas", "2")
 
 
-def _kill_when_warm(home: Path, victims: tuple[str, ...], spares: int) -> None:
+def _kill_when_warm(home: Path, victims: tuple[str, ...], spares: int, last_rank: int = 3) -> None:
     """Once the spares wait, warm, and the last rank has trained 60 steps: SIGKILL the victims' trainers."""
     output = home / "jobs" / "gpt-inplace" / "output"
     ready = [output / "inplace" / f"spare-{k}.json" for k in range(spares)]
-    progress = output / "metrics" / "rank-3.jsonl"
+    progress = output / "metrics" / f"rank-{last_rank}.jsonl"
 
     def warm() -> bool:
         return all(p.exists() for p in ready) and progress.exists() and len(progress.read_text().splitlines()) >= 60
@@ -88,6 +88,30 @@ def test_the_sharded_in_place_example_loses_a_rank_and_ends_with_the_model_of_a_
     repaired = _metrics(home, "gpt-inplace")
     assert repaired["repairs"] == 1
     # The spare's weights and AdamW moments are the lost rank's, to the bit: the same model as without the fault.
+    assert (repaired["checksum"], repaired["last_loss"]) == (uninterrupted["checksum"], uninterrupted["last_loss"])
+
+
+def test_plain_fsdp_in_place_loses_a_rank_and_its_neighbours_copy_makes_the_group_whole(tmp_path: Path) -> None:
+    plain = ("--size", "tiny", "--steps", "400", "--replicas", "1")
+    straight = _job(tmp_path / "straight", 2, *plain, example="job-inplace.yaml", spares=0)
+    result = run_cli("run", str(straight), home=tmp_path / "home-straight", timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "sharded over 3 ranks (FSDP, neighbours' copies), repaired in place" in result.stdout
+    uninterrupted = _metrics(tmp_path / "home-straight", "gpt-inplace")
+
+    home = tmp_path / "home"
+    run = start_run(_job(tmp_path / "killed", 2, *plain, example="job-inplace.yaml"), home)
+    try:
+        _kill_when_warm(home, ("worker-0",), spares=1, last_rank=2)
+    finally:
+        stdout, stderr = run.communicate(timeout=600)
+    assert run.returncode == 0, stderr[-3000:]
+    # No other rank holds rank 1's shard: rank 2 kept a copy of it, refreshed after every step.
+    assert "Rank 0: group repaired in place (generation 1, 3 ranks, rank 1's shard from rank 2's copy)" in stdout
+    status = job_object(home, "gpt-inplace")["status"]
+    assert (status["restartCount"], status["repairs"]) == (0, 1)
+    repaired = _metrics(home, "gpt-inplace")
+    assert repaired["repairs"] == 1
     assert (repaired["checksum"], repaired["last_loss"]) == (uninterrupted["checksum"], uninterrupted["last_loss"])
 
 

@@ -4,7 +4,7 @@ The repair loop is the same for every kind of model; what differs is the state e
 joiner's comes from. ``ReplicatedState`` is DDP's: every member holds the whole model and optimizer, so the
 lowest survivor broadcasts them and every member wraps the model in a new DDP. A sharded model's is
 ``torchjob.train.sharded_in_place.ShardedState``: every member holds only its shard, and a joiner's comes from a
-survivor holding the same shard (its HSDP replica).
+survivor holding the same shard (its HSDP replica) or a copy of it (its neighbour, under plain FSDP).
 """
 
 from __future__ import annotations
@@ -42,6 +42,11 @@ class GroupState(Protocol):
     def wrap(self, ctx: DistContext) -> nn.Module:
         """The module the step function is given, in the group's first generation (every member holds state)."""
 
+    def after_step(self, ctx: DistContext, step: int) -> None:
+        """After each step that completed (``step``: the steps done so far), before the next: whatever keeps a
+        lost member's state restorable (a sharded model's neighbour copies). Raises as a step does when a peer
+        is lost."""
+
     def release(self) -> None:
         """Before the old group goes: drop every reference to it (a group kept alive keeps its sockets open,
         and the other survivors wait on them), keeping the state itself."""
@@ -71,6 +76,9 @@ class ReplicatedState:
         device_ids = [ctx.device.index] if ctx.device.type == "cuda" else None
         options = {"init_sync": init_sync, **self.ddp_options}
         return DistributedDataParallel(self._model, device_ids=device_ids, **options)
+
+    def after_step(self, ctx: DistContext, step: int) -> None:
+        """Nothing to do: every member holds the whole state."""
 
     def release(self) -> None:
         """Nothing to do: only the DDP wrapper (the step function's module, which the loop drops) holds the

@@ -164,26 +164,28 @@ class InPlaceTraining:
         while self.step < total_steps:
             assert self.module is not None
             failed_at: float | None = None
-            changed = False
+            changed = stepped = False
             began = self.clock.begin(self.ctx.generation)
             try:
                 changed = self._membership_changed()
                 if not changed:
                     step_fn(self.module, self.step, self.ctx)
+                    stepped = True
+                    self.state.after_step(self.ctx, self.step + 1)
             except RuntimeError:
                 if not self.repairable:
                     raise
                 failed_at = time.time()  # repaired outside the except block: its traceback holds the broken group
             finally:
                 self.clock.end()  # from here on the old group's connections are this thread's to drop
-            if failed_at is None and not changed:
-                self.clock.completed(began)
+            if stepped:  # done, even where what followed it failed: the group carries on from the next
+                self.step += 1
             if failed_at is not None:
                 self._repair(failed_at)
             elif changed:
                 self._regroup()
             else:
-                self.step += 1
+                self.clock.completed(began)
                 self._settled = True
                 if self._unlogged is not None:
                     self._log_repair({**self._unlogged, "first_step_at": time.time()})

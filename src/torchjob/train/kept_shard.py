@@ -1,0 +1,110 @@
+"""A member's shard of a sharded model as plain tensors: what it keeps across a re-form, what a neighbour keeps a
+copy of, and what is sent to a joiner (sharded_in_place.py, shard_copies.py).
+
+Plain tensors hold no reference to the group the model was sharded over, so they outlive it. Sending one takes
+two messages: its layout first (everything but the tensors, each tensor a ``Placeholder``: a pickle of a few
+kB), then the tensors themselves, in ``tensors_of``'s order on both sides.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+from torch.distributed.tensor import DTensor
+
+
+@dataclass
+class KeptShard:
+    """One rank's shard of the model and its optimizer's state."""
+
+    world: int  # the number of ranks the model was sharded over
+    params: dict[str, torch.Tensor] = field(default_factory=dict)  # the local shard of each parameter
+    buffers: dict[str, torch.Tensor] = field(default_factory=dict)  # buffers are whole on every rank
+    optimizer: dict[str, dict[str, Any]] = field(default_factory=dict)  # each parameter's state, DTensors as local
+    sharded_keys: dict[str, list[str]] = field(default_factory=dict)  # which of a parameter's state were DTensors
+    groups: list[list[str]] = field(default_factory=list)  # the optimizer's parameter groups, by parameter name
+
+
+@dataclass(frozen=True)
+class Placeholder:
+    """A tensor about to be received: its shape and type."""
+
+    shape: tuple[int, ...]
+    dtype: torch.dtype
+
+
+def local(value: Any) -> torch.Tensor:
+    """A parameter's or a state tensor's local shard (a plain tensor as it is)."""
+    found: torch.Tensor = value.to_local() if isinstance(value, DTensor) else value
+    return found.detach()
+
+
+def shard_of(
+    sharded: dict[str, nn.Parameter], optimizer: torch.optim.Optimizer, world: int, buffers: dict[str, torch.Tensor]
+) -> KeptShard:
+    """This rank's shard as it is now: views of the live tensors, not copies. ``sharded``: the model's sharded
+    parameters by name, as the optimizer holds them (a step that failed mid-forward leaves the module holding
+    gathered ones)."""
+    name_of = {id(p): name for name, p in sharded.items()}
+    kept = KeptShard(world=world, buffers=dict(buffers))
+    with torch.no_grad():
+        for name, param in sharded.items():
+            kept.params[name] = local(param)
+        for owner, state in optimizer.state.items():
+            name = name_of[id(owner)]
+            kept.optimizer[name] = {k: local(v) if isinstance(v, DTensor) else v for k, v in state.items()}
+            kept.sharded_keys[name] = [k for k, v in state.items() if isinstance(v, DTensor)]
+    kept.groups = [[name_of[id(p)] for p in group["params"]] for group in optimizer.param_groups]
+    return kept
+
+
+def layout_of(kept: KeptShard, with_params: bool = False) -> KeptShard:
+    """What a receiver is told before the tensors: everything but them, placeholders in their places (the
+    parameters' too where ``with_params``: a joiner receives them into its own model's tensors, a neighbour's
+    copy has none to receive them into)."""
+    optimizer = {
+        name: {key: _placeholder(v) if isinstance(v, torch.Tensor) else v for key, v in state.items()}
+        for name, state in kept.optimizer.items()
+    }
+    params: dict[str, Any] = {name: _placeholder(t) for name, t in kept.params.items()} if with_params else {}
+    return KeptShard(
+        world=kept.world, params=params, optimizer=optimizer, sharded_keys=kept.sharded_keys, groups=kept.groups
+    )
+
+
+def allocate(layout: KeptShard, device: torch.device) -> KeptShard:
+    """Empty tensors in every placeholder's place, to receive into."""
+    kept = KeptShard(world=layout.world, sharded_keys=layout.sharded_keys, groups=layout.groups)
+    kept.params = {name: _empty(p, device) for name, p in layout.params.items()}
+    kept.optimizer = {
+        name: {key: _empty(v, device) if isinstance(v, Placeholder) else v for key, v in state.items()}
+        for name, state in layout.optimizer.items()
+    }
+    return kept
+
+
+def tensors_of(kept: KeptShard) -> list[torch.Tensor]:
+    """Every tensor of a shard, in the order senders send them and receivers receive them."""
+    found = [kept.params[name] for name in sorted(kept.params)]
+    found += [kept.buffers[name] for name in sorted(kept.buffers)]
+    for name in sorted(kept.optimizer):
+        state = kept.optimizer[name]
+        found += [state[key] for key in sorted(state) if isinstance(state[key], torch.Tensor)]
+    return found
+
+
+def size_of(tensors: list[torch.Tensor]) -> int:
+    """Bytes."""
+    return sum(t.numel() * t.element_size() for t in tensors)
+
+
+def _placeholder(tensor: torch.Tensor) -> Placeholder:
+    return Placeholder(tuple(tensor.shape), tensor.dtype)
+
+
+def _empty(value: Any, device: torch.device) -> torch.Tensor:
+    assert isinstance(value, Placeholder)
+    return torch.empty(value.shape, dtype=value.dtype, device=device)
