@@ -6,9 +6,9 @@ moments) sharded with FSDP2 over 4 ranks (one process each, gloo, this 2-core ma
 all of it: the anchor) and an asynchronous one (blocked only while the state is staged in memory; written and
 committed in the background), each the slowest rank's time. Target: blocked ≤ 10% of the synchronous save.
 
-Then a rank of the same model SIGKILLed, repaired in place from its HSDP replica's memory, beside torchft 0.2.0 on
-the same model (``bench/state_repair.py``), trial by trial. Not yet here (#51): the ~1B case, a plain FSDP group's
-shards copied to a neighbour, memory per rank. ``python -m bench --only state``.
+Then a rank of the same model SIGKILLed, repaired in place from its HSDP replica's memory, and under plain FSDP from
+the copy its neighbour keeps, beside torchft 0.2.0 on the same model (``bench/state_repair.py``), trial by trial.
+Not yet here (#51): the ~1B case, memory per rank. ``python -m bench --only state``.
 """
 
 from __future__ import annotations
@@ -47,13 +47,16 @@ def record(run: Run, trials: int) -> None:
 
 
 def _kills(run: Run, trials: int) -> None:
-    """A rank SIGKILLed: in place (HSDP, the shard from its replica) and torchft, alternating trial by trial."""
+    """A rank SIGKILLed: in place (HSDP, the shard from its replica; plain FSDP, from its neighbour's copy) and
+    torchft, alternating trial by trial."""
     run.add("lost shard", [state_repair.shard_bytes() / 1e9], "GB")
+    run.add("fsdp lost shard", [state_repair.shard_bytes(replicas=1) / 1e9], "GB")
     samples: dict[str, list[float | None]] = {}
     failures: list[str] = []
     global_batch = state_repair.RANKS * state_repair.BATCH
     for number in range(trials):
         ours = state_repair.in_place_trial()
+        plain = state_repair.in_place_trial(replicas=1)
         theirs = torchft_runs.trial(
             state_repair.RANKS,
             global_batch,
@@ -72,15 +75,20 @@ def _kills(run: Run, trials: int) -> None:
             ("in place membership", ours.published),
             ("in place re-form", ours.reformed),
             ("in place steady step", ours.steady_step),
+            ("fsdp in place first step", plain.first_step),
+            ("fsdp in place re-form", plain.reformed),
+            ("fsdp in place steady step", plain.steady_step),
             ("torchft survivors", theirs.survivors_next),
             ("torchft replacement", theirs.replacement_first),
             ("torchft steady step", theirs.steady_step),
         ):
             samples.setdefault(case, []).append(value)
-        if ours.first_step is None:
-            failures.append(ours.last_error.replace("|", "/") or "no error printed")
+        for trial in (ours, plain):
+            if trial.first_step is None:
+                failures.append(trial.last_error.replace("|", "/") or "no error printed")
         print(
             f"  kill {number + 1}: in place {ours.first_step} (re-form {ours.reformed}, step {ours.steady_step}); "
+            f"plain FSDP {plain.first_step} (re-form {plain.reformed}, step {plain.steady_step}); "
             f"torchft survivors {theirs.survivors_next}, replacement {theirs.replacement_first} "
             f"(step {theirs.steady_step})",
             flush=True,
@@ -88,5 +96,6 @@ def _kills(run: Run, trials: int) -> None:
     for case, values in samples.items():
         run.add(case, values)
     run.describe(
-        "in place outcome", f"{trials - len(failures)} of {trials} repaired" + (f"; {failures[-1]}" if failures else "")
+        "in place outcome",
+        f"{2 * trials - len(failures)} of {2 * trials} repaired" + (f"; {failures[-1]}" if failures else ""),
     )

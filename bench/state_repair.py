@@ -5,6 +5,9 @@
   ``STEPS_BEFORE`` steps; the spare takes rank 3 and receives its shard (weights and AdamW's moments) from rank 1,
   which holds the same shard in the other replica group. Timed from the kill to the repaired group's first step
   (rank 0's repair record), which is also the moment the group is whole again.
+- **in place, plain FSDP** (the same job with ``--replicas 1``): FSDP over the 4 ranks, each rank's shard copied to
+  its right neighbour's memory after every step; the spare receives rank 3's shard from rank 0's copy. Its steady
+  step includes that copy.
 - **torchft** 0.2.0 (``bench/torchft_runs.py``): 4 replica groups of one process, each with a whole copy of the
   same model, the same per-rank batch (the same global batch), one group SIGKILLed and restarted at once: the
   survivors' next committed step and the replacement's first (a cold start, then a heal from a live peer).
@@ -37,7 +40,7 @@ EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "gpt"
 # BATCH sequences of LENGTH tokens per rank (per torchft group) and step: a step of ~1 s on this 2-core machine, so
 # that the state, not the arithmetic, is what a repair moves and waits for.
 SIZE, RANKS, REPLICAS, BATCH, LENGTH = "100m", 4, 2, 1, 32
-VICTIM = "worker-2"  # rank 3: its shard's copy is rank 1's
+VICTIM = "worker-2"  # rank 3: its shard's copy is rank 1's under HSDP, rank 0's under plain FSDP
 STEPS_BEFORE = 6  # steps the whole group trains before the kill (the first ones are slower)
 TIMEOUT = 900.0
 
@@ -52,11 +55,11 @@ class InPlace:
     last_error: str = ""
 
 
-def _job(work: Path) -> Path:
+def _job(work: Path, replicas: int) -> Path:
     for script in EXAMPLE.glob("*.py"):
         shutil.copy(script, work / script.name)
     job = yaml.safe_load((EXAMPLE / "job-inplace.yaml").read_text())
-    args = ["--size", SIZE, "--steps", "1000", "--replicas", str(REPLICAS), "--batch-size", str(BATCH)]
+    args = ["--size", SIZE, "--steps", "1000", "--replicas", str(replicas), "--batch-size", str(BATCH)]
     args += ["--length", str(LENGTH)]
     for spec in job["spec"]["pytorchReplicaSpecs"].values():
         spec["template"]["spec"]["containers"][0]["args"] = args
@@ -75,7 +78,7 @@ def _victim(job: Path) -> psutil.Process | None:
     return trainer_of(shims[0], "train_in_place.py") if shims else None
 
 
-def in_place_trial() -> InPlace:
+def in_place_trial(replicas: int = REPLICAS) -> InPlace:
     work = Path(tempfile.mkdtemp(prefix="bench-state-repair-"))
     outcome = InPlace()
     job = work / "home" / "jobs" / "gpt-inplace"
@@ -83,7 +86,7 @@ def in_place_trial() -> InPlace:
     env = {**os.environ, "TORCHJOB_HOME": str(work / "home"), "OMP_NUM_THREADS": "1"}
     log = (work / "launcher.log").open("wb")
     process = subprocess.Popen(
-        [str(BIN / "torchjob"), "run", str(_job(work))], env=env, cwd=work, stdout=log, stderr=log
+        [str(BIN / "torchjob"), "run", str(_job(work, replicas))], env=env, cwd=work, stdout=log, stderr=log
     )
     started, sent_at = time.monotonic(), None
     try:
@@ -120,7 +123,7 @@ def in_place_trial() -> InPlace:
         shutil.rmtree(work, ignore_errors=True)
 
 
-def shard_bytes() -> float:
+def shard_bytes(replicas: int = REPLICAS) -> float:
     """The bytes of one rank's shard of the weights and AdamW's two moments (fp32), the lost state sent."""
     # By its path, under a name of its own: the MNIST example's model module is also called "model".
     spec = importlib.util.spec_from_file_location("gpt_example_model", EXAMPLE / "model.py")
@@ -128,4 +131,4 @@ def shard_bytes() -> float:
     model = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = model  # its dataclasses look themselves up there
     spec.loader.exec_module(model)
-    return float(model.parameters(model.SIZES[SIZE]) * 4 * 3 / (RANKS // REPLICAS))
+    return float(model.parameters(model.SIZES[SIZE]) * 4 * 3 / (RANKS // replicas))
