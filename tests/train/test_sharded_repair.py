@@ -11,7 +11,8 @@ from torch import nn
 from torchjob import worker_files
 from torchjob.train import ShardingError
 from torchjob.train.context import DistContext
-from torchjob.train.sharded_in_place import ShardedRepairError, ShardedState, _copy_senders, _said, _senders
+from torchjob.train.shard_copies import CopyError, Holding, agree
+from torchjob.train.sharded_in_place import ShardedRepairError, ShardedState, _said, _senders
 
 
 def test_a_joiner_gets_its_shard_from_every_survivor_holding_it() -> None:
@@ -31,29 +32,43 @@ def test_a_shard_whose_every_copy_was_lost_is_one_clear_error() -> None:
         _senders({0: 3, 2: 3}, world=4, shards=2)
 
 
+def _group(*holdings: tuple[int, int, int, int]) -> dict[int, Holding]:
+    """Each rank's (live step, own kept shard's step, copy's step, step of the copy it was receiving)."""
+    return {rank: Holding(*steps) for rank, steps in enumerate(holdings)}
+
+
+LOST = (-1, -1, -1, -1)  # a joiner
+
+
 def test_under_plain_fsdp_a_joiner_gets_its_shard_from_the_neighbour_keeping_its_copy() -> None:
     # 4 ranks, each keeping a copy of its left neighbour's shard: rank 1's is with rank 2, rank 3's with rank 0.
-    assert _copy_senders({0: 9, 2: 9, 3: 9}, {0: 9, 2: 9, 3: 9}, world=4, step=9) == {1: [2]}
-    assert _copy_senders({0: 9, 1: 9, 2: 9}, {0: 9, 1: 9, 2: 9}, world=4, step=9) == {3: [0]}
-    assert _copy_senders({0: 9, 2: 9}, {0: 9, 2: 9}, world=4, step=9) == {1: [2], 3: [0]}
+    at_9 = (9, 9, 9, -1)
+    assert agree(_group(at_9, LOST, at_9, at_9), world=4) == (9, {1: 2})
+    assert agree(_group(at_9, at_9, at_9, LOST), world=4) == (9, {3: 0})
+    assert agree(_group(at_9, LOST, at_9, LOST), world=4) == (9, {1: 2, 3: 0})
     assert (
         _said({1: [2], 3: [0]}, copies=True) == "rank 1's shard from rank 2's copy; rank 3's shard from rank 0's copy"
     )
 
 
-@pytest.mark.parametrize(
-    ("holders", "copies", "said"),
-    [
-        ({0: 9, 3: 9}, {0: 9, 3: 9}, r"no survivor holds rank 1's shard: rank 2, which kept its copy, was lost with"),
-        ({0: 9, 2: 9, 3: 9}, {0: 9, 2: 8, 3: 9}, r"rank 2's copy of rank 1's shard is of step 8, the survivors are at"),
-        ({0: 9, 2: 9, 3: 9}, {0: 9, 2: -1, 3: 9}, r"rank 2's copy of rank 1's shard was not whole, the survivors are"),
-    ],
-)
-def test_a_copy_lost_or_a_step_behind_is_one_clear_error(
-    holders: dict[int, int], copies: dict[int, int], said: str
-) -> None:
-    with pytest.raises(ShardedRepairError, match=said):
-        _copy_senders(holders, copies, world=4, step=9)
+def test_a_rank_lost_before_its_newest_copy_was_whole_takes_the_group_back_a_step() -> None:
+    # Rank 1 died while it sent its shard of step 9: rank 2 holds its copy of step 8, and every survivor its own.
+    assert agree(_group((9, 8, 8, -1), LOST, (9, 8, 8, -1), (9, 8, 8, 9)), world=4) == (8, {1: 2})
+    # Every copy of step 9 was received, but the last all-reduce failed: step 9, from the copy just received.
+    assert agree(_group((9, 8, 8, 9), LOST, (9, 8, 8, 9), (9, 8, 8, 9)), world=4) == (9, {1: 2})
+    # A survivor that completed a step its peers failed goes back to the step they hold.
+    assert agree(_group((10, 9, 9, -1), LOST, (9, 9, 9, -1), (9, 9, 9, -1)), world=4) == (9, {1: 2})
+
+
+def test_a_copy_lost_with_its_rank_or_of_no_common_step_is_one_clear_error() -> None:
+    with pytest.raises(
+        CopyError, match=r"no survivor holds rank 1's shard: rank 2, which kept its copy, was lost with"
+    ):
+        agree(_group((9, 9, 9, -1), LOST, LOST, (9, 9, 9, -1)), world=4)
+    with pytest.raises(
+        CopyError, match=r"no step that every survivor holds and the lost ranks' copies are of \(rank 0"
+    ):
+        agree(_group((9, 9, 9, -1), LOST, (9, 9, 7, -1), (9, 9, 9, -1)), world=4)
 
 
 def _ctx(world: int) -> DistContext:

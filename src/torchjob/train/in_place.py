@@ -287,7 +287,7 @@ class InPlaceTraining:
             if broken() is not None:
                 print(f"torchjob: warning: rank {self.ctx.rank} could not close its broken group", flush=True)
         self.repairs += 1
-        self._join(started, {"kind": "repair", "failed_at": failed_at}, f"retrying step {self.step}")
+        self._join(started, {"kind": "repair", "failed_at": failed_at}, "retrying step")
 
     def _regroup(self) -> None:
         """Every member is at the same step, after the same collective: the group is whole, and goes cleanly."""
@@ -296,9 +296,11 @@ class InPlaceTraining:
         self.state.release()
         dist.destroy_process_group()
         self.regroups += 1
-        self._join(started, {"kind": "regroup", "agreed_at": agreed_at}, f"at step {self.step}")
+        self._join(started, {"kind": "regroup", "agreed_at": agreed_at}, "at step")
 
     def _join(self, started: float, record: dict[str, Any], carrying_on: str) -> None:
+        """Join the next generation and take the group's state; ``carrying_on`` says how, before the step the
+        group carries on from (the state's: a sharded group may go back a step)."""
         self._settled = False
         timeout = timedelta(seconds=max(self.repair_timeout, 30.0))
         deadline = started + self.repair_timeout
@@ -326,7 +328,7 @@ class InPlaceTraining:
             what = "repaired" if record["kind"] == "repair" else "re-formed"
             print(
                 f"Rank {rank}: group {what} in place (generation {self.ctx.generation}, {world} ranks, "
-                f"{restored.source}) in {took * 1000:.0f} ms; {carrying_on}",
+                f"{restored.source}) in {took * 1000:.0f} ms; {carrying_on} {self.step}",
                 flush=True,
             )
 

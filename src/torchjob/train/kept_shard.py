@@ -61,17 +61,23 @@ def shard_of(
     return kept
 
 
-def layout_of(kept: KeptShard, with_params: bool = False) -> KeptShard:
+def layout_of(kept: KeptShard, whole: bool = False) -> KeptShard:
     """What a receiver is told before the tensors: everything but them, placeholders in their places (the
-    parameters' too where ``with_params``: a joiner receives them into its own model's tensors, a neighbour's
-    copy has none to receive them into)."""
+    parameters' and buffers' too where ``whole``: a joiner receives those into its own model's tensors, a
+    neighbour's copy has none to receive them into)."""
     optimizer = {
         name: {key: _placeholder(v) if isinstance(v, torch.Tensor) else v for key, v in state.items()}
         for name, state in kept.optimizer.items()
     }
-    params: dict[str, Any] = {name: _placeholder(t) for name, t in kept.params.items()} if with_params else {}
+    params: dict[str, Any] = {name: _placeholder(t) for name, t in kept.params.items()} if whole else {}
+    buffers: dict[str, Any] = {name: _placeholder(t) for name, t in kept.buffers.items()} if whole else {}
     return KeptShard(
-        world=kept.world, params=params, optimizer=optimizer, sharded_keys=kept.sharded_keys, groups=kept.groups
+        world=kept.world,
+        params=params,
+        buffers=buffers,
+        optimizer=optimizer,
+        sharded_keys=kept.sharded_keys,
+        groups=kept.groups,
     )
 
 
@@ -79,6 +85,7 @@ def allocate(layout: KeptShard, device: torch.device) -> KeptShard:
     """Empty tensors in every placeholder's place, to receive into."""
     kept = KeptShard(world=layout.world, sharded_keys=layout.sharded_keys, groups=layout.groups)
     kept.params = {name: _empty(p, device) for name, p in layout.params.items()}
+    kept.buffers = {name: _empty(b, device) for name, b in layout.buffers.items()}
     kept.optimizer = {
         name: {key: _empty(v, device) if isinstance(v, Placeholder) else v for key, v in state.items()}
         for name, state in layout.optimizer.items()
@@ -93,6 +100,32 @@ def tensors_of(kept: KeptShard) -> list[torch.Tensor]:
     for name in sorted(kept.optimizer):
         state = kept.optimizer[name]
         found += [state[key] for key in sorted(state) if isinstance(state[key], torch.Tensor)]
+    return found
+
+
+def cloned(kept: KeptShard) -> KeptShard:
+    """A shard of tensors of its own (``shard_of``'s are views of the live ones)."""
+    return KeptShard(
+        world=kept.world,
+        params={name: t.clone() for name, t in kept.params.items()},
+        buffers={name: t.clone() for name, t in kept.buffers.items()},
+        optimizer={
+            name: {k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in state.items()}
+            for name, state in kept.optimizer.items()
+        },
+        sharded_keys={name: list(keys) for name, keys in kept.sharded_keys.items()},
+        groups=[list(group) for group in kept.groups],
+    )
+
+
+def shapes_of(kept: KeptShard) -> list[tuple[str, tuple[int, ...]]]:
+    """A shard's tensors by name and shape, a layout's placeholders too: whether one can be received into another."""
+    found = [(name, tuple(t.shape)) for name, t in kept.params.items()]
+    found += [(name, tuple(t.shape)) for name, t in kept.buffers.items()]
+    for name, state in kept.optimizer.items():
+        found += [
+            (f"{name}.{key}", tuple(v.shape)) for key, v in state.items() if isinstance(v, torch.Tensor | Placeholder)
+        ]
     return found
 
 

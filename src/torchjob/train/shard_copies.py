@@ -1,40 +1,66 @@
 """A copy of each rank's shard in its neighbour's memory, so that plain FSDP (one replica group) is repaired in place.
 
-Under FSDP over S ranks, no other rank holds rank r's shard. So after every step, rank r sends its shard (the
-weights and the optimizer's state; buffers are whole on every rank) to rank (r + 1) % S, which keeps it as plain
-tensors, received in the place of the copy before. A spare given rank r's place receives that copy from rank
-r + 1 (sharded_in_place.py). The cost: one shard of memory per rank, and the exchange after every step (every
-member waits for it: the shard's bytes over the machine's bandwidth, measured in bench.state).
+Under FSDP over S ranks, no other rank holds rank r's shard. So after every step, rank r sends its shard (its
+weights, buffers and optimizer state) to rank (r + 1) % S, which keeps it as a copy; a spare given rank r's place
+receives the copy from rank r + 1 (sharded_in_place.py).
 
-A copy is of the step the survivors hold only when the exchange after that step completed. A rank lost while it
-sent its shard (or after its step's last collective, before it sent) leaves its copy a step behind the
-survivors, and the state of the step before cannot be mixed with theirs: the group then restarts from its
-checkpoint, and says why. Copies are kept on the model's device: CPU memory under gloo (this machine);
-under NCCL they would take GPU memory, and that path has not run on a GPU.
+A rank can be lost in the middle of that exchange, or after its step but before it sent: its neighbour then has
+no copy of its newest step, while the survivors went on to it. So a copy is received beside the one before, and
+each rank keeps its own shard as of the last exchange every rank completed. After the exchange, one all-reduce of
+one integer says that every rank received its neighbour's shard; only then is the new copy kept in place of the
+old. At a repair the group agrees on the newest step that every survivor still holds (as it is, or as it kept
+it) and each lost rank's copy is of (``agree``): the step it was at, or the step before, retried. The cost: three
+shards of memory per rank (its neighbour's copy, the one being received, its own), and after every step the
+exchange every member waits for (the shard's bytes over the machine's bandwidth, in bench.state). Copies are kept
+on the model's device: CPU memory under gloo (this machine); under NCCL they would take GPU memory, and that path
+has not run on a GPU.
 """
 
 from __future__ import annotations
 
 import pickle
-from dataclasses import replace
+from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
 
 from torchjob.train.context import DistContext
-from torchjob.train.kept_shard import KeptShard, allocate, layout_of, tensors_of
+from torchjob.train.kept_shard import KeptShard, allocate, cloned, layout_of, shapes_of, tensors_of
 
 # What a receiver allocates and keeps from the layout: the tensors' shapes and types, and the optimizer's state that is
 # not a tensor (sent with the layout, so sent again whenever it changes).
 Signature = tuple[list[tuple[tuple[int, ...], torch.dtype]], list[object]]
 
 
+class CopyError(RuntimeError):
+    """No step at which every survivor's shard and every lost rank's copy agree."""
+
+
+@dataclass(frozen=True)
+class Holding:
+    """What one member of a re-formed group holds, as all-gathered: the step of its live state (-1: a joiner),
+    of its own kept shard, of its neighbour's copy, and of the copy it was receiving (-1: none, or not whole)."""
+
+    live: int
+    own: int
+    copy: int
+    received: int
+
+    def steps(self) -> tuple[int, int, int, int]:
+        return self.live, self.own, self.copy, self.received
+
+
 class NeighbourCopies:
-    """This rank's copy of its left neighbour's shard, refreshed after every step (see the module)."""
+    """This rank's copies: its left neighbour's shard, and its own (see the module)."""
 
     def __init__(self) -> None:
-        self.copy: KeptShard | None = None  # rank (r - 1) % S's shard
-        self.step = -1  # the step the copy is of; -1: none (never received, or being received)
+        self.copy: KeptShard | None = None  # rank (r - 1) % S's shard, as of copy_step
+        self.copy_step = -1
+        self._received: KeptShard | None = None  # the next copy, being received; whole as of received_step
+        self.received_step = -1
+        self.own: KeptShard | None = None  # this rank's shard as of own_step (the last exchange all completed)
+        self.own_step = -1
+        self._layout: KeptShard | None = None  # the left neighbour's layout, as last heard
         self._told: Signature | None = None  # the layout the right neighbour last heard from this rank
 
     def reset(self) -> None:
@@ -42,16 +68,41 @@ class NeighbourCopies:
         self._told = None
 
     def refresh(self, ctx: DistContext, mine: KeptShard, step: int) -> None:
-        """Send this rank's shard, as of ``step``, to its right neighbour; receive the left one's into the copy."""
+        """Send this rank's shard, as of ``step``, to its right neighbour and receive the left one's; once every
+        rank has, keep both (the copy, and this rank's own shard)."""
         world, rank = ctx.world_size, ctx.rank
         if world < 2:
             return
         right, left = (rank + 1) % world, (rank - 1) % world
-        sent = tensors_of(replace(mine, buffers={}))
+        sent = tensors_of(mine)
         plain = [v for state in mine.optimizer.values() for v in state.values() if not isinstance(v, torch.Tensor)]
         signature = ([(tuple(t.shape), t.dtype) for t in sent], plain)
-        self.step = -1  # received in place from here on: no copy until it is whole again
-        layout = b"" if signature == self._told else pickle.dumps(layout_of(mine, with_params=True))
+        self.received_step = -1
+        self._exchange_layout(ctx, mine, signature, right, left)
+        assert self._layout is not None
+        if self._received is None:
+            self._received = allocate(self._layout, ctx.device)
+        into = tensors_of(self._received)
+        # One tensor each way at a time, as gloo's own collectives send: a send queued behind others to a peer
+        # that died mid-exchange was seen to wait forever (no error), where the one in flight fails.
+        for index in range(max(len(into), len(sent))):
+            _all(
+                dist.irecv(into[index], src=left) if index < len(into) else None,
+                dist.isend(sent[index].contiguous(), dst=right) if index < len(sent) else None,
+            )
+        self.received_step = step
+        # Every rank has received its neighbour's shard: only now may any rank let go of the copy before.
+        dist.all_reduce(torch.zeros(1, dtype=torch.int64, device=ctx.device))
+        self.copy, self._received = self._received, self.copy
+        self.copy_step, self.received_step = step, -1
+        if self._received is not None and shapes_of(self._received) != shapes_of(self._layout):
+            self._received = None  # of an older layout: allocated anew for the next exchange
+        self._keep_own(mine, step)
+
+    def _exchange_layout(self, ctx: DistContext, mine: KeptShard, signature: Signature, right: int, left: int) -> None:
+        """Each rank's layout to its right neighbour, where it changed (or was never told since the last
+        re-form): a length, then the pickle."""
+        layout = b"" if signature == self._told else pickle.dumps(layout_of(mine, whole=True))
         theirs = torch.zeros(1, dtype=torch.int64)
         _all(dist.irecv(theirs, src=left), dist.isend(torch.tensor([len(layout)], dtype=torch.int64), dst=right))
         coming = int(theirs[0])
@@ -62,13 +113,61 @@ class NeighbourCopies:
                 dist.isend(torch.frombuffer(bytearray(layout), dtype=torch.uint8), dst=right) if layout else None,
             )
             if coming:
-                self.copy = allocate(pickle.loads(incoming.numpy().tobytes()), ctx.device)
+                heard: KeptShard = pickle.loads(incoming.numpy().tobytes())
+                if self._received is not None and shapes_of(self._received) != shapes_of(heard):
+                    self._received = None
+                self._layout = heard
         self._told = signature
-        if self.copy is None:
-            raise RuntimeError(f"rank {rank}: rank {left} sent its shard without its layout")
-        into = tensors_of(self.copy)
-        _all(*[dist.irecv(t, src=left) for t in into], *[dist.isend(t.contiguous(), dst=right) for t in sent])
-        self.step = step
+        if self._layout is None:
+            raise RuntimeError(f"rank {ctx.rank}: rank {left} sent its shard without its layout")
+
+    def _keep_own(self, mine: KeptShard, step: int) -> None:
+        with torch.no_grad():
+            if self.own is not None and shapes_of(self.own) == shapes_of(mine):
+                for kept, live in zip(tensors_of(self.own), tensors_of(mine), strict=True):
+                    kept.copy_(live)
+                for name, state in mine.optimizer.items():  # the values that are not tensors
+                    for key, value in state.items():
+                        if not isinstance(value, torch.Tensor):
+                            self.own.optimizer[name][key] = value
+            else:
+                self.own = cloned(mine)
+        self.own_step = step
+
+    def holding(self, live: int) -> Holding:
+        return Holding(live, self.own_step, self.copy_step, self.received_step)
+
+    def copy_of(self, step: int) -> KeptShard:
+        """The left neighbour's shard as of ``step`` (``agree`` chose a step this rank holds it at)."""
+        found = self.copy if self.copy_step == step else self._received if self.received_step == step else None
+        if found is None:
+            raise CopyError(f"no copy of step {step} is kept here")
+        return found
+
+
+def agree(holdings: dict[int, Holding], world: int) -> tuple[int, dict[int, int]]:
+    """The step a re-formed group carries on from, and for each joiner the rank keeping its copy: the newest
+    step that every survivor holds (live, or its own kept shard) and each joiner's keeper holds a copy of."""
+    joiners = [rank for rank in range(world) if holdings[rank].live < 0]
+    keepers = {joiner: (joiner + 1) % world for joiner in joiners}
+    for joiner, keeper in keepers.items():
+        if holdings[keeper].live < 0:
+            raise CopyError(
+                f"no survivor holds rank {joiner}'s shard: rank {keeper}, which kept its copy, was lost with it"
+            )
+    survivors = [h for h in holdings.values() if h.live >= 0]
+    candidates = sorted({s for h in survivors for s in h.steps() if s >= 0}, reverse=True)
+    for step in candidates:
+        if all(step in (h.live, h.own) for h in survivors) and all(
+            step in (holdings[k].copy, holdings[k].received) for k in keepers.values()
+        ):
+            return step, keepers
+    said = "; ".join(
+        f"rank {rank}: {h.live} live, {h.own} kept, copy {h.copy}"
+        for rank, h in sorted(holdings.items())
+        if h.live >= 0
+    )
+    raise CopyError(f"no step that every survivor holds and the lost ranks' copies are of ({said})")
 
 
 def _all(*works: dist.Work | None) -> None:

@@ -5,7 +5,8 @@ its optimizer state, and so does rank ``s`` of every other group. When a rank is
 with the same rank, and the spare's shard comes from the survivors that hold shard ``s``: with several of them
 (R > 2), each sends its part of the tensors at once. Under plain FSDP (R = 1) no other rank holds it, so each
 rank keeps a copy of its left neighbour's shard, refreshed after every step (shard_copies.py), and the spare's
-shard comes from that copy. No checkpoint is read; nothing is sent to the survivors, who keep their own shards
+shard comes from that copy; where the lost rank died before its newest copy was whole, the group goes back
+to the step before. No checkpoint is read; nothing is sent to the survivors, who keep their own shards
 in memory.
 
 A sharded model is bound to the group it was sharded over, so every member builds it again at each re-form:
@@ -15,9 +16,8 @@ parameters and state pointed at the new model's, so that a learning-rate schedul
 
 What it cannot repair, it says, and the loop's error ends the member (the controller restarts the group, from a
 checkpoint): every rank of one shard lost at once (no survivor holds it; under plain FSDP, a rank and the
-neighbour keeping its copy), a copy a step behind the survivors (its rank was lost while it sent it), survivors
-that stopped at different steps (one completed a step its peers failed), and a group whose size changed (an
-elastic group's shards would be laid out anew: use a fixed group).
+neighbour keeping its copy), HSDP's survivors that stopped at different steps (one completed a step its peers
+failed), and a group whose size changed (an elastic group's shards would be laid out anew: use a fixed group).
 """
 
 from __future__ import annotations
@@ -25,7 +25,6 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import replace
 from typing import Any
 
 import torch
@@ -34,11 +33,10 @@ from torch import nn
 from torch.distributed.tensor import DTensor
 
 from torchjob import worker_files
-from torchjob.train import fsdp
+from torchjob.train import fsdp, shard_copies
 from torchjob.train.context import DistContext
 from torchjob.train.group_state import Restored
-from torchjob.train.kept_shard import KeptShard, Placeholder, layout_of, local, shard_of, size_of, tensors_of
-from torchjob.train.shard_copies import NeighbourCopies
+from torchjob.train.kept_shard import KeptShard, Placeholder, cloned, layout_of, local, shard_of, size_of, tensors_of
 
 
 class ShardedRepairError(RuntimeError):
@@ -64,7 +62,7 @@ class ShardedState:
         fsdp.check_layout(ctx.world_size, replicas)  # without making a mesh: a joiner makes its own when it joins
         self.replicas = replicas
         # Under plain FSDP no replica holds a rank's shard: its neighbour keeps a copy.
-        self.copies = NeighbourCopies() if replicas == 1 else None
+        self.copies = shard_copies.NeighbourCopies() if replicas == 1 else None
         self._build, self._make_optimizer, self._units = build, make_optimizer, units
         self._model: nn.Module | None = None
         self._optimizer: torch.optim.Optimizer | None = None
@@ -102,8 +100,9 @@ class ShardedState:
 
     def after_step(self, ctx: DistContext, step: int) -> None:
         """Under plain FSDP: refresh the neighbours' copies of every shard, as of ``step``."""
-        if self.copies is not None:
-            self.copies.refresh(ctx, shard_of(self._sharded, self.optimizer, self._world, {}), step)
+        if self.copies is not None and self._model is not None:
+            buffers = dict(self._model.named_buffers())
+            self.copies.refresh(ctx, shard_of(self._sharded, self.optimizer, self._world, buffers), step)
 
     def restore(self, ctx: DistContext, has_state: bool, step: int) -> Restored:
         kept = self._kept
@@ -112,12 +111,12 @@ class ShardedState:
                 f"the group re-formed with {ctx.world_size} ranks, its model was sharded over {kept.world}: a sharded "
                 "model is repaired in place only in a group of the same size"
             )
-        copy_step = self.copies.step if self.copies is not None else -1
-        holders, step, copies = _holders(ctx, has_state, step, copy_step)
         if self.copies is None:
+            holders, step = _holders(ctx, has_state, step)
             senders = _senders(holders, ctx.world_size, ctx.world_size // self.replicas)
+            reporter = min(holders)
         else:
-            senders = _copy_senders(holders, copies, ctx.world_size, step)
+            step, senders, reporter, kept = self._from_copies(ctx, step if has_state else -1, kept)
         mesh = fsdp.mesh_for(ctx, self.replicas)
         # build() may seed torch's generator: the survivors' random state must go on as if nothing happened.
         devices = [ctx.device.index] if ctx.device.type == "cuda" else []
@@ -135,18 +134,40 @@ class ShardedState:
                     buffer.copy_(kept.buffers[name])
         else:
             kept = self._receive(senders[ctx.rank], ctx.device, new_buffers)
+        keeps = any(ctx.rank in holders for holders in senders.values())
         if self.copies is None:
             self._send(ctx.rank, senders, kept)
-        else:  # the copy this rank keeps, with its own buffers (whole on every rank)
-            assert self.copies.copy is not None or not any(ctx.rank in h for h in senders.values())
-            copy = self.copies.copy
-            self._send(ctx.rank, senders, replace(copy, buffers=kept.buffers) if copy is not None else kept)
+        elif keeps:
+            self._send(ctx.rank, senders, self.copies.copy_of(step))
+        if self.copies is not None:
             self.copies.reset()
         if self._optimizer is None:
             self._optimizer = self._make_optimizer(model)
         _attach(self._optimizer, self._sharded, kept)
         self._model, self._kept = model, None
-        return Restored(model, min(holders), step, _said(senders, copies=self.copies is not None))
+        return Restored(model, reporter, step, _said(senders, copies=self.copies is not None))
+
+    def _from_copies(
+        self, ctx: DistContext, live: int, kept: KeptShard | None
+    ) -> tuple[int, dict[int, list[int]], int, KeptShard | None]:
+        """Under plain FSDP: the step the group carries on from (shard_copies.agree), each joiner's keeper, the
+        reporter, and this member's shard as of that step (its own kept one where it had gone a step further)."""
+        assert self.copies is not None
+        mine = torch.tensor(self.copies.holding(live).steps(), dtype=torch.int64, device=ctx.device)
+        table = [torch.zeros_like(mine) for _ in range(ctx.world_size)]
+        dist.all_gather(table, mine)
+        holdings = {rank: shard_copies.Holding(*(int(v) for v in row)) for rank, row in enumerate(table)}
+        try:
+            step, keepers = shard_copies.agree(holdings, ctx.world_size)
+        except shard_copies.CopyError as error:
+            raise ShardedRepairError(f"{error}; the group restarts from its checkpoint") from None
+        if 0 <= live != step:
+            assert self.copies.own is not None and self.copies.own_step == step
+            # Its own shard as of the last exchange, copied: the optimizer takes these tensors as its state.
+            kept = cloned(self.copies.own)
+            print(f"torchjob: rank {ctx.rank}: back to step {step}, the step its lost peer's copy is of", flush=True)
+        reporter = min(rank for rank, holding in holdings.items() if holding.live >= 0)
+        return step, {joiner: [keeper] for joiner, keeper in keepers.items()}, reporter, kept
 
     def _shard(self, model: nn.Module, mesh: Any) -> nn.Module:
         units = list(self._units(model)) if self._units is not None else None
@@ -200,16 +221,13 @@ class ShardedState:
         return kept
 
 
-def _holders(
-    ctx: DistContext, has_state: bool, step: int, copy_step: int
-) -> tuple[dict[int, int], int, dict[int, int]]:
-    """Which ranks hold their shard, at which step, and the step of the neighbour's copy each keeps (-1: none);
-    one all-gather of three integers. Every rank raises alike when the group cannot be made whole."""
-    mine = torch.tensor([int(has_state), step, copy_step], dtype=torch.int64, device=ctx.device)
+def _holders(ctx: DistContext, has_state: bool, step: int) -> tuple[dict[int, int], int]:
+    """Which ranks hold their shard, and at which step (one all-gather of two integers); every rank raises
+    alike when the group cannot be made whole."""
+    mine = torch.tensor([int(has_state), step], dtype=torch.int64, device=ctx.device)
     table = [torch.zeros_like(mine) for _ in range(ctx.world_size)]
     dist.all_gather(table, mine)
     holders = {rank: int(row[1]) for rank, row in enumerate(table) if int(row[0])}
-    copies = {rank: int(row[2]) for rank, row in enumerate(table) if int(row[0])}
     if not holders:
         raise ShardedRepairError("no member of the re-formed group holds its shard of the model")
     steps = sorted(set(holders.values()))
@@ -218,7 +236,7 @@ def _holders(
             f"the survivors stopped at different steps ({', '.join(map(str, steps))}): one completed a step the "
             "others failed, and a sharded model cannot be made whole in place from that"
         )
-    return holders, steps[0], copies
+    return holders, steps[0]
 
 
 def _senders(holders: dict[int, int], world: int, shards: int) -> dict[int, list[int]]:
@@ -234,29 +252,6 @@ def _senders(holders: dict[int, int], world: int, shards: int) -> dict[int, list
                 "group restarts from its checkpoint"
             )
         senders[joiner] = found
-    return senders
-
-
-def _copy_senders(holders: dict[int, int], copies: dict[int, int], world: int, step: int) -> dict[int, list[int]]:
-    """Under plain FSDP: for each joiner, its right neighbour, which keeps the copy of its shard
-    (shard_copies.py)."""
-    senders: dict[int, list[int]] = {}
-    for joiner in range(world):
-        if joiner in holders:
-            continue
-        keeper = (joiner + 1) % world
-        if keeper not in holders:
-            raise ShardedRepairError(
-                f"no survivor holds rank {joiner}'s shard: rank {keeper}, which kept its copy, was lost with it; "
-                "the group restarts from its checkpoint"
-            )
-        if copies[keeper] != step:
-            kept = f"is of step {copies[keeper]}" if copies[keeper] >= 0 else "was not whole"
-            raise ShardedRepairError(
-                f"rank {keeper}'s copy of rank {joiner}'s shard {kept}, the survivors are at step {step} (rank "
-                f"{joiner} was lost while it sent it); the group restarts from its checkpoint"
-            )
-        senders[joiner] = [keeper]
     return senders
 
 
