@@ -40,6 +40,9 @@ def parse_args() -> argparse.Namespace:
         default=2,
         help="HSDP replica groups; 1: plain FSDP, each rank's shard copied to its neighbour's memory after each step",
     )
+    p.add_argument(
+        "--copy-every", type=int, default=1, help="plain FSDP: steps between neighbours' copies (a repair goes back)"
+    )
     p.add_argument("--log-interval", type=int, default=10)
     p.add_argument("--output-dir", default=os.environ.get("TORCHJOB_OUTPUT_DIR", "output"))
     return p.parse_args()
@@ -60,6 +63,7 @@ def main() -> None:
         lambda model: torch.optim.AdamW(model.parameters(), lr=args.lr or config.learning_rate),
         replicas=args.replicas,
         units=lambda model: list(model.blocks),  # type: ignore[arg-type]
+        copy_every=args.copy_every,
     )
     count = sum(p.numel() for p in trainer.model.parameters())
     layout = f"in {args.replicas} replica groups (HSDP)" if args.replicas > 1 else "(FSDP, neighbours' copies)"

@@ -92,7 +92,8 @@ def test_the_sharded_in_place_example_loses_a_rank_and_ends_with_the_model_of_a_
 
 
 def test_plain_fsdp_in_place_loses_a_rank_and_its_neighbours_copy_makes_the_group_whole(tmp_path: Path) -> None:
-    plain = ("--size", "tiny", "--steps", "400", "--replicas", "1")
+    # Copies every 11 steps: the kill, after the 60th step, takes the group back to the 55th, the copies' step.
+    plain = ("--size", "tiny", "--steps", "400", "--replicas", "1", "--copy-every", "11")
     straight = _job(tmp_path / "straight", 2, *plain, example="job-inplace.yaml", spares=0)
     result = run_cli("run", str(straight), home=tmp_path / "home-straight", timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
@@ -106,8 +107,9 @@ def test_plain_fsdp_in_place_loses_a_rank_and_its_neighbours_copy_makes_the_grou
     finally:
         stdout, stderr = run.communicate(timeout=600)
     assert run.returncode == 0, stderr[-3000:]
-    # No other rank holds rank 1's shard: rank 2 kept a copy of it, refreshed after every step.
+    # No other rank holds rank 1's shard: rank 2 kept a copy of it, of the 55th step, as every rank kept its own.
     assert "Rank 0: group repaired in place (generation 1, 3 ranks, rank 1's shard from rank 2's copy)" in stdout
+    assert "rank 0: back to step 55, the step its lost peer's copy is of" in stdout, stdout[-3000:]
     status = job_object(home, "gpt-inplace")["status"]
     assert (status["restartCount"], status["repairs"]) == (0, 1)
     repaired = _metrics(home, "gpt-inplace")

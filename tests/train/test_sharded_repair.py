@@ -93,6 +93,11 @@ def test_a_layout_the_world_size_does_not_divide_into_is_refused_before_anything
         ShardedState(_ctx(world), _never_built, lambda m: torch.optim.SGD(m.parameters()), replicas)
 
 
+def test_a_copy_interval_below_one_step_is_refused() -> None:
+    with pytest.raises(ShardingError, match=r"copy_every=0; expected a number of steps >= 1"):
+        ShardedState(_ctx(4), _never_built, lambda m: torch.optim.SGD(m.parameters()), 1, copy_every=0)
+
+
 def test_an_elastic_group_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(worker_files.ENV_ELASTIC, "1")
     with pytest.raises(ShardingError, match="an elastic group changes its size"):

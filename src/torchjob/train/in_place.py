@@ -137,6 +137,7 @@ class InPlaceTraining:
         replicas: int,
         units: Callable[[nn.Module], Iterable[nn.Module]] | None = None,
         repair_timeout: float = 60.0,
+        copy_every: int = 1,
     ) -> InPlaceTraining:
         """In-place repair of a sharded model: HSDP over ``replicas`` replica groups, each sharded over world /
         ``replicas`` ranks, so that a lost rank's shard lives on in another group (sharded_in_place.py).
@@ -145,8 +146,10 @@ class InPlaceTraining:
         again on the meta device, so it must only construct. ``make_optimizer(model)`` is called once, with
         the sharded model; the optimizer then stays the same object. ``units(model)`` names the modules
         sharded on their own (``shard_model``). After a re-form the model is a new module: use the one the step
-        function is given, and ``model`` after ``run``."""
-        state = sharded_in_place.ShardedState(ctx, build, make_optimizer, replicas, units)
+        function is given, and ``model`` after ``run``. With ``replicas=1`` (plain FSDP) each rank's shard is
+        copied to its neighbour every ``copy_every`` steps (shard_copies.py): a repair goes back to the last
+        copy."""
+        state = sharded_in_place.ShardedState(ctx, build, make_optimizer, replicas, units, copy_every)
         return cls(ctx, repair_timeout=repair_timeout, state=state)
 
     @property

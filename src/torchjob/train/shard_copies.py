@@ -2,7 +2,8 @@
 
 Under FSDP over S ranks, no other rank holds rank r's shard. So after every step, rank r sends its shard (its
 weights, buffers and optimizer state) to rank (r + 1) % S, which keeps it as a copy; a spare given rank r's place
-receives the copy from rank r + 1 (sharded_in_place.py).
+receives the copy from rank r + 1 (sharded_in_place.py). Every ``copy_every`` steps instead, where the exchange
+costs too much: a repair then goes back to the last exchange, up to ``copy_every`` - 1 steps trained again.
 
 A rank can be lost in the middle of that exchange, or after its step but before it sent: its neighbour then has
 no copy of its newest step, while the survivors went on to it. So a copy is received beside the one before, and
@@ -62,10 +63,13 @@ class NeighbourCopies:
         self.own_step = -1
         self._layout: KeptShard | None = None  # the left neighbour's layout, as last heard
         self._told: Signature | None = None  # the layout the right neighbour last heard from this rank
+        self.due = True  # an exchange is due at the next step, whatever the interval: none since the group formed
 
     def reset(self) -> None:
-        """At a re-form: every member tells its layout again (a joiner knows none of its neighbour's)."""
+        """At a re-form: every member tells its layout again (a joiner knows none of its neighbour's), at the
+        next step (a joiner has no copy, nor a shard of its own kept)."""
         self._told = None
+        self.due = True
 
     def refresh(self, ctx: DistContext, mine: KeptShard, step: int) -> None:
         """Send this rank's shard, as of ``step``, to its right neighbour and receive the left one's; once every
@@ -98,6 +102,7 @@ class NeighbourCopies:
         if self._received is not None and shapes_of(self._received) != shapes_of(self._layout):
             self._received = None  # of an older layout: allocated anew for the next exchange
         self._keep_own(mine, step)
+        self.due = False
 
     def _exchange_layout(self, ctx: DistContext, mine: KeptShard, signature: Signature, right: int, left: int) -> None:
         """Each rank's layout to its right neighbour, where it changed (or was never told since the last

@@ -53,7 +53,12 @@ class ShardedState:
         make_optimizer: Callable[[nn.Module], torch.optim.Optimizer],
         replicas: int,
         units: Callable[[nn.Module], Iterable[nn.Module]] | None = None,
+        copy_every: int = 1,
     ) -> None:
+        if copy_every < 1:
+            raise fsdp.ShardingError(
+                f"InPlaceTraining.sharded: copy_every={copy_every}; expected a number of steps >= 1"
+            )
         if os.environ.get(worker_files.ENV_ELASTIC):
             raise fsdp.ShardingError(
                 "InPlaceTraining.sharded: an elastic group changes its size, and a sharded model's shards would be "
@@ -63,6 +68,7 @@ class ShardedState:
         self.replicas = replicas
         # Under plain FSDP no replica holds a rank's shard: its neighbour keeps a copy.
         self.copies = shard_copies.NeighbourCopies() if replicas == 1 else None
+        self.copy_every = copy_every
         self._build, self._make_optimizer, self._units = build, make_optimizer, units
         self._model: nn.Module | None = None
         self._optimizer: torch.optim.Optimizer | None = None
@@ -99,10 +105,12 @@ class ShardedState:
         self._model, self._sharded, self._kept = None, {}, kept
 
     def after_step(self, ctx: DistContext, step: int) -> None:
-        """Under plain FSDP: refresh the neighbours' copies of every shard, as of ``step``."""
-        if self.copies is not None and self._model is not None:
+        """Under plain FSDP: refresh the neighbours' copies of every shard, as of ``step``, every ``copy_every``
+        steps and at the first step after a re-form (every member alike)."""
+        copies = self.copies
+        if copies is not None and self._model is not None and (copies.due or step % self.copy_every == 0):
             buffers = dict(self._model.named_buffers())
-            self.copies.refresh(ctx, shard_of(self._sharded, self.optimizer, self._world, buffers), step)
+            copies.refresh(ctx, shard_of(self._sharded, self.optimizer, self._world, buffers), step)
 
     def restore(self, ctx: DistContext, has_state: bool, step: int) -> Restored:
         kept = self._kept
