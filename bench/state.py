@@ -8,7 +8,8 @@ committed in the background), each the slowest rank's time. Target: blocked ≤ 
 
 Then a rank of the same model SIGKILLed, repaired in place from its HSDP replica's memory, and under plain FSDP from
 the copy its neighbour keeps, beside torchft 0.2.0 on the same model (``bench/state_repair.py``), trial by trial.
-Not yet here (#51): the ~1B case, memory per rank. ``python -m bench --only state``.
+Each also reads the largest rank's peak memory, beside the plain example's (no copies). Not yet here (#51): the ~1B
+case. ``python -m bench --only state``.
 """
 
 from __future__ import annotations
@@ -57,6 +58,7 @@ def _kills(run: Run, trials: int) -> None:
     for number in range(trials):
         ours = state_repair.in_place_trial()
         plain = state_repair.in_place_trial(replicas=1)
+        samples.setdefault("fsdp plain peak", []).append(state_repair.plain_fsdp_peak())
         theirs = torchft_runs.trial(
             state_repair.RANKS,
             global_batch,
@@ -78,6 +80,8 @@ def _kills(run: Run, trials: int) -> None:
             ("fsdp in place first step", plain.first_step),
             ("fsdp in place re-form", plain.reformed),
             ("fsdp in place steady step", plain.steady_step),
+            ("in place peak", ours.peak_mb),
+            ("fsdp in place peak", plain.peak_mb),
             ("torchft survivors", theirs.survivors_next),
             ("torchft replacement", theirs.replacement_first),
             ("torchft steady step", theirs.steady_step),
@@ -94,7 +98,7 @@ def _kills(run: Run, trials: int) -> None:
             flush=True,
         )
     for case, values in samples.items():
-        run.add(case, values)
+        run.add(case, values, "MB" if case.endswith("peak") else "s")
     run.describe(
         "in place outcome",
         f"{2 * trials - len(failures)} of {2 * trials} repaired" + (f"; {failures[-1]}" if failures else ""),

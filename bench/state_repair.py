@@ -13,6 +13,9 @@
   survivors' next committed step and the replacement's first (a cold start, then a heal from a live peer).
 
 Both also give their steady step time before the kill (torchjob: rank 0's metrics; torchft: replica 0's commits).
+Each torchjob trial also reads the largest rank's peak memory (its RSS high-water mark, ``VmHWM``) just before the
+kill, and ``plain_fsdp_peak`` the same of the plain example (``examples/gpt/job.yaml``: FSDP over the 4 ranks, no
+copies, no checkpoints) after as many steps: what the neighbours' copies cost in memory.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -52,15 +56,18 @@ class InPlace:
     published: float | None = None  # the step failed → the controller's next membership read
     reformed: float | None = None  # the membership read → the group formed again, the shard received
     steady_step: float | None = None  # median seconds between rank 0's steps before the kill
+    peak_mb: float | None = None  # the largest rank's peak RSS before the kill (MB)
     last_error: str = ""
 
 
-def _job(work: Path, replicas: int) -> Path:
+def _job(work: Path, replicas: int, example: str = "job-inplace.yaml") -> Path:
     for script in EXAMPLE.glob("*.py"):
         shutil.copy(script, work / script.name)
-    job = yaml.safe_load((EXAMPLE / "job-inplace.yaml").read_text())
+    job = yaml.safe_load((EXAMPLE / example).read_text())
     args = ["--size", SIZE, "--steps", "1000", "--replicas", str(replicas), "--batch-size", str(BATCH)]
     args += ["--length", str(LENGTH)]
+    if example == "job.yaml":
+        args += ["--checkpoint-every", "0"]
     for spec in job["spec"]["pytorchReplicaSpecs"].values():
         spec["template"]["spec"]["containers"][0]["args"] = args
     job["spec"]["pytorchReplicaSpecs"]["Worker"]["replicas"] = RANKS - 1
@@ -69,13 +76,53 @@ def _job(work: Path, replicas: int) -> Path:
     return path
 
 
-def _victim(job: Path) -> psutil.Process | None:
+def _trainers(job: Path, script: str) -> dict[str, psutil.Process]:
+    """The replicas' trainer processes (not the spares'), by replica."""
     try:
         local = json.loads((job / "local.json").read_text())
     except (OSError, ValueError):
+        return {}
+    found = {}
+    for entry in local["processes"]:
+        if entry["replica"].startswith(("master-", "worker-")) and not entry.get("removed"):
+            trainer = trainer_of(entry["pid"], script)
+            if trainer is not None:
+                found[entry["replica"]] = trainer
+    return found
+
+
+def _peak_mb(trainers: Iterable[psutil.Process]) -> float | None:
+    """The largest peak RSS (VmHWM) among ``trainers``, in MB."""
+    peaks = []
+    for trainer in trainers:
+        try:
+            with open(f"/proc/{trainer.pid}/status") as status:
+                peaks += [int(line.split()[1]) / 1024 for line in status if line.startswith("VmHWM:")]
+        except OSError:
+            continue
+    return max(peaks) if peaks else None
+
+
+def plain_fsdp_peak() -> float | None:
+    """The largest rank's peak RSS of the plain example (FSDP over ``RANKS``, no copies) after ``STEPS_BEFORE``
+    steps, as the in-place trials read theirs before the kill."""
+    work = Path(tempfile.mkdtemp(prefix="bench-state-plain-"))
+    job = work / "home" / "jobs" / "gpt"
+    env = {**os.environ, "TORCHJOB_HOME": str(work / "home"), "OMP_NUM_THREADS": "1"}
+    command = [str(BIN / "torchjob"), "run", str(_job(work, 1, example="job.yaml"))]
+    process = subprocess.Popen(command, env=env, cwd=work, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    started = time.monotonic()
+    try:
+        while process.poll() is None and time.monotonic() - started < TIMEOUT:
+            time.sleep(0.05)
+            if len(jsonl(job / "output" / "metrics" / f"rank-{RANKS - 1}.jsonl")) >= STEPS_BEFORE:
+                return _peak_mb(_trainers(job, "train.py").values())
         return None
-    shims = [p["pid"] for p in local["processes"] if p["replica"] == VICTIM and not p.get("removed")]
-    return trainer_of(shims[0], "train_in_place.py") if shims else None
+    finally:
+        if process.poll() is None:
+            process.send_signal(signal.SIGINT)
+            process.wait(120)
+        shutil.rmtree(work, ignore_errors=True)
 
 
 def in_place_trial(replicas: int = REPLICAS) -> InPlace:
@@ -95,10 +142,11 @@ def in_place_trial(replicas: int = REPLICAS) -> InPlace:
             if sent_at is None:
                 stepped = jsonl(output / "metrics" / "rank-3.jsonl")
                 if len(stepped) >= STEPS_BEFORE and (output / "inplace" / "spare-0.json").exists():
-                    trainer = _victim(job)
-                    if trainer is not None:
+                    trainers = _trainers(job, "train_in_place.py")
+                    if VICTIM in trainers:
+                        outcome.peak_mb = _peak_mb(trainers.values())
                         sent_at = time.time()
-                        trainer.send_signal(signal.SIGKILL)
+                        trainers[VICTIM].send_signal(signal.SIGKILL)
             elif (repairs := jsonl(output / "repairs.jsonl")) or time.time() - sent_at > 300:
                 if repairs:
                     outcome.first_step = float(repairs[0]["first_step_at"]) - sent_at

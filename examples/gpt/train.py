@@ -30,6 +30,7 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--size", choices=sorted(SIZES), default="100m")
     p.add_argument("--steps", type=int, default=200)
     p.add_argument("--batch-size", type=int, default=4, help="sequences per rank and step")
+    p.add_argument("--length", type=int, help="tokens per sequence; default: the model's context")
     p.add_argument("--lr", type=float, help="AdamW's learning rate; default: the size's")
     p.add_argument("--replicas", type=int, default=1, help="HSDP replica groups (1: FSDP over every rank)")
     output = os.environ.get("TORCHJOB_OUTPUT_DIR", "output")
@@ -66,7 +67,7 @@ def main() -> None:
     started = time.time()
     for step in range(start + 1, args.steps + 1):
         began = time.perf_counter()
-        tokens, targets = language.batch(args.batch_size, step, ctx.rank)
+        tokens, targets = language.batch(args.batch_size, step, ctx.rank, args.length)
         optimizer.zero_grad()
         loss = model(tokens.to(ctx.device), targets.to(ctx.device))
         loss.backward()
