@@ -35,6 +35,15 @@ def trainer_of(shim: int, script: str) -> psutil.Process | None:
     return found[0] if found else None
 
 
+def peak_rss_mb(pid: int) -> float:
+    """A running process's peak RSS (its high-water mark, ``VmHWM``), in MB; OSError once it has gone."""
+    with open(f"/proc/{pid}/status") as status:
+        for line in status:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    return 0.0
+
+
 def median(values: list[float]) -> float:
     return statistics.median(values) if values else float("nan")
 
@@ -70,10 +79,7 @@ def watch(
                 last_sample = time.perf_counter()
                 if settled is None and last_sample - started >= settle_seconds:
                     settled = (last_sample, cpu)
-                with open(f"/proc/{process.pid}/status") as f:
-                    for line in f:
-                        if line.startswith("VmHWM:"):
-                            peak = max(peak, int(line.split()[1]) / 1024)
+                peak = max(peak, peak_rss_mb(process.pid))
             except (psutil.NoSuchProcess, OSError):
                 return
             stop.wait(interval)

@@ -20,6 +20,7 @@ copies, no checkpoints) after as many steps: what the neighbours' copies cost in
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import itertools
 import json
@@ -31,14 +32,14 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
 import yaml
 
-from bench.measure import BIN, jsonl, trainer_of
+from bench.measure import BIN, jsonl, peak_rss_mb, trainer_of
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "gpt"
 # BATCH sequences of LENGTH tokens per rank (per torchft group) and step: a step of ~1 s on this 2-core machine, so
@@ -92,53 +93,72 @@ def _trainers(job: Path, script: str) -> dict[str, psutil.Process]:
 
 
 def _peak_mb(trainers: Iterable[psutil.Process]) -> float | None:
-    """The largest peak RSS (VmHWM) among ``trainers``, in MB."""
+    """The largest peak RSS among ``trainers``, in MB."""
     peaks = []
     for trainer in trainers:
         try:
-            with open(f"/proc/{trainer.pid}/status") as status:
-                peaks += [int(line.split()[1]) / 1024 for line in status if line.startswith("VmHWM:")]
+            peaks.append(peak_rss_mb(trainer.pid))
         except OSError:
             continue
     return max(peaks) if peaks else None
 
 
-def plain_fsdp_peak() -> float | None:
-    """The largest rank's peak RSS of the plain example (FSDP over ``RANKS``, no copies) after ``STEPS_BEFORE``
-    steps, as the in-place trials read theirs before the kill."""
-    work = Path(tempfile.mkdtemp(prefix="bench-state-plain-"))
-    job = work / "home" / "jobs" / "gpt"
-    env = {**os.environ, "TORCHJOB_HOME": str(work / "home"), "OMP_NUM_THREADS": "1"}
-    command = [str(BIN / "torchjob"), "run", str(_job(work, 1, example="job.yaml"))]
-    process = subprocess.Popen(command, env=env, cwd=work, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    started = time.monotonic()
-    try:
-        while process.poll() is None and time.monotonic() - started < TIMEOUT:
+@dataclass
+class _Run:
+    """``torchjob run`` of the GPT example in a folder of its own (its output in ``launcher.log``)."""
+
+    work: Path
+    process: subprocess.Popen[bytes]
+    last_error: str = ""  # the last error line it printed, once it is over
+
+    def ticks(self) -> Iterator[None]:
+        """Every 0.05 s while the job runs, for up to ``TIMEOUT``."""
+        started = time.monotonic()
+        while self.process.poll() is None and time.monotonic() - started < TIMEOUT:
             time.sleep(0.05)
-            if len(jsonl(job / "output" / "metrics" / f"rank-{RANKS - 1}.jsonl")) >= STEPS_BEFORE:
-                return _peak_mb(_trainers(job, "train.py").values())
-        return None
+            yield
+
+
+@contextlib.contextmanager
+def _running(replicas: int, example: str = "job-inplace.yaml") -> Iterator[_Run]:
+    """Run the example; after, stop it (SIGINT) if it still runs, keep its last error line, remove its folder."""
+    work = Path(tempfile.mkdtemp(prefix="bench-state-"))
+    env = {**os.environ, "TORCHJOB_HOME": str(work / "home"), "OMP_NUM_THREADS": "1"}
+    command = [str(BIN / "torchjob"), "run", str(_job(work, replicas, example))]
+    try:
+        with (work / "launcher.log").open("wb") as log:
+            run = _Run(work, subprocess.Popen(command, env=env, cwd=work, stdout=log, stderr=log))
+            try:
+                yield run
+            finally:
+                if run.process.poll() is None:
+                    run.process.send_signal(signal.SIGINT)
+                    run.process.wait(120)
+        lines = (work / "launcher.log").read_text(errors="replace").splitlines()
+        errors = [line for line in lines if "Error:" in line]
+        run.last_error = errors[-1].strip()[:200] if errors else ""
     finally:
-        if process.poll() is None:
-            process.send_signal(signal.SIGINT)
-            process.wait(120)
         shutil.rmtree(work, ignore_errors=True)
 
 
+def plain_fsdp_peak() -> float | None:
+    """The largest rank's peak RSS of the plain example (FSDP over ``RANKS``, no copies) after ``STEPS_BEFORE``
+    steps, as the in-place trials read theirs before the kill."""
+    with _running(1, example="job.yaml") as run:
+        job = run.work / "home" / "jobs" / "gpt"
+        for _ in run.ticks():
+            if len(jsonl(job / "output" / "metrics" / f"rank-{RANKS - 1}.jsonl")) >= STEPS_BEFORE:
+                return _peak_mb(_trainers(job, "train.py").values())
+    return None
+
+
 def in_place_trial(replicas: int = REPLICAS) -> InPlace:
-    work = Path(tempfile.mkdtemp(prefix="bench-state-repair-"))
     outcome = InPlace()
-    job = work / "home" / "jobs" / "gpt-inplace"
-    output = job / "output"
-    env = {**os.environ, "TORCHJOB_HOME": str(work / "home"), "OMP_NUM_THREADS": "1"}
-    log = (work / "launcher.log").open("wb")
-    process = subprocess.Popen(
-        [str(BIN / "torchjob"), "run", str(_job(work, replicas))], env=env, cwd=work, stdout=log, stderr=log
-    )
-    started, sent_at = time.monotonic(), None
-    try:
-        while process.poll() is None and time.monotonic() - started < TIMEOUT:
-            time.sleep(0.05)
+    with _running(replicas) as run:
+        job = run.work / "home" / "jobs" / "gpt-inplace"
+        output = job / "output"
+        sent_at = None
+        for _ in run.ticks():
             if sent_at is None:
                 stepped = jsonl(output / "metrics" / "rank-3.jsonl")
                 if len(stepped) >= STEPS_BEFORE and (output / "inplace" / "spare-0.json").exists():
@@ -159,16 +179,8 @@ def in_place_trial(replicas: int = REPLICAS) -> InPlace:
         before = [t for t in times if sent_at is None or t < sent_at][2:]  # the first steps warm up
         if len(before) >= 3:
             outcome.steady_step = statistics.median(b - a for a, b in itertools.pairwise(before))
-        return outcome
-    finally:
-        if process.poll() is None:
-            process.send_signal(signal.SIGINT)
-            process.wait(120)
-        log.close()
-        lines = (work / "launcher.log").read_text(errors="replace").splitlines()
-        errors = [line for line in lines if "Error:" in line]
-        outcome.last_error = errors[-1].strip()[:200] if errors else ""
-        shutil.rmtree(work, ignore_errors=True)
+    outcome.last_error = run.last_error
+    return outcome
 
 
 def shard_bytes(replicas: int = REPLICAS) -> float:
