@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+import torch.distributed as dist
 from torch import nn
 from torch.distributed.tensor import DTensor
 
@@ -141,3 +142,10 @@ def _placeholder(tensor: torch.Tensor) -> Placeholder:
 def _empty(value: Any, device: torch.device) -> torch.Tensor:
     assert isinstance(value, Placeholder)
     return torch.empty(value.shape, dtype=value.dtype, device=device)
+
+
+def wait_all(*works: dist.Work | None) -> None:
+    """Wait for each of a shard's sends and receives (None: nothing was posted)."""
+    for work in works:
+        if work is not None:
+            work.wait()

@@ -26,7 +26,7 @@ import torch
 import torch.distributed as dist
 
 from torchjob.train.context import DistContext
-from torchjob.train.kept_shard import KeptShard, allocate, cloned, layout_of, shapes_of, tensors_of
+from torchjob.train.kept_shard import KeptShard, allocate, cloned, layout_of, shapes_of, tensors_of, wait_all
 
 # What a receiver allocates and keeps from the layout: the tensors' shapes and types, and the optimizer's state that is
 # not a tensor (sent with the layout, so sent again whenever it changes).
@@ -90,7 +90,7 @@ class NeighbourCopies:
         # One tensor each way at a time, as gloo's own collectives send: a send queued behind others to a peer
         # that died mid-exchange was seen to wait forever (no error), where the one in flight fails.
         for index in range(max(len(into), len(sent))):
-            _all(
+            wait_all(
                 dist.irecv(into[index], src=left) if index < len(into) else None,
                 dist.isend(sent[index].contiguous(), dst=right) if index < len(sent) else None,
             )
@@ -109,11 +109,11 @@ class NeighbourCopies:
         re-form): a length, then the pickle."""
         layout = b"" if signature == self._told else pickle.dumps(layout_of(mine, whole=True))
         theirs = torch.zeros(1, dtype=torch.int64)
-        _all(dist.irecv(theirs, src=left), dist.isend(torch.tensor([len(layout)], dtype=torch.int64), dst=right))
+        wait_all(dist.irecv(theirs, src=left), dist.isend(torch.tensor([len(layout)], dtype=torch.int64), dst=right))
         coming = int(theirs[0])
         if coming or layout:
             incoming = torch.empty(coming, dtype=torch.uint8)
-            _all(
+            wait_all(
                 dist.irecv(incoming, src=left) if coming else None,
                 dist.isend(torch.frombuffer(bytearray(layout), dtype=torch.uint8), dst=right) if layout else None,
             )
@@ -173,9 +173,3 @@ def agree(holdings: dict[int, Holding], world: int) -> tuple[int, dict[int, int]
         if h.live >= 0
     )
     raise CopyError(f"no step that every survivor holds and the lost ranks' copies are of ({said})")
-
-
-def _all(*works: dist.Work | None) -> None:
-    for work in works:
-        if work is not None:
-            work.wait()

@@ -36,7 +36,17 @@ from torchjob import worker_files
 from torchjob.train import fsdp, shard_copies
 from torchjob.train.context import DistContext
 from torchjob.train.group_state import Restored
-from torchjob.train.kept_shard import KeptShard, Placeholder, cloned, layout_of, local, shard_of, size_of, tensors_of
+from torchjob.train.kept_shard import (
+    KeptShard,
+    allocate,
+    cloned,
+    layout_of,
+    local,
+    shard_of,
+    size_of,
+    tensors_of,
+    wait_all,
+)
 
 
 class ShardedRepairError(RuntimeError):
@@ -142,12 +152,11 @@ class ShardedState:
                     buffer.copy_(kept.buffers[name])
         else:
             kept = self._receive(senders[ctx.rank], ctx.device, new_buffers)
-        keeps = any(ctx.rank in holders for holders in senders.values())
         if self.copies is None:
             self._send(ctx.rank, senders, kept)
-        elif keeps:
-            self._send(ctx.rank, senders, self.copies.copy_of(step))
-        if self.copies is not None:
+        else:
+            if any(ctx.rank in holders for holders in senders.values()):
+                self._send(ctx.rank, senders, self.copies.copy_of(step))
             self.copies.reset()
         if self._optimizer is None:
             self._optimizer = self._make_optimizer(model)
@@ -161,10 +170,8 @@ class ShardedState:
         """Under plain FSDP: the step the group carries on from (shard_copies.agree), each joiner's keeper, the
         reporter, and this member's shard as of that step (its own kept one where it had gone a step further)."""
         assert self.copies is not None
-        mine = torch.tensor(self.copies.holding(live).steps(), dtype=torch.int64, device=ctx.device)
-        table = [torch.zeros_like(mine) for _ in range(ctx.world_size)]
-        dist.all_gather(table, mine)
-        holdings = {rank: shard_copies.Holding(*(int(v) for v in row)) for rank, row in enumerate(table)}
+        table = _gathered(ctx, self.copies.holding(live).steps())
+        holdings = {rank: shard_copies.Holding(*row) for rank, row in enumerate(table)}
         try:
             step, keepers = shard_copies.agree(holdings, ctx.world_size)
         except shard_copies.CopyError as error:
@@ -196,30 +203,22 @@ class ShardedState:
             for index, tensor in enumerate(tensors_of(kept)):
                 if holders[index % len(holders)] == rank:
                     pending.append(dist.isend(tensor.contiguous(), dst=joiner))
-        for work in pending:
-            if work is not None:
-                work.wait()
+        wait_all(*pending)
 
     def _receive(self, holders: list[int], device: torch.device, buffers: dict[str, torch.Tensor]) -> KeptShard:
         """As a joiner: the shard the ``holders`` hold, into the new model's own tensors where it has them."""
         layout: list[Any] = [None]
         dist.recv_object_list(layout, src=holders[0])
-        kept: KeptShard = layout[0]
-        kept.params = {name: local(param) for name, param in self._sharded.items()}  # received in place
+        kept = allocate(layout[0], device)  # the optimizer's state; the rest is received in place
+        kept.params = {name: local(param) for name, param in self._sharded.items()}
         kept.buffers = buffers
-        for state in kept.optimizer.values():
-            for key, value in state.items():
-                if isinstance(value, Placeholder):
-                    state[key] = torch.empty(value.shape, dtype=value.dtype, device=device)
         pending = []
         began = time.monotonic()
         with torch.no_grad():
             tensors = tensors_of(kept)
             for index, tensor in enumerate(tensors):
                 pending.append(dist.irecv(tensor, src=holders[index % len(holders)]))
-            for work in pending:
-                if work is not None:
-                    work.wait()
+            wait_all(*pending)
         size = size_of(tensors)
         print(
             f"torchjob: rank {dist.get_rank()}: received its shard ({size / 1e9:.2f} GB) from rank"
@@ -229,13 +228,19 @@ class ShardedState:
         return kept
 
 
+def _gathered(ctx: DistContext, mine: tuple[int, ...]) -> list[tuple[int, ...]]:
+    """Every rank's ``mine`` (a few integers), in rank order: one all-gather."""
+    sent = torch.tensor(mine, dtype=torch.int64, device=ctx.device)
+    table = [torch.zeros_like(sent) for _ in range(ctx.world_size)]
+    dist.all_gather(table, sent)
+    return [tuple(int(v) for v in row) for row in table]
+
+
 def _holders(ctx: DistContext, has_state: bool, step: int) -> tuple[dict[int, int], int]:
     """Which ranks hold their shard, and at which step (one all-gather of two integers); every rank raises
     alike when the group cannot be made whole."""
-    mine = torch.tensor([int(has_state), step], dtype=torch.int64, device=ctx.device)
-    table = [torch.zeros_like(mine) for _ in range(ctx.world_size)]
-    dist.all_gather(table, mine)
-    holders = {rank: int(row[1]) for rank, row in enumerate(table) if int(row[0])}
+    table = _gathered(ctx, (int(has_state), step))
+    holders = {rank: row[1] for rank, row in enumerate(table) if row[0]}
     if not holders:
         raise ShardedRepairError("no member of the re-formed group holds its shard of the model")
     steps = sorted(set(holders.values()))
