@@ -34,8 +34,8 @@ from torchjob.launch import preload as preloading
 from torchjob.launch import preload_scan, proctitle
 from torchjob.launch.entry import WarmEntry
 
-# What every warm interpreter imports: torch's modules (launch/preload.py), and torchjob's progress reports.
-DEFAULT_PRELOAD = (*preloading.TORCH, "torchjob.autoreport")
+# What every warm interpreter imports: torch's modules and torchjob's own (launch/preload.py).
+DEFAULT_PRELOAD = (*preloading.TORCH, *preloading.LIBRARY)
 # Importing torch on a busy 2-core machine takes seconds; this only bounds a warm interpreter that hangs.
 READY_SECONDS = 300.0
 ANSWER_SECONDS = 30.0
