@@ -48,6 +48,29 @@ def three_replicas(tmp_path_factory: pytest.TempPathFactory) -> Run:
     return Run(home, "mnist", result)
 
 
+def test_the_bundled_digits_are_parsed_once_then_read_from_the_cache(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sys.path.insert(0, str(ROOT / "examples" / "mnist"))
+    try:
+        import mnist_data
+    finally:
+        sys.path.pop(0)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    parsed = mnist_data.load("")
+    (cached,) = (tmp_path / "cache" / "torchjob-examples").iterdir()
+    assert cached.name.endswith(".npy") and not list(cached.parent.glob("*.partial"))
+    table = np.load(cached)
+    table[0, 0] = 255 - table[0, 0]  # proves the second load reads the cache, not the CSV
+    np.save(cached, table)
+    again = mnist_data.load("")
+    assert all(np.array_equal(a, b) for a, b in zip(parsed[1:], again[1:], strict=True))
+    assert not np.array_equal(parsed[0], again[0]) or not np.array_equal(parsed[2], again[2])
+    # A cache that cannot be written is no error: the digits are parsed each time.
+    monkeypatch.setenv("XDG_CACHE_HOME", "/proc/no-cache-here")
+    assert all(np.array_equal(a, b) for a, b in zip(parsed, mnist_data.load(""), strict=True))
+
+
 @pytest.mark.slow
 def test_mnist_job_trains_on_three_replicas(three_replicas: Run) -> None:
     result = three_replicas.result
