@@ -8,11 +8,13 @@ marked Failed) and removed (delete).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
 import subprocess
 import sys
+import time
 import uuid
 from collections.abc import Iterator
 from datetime import datetime, timezone
@@ -167,3 +169,50 @@ def test_a_process_stays_provably_its_own_when_the_wall_clock_steps(
     found = processes.find(identity)
     assert found is not None and found.pid == process.pid
     assert processes.find(processes.Identity(process.pid, identity.started + 0.01)) is None
+
+
+REPLICA_TREE = """
+import subprocess, sys, time
+sleep = [sys.executable, "-c", "import time; time.sleep(600)"]
+in_group = subprocess.Popen(sleep)  # the training process, in its shim's group
+in_session = subprocess.Popen(sleep, start_new_session=True)  # a torchrun worker: out of reach of the group
+print(in_group.pid, in_session.pid, flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_group_restarts_kill_reaches_every_survivors_tree_and_nothing_else(
+    bystanders: list[subprocess.Popen[bytes]],
+) -> None:
+    """``kill_trees`` (a group restart's survivors killed together): each replica's shim, its group, and what it
+    started in sessions of its own go; a replica of the job left out of the list, and a stranger, stay."""
+    uid = str(uuid.uuid4())
+    env = {"TORCHJOB_JOB_UID": uid, "PATH": "/usr/bin:/bin"}
+    trees = []
+    for _ in range(3):
+        leader = subprocess.Popen(
+            [sys.executable, "-c", REPLICA_TREE], env=env, start_new_session=True, stdout=subprocess.PIPE
+        )
+        bystanders.append(leader)
+        assert leader.stdout is not None
+        trees.append((leader, [int(pid) for pid in leader.stdout.readline().split()]))
+    stranger = _bystander(bystanders)
+    (first, first_below), (second, second_below), (kept, kept_below) = trees
+    try:
+        processes.kill_trees([processes.identify(first.pid), processes.identify(second.pid), None], uid)
+        for leader in (first, second):
+            assert leader.wait(timeout=10) == -signal.SIGKILL
+        for pid in first_below + second_below:  # reaped by init once their parent is gone
+            _wait_gone(pid)
+        assert alive(kept.pid) and all(alive(pid) for pid in kept_below) and alive(stranger.pid)
+    finally:
+        for pid in first_below + second_below + kept_below:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+
+
+def _wait_gone(pid: int, seconds: float = 10.0) -> None:
+    deadline = time.monotonic() + seconds
+    while alive(pid):
+        assert time.monotonic() < deadline, f"process {pid} outlived the kill"
+        time.sleep(0.05)

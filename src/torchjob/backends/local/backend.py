@@ -126,6 +126,7 @@ class LocalBackend(Backend):
         )
 
     def execute(self, job: PyTorchJob, actions: list[Action]) -> None:
+        killed = self._kill_at_once(actions)
         for action in actions:
             match action:
                 case CreateReplica():
@@ -133,7 +134,8 @@ class LocalBackend(Backend):
                 case DeleteReplica() | RestartWarm():
                     # Locally every start is warm already (the job's zygote): a RestartWarm, never planned here
                     # (no process observed here restarts in place), would be a stop, then the next attempt's start.
-                    self._stop(str(action.replica), action.attempt, action.at_once)
+                    if (str(action.replica), action.attempt) not in killed:
+                        self._stop(str(action.replica), action.attempt, action.at_once)
                 case CreateRendezvousStore():
                     self._start_store(job)
                 case DeleteRendezvousStore():
@@ -281,6 +283,25 @@ class LocalBackend(Backend):
         self.state.processes.append(
             self.children.spawn(name, attempt, log_path, command, env, cwd, role, role != ROLE_STORE)
         )
+
+    def _kill_at_once(self, actions: list[Action]) -> set[tuple[str, int]]:
+        """The replicas the actions stop at once (a group restart's survivors), killed together before any
+        other action: one by one, the 31 survivors of a 32-rank group took 0.6 s to stop on 2 cores, each kill
+        waiting its turn for a core while the ones before it died. The (replica, attempt) pairs it killed."""
+        wanted = {
+            (str(a.replica), a.attempt) for a in actions if isinstance(a, DeleteReplica | RestartWarm) and a.at_once
+        }
+        doomed = [
+            record
+            for record in self.state.processes
+            if (record.replica, record.attempt) in wanted
+            and not record.removed
+            and self.children.exit_status(record) is None
+        ]
+        processes.kill_trees([record.identity for record in doomed], self.job_uid)
+        for record in doomed:
+            record.stopping_since = record.stopping_since or time.time()
+        return {(record.replica, record.attempt) for record in doomed}
 
     def _stop(self, replica: str, attempt: int, at_once: bool = False) -> None:
         for record in self.state.processes:

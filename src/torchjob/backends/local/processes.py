@@ -121,14 +121,37 @@ def signal_group(identity: Identity | None, job_uid: str | None, signum: int) ->
 def kill_tree(identity: Identity | None, job_uid: str | None) -> None:
     """SIGKILL a replica: its shim, its group, and every marked process below it (torchrun's workers live
     in sessions of their own, out of reach of a group signal)."""
-    leader = replica(identity, job_uid)
-    if leader is not None:
-        with contextlib.suppress(psutil.Error):
-            for child in leader.children(recursive=True):
-                if carries_marker(child, job_uid):
-                    with contextlib.suppress(psutil.Error):
-                        child.kill()
-    signal_group(identity, job_uid, signal.SIGKILL)
+    kill_trees([identity], job_uid)
+
+
+def kill_trees(identities: list[Identity | None], job_uid: str | None) -> None:
+    """``kill_tree`` for several replicas at once, as a group restart stops every survivor: what lies below
+    their shims is found in one look at the process table (one look per replica costs a group of 32 a
+    table of ~100 processes read 31 times), and every group is signalled before any process below is proven
+    and killed, so that all of them stop within milliseconds of each other."""
+    leaders = [leader for leader in (replica(identity, job_uid) for identity in identities) if leader is not None]
+    below = _descendants({leader.pid for leader in leaders})
+    for identity in identities:
+        signal_group(identity, job_uid, signal.SIGKILL)
+    for process in below:  # psutil.Process.kill checks that the pid still names the process found
+        if carries_marker(process, job_uid):
+            with contextlib.suppress(psutil.Error):
+                process.kill()
+
+
+def _descendants(roots: set[int]) -> list[psutil.Process]:
+    """Every live process below the processes ``roots``, from one pass over the process table."""
+    if not roots:
+        return []
+    children: dict[int, list[psutil.Process]] = {}
+    for process in psutil.process_iter(["ppid"]):
+        children.setdefault(process.info["ppid"], []).append(process)
+    found, parents = [], list(roots)
+    while parents:
+        below = children.get(parents.pop(), [])
+        found += below
+        parents += [process.pid for process in below]
+    return found
 
 
 def marked(job_uid: str | None) -> list[psutil.Process]:
