@@ -193,8 +193,11 @@ class ShardedState:
 
     def _send(self, rank: int, senders: dict[int, list[int]], kept: KeptShard) -> None:
         """As a holder: each joiner whose shard this rank holds gets its part of the tensors (the first holder
-        also sends what the joiner needs to know first: the optimizer's layout, the state tensors' shapes)."""
-        pending = []
+        also sends what the joiner needs to know first: the optimizer's layout, the state tensors' shapes).
+
+        One tensor in flight to a joiner at a time, as gloo's own collectives keep one per peer: sends queued
+        behind one to a peer that died were seen never to end, even once its connections were cut
+        (shard_copies.py). Every holder serves the joiners in the same order, so none waits on another."""
         for joiner, holders in senders.items():
             if rank not in holders:
                 continue
@@ -202,8 +205,7 @@ class ShardedState:
                 dist.send_object_list([layout_of(kept)], dst=joiner)
             for index, tensor in enumerate(tensors_of(kept)):
                 if holders[index % len(holders)] == rank:
-                    pending.append(dist.isend(tensor.contiguous(), dst=joiner))
-        wait_all(*pending)
+                    dist.send(tensor.contiguous(), dst=joiner)
 
     def _receive(self, holders: list[int], device: torch.device, buffers: dict[str, torch.Tensor]) -> KeptShard:
         """As a joiner: the shard the ``holders`` hold, into the new model's own tensors where it has them."""
@@ -212,13 +214,12 @@ class ShardedState:
         kept = allocate(layout[0], device)  # the optimizer's state; the rest is received in place
         kept.params = {name: local(param) for name, param in self._sharded.items()}
         kept.buffers = buffers
-        pending = []
         began = time.monotonic()
         with torch.no_grad():
             tensors = tensors_of(kept)
-            for index, tensor in enumerate(tensors):
-                pending.append(dist.irecv(tensor, src=holders[index % len(holders)]))
-            wait_all(*pending)
+            # From every holder at once, one tensor each at a time (the order each of them sends in).
+            for first in range(0, len(tensors), len(holders)):
+                wait_all(*(dist.irecv(t, src=holders[i]) for i, t in enumerate(tensors[first : first + len(holders)])))
         size = size_of(tensors)
         print(
             f"torchjob: rank {dist.get_rank()}: received its shard ({size / 1e9:.2f} GB) from rank"
