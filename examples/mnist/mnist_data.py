@@ -97,11 +97,16 @@ def _decoded(path: Path) -> np.ndarray:
     at every start, seconds for a wide group sharing few cores; so it is parsed once into the user's cache
     (an array file named after the source's size and time) and read from there after that (~1 ms)."""
     stat = path.stat()
-    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "torchjob-examples"
+    root = Path(os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"))
+    if not root.is_absolute():  # no home to cache in (a container user without one): parsed at each start
+        return _parsed(path)
+    cache = root / "torchjob-examples"
     cached = cache / f"mnist_5k-{stat.st_size}-{stat.st_mtime_ns}.npy"
     with contextlib.suppress(OSError, ValueError):
-        return np.load(cached, allow_pickle=False)
-    table = np.loadtxt(path, delimiter=",", dtype=np.uint8)
+        table: np.ndarray = np.load(cached, allow_pickle=False)
+        if table.dtype == np.uint8 and table.ndim == 2 and table.shape[1] == 28 * 28 + 1:
+            return table
+    table = _parsed(path)
     partial = cached.with_name(f"{cached.name}.{os.getpid()}.partial")
     try:
         cache.mkdir(parents=True, exist_ok=True)
@@ -112,3 +117,7 @@ def _decoded(path: Path) -> np.ndarray:
         with contextlib.suppress(OSError):
             partial.unlink()
     return table
+
+
+def _parsed(path: Path) -> np.ndarray:
+    return np.loadtxt(path, delimiter=",", dtype=np.uint8)

@@ -66,6 +66,10 @@ def test_the_bundled_digits_are_parsed_once_then_read_from_the_cache(
     again = mnist_data.load("")
     assert all(np.array_equal(a, b) for a, b in zip(parsed[1:], again[1:], strict=True))
     assert not np.array_equal(parsed[0], again[0]) or not np.array_equal(parsed[2], again[2])
+    # A cached file of another shape is not taken for the digits: they are parsed again and cached anew.
+    np.save(cached, np.zeros((3, 3), dtype=np.uint8))
+    assert all(np.array_equal(a, b) for a, b in zip(parsed, mnist_data.load(""), strict=True))
+    assert np.load(cached).shape == (5000, 28 * 28 + 1)
     # A cache that cannot be written is no error: the digits are parsed each time.
     monkeypatch.setenv("XDG_CACHE_HOME", "/proc/no-cache-here")
     assert all(np.array_equal(a, b) for a, b in zip(parsed, mnist_data.load(""), strict=True))
