@@ -12,7 +12,7 @@ from torchjob import worker_files
 from torchjob.train import ShardingError
 from torchjob.train.context import DistContext
 from torchjob.train.shard_copies import CopyError, Holding, agree
-from torchjob.train.sharded_in_place import ShardedRepairError, ShardedState, _said, _senders
+from torchjob.train.sharded_in_place import ShardedRepairError, ShardedState, _agreed, _said, _senders
 
 
 def test_a_joiner_gets_its_shard_from_every_survivor_holding_it() -> None:
@@ -30,6 +30,26 @@ def test_two_joiners_of_different_shards_each_get_their_own() -> None:
 def test_a_shard_whose_every_copy_was_lost_is_one_clear_error() -> None:
     with pytest.raises(ShardedRepairError, match=r"no survivor holds shard 1 \(every replica group lost that rank"):
         _senders({0: 3, 2: 3}, world=4, shards=2)
+
+
+def test_a_survivor_a_step_ahead_of_its_peers_takes_its_shard_as_of_theirs() -> None:
+    # HSDP 2 x 2 (shards 0 and 1), rank 3 lost: rank 0 completed step 61, which ranks 1 and 2 failed. Shard 1 is
+    # held only at step 60 (by rank 1), so the group goes on from 60, and rank 0 takes shard 0 from rank 2.
+    holders, step = _agreed({0: 61, 1: 60, 2: 60}, shards=2)
+    assert (holders, step) == ({1: 60, 2: 60}, 60)
+    assert _senders(holders, world=4, shards=2) == {0: [2], 3: [1]}
+    # Where every shard is held at the newer step, a survivor behind takes its shard as of it.
+    assert _agreed({0: 61, 1: 61, 2: 60}, shards=2) == ({0: 61, 1: 61}, 61)
+    assert _agreed({0: 7, 1: 7, 2: 7}, shards=2) == ({0: 7, 1: 7, 2: 7}, 7)
+
+
+def test_survivors_with_no_step_that_holds_every_shard_are_one_clear_error() -> None:
+    with pytest.raises(ShardedRepairError, match=r"stopped at different steps \(60, 61\) and no step has every shard"):
+        _agreed({0: 61, 1: 60}, shards=2)
+    with pytest.raises(ShardedRepairError, match="no member of the re-formed group holds its shard"):
+        _agreed({}, shards=2)
+    with pytest.raises(ShardedRepairError, match=r"no survivor holds shard 1 \(every replica group lost that rank"):
+        _agreed({0: 9, 2: 9}, shards=2)  # ranks 1 and 3 lost together
 
 
 def _group(*holdings: tuple[int, int, int, int]) -> dict[int, Holding]:

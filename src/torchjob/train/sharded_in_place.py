@@ -130,8 +130,16 @@ class ShardedState:
                 "model is repaired in place only in a group of the same size"
             )
         if self.copies is None:
-            holders, step = _holders(ctx, has_state, step)
-            senders = _senders(holders, ctx.world_size, ctx.world_size // self.replicas)
+            shards = ctx.world_size // self.replicas
+            live = step
+            holders, step = _holders(ctx, has_state, step, shards)
+            if has_state and ctx.rank not in holders:
+                has_state = False  # at another step than the group: its shard comes from a holder, as of theirs
+                way = "back" if live > step else "on"
+                print(
+                    f"torchjob: rank {ctx.rank}: {way} to step {step} from {live}, the step its peers hold", flush=True
+                )
+            senders = _senders(holders, ctx.world_size, shards)
             reporter = min(holders)
         else:
             step, senders, reporter, kept = self._from_copies(ctx, step if has_state else -1, kept)
@@ -237,20 +245,33 @@ def _gathered(ctx: DistContext, mine: tuple[int, ...]) -> list[tuple[int, ...]]:
     return [tuple(int(v) for v in row) for row in table]
 
 
-def _holders(ctx: DistContext, has_state: bool, step: int) -> tuple[dict[int, int], int]:
-    """Which ranks hold their shard, and at which step (one all-gather of two integers); every rank raises
-    alike when the group cannot be made whole."""
+def _holders(ctx: DistContext, has_state: bool, step: int, shards: int) -> tuple[dict[int, int], int]:
+    """Which ranks hold their shard at the step the group carries on from, and that step (one all-gather of
+    two integers); every rank raises alike when the group cannot be made whole."""
     table = _gathered(ctx, (int(has_state), step))
-    holders = {rank: row[1] for rank, row in enumerate(table) if row[0]}
-    if not holders:
+    return _agreed({rank: row[1] for rank, row in enumerate(table) if row[0]}, shards)
+
+
+def _agreed(live: dict[int, int], shards: int) -> tuple[dict[int, int], int]:
+    """From each survivor's step (``live``), the newest step at which some survivor holds every shard, and the
+    survivors that hold theirs at it. A survivor that completed a step its peers failed (its collectives had
+    ended before the loss reached them) is a step ahead: its replica peer holds its shard as of the step
+    before, so it takes that, as a joiner would."""
+    if not live:
         raise ShardedRepairError("no member of the re-formed group holds its shard of the model")
-    steps = sorted(set(holders.values()))
-    if len(steps) > 1:
-        raise ShardedRepairError(
-            f"the survivors stopped at different steps ({', '.join(map(str, steps))}): one completed a step the "
-            "others failed, and a sharded model cannot be made whole in place from that"
-        )
-    return holders, steps[0]
+    held = {rank % shards for rank in live}
+    for shard in range(shards):
+        if shard not in held:
+            raise _every_copy_lost(shard)
+    for step in sorted(set(live.values()), reverse=True):
+        holders = {rank: held for rank, held in live.items() if held == step}
+        if {rank % shards for rank in holders} == set(range(shards)):
+            return holders, step
+    steps = ", ".join(map(str, sorted(set(live.values()))))
+    raise ShardedRepairError(
+        f"the survivors stopped at different steps ({steps}) and no step has every shard held by one of them; "
+        "the group restarts from its checkpoint"
+    )
 
 
 def _senders(holders: dict[int, int], world: int, shards: int) -> dict[int, list[int]]:
@@ -261,10 +282,7 @@ def _senders(holders: dict[int, int], world: int, shards: int) -> dict[int, list
             continue
         found = [rank for rank in sorted(holders) if rank % shards == joiner % shards]
         if not found:
-            raise ShardedRepairError(
-                f"no survivor holds shard {joiner % shards} (every replica group lost that rank at once); the "
-                "group restarts from its checkpoint"
-            )
+            raise _every_copy_lost(joiner % shards)
         senders[joiner] = found
     return senders
 
@@ -304,3 +322,10 @@ def _attach(optimizer: torch.optim.Optimizer, sharded: dict[str, nn.Parameter], 
                 stride=param.stride(),
             )
         optimizer.state[param] = placed
+
+
+def _every_copy_lost(shard: int) -> ShardedRepairError:
+    return ShardedRepairError(
+        f"no survivor holds shard {shard} (every replica group lost that rank at once); the group restarts from "
+        "its checkpoint"
+    )
