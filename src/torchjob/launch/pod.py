@@ -67,7 +67,7 @@ def main(argv: list[str] | None = None) -> NoReturn:
         print(f"{POD_COLD_START}{why}", file=sys.stderr, flush=True)
         os.execvp(command[0], command)
     base_path = list(sys.path[1:])  # without this process's own sys.path[0] (its working directory)
-    modules = preload.with_extra((*preload.TORCH, *preload.LIBRARY), os.environ.get(worker_files.ENV_WARM_PRELOAD, ""))
+    modules = preload.with_extra(preload.TORCH, os.environ.get(worker_files.ENV_WARM_PRELOAD, ""))
     # What the script is shown not to need at its start is imported after the first fork (preload_scan.py).
     first, later = preload.staged(modules, preload_scan.can_start_before_deferred(entry, os.getcwd()))
     preload.preload(first)
