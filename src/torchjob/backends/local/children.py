@@ -155,9 +155,7 @@ class Children:
         deadline = time.time() + grace
         while time.time() < deadline and any(self.exit_status(r) is None for r in live):
             time.sleep(0.05)
-        for record in live:
-            if self.exit_status(record) is None:
-                processes.kill_tree(record.identity, self.job_uid)
+        processes.kill_trees([r.identity for r in live if self.exit_status(r) is None], self.job_uid)
         for record in live:
             self.reap(record, timeout=5.0)
 
