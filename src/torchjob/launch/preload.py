@@ -15,7 +15,7 @@ SAFE_TO_FREEZE = frozenset({"torch", "torch.distributed", "torch.nn.parallel", "
 # torchjob's own modules a replica imports: its progress reports, and the worker library with the TensorBoard
 # writer its metrics open (together ~60 ms a process: paid once here instead of by every rank at every start,
 # 2 CPU-seconds of a 32-rank group restart on this machine). None of them starts a thread or reads the
-# environment at import.
+# environment at import. The local warm interpreter's (warm_client.py); a warm Pod's launcher keeps TORCH alone.
 LIBRARY = ("torchjob.autoreport", "torchjob.train", "torch.utils.tensorboard")
 # What a script may not need at its start (preload_scan.py): imported after the first replicas are forked then.
 DEFERRABLE = frozenset({"torch._dynamo"})

@@ -259,13 +259,13 @@ def _agreed(live: dict[int, int], shards: int) -> tuple[dict[int, int], int]:
     before, so it takes that, as a joiner would."""
     if not live:
         raise ShardedRepairError("no member of the re-formed group holds its shard of the model")
-    held = {rank % shards for rank in live}
-    for shard in range(shards):
-        if shard not in held:
-            raise _every_copy_lost(shard)
+    every = set(range(shards))
+    missing = every - {rank % shards for rank in live}
+    if missing:
+        raise _every_copy_lost(min(missing))
     for step in sorted(set(live.values()), reverse=True):
-        holders = {rank: held for rank, held in live.items() if held == step}
-        if {rank % shards for rank in holders} == set(range(shards)):
+        holders = {rank: at for rank, at in live.items() if at == step}
+        if {rank % shards for rank in holders} == every:
             return holders, step
     steps = ", ".join(map(str, sorted(set(live.values()))))
     raise ShardedRepairError(
