@@ -258,9 +258,26 @@ def test_the_next_spare_starts_once_the_repaired_group_has_stepped() -> None:
     stepped = [reported("master-0", 6), reported("worker-0", 6), reported("worker-1", 6)]
     silent = [reported("master-0", None), reported("worker-0", None), reported("worker-1", None)]
     for observed, spare in ((retrying, False), (joined, False), (stepped, True), (silent, True)):
-        result = plan(job, Observed(observed, store_running=True), SPARES_PLATFORM, at(7))
+        result = plan(job, Observed(observed, store_running=True), SPARES_PLATFORM, at(6))
         assert (CreateSpare(0) in result.actions) is spare, observed
         assert result.status.attempt == 0
+    held = plan(job, Observed(retrying, store_running=True), SPARES_PLATFORM, at(6))
+    assert held.requeue_at is not None and held.requeue_at <= at(5 + repair.SPARE_HELD_AT_MOST)
+
+
+def test_a_joiner_that_stalls_does_not_keep_its_replacement_from_warming() -> None:
+    """The next spare waits for the repaired group's step at most ``SPARE_HELD_AT_MOST``: a promoted spare
+    that never steps is named silent seconds later, and a warm spare must be there to take its place."""
+    job = started(in_place_job())
+    repaired = plan(job, Observed(group(), store_running=True, spares=[READY]), SPARES_PLATFORM, at(5))
+    job = job.model_copy(update={"status": repaired.status})
+    stalled = [
+        replace(running(name), progress=Progress(at(4), 9) if name != "worker-1" else None, repairable=True)
+        for name in ("master-0", "worker-0", "worker-1")
+    ]
+    result = plan(job, Observed(stalled, store_running=True), SPARES_PLATFORM, at(5 + repair.SPARE_HELD_AT_MOST))
+    assert CreateSpare(0) in result.actions
+    assert result.status.attempt == 0
 
 
 def on_notice(reason: PlatformReason = PlatformReason.EVICTED, stopping: bool = True) -> list[ReplicaObservation]:

@@ -304,11 +304,10 @@ class _Planner(PassState):
             # Before the replicas that meet at it, after a stuck one's forced delete (it takes the same name).
             forced = sum(isinstance(a, DeleteStuckPod) for a in self.actions)
             self.actions.insert(forced, CreateRendezvousStore())
-        # The next spare waits until a group re-formed in place has stepped: its start (a fork, then the
-        # script's imports, seconds of CPU) would compete with the members retrying their step. Empty places of an
-        # elastic group get theirs at once: the group may wait for them.
-        settling = repair.settling(current, attempts.repaired_at(self.status))
-        wanted = (0 if settling else self.helpers.spares_wanted) + self.empty_places
+        # Empty places of an elastic group get theirs at once: the group may wait for them.
+        held, until = repair.holds_spares(current, attempts.repaired_at(self.status), self.now)
+        self.wake_at(until)
+        wanted = (0 if held else self.helpers.spares_wanted) + self.empty_places
         actions, self.status.spares_ready = repair.spare_actions(
             wanted, self.helpers.spares, self.status.attempt, group_up, self.helpers.rendezvous_at_store
         )

@@ -41,6 +41,10 @@ def spares_wanted(job: PyTorchJob) -> int:
 # The survivors' own wait for a membership (torchjob.train.in_place) is as long; this also covers a member
 # stuck elsewhere, e.g. inside a collective whose timeout is far longer.
 REPAIR_DEADLINE = 60.0
+# The longest the next warm spare waits for a repaired group's first step: past a re-form's usual time at 32
+# ranks on 2 loaded cores (about 1 s), short of the silence that names a stalled joiner (3 s), so that a spare
+# is warm by then to take its place.
+SPARE_HELD_AT_MOST = 2.0
 
 
 @dataclass(frozen=True)
@@ -161,6 +165,19 @@ def settling(current: list[ReplicaObservation], repaired_at: datetime | None) ->
     if repaired_at is None or all(p is None for p in reports):
         return False
     return any(p is None or p.at <= repaired_at for p in reports)
+
+
+def holds_spares(
+    current: list[ReplicaObservation], repaired_at: datetime | None, now: datetime
+) -> tuple[bool, datetime | None]:
+    """Whether the next warm spare waits for the group re-formed in place at ``repaired_at`` to step (its
+    start, a fork and the script's imports, would slow the step the members retry), and until when. Never
+    longer than ``SPARE_HELD_AT_MOST``: a joiner that stalls must not keep its own replacement from warming."""
+    if not settling(current, repaired_at):
+        return False, None
+    assert repaired_at is not None
+    until = repaired_at + timedelta(seconds=SPARE_HELD_AT_MOST)
+    return (True, until) if now < until else (False, None)
 
 
 def spare_actions(
