@@ -10,11 +10,13 @@ group formed then costs one more membership, not the whole collective timeout.
 from __future__ import annotations
 
 import contextlib
+import gc
 import math
 import os
 import socket
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
@@ -148,6 +150,30 @@ def absorb_first_ddp() -> None:
     dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)  # type: ignore[attr-defined]
     DistributedDataParallel(nn.Linear(1, 1))
     dist.destroy_process_group()
+
+
+def leave_group(backend: str, rank: int, broken: bool) -> None:
+    """Leave the generation's group (the default one), and let go of it in a thread of its own.
+
+    The last reference is what closes its connections, and gloo's destructor waits for its event loop to drop
+    each peer in turn: 10-20 ms at 32 ranks for one process alone, 0.3 s when all 32 close at once on 2 cores.
+    It releases the GIL while it waits, so the member joins the next generation meanwhile. The caller drops
+    its own references first (the DDP reducer, a sharded model's mesh)."""
+    held = [dist.distributed_c10d._get_default_group()]
+    abort = getattr(dist.distributed_c10d, "_abort_process_group", None)
+    if broken and backend == "nccl" and abort is not None:
+        abort()  # NCCL: a collective teardown with a dead peer can hang; abort the communicators instead
+    else:
+        dist.destroy_process_group()
+
+    def close() -> None:
+        closed = weakref.ref(held.pop())
+        if closed() is not None:
+            gc.collect()  # ~0.2 s with dynamo loaded: only when refcounting did not free the group
+            if closed() is not None:
+                print(f"torchjob: warning: rank {rank} could not close its old group", flush=True)
+
+    threading.Thread(target=close, name="torchjob-close-group", daemon=True).start()
 
 
 def init_generation(

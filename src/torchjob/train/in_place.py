@@ -30,12 +30,10 @@ failed step with the same samples, re-sharded over the new world, and no sample 
 
 from __future__ import annotations
 
-import gc
 import json
 import math
 import os
 import time
-import weakref
 from collections.abc import Callable, Iterable
 from dataclasses import replace
 from datetime import timedelta
@@ -277,18 +275,9 @@ class InPlaceTraining:
         # Drop the broken group at once, and every reference to it (the DDP reducer holds one, a sharded
         # model's mesh too): peers that are not the dead rank's neighbours learn of the failure only when the
         # survivors' sockets close.
-        broken = weakref.ref(dist.distributed_c10d._get_default_group())
         self.module = None
         self.state.release()
-        abort = getattr(dist.distributed_c10d, "_abort_process_group", None)
-        if self.ctx.backend == "nccl" and abort is not None:
-            abort()  # NCCL: a collective teardown with a dead peer can hang; abort the communicators instead
-        else:
-            dist.destroy_process_group()
-        if broken() is not None:
-            gc.collect()  # ~0.2 s with dynamo loaded: only when refcounting did not free the group
-            if broken() is not None:
-                print(f"torchjob: warning: rank {self.ctx.rank} could not close its broken group", flush=True)
+        generations.leave_group(self.ctx.backend, self.ctx.rank, broken=True)
         self.repairs += 1
         self._join(started, {"kind": "repair", "failed_at": failed_at}, "retrying step")
 
@@ -297,7 +286,7 @@ class InPlaceTraining:
         started, agreed_at = time.monotonic(), time.time()
         self.module = None
         self.state.release()
-        dist.destroy_process_group()
+        generations.leave_group(self.ctx.backend, self.ctx.rank, broken=False)
         self.regroups += 1
         self._join(started, {"kind": "regroup", "agreed_at": agreed_at}, "at step")
 
