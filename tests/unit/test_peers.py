@@ -43,3 +43,20 @@ def test_the_store_and_report_endpoint_are_kept(monkeypatch: pytest.MonkeyPatch)
     assert peers.kept_ports() == {29400, 8443}
     monkeypatch.setenv("TORCHJOB_REPORT_URL", "https://op.example/reports/ns/j")
     assert peers.kept_ports() == {29400, 443}
+
+
+def test_only_connected_tcp_sockets_are_cut() -> None:
+    """A listening socket, and a socket that is not TCP, are left as they are: only a peer's connection ends."""
+    listening = socket.create_server(("127.0.0.1", 0))
+    local_a, local_b = socket.socketpair()
+    server, client, accepted = _pair()
+    peers.cut_group_connections(set())
+    local_a.sendall(b"unix")
+    assert local_b.recv(16) == b"unix"
+    late = socket.create_connection(listening.getsockname())  # still accepts
+    taken, _ = listening.accept()
+    late.sendall(b"tcp")
+    assert taken.recv(16) == b"tcp"
+    assert accepted.recv(16) == b""  # the connection that existed was cut
+    for s in (listening, local_a, local_b, server, client, accepted, late, taken):
+        s.close()
