@@ -78,7 +78,7 @@ def job_file(
 ) -> tuple[Path, str]:
     """The example job ``file`` written into ``work`` beside a copy of the example's scripts (its working folder,
     as a user's would be), cold where ``warm`` is False, with the containers' ``args`` and the number of Workers
-    replaced where given."""
+    replaced where given (an elastic job's bounds with them)."""
     for source in EXAMPLE.glob("*.py"):
         shutil.copy(source, work / source.name)
     job = yaml.safe_load((EXAMPLE / file).read_text())
@@ -89,6 +89,10 @@ def job_file(
             spec["template"]["spec"]["containers"][0]["args"] = args
     if workers is not None:
         job["spec"]["pytorchReplicaSpecs"]["Worker"]["replicas"] = workers
+        elastic = job["spec"].get("elasticPolicy")
+        if elastic is not None:  # as wide, with the file's slack: its minimum that many below its maximum
+            slack = elastic["maxReplicas"] - elastic["minReplicas"]
+            elastic.update(minReplicas=workers - slack, maxReplicas=workers)
     path = work / "job.yaml"
     path.write_text(yaml.safe_dump(job))
     return path, str(job["metadata"]["name"])

@@ -707,6 +707,33 @@ def _torchft_row(ranks: int) -> Row:
     )
 
 
+def _elastic_row() -> Row:
+    survivors, whole = "elastic in place first step at {n}", "elastic in place whole at {n}"
+    return Row(
+        "a rank SIGKILLed → the survivors' next step / the full group back, the elastic in-place job (N Workers, "
+        "at least N − 1), at 3 / 8 / 16 / 32 ranks",
+        "width",
+        "**"
+        + _at_every_width("{" + survivors + ":.2f}")
+        + " s** / "
+        + _at_every_width("{" + whole + ":.1f}")
+        + " s (the survivors go on smaller; the replacement, started for the place, joins when warm)",
+        "torchft 0.2.0: "
+        + _at_every_width("{torchft survivors at {n}:.2f}")
+        + " s / "
+        + _at_every_width("{torchft replacement at {n}:.1f}")
+        + " s",
+        "survivors ≤ torchft's + 0.05 s; full group ≤ 0.1× torchft's, at every N",
+        lambda cases: all(
+            cases[survivors.format(n=ranks)].ok
+            and cases[survivors.format(n=ranks)].value <= cases[f"torchft survivors at {ranks}"].value + 0.05
+            and cases[whole.format(n=ranks)].ok
+            and cases[whole.format(n=ranks)].value <= 0.1 * cases[f"torchft replacement at {ranks}"].value
+            for ranks in WIDTHS
+        ),
+    )
+
+
 def _at_every_width(template: str) -> str:
     """``template`` (a case name with ``{n}`` for the width, and a format) at every width, joined by `` / ``."""
     return " / ".join(template.replace("{n}", str(ranks)) for ranks in WIDTHS)
@@ -730,6 +757,7 @@ WIDTH = Table(
     (
         *(_width_row(ranks) for ranks in WIDTHS),
         *(_torchft_row(ranks) for ranks in WIDTHS),
+        _elastic_row(),
         Row(
             "a rank frozen by SIGSTOP → the rank found, at 3 / 8 / 16 / 32 ranks, nothing tuned",
             "width",

@@ -7,6 +7,9 @@ per rank at 32), for ``EPOCHS`` epochs; worker-1's trainer (rank 2) is sent a si
 - **in place**: ``examples/mnist/job-inplace.yaml`` (one warm spare), with its repair's parts (detection: the
   survivors' collective failed; membership: the controller published the next one; re-form: the group formed
   again with the spare and the state sent);
+- **elastic in place**: ``examples/mnist/job-elastic-inplace.yaml`` with N Workers, at least N − 1, no idle
+  spare: the survivors go on in the smaller group at once (the survivors' next step), and the replacement
+  started for the lost place joins when warm (the full group back: its first step);
 - **warm restart**: ``examples/mnist/job.yaml`` (``--scaling strong``: the same global batch), a group restart
   from its last checkpoint with its replicas forked from the warm interpreter;
 - **torchrun**: the same script under ``torchrun --standalone --nproc-per-node N --max-restarts 3``, the anchor
@@ -39,14 +42,16 @@ WIDTHS = (3, 8, 16, 32)
 EPOCHS = 4
 KILL_EPOCH = 2
 GLOBAL_BATCH = 96
-KILLED = ("in place", "warm restart", "torchrun")
+KILLED = ("in place", "elastic in place", "warm restart", "torchrun")
 
 
 def trial(way: str, ranks: int) -> mnist_runs.Outcome:
     """One run of ``way`` at ``ranks`` ranks, its rank 2 SIGKILLed in ``KILL_EPOCH``."""
     kill = signal.SIGKILL
-    if way == "in place":
+    if way in ("in place", "elastic in place"):
         args = ["--epochs", str(EPOCHS), "--global-batch", str(GLOBAL_BATCH)]
+        if way == "elastic in place":  # Workers only: as many as ranks
+            return mnist_runs.torchjob("job-elastic-inplace.yaml", kill, at_epoch=KILL_EPOCH, args=args, workers=ranks)
         return mnist_runs.torchjob("job-inplace.yaml", kill, at_epoch=KILL_EPOCH, args=args, workers=ranks - 1)
     args = ["--epochs", str(EPOCHS), "--batch-size", str(GLOBAL_BATCH), "--scaling", "strong"]
     if way == "torchrun":
@@ -57,7 +62,7 @@ def trial(way: str, ranks: int) -> mnist_runs.Outcome:
 def first_step(way: str, outcome: mnist_runs.Outcome) -> float | None:
     if not outcome.ok:
         return None
-    return outcome.repair("first_step_at") if way == "in place" else outcome.first_step
+    return outcome.repair("first_step_at") if way in ("in place", "elastic in place") else outcome.first_step
 
 
 def _killed(samples: dict[str, list[float | None]], way: str, ranks: int) -> float | None:
@@ -68,6 +73,8 @@ def _killed(samples: dict[str, list[float | None]], way: str, ranks: int) -> flo
     samples[f"{way} accuracy {at}"].append(outcome.accuracy)
     samples[f"{way} launch {at}"].append(outcome.launch)
     samples[f"{way} memory {at}"].append(outcome.memory_mb)
+    if way == "elastic in place":
+        samples[f"elastic in place whole {at}"].append(outcome.regroup("first_step_at") if outcome.ok else None)
     if way == "in place":
         samples[f"in place detection {at}"].append(outcome.repair("failed_at"))
         samples[f"in place membership {at}"].append(outcome.repair("membership_at", since="failed_at"))
