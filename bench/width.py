@@ -43,16 +43,17 @@ EPOCHS = 4
 KILL_EPOCH = 2
 GLOBAL_BATCH = 96
 KILLED = ("in place", "elastic in place", "warm restart", "torchrun")
+# The ways repaired in place: each one's example job, and how many of its ranks are not Workers (a Master).
+IN_PLACE = {"in place": ("job-inplace.yaml", 1), "elastic in place": ("job-elastic-inplace.yaml", 0)}
 
 
 def trial(way: str, ranks: int) -> mnist_runs.Outcome:
     """One run of ``way`` at ``ranks`` ranks, its rank 2 SIGKILLed in ``KILL_EPOCH``."""
     kill = signal.SIGKILL
-    if way in ("in place", "elastic in place"):
+    if way in IN_PLACE:
+        file, masters = IN_PLACE[way]
         args = ["--epochs", str(EPOCHS), "--global-batch", str(GLOBAL_BATCH)]
-        if way == "elastic in place":  # Workers only: as many as ranks
-            return mnist_runs.torchjob("job-elastic-inplace.yaml", kill, at_epoch=KILL_EPOCH, args=args, workers=ranks)
-        return mnist_runs.torchjob("job-inplace.yaml", kill, at_epoch=KILL_EPOCH, args=args, workers=ranks - 1)
+        return mnist_runs.torchjob(file, kill, at_epoch=KILL_EPOCH, args=args, workers=ranks - masters)
     args = ["--epochs", str(EPOCHS), "--batch-size", str(GLOBAL_BATCH), "--scaling", "strong"]
     if way == "torchrun":
         return mnist_runs.torchrun(kill, at_epoch=KILL_EPOCH, ranks=ranks, args=args)
@@ -62,7 +63,7 @@ def trial(way: str, ranks: int) -> mnist_runs.Outcome:
 def first_step(way: str, outcome: mnist_runs.Outcome) -> float | None:
     if not outcome.ok:
         return None
-    return outcome.repair("first_step_at") if way in ("in place", "elastic in place") else outcome.first_step
+    return outcome.repair("first_step_at") if way in IN_PLACE else outcome.first_step
 
 
 def _killed(samples: dict[str, list[float | None]], way: str, ranks: int) -> float | None:
