@@ -225,7 +225,7 @@ def issue_tokens(client: Client, namespace: str, pods: list[dict[str, Any]]) -> 
     return tokens
 
 
-def _replica_pods(cluster: Cluster, namespace: str, job: str, attempt: int) -> list[dict[str, Any]]:
+def replica_pods(cluster: Cluster, namespace: str, job: str, attempt: int) -> list[dict[str, Any]]:
     """The Running replica Pods of ``attempt`` of ``job``."""
     selector = f"{replicas.LABEL_JOB_NAME}={job},{replicas.LABEL_ATTEMPT}={attempt}"
     pods = cluster.kubectl_json("get", "pods", "-n", namespace, "-l", selector)["items"]
@@ -264,7 +264,7 @@ def record(run: Run, cluster: Cluster, trials: int, job: dict[str, Any], count: 
     for trial in range(trials):
         namespace = f"reports-{trial}"
         cluster_kit.seconds_until_running(cluster, namespace, [job], count)
-        pods = _replica_pods(cluster, namespace, name, 0)
+        pods = replica_pods(cluster, namespace, name, 0)
         channel = Channel.of(cluster, pods[0])
         tokens = issue_tokens(client, namespace, pods)
         group = [Replica(p["metadata"]["name"].removeprefix(f"{name}-"), tokens[p["metadata"]["name"]]) for p in pods]

@@ -526,6 +526,15 @@ SCALE_TABLE = Table(
             at_most("frozen replica named after its threshold", 1.0),
         ),
         Row(
+            "… one of the 64 nodes vanishes (its 16 replicas silent, its Lease renewed): the job decides, seconds "
+            "after",
+            "wide",
+            "**{vanished node decided:.2f} s** ({vanished node decided.got} of {vanished node decided.n})",
+            "",
+            "≤ 2 s",
+            at_most("vanished node decided", 2.0),
+        ),
+        Row(
             "… the leading operator's peak RSS (MB), the reports' connections kept",
             "wide",
             "{operator peak RSS under reports:.0f}",

@@ -6,7 +6,8 @@ same job rendered as an Indexed Job (``torchjob render --to indexed-job``: 1,024
 run by Kubernetes' own Job controller. The sides take turns, trial by trial, the first alternating, each in a new
 namespace, deleted and gone before the next. Measured: seconds from ``kubectl apply`` until every Pod is Running; the
 API requests the operator made per replica (its own count, by verb); the leading operator process's peak RSS. Then
-the same job under its replicas' progress reports, one replica frozen in each trial (``bench/report_load.py``).
+the same job under its replicas' progress reports, one replica frozen in each trial (``bench/report_load.py``), and
+one of the 64 nodes vanished in each (``bench/wide_node_loss.py``).
 ``python -m bench --only wide``.
 """
 
@@ -16,7 +17,7 @@ import os
 import tempfile
 from pathlib import Path
 
-from bench import cluster_kit, report_load
+from bench import cluster_kit, report_load, wide_node_loss
 from bench.operator import as_indexed_jobs, job
 from bench.records import Run
 
@@ -30,3 +31,4 @@ def record(run: Run, trials: int) -> None:
         anchor = ("indexed job", as_indexed_jobs([job("wide-idx", REPLICAS)]))
         cluster_kit.take_turns(run, cluster, trials, [job("wide", REPLICAS)], anchor, REPLICAS, ("replica", REPLICAS))
         report_load.record(run, cluster, trials, job("wide", REPLICAS), REPLICAS)
+        wide_node_loss.record(run, cluster, trials, job("wide", REPLICAS), REPLICAS)

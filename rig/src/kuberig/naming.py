@@ -1,4 +1,5 @@
-"""Every name and address of a real node, from one number: its slot K.
+"""Every name and address of a real node, from one number: its slot K (a cluster's simulated nodes share one slot
+for their addresses, ``network/addresses.py``).
 
 A slot is claimed by creating its folder ``/var/lib/kuberig/slot<K>`` (mkdir is atomic, so two clusters
 starting at once never pick the same), and the folder holds a ``cluster`` file naming its owner, so that

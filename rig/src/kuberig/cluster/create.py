@@ -15,7 +15,7 @@ from kuberig.cluster.delete import delete
 from kuberig.cluster.handle import Cluster
 from kuberig.config import ClusterConfig
 from kuberig.images import registry
-from kuberig.network import namespaces
+from kuberig.network import addresses, namespaces
 from kuberig.node import kubelet, kwok, resources
 from kuberig.node.configs import PAUSE_IMAGE
 from kuberig.ports import free_port
@@ -83,10 +83,14 @@ def _kwok_nodes(ctx: _Context) -> None:
     argv = kwok.controller_argv(ctx.directory, ctx.state.ports["kwok"])
     ctx.state.add(processes.spawn(ctx.state.name, ctx.state.logs, "kwok", argv))
     gpus = next(n.gpus for n in ctx.config.nodes if n.kind == "kwok")
+    # Addresses of their own (network/addresses.py), from a slot of their own: deleted with the cluster's slots.
+    slot = naming.claim(ctx.state.name, processes.run("ip", "-4", "-o", "addr"))
     for i in range(ctx.config.kwoks):
-        name = f"kwok-node-{i}"
-        cluster.apply(kwok.node_object(name))
-        ctx.state.nodes.append(NodeState(name, "kwok", "127.0.0.1", gpus=gpus))
+        name, address = f"kwok-node-{i}", addresses.of_node(slot, i)
+        addresses.assign(slot, address)
+        ctx.state.nodes.append(NodeState(name, "kwok", address, slot.index, gpus=gpus))
+        ctx.state.save()
+        cluster.apply(kwok.node_object(name, address))
     ctx.state.save()
 
 

@@ -1,6 +1,6 @@
 """Delete a cluster: everything it started and everything it made, found by its name even without its state
 file (kind's ``delete.Cluster``): processes by the mark in their environment, real nodes by their slot's owner
-file, containers by their node's namespace and cgroup."""
+file (simulated nodes' addresses too), containers by their node's namespace and cgroup."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 
 from kuberig import naming, processes, state
 from kuberig.cluster.handle import Cluster
-from kuberig.network import cgroups, namespaces
+from kuberig.network import addresses, cgroups, namespaces
 
 
 def delete(name: str, directory: Path | None = None) -> None:
@@ -36,6 +36,7 @@ def delete(name: str, directory: Path | None = None) -> None:
             processes.kill_all(leftovers)
             time.sleep(0.3)
         namespaces.delete(slot)
+        addresses.release(slot)  # a slot of simulated nodes
         cgroups.delete(slot)
         shutil.rmtree(slot.short_dir, ignore_errors=True)
     for etcd_data in Path("/dev/shm").glob(f"kuberig-{name}-etcd-*"):

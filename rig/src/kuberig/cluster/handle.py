@@ -13,6 +13,8 @@ from typing import Any
 from kuberig import processes, state
 from kuberig.images import load
 from kuberig.kubectl import Kubectl
+from kuberig.naming import Slot
+from kuberig.network import addresses
 from kuberig.node import kwok
 from kuberig.node.kubelet import KubeletNode, node_of
 from kuberig.node.kwok import KwokNode
@@ -50,7 +52,7 @@ class Cluster(Kubectl):
     @property
     def nodes(self) -> list[KwokNode | KubeletNode]:
         found = self.state
-        return [node_of(found, n) if n.kind == "kubelet" else KwokNode(n.name) for n in found.nodes]
+        return [node_of(found, n) if n.kind == "kubelet" else KwokNode(n.name, n.ip) for n in found.nodes]
 
     def kubelet_nodes(self) -> list[KubeletNode]:
         return [n for n in self.nodes if isinstance(n, KubeletNode)]
@@ -120,6 +122,23 @@ class Cluster(Kubectl):
 
     def end_pod(self, namespace: str, pod: str, exit_code: int, reason: str | None = None) -> None:
         kwok.end_pod(self, namespace, pod, exit_code, reason)
+
+    def vanish(self, node: str) -> None:
+        """Simulated node ``node`` vanishes as a host does: nothing answers at its address, nobody is told
+        (``network/addresses.py``). Its Pods, its Lease and its status stay as kwok keeps them."""
+        addresses.vanish(self._kwok_node(node).ip)
+
+    def mend(self, node: str) -> None:
+        """Simulated node ``node`` answers at its address again."""
+        found = next(n for n in self.state.nodes if n.name == node)
+        assert found.slot is not None
+        addresses.assign(Slot(found.slot), found.ip)
+
+    def _kwok_node(self, name: str) -> KwokNode:
+        node = self.node(name)
+        if not isinstance(node, KwokNode):
+            raise RuntimeError(f"{name} is a real node: kubelet.stop and kubelet.start make it vanish and return")
+        return node
 
     def serve_logs(
         self, namespace: str, pod: str, container: str, lines: list[str], logs_file: Path, wait: bool = True

@@ -27,8 +27,8 @@ LOGS_SERVED_WITHIN = 30.0  # seconds
 @dataclass(frozen=True)
 class KwokNode:
     name: str
+    ip: str
     kind: str = "kwok"
-    ip: str = "127.0.0.1"
 
 
 def logs_crd() -> Path:
@@ -66,7 +66,9 @@ def controller_argv(directory: Path, port: int) -> list[str]:
     ]
 
 
-def node_object(name: str) -> dict[str, Any]:
+def node_object(name: str, address: str) -> dict[str, Any]:
+    """A simulated node, at an address of its own (``network/addresses.py``): kwok's node stages keep the
+    addresses a Node already has, and give ``--node-ip`` only to one with none."""
     return {
         "apiVersion": "v1",
         "kind": "Node",
@@ -80,6 +82,7 @@ def node_object(name: str) -> dict[str, Any]:
                 "kubernetes.io/arch": "amd64",
             },
         },
+        "status": {"addresses": [{"type": "InternalIP", "address": address}, {"type": "Hostname", "address": name}]},
     }
 
 

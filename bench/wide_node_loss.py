@@ -1,0 +1,80 @@
+"""One of the 64 nodes under a job of 1,024 replicas vanishes: how soon the deployed operator decides.
+
+The job and its reports as in ``bench/report_load.py`` (1,024 replicas on 64 kwok nodes, each reporting every second
+over the real report channel). After the first reports' TokenReviews, one node vanishes as a host does: nothing
+answers at its address any more (``kuberig``'s simulated nodes have addresses of their own, ``Cluster.vanish``), and
+its 16 replicas' reports stop; the other 1,008 keep beating but step no more (they wait in a collective for the lost
+ones). Its Lease goes on being renewed (kwok renews it): the operator must find the loss from the replicas' silence
+and its own probe of the node. Measured: seconds from the vanishing until the job's status says a replica of that
+node was lost with it. Each trial is a new job in a new namespace, deleted after it, the node brought back.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+from collections import defaultdict
+from typing import Any
+
+from lightkube import Client, KubeConfig
+
+from bench import cluster_kit
+from bench.records import Run
+from bench.report_load import WARM_SECONDS, Channel, Generator, PyTorchJobs, Replica, issue_tokens, replica_pods
+from kuberig import Cluster
+
+DECIDED_WITHIN = 60.0  # a trial's window: the Lease (40 s here, renewed all along) never decides it
+
+
+def record(run: Run, cluster: Cluster, trials: int, job: dict[str, Any], count: int) -> None:
+    name = job["metadata"]["name"]
+    client = Client(KubeConfig.from_file(str(cluster.kubeconfig)))
+    for trial in range(trials):
+        namespace = f"node-loss-{trial}"
+        cluster_kit.seconds_until_running(cluster, namespace, [job], count)
+        pods = replica_pods(cluster, namespace, name, 0)
+        tokens = issue_tokens(client, namespace, pods)
+        replicas = {
+            p["metadata"]["name"]: Replica(
+                p["metadata"]["name"].removeprefix(f"{name}-"), tokens[p["metadata"]["name"]]
+            )
+            for p in pods
+        }
+        on_node: dict[str, list[Replica]] = defaultdict(list)
+        for p in pods:
+            on_node[p["spec"]["nodeName"]].append(replicas[p["metadata"]["name"]])
+        generator = Generator(Channel.of(cluster, pods[0]), list(replicas.values()))
+        generator.start()
+        time.sleep(WARM_SECONDS)
+        node = random.choice([n for n, held in on_node.items() if all(r.name != "master-0" for r in held)])
+        lost = on_node[node]
+        vanished = time.time()
+        cluster.vanish(node)
+        generator.group.frozen_at = vanished
+        for replica in lost:
+            replica.frozen = True
+        try:
+            decided = _decided_at(client, namespace, name, {r.name for r in lost}, vanished + DECIDED_WITHIN)
+        finally:
+            generator.stop()
+            cluster.mend(node)
+        late = None if decided is None else decided - vanished
+        run.keep("vanished node decided", late)
+        print(
+            f"  trial {trial + 1}: {node} vanished with {len(lost)} replicas; "
+            + (f"the job decided {late:.2f} s later" if late is not None else "never decided"),
+            flush=True,
+        )
+        cluster_kit.delete_namespace(cluster, namespace)
+
+
+def _decided_at(client: Client, namespace: str, job: str, lost: set[str], deadline: float) -> float | None:
+    """Wall clock when the job's status first says one of ``lost`` was lost with its node; None if not by
+    ``deadline``."""
+    while time.time() < deadline:
+        status = json.dumps(client.get(PyTorchJobs, job, namespace=namespace).get("status") or {})
+        if any(f"{replica} was lost with its node" in status for replica in lost):
+            return time.time()
+        time.sleep(0.05)
+    return None
