@@ -14,6 +14,8 @@ from bench.report import Shelf
 WIDTH_PLOT = ROOT / "docs" / "benchmarks" / "width.svg"
 _WIDTH_LINES = (
     ("in place first step at {n}", "torchjob in place: the full group back", "C0", "o-"),
+    ("elastic in place first step at {n}", "torchjob elastic in place: its survivors' next step", "C4", "D-"),
+    ("elastic in place whole at {n}", "torchjob elastic in place: the full group back", "C5", "P-"),
     ("warm restart first step at {n}", "torchjob warm group restart", "C1", "s-"),
     ("torchft replacement at {n}", "torchft 0.2.0: its replacement's first step", "C3", "^--"),
     ("torchft survivors at {n}", "torchft 0.2.0: its survivors' next step", "C2", "v--"),
