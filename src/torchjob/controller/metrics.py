@@ -27,9 +27,9 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, generate_la
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from torchjob.backends.kubernetes.cluster import JobKey
 from torchjob.core.actions import Event
 
-JobKey = tuple[str, str]
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 # A failure is seen within ~1 s (a watch event), a hang within its deadline; a recovery takes a cold start.
 _DETECTION_BUCKETS = (0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120, 300)

@@ -29,7 +29,7 @@ from lightkube.resources.core_v1 import Pod
 
 from torchjob.api import extensions
 from torchjob.backends.kubernetes.backend import KubernetesBackend
-from torchjob.backends.kubernetes.cluster import PyTorchJobResource, as_dict
+from torchjob.backends.kubernetes.cluster import JobKey, PyTorchJobResource, as_dict
 from torchjob.backends.kubernetes.report_board import ReportBoard
 from torchjob.backends.kubernetes.requests import RequestCounter
 from torchjob.controller import leader_label, report_tls
@@ -42,7 +42,7 @@ from torchjob.controller.owned_runs import OwnedRuns
 from torchjob.controller.pytorchjobs import PassDeps, PyTorchJobs
 from torchjob.controller.report_channel import ReportChannel
 from torchjob.controller.trainjobs import TrainJobs
-from torchjob.controller.watching import JobKey, job_key, namespace_terminating, one_line, pod_owner_key
+from torchjob.controller.watching import job_key, namespace_terminating, one_line, pod_owner_key
 from torchjob.controller.workqueue import WorkQueue
 from torchjob.core import replicas
 

@@ -21,9 +21,8 @@ from lightkube.types import PatchType
 
 from torchjob.api.errors import JobFileError, ValidationError
 from torchjob.api.types import JobStatus
-from torchjob.backends.kubernetes.cluster import PyTorchJobResource, as_dict
+from torchjob.backends.kubernetes.cluster import JobKey, PyTorchJobResource, as_dict
 from torchjob.backends.kubernetes.requests import RequestCounter
-from torchjob.controller.watching import JobKey
 from torchjob.core.times import timestamp
 
 log = logging.getLogger("torchjob.operator")

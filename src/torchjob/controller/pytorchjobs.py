@@ -18,13 +18,12 @@ from torchjob.api.errors import JobFileError, ValidationError
 from torchjob.api.loading import job_from_mapping
 from torchjob.api.types import ConditionType, JobStatus
 from torchjob.backends.kubernetes.backend import KubernetesBackend
-from torchjob.backends.kubernetes.cluster import PyTorchJobResource, as_dict
+from torchjob.backends.kubernetes.cluster import JobKey, PyTorchJobResource, as_dict
 from torchjob.backends.kubernetes.report_board import ReportBoard
 from torchjob.backends.kubernetes.requests import RequestCounter
 from torchjob.controller.clock import Clock
 from torchjob.controller.loop import reconcile_once
 from torchjob.controller.metrics import OperatorMetrics
-from torchjob.controller.watching import JobKey
 from torchjob.core import conditions
 from torchjob.core.actions import Event
 from torchjob.core.times import timestamp

@@ -17,11 +17,11 @@ from typing import Any
 from lightkube import Client
 
 from torchjob.backends.kubernetes.backend import KubernetesBackend
+from torchjob.backends.kubernetes.cluster import JobKey
 from torchjob.backends.kubernetes.report_board import ReportBoard
 from torchjob.backends.kubernetes.token_review import ApiTokenReviewer
 from torchjob.controller import report_tls
 from torchjob.controller.report_server import report_server
-from torchjob.controller.watching import JobKey
 from torchjob.controller.workqueue import WorkQueue
 
 log = logging.getLogger("torchjob.operator")

@@ -7,9 +7,8 @@ from typing import Any
 
 from lightkube import ApiError
 
+from torchjob.backends.kubernetes.cluster import JobKey
 from torchjob.core import replicas
-
-JobKey = tuple[str, str]  # (namespace, name)
 
 
 def job_key(obj: dict[str, Any]) -> JobKey | None:

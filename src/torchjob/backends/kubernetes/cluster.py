@@ -15,6 +15,7 @@ from lightkube.generic_resource import create_global_resource, create_namespaced
 
 from torchjob.backends.kubernetes import crd
 
+JobKey = tuple[str, str]  # a job on the cluster, (namespace, name): how the operator's work queue keys jobs
 PyTorchJobResource: Any = create_namespaced_resource(crd.GROUP, crd.VERSION, crd.KIND, crd.PLURAL)
 _TRAINER = ("trainer.kubeflow.org", "v1alpha1")
 TrainJobResource: Any = create_namespaced_resource(*_TRAINER, "TrainJob", "trainjobs")

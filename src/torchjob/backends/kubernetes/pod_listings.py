@@ -21,8 +21,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from torchjob.backends.kubernetes.cluster import JobKey
+
 Pods = list[dict[str, Any]]
-JobKey = tuple[str, str]  # (namespace, job name), as the operator's work queue keys jobs
 
 # A list is not reused past this age, whatever the watch said (a watch that went quiet without an error: the
 # operator's resync assumes the same of its job watch).
