@@ -57,7 +57,7 @@ class Operator:
 @pytest.fixture
 def operator() -> Iterator[Operator]:
     board = ReportBoard()
-    server = report_server(board, Reviewer(), ("127.0.0.1", 0), lambda ns, job, news: None)
+    server = report_server(board, Reviewer(), ("127.0.0.1", 0), lambda ns, job, news, uid: None)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     yield Operator(f"http://127.0.0.1:{server.server_address[1]}", board)
     server.shutdown()

@@ -1,5 +1,6 @@
 """How often a job's reports call for a pass over it: every 2 s for a small job, further apart as its reports
-grow (each pass reads every Pod of the job), never rarer than every 10 s."""
+grow (each pass reads every Pod of the job), never rarer than every 10 s; and at once when one of its Pods falls
+quiet (the pass that probes the Pod's node), whatever the pacing."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import pytest
 from torchjob.controller.report_channel import (
     MOST_REPORT_PASS_SECONDS,
     REPORT_PASS_SECONDS,
+    QuietReporters,
     ReportPacing,
 )
 
@@ -39,3 +41,27 @@ def test_each_job_is_paced_apart() -> None:
     assert pacing.heard(JOB, 0.0) == REPORT_PASS_SECONDS
     assert pacing.heard(("team-a", "other"), 0.5) == REPORT_PASS_SECONDS
     assert pacing.heard(JOB, 1.0) is None
+
+
+def test_a_pod_that_falls_quiet_has_its_job_looked_at_once_per_silence() -> None:
+    quiet = QuietReporters(quiet_seconds=1.5)
+    other = ("team-a", "other")
+    for uid, key in (("a", JOB), ("b", JOB), ("c", other)):
+        quiet.heard(uid, key, 0.0)
+    quiet.heard("c", other, 1.0)
+    assert quiet.fell_quiet(1.4) == set()
+    assert quiet.fell_quiet(1.6) == {JOB}  # a and b together (a vanished node's replicas): one look
+    assert quiet.fell_quiet(2.0) == set()  # the same silence is not news
+    assert quiet.fell_quiet(2.6) == {other}
+    quiet.heard("a", JOB, 3.0)  # heard again, then quiet again: a new silence
+    assert quiet.fell_quiet(4.0) == set()
+    assert quiet.fell_quiet(4.6) == {JOB}
+
+
+def test_a_pod_silent_for_long_is_forgotten() -> None:
+    quiet = QuietReporters(quiet_seconds=1.5)
+    quiet.heard("gone", JOB, 0.0)
+    assert quiet.fell_quiet(2.0) == {JOB}
+    assert quiet.fell_quiet(10_000.0) == set()
+    quiet.heard("new", JOB, 10_000.0)
+    assert quiet.fell_quiet(10_002.0) == {JOB}  # the forgotten Pod's uid took no room and holds nothing back

@@ -59,7 +59,9 @@ class Endpoint:
 @pytest.fixture
 def endpoint() -> Iterator[Endpoint]:
     board, woken = ReportBoard(), []
-    server = report_server(board, Reviewer(), ("127.0.0.1", 0), lambda ns, job, news: woken.append((ns, job, news)))
+    server = report_server(
+        board, Reviewer(), ("127.0.0.1", 0), lambda ns, job, news, uid: woken.append((ns, job, news))
+    )
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     yield Endpoint(f"http://127.0.0.1:{server.server_address[1]}", board, woken)

@@ -60,7 +60,7 @@ def test_the_hosts_are_the_urls_and_a_specific_bound_address() -> None:
 def tls_server() -> Iterator[tuple[ThreadingHTTPServer, str, report_tls.Certificates, ReportBoard]]:
     issued = report_tls.issue(["127.0.0.1"], datetime.datetime.now(datetime.timezone.utc))
     board = ReportBoard()
-    server = report_server(board, Reviewer(), ("127.0.0.1", 0), lambda ns, job, news: None)
+    server = report_server(board, Reviewer(), ("127.0.0.1", 0), lambda ns, job, news, uid: None)
     report_tls.secure(server, issued)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     yield server, f"https://127.0.0.1:{server.server_address[1]}/reports/team-a/mnist", issued, board

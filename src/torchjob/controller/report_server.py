@@ -49,10 +49,10 @@ def report_server(
     board: ReportBoard,
     reviewer: TokenReviewer,
     address: tuple[str, int],
-    on_report: Callable[[str, str, bool], None],
+    on_report: Callable[[str, str, bool, str], None],
 ) -> ThreadingHTTPServer:
-    """An HTTP server (not yet serving) on ``address``; ``on_report(namespace, job, news)`` after each report
-    and announcement, ``news`` when the job should be looked at at once (``ReportBoard.announce``)."""
+    """An HTTP server (not yet serving) on ``address``; ``on_report(namespace, job, news, pod_uid)`` after each
+    report and announcement, ``news`` when the job should be looked at at once (``ReportBoard.announce``)."""
 
     class Handler(BaseHTTPRequestHandler):
         # Keep-alive: a Pod's process keeps its connection for its reports (``torchjob.reporting``), so the TLS
@@ -91,7 +91,7 @@ def report_server(
                     self._answer(400, 'a trainer\'s state is {"attempt": <integer>[, "exit_code": <0-255>]}')
                     return
                 news, order = board.trainer_said(pod, state)
-                on_report(namespace, job, news)
+                on_report(namespace, job, news, pod.uid)
                 self._answer(200, json.dumps(order or {}))
                 return
             if self._kind == "announcements":
@@ -102,13 +102,15 @@ def report_server(
                 news = board.announce(pod, announcement)
                 if body.get(worker_files.ANNOUNCE_NOTICE) is True:  # on notice of eviction: look at once
                     news = board.notices.heard(namespace, job, pod.uid, announcement.heard_at) or news
-                on_report(namespace, job, news)
+                on_report(namespace, job, news, pod.uid)
                 self._answer(200, json.dumps(_membership_for(board, namespace, job, pod.uid)))
                 return
             if not isinstance(body, dict) or not board.put(pod, body):
                 self._answer(400, "the body is not a progress report: a JSON object with an integer step")
                 return
-            on_report(namespace, job, False)  # before the answer: a caller that got its 204 finds the job woken
+            on_report(
+                namespace, job, False, pod.uid
+            )  # before the answer: a caller that got its 204 finds the job woken
             why = board.leave_order(pod.uid, body.get(worker_files.REPORT_PROCESS))
             if why is not None:
                 self._answer(200, json.dumps({worker_files.ANSWER_LEAVE: why}))

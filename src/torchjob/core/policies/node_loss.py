@@ -32,9 +32,11 @@ from torchjob.core.observed import Phase, PlatformReason, ReplicaObservation
 from torchjob.core.policies.progress import liveness_deadline
 from torchjob.core.times import later, timestamp
 
-# Two missed beats: enough silence of a process whose node the operator cannot reach at all (the node's silence
-# is the operator's own witness, so this only guards against a beat late on a loaded machine).
-UNREACHABLE_SILENCE = 2.0
+# A missed beat and half another (the silence at which the operator looks at a Pod's node, nodes.QUIET_SECONDS):
+# enough silence of a process whose node the operator cannot reach at all. The node's silence is the operator's own
+# witness (a live host's kernel answers a connection within milliseconds, however loaded), so this only guards
+# against a beat late on a loaded machine, and the loss is decided in the pass that finds the node gone.
+UNREACHABLE_SILENCE = 1.5
 
 
 def declare_lost(
