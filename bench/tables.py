@@ -526,8 +526,7 @@ SCALE_TABLE = Table(
             at_most("frozen replica named after its threshold", 1.0),
         ),
         Row(
-            "… one of the 64 nodes vanishes (its replicas silent, its Lease renewed): the job decides, seconds "
-            "after",
+            "… one of the 64 nodes vanishes (its replicas silent, its Lease renewed): the job decides, seconds after",
             "wide",
             "**{vanished node decided:.2f} s** ({vanished node decided.got} of {vanished node decided.n})",
             "",

@@ -1,5 +1,7 @@
 """The GPT-style model of train.py, sharded in HSDP's layout, repairing itself in place: a lost rank's shard
 comes back from its replica in another group's memory, not from a checkpoint, and the survivors never stop.
+Checkpoints (DCP, every ``--checkpoint-every`` steps) are for what memory cannot repair: a shard lost with every
+copy of it restarts the group, which resumes from the newest one.
 
     torchjob run examples/gpt/job-inplace.yaml                    # 4 ranks (2 replica groups × 2), a spare
     torchjob run examples/gpt/job-inplace.yaml -- --replicas 1    # plain FSDP over 4: neighbours keep copies
@@ -8,7 +10,9 @@ comes back from its replica in another group's memory, not from a checkpoint, an
 The loop runs under ``InPlaceTraining.sharded``: when a rank dies, a warm spare takes its rank, receives its
 shard of the weights and of AdamW's state from the survivor holding the same shard (``--replicas 1``: plain FSDP,
 from the neighbour keeping a copy of it), and the group retries the step that failed. Each step's sequences
-depend only on the step and the rank, so a repaired run ends with the model of a run without a fault.
+depend only on the step and the rank, so a repaired run ends with the model of a run without a fault. A
+checkpoint is taken between steps, by every member of the group as it stands: a rank lost while it saves is
+repaired as in a step, that checkpoint is not committed (the one before stays the newest), and the next is taken.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from torch import nn
 
 from torchjob.train import DistContext, MetricsLogger, init, shutdown
 from torchjob.train.in_place import InPlaceTraining
+from torchjob.train.sharded_checkpoint import ShardedCheckpointer
 
 
 def parse_args() -> argparse.Namespace:
@@ -43,8 +48,11 @@ def parse_args() -> argparse.Namespace:
     p.add_argument(
         "--copy-every", type=int, default=1, help="plain FSDP: steps between neighbours' copies (a repair goes back)"
     )
+    output = os.environ.get("TORCHJOB_OUTPUT_DIR", "output")
+    p.add_argument("--checkpoint-dir", default=os.path.join(output, "checkpoints"))
+    p.add_argument("--checkpoint-every", type=int, default=50, help="0: none")
     p.add_argument("--log-interval", type=int, default=10)
-    p.add_argument("--output-dir", default=os.environ.get("TORCHJOB_OUTPUT_DIR", "output"))
+    p.add_argument("--output-dir", default=output)
     return p.parse_args()
 
 
@@ -71,6 +79,14 @@ def main() -> None:
         f"{count / 1e6:.1f}M parameters, sharded over {ctx.world_size} ranks {layout}, repaired in place; "
         f"{args.batch_size} × {args.length or config.context} tokens per rank and step"
     )
+    # Synchronous saves: an asynchronous one writes over a group of its own, which a repair would leave behind.
+    checkpoints = ShardedCheckpointer(args.checkpoint_dir, ctx, keep=2)
+    start = 0
+    if not ctx.joined:  # a joiner's state comes from its peers' memory; a new group's from the newest checkpoint
+        manifest = checkpoints.load(trainer.model, trainer.optimizer)
+        start = int(manifest["step"]) if manifest else 0
+        if manifest:
+            ctx.log(f"resumed from the checkpoint of step {start} (saved by {manifest['world_size']} ranks)")
     language = Language(config)
     metrics = MetricsLogger(trainer.ctx, total_steps=args.steps)
     losses: list[float] = []
@@ -88,8 +104,12 @@ def main() -> None:
         if (number + 1) % args.log_interval == 0 or number + 1 == args.steps:
             ctx.log(f"step {number + 1}/{args.steps}: loss {losses[-1]:.3f} (floor {floor_loss():.3f})")
 
+    def between_steps(done: int) -> None:
+        if args.checkpoint_every and done % args.checkpoint_every == 0:
+            checkpoints.save(done, trainer.model, trainer.optimizer)
+
     started = time.time()
-    trainer.run(step, args.steps)
+    trainer.run(step, args.steps, start_step=start, between_steps=between_steps)
     metrics.close()
     # Every rank takes part in gathering the full weights; the sum tells two runs' models apart.
     checksum = sum(float(p.detach().full_tensor().double().sum()) for p in trainer.model.parameters())  # type: ignore[operator]
@@ -101,6 +121,7 @@ def main() -> None:
             "first_loss": losses[0] if losses else math.nan,
             "last_loss": losses[-1] if losses else math.nan,
             "repairs": trainer.repairs,
+            "resumed_from": start,
             "checksum": checksum,
             "train_seconds": time.time() - started,
         }

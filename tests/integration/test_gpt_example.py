@@ -119,15 +119,21 @@ def test_plain_fsdp_in_place_loses_a_rank_and_its_neighbours_copy_makes_the_grou
 
 def test_a_shard_lost_with_every_copy_of_it_restarts_the_group_and_says_why(tmp_path: Path) -> None:
     home = tmp_path / "home"
-    run = start_run(_job(tmp_path / "both", 3, *IN_PLACE, example="job-inplace.yaml", spares=2), home)
+    args = (*IN_PLACE, "--checkpoint-every", "20")
+    run = start_run(_job(tmp_path / "both", 3, *args, example="job-inplace.yaml", spares=2), home)
     try:
         _kill_when_warm(home, ("worker-0", "worker-2"), spares=2)  # ranks 1 and 3: both copies of shard 1
     finally:
-        _, stderr = run.communicate(timeout=600)
+        stdout, stderr = run.communicate(timeout=600)
     assert run.returncode == 0, stderr[-3000:]
     assert "ShardedRepairError: no survivor holds shard 1 (every replica group lost that rank at once)" in stderr
     status = job_object(home, "gpt-inplace")["status"]
     assert status["restartCount"] == 1, status
+    # What memory could not repair, the checkpoint did: the new group resumed from the newest one committed (every 20
+    # steps; rank 3 had logged 60 when the kill came), not from the start.
+    resumed = _metrics(home, "gpt-inplace")["resumed_from"]
+    assert resumed >= 40 and resumed % 20 == 0, resumed
+    assert f"[master-0#1] Rank 0: resumed from the checkpoint of step {resumed} (saved by 4 ranks)" in stdout, stdout
 
 
 def test_the_sharded_example_learns_and_resumes_on_another_width(tmp_path: Path) -> None:

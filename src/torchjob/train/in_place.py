@@ -159,7 +159,17 @@ class InPlaceTraining:
     def optimizer(self) -> torch.optim.Optimizer:
         return self.state.optimizer
 
-    def run(self, step_fn: StepFunction, total_steps: int, start_step: int = 0) -> None:
+    def run(
+        self,
+        step_fn: StepFunction,
+        total_steps: int,
+        start_step: int = 0,
+        between_steps: Callable[[int], Any] | None = None,
+    ) -> None:
+        """Train from ``start_step`` (a joiner: from the group's step) to ``total_steps``. ``between_steps(n)``
+        runs on every member once step ``n`` is done (e.g. a checkpoint every so many steps), with the current
+        group, so its collectives are the group's: a peer lost in it is repaired as in a step, and the group
+        goes on from step ``n`` (it is not run again for ``n``)."""
         if not self.ctx.joined:
             self.step = start_step
         while self.step < total_steps:
@@ -173,6 +183,8 @@ class InPlaceTraining:
                     step_fn(self.module, self.step, self.ctx)
                     stepped = True
                     self.state.after_step(self.ctx, self.step + 1)
+                    if between_steps is not None:
+                        between_steps(self.step + 1)
             except RuntimeError:
                 if not self.repairable:
                     raise
