@@ -1,7 +1,7 @@
 """A simulated node that vanishes as a host does: its replica is lost with it, found by the operator's own probe.
 
 kwok nodes have addresses of their own on this machine (kuberig's ``network/addresses.py``): a connection there is
-refused while the node is up, and unanswered once it vanished. Its Lease goes on being renewed (kwok renews it), and
+answered while the node is up, and unanswered once it vanished. Its Lease goes on being renewed (kwok renews it), and
 the job's liveness deadline is five minutes: only the operator's probe of the node, beside the replica's silence on
 the report channel, can decide the loss within the test's wait. The wide version (one node of 64 under 1,024
 replicas) is ``bench.wide``.
@@ -88,7 +88,7 @@ def test_a_simulated_node_that_vanishes_takes_its_replica_with_it(
             node_name = running["spot-worker-0"]["spec"]["nodeName"]
             node = cluster.node(node_name)
             assert isinstance(node, KwokNode)
-            # The Node says the address of its own (kwok keeps it), where its "kubelet" refuses: the host is up.
+            # The Node says the address of its own (kwok keeps it), where its "kubelet" answers: the host is up.
             address = kubelet_address(cluster.kubectl_json("get", "node", node_name))
             assert address is not None and address[0] == node.ip, address
             assert connect(address, 0.25) is True

@@ -153,7 +153,7 @@ def create(config: ClusterConfig, directory: Path | None = None, timeout: float 
     etcd_data = tempfile.mkdtemp(
         prefix=f"kuberig-{config.name}-etcd-", dir=shm if os.access(shm, os.W_OK) else directory
     )
-    ports = {n: free_port() for n in controlplane.PORTS}
+    ports = {n: free_port("0.0.0.0" if n == "kwok" else "127.0.0.1") for n in controlplane.PORTS}
     ctx = _Context(config, ClusterState(config.name, str(directory), etcd_data, ports), timeout)
     ctx.state.save()
     try:

@@ -4,11 +4,12 @@ kwok runs no kubelet, and by default gives every node one address (``--node-ip``
 node (a TCP connection to its kubelet port, as torchjob's operator does to tell a vanished host from a stopped
 kubelet) then cannot tell one simulated node from another. So a cluster's kwok nodes share a slot of their own
 (``naming.claim``: its ``10.99.<K>.0/24`` is free on this machine), and node ``i`` holds ``10.99.<K>.<i+1>`` on
-the host's loopback, labelled ``lo:kr<K>``. The host answers a connection there at once (a refusal: nothing
-listens), from the host and from every real node's namespace (which routes ``10.99.0.0/16`` to the host), as a
-live host's kernel answers. A node that vanishes loses its address, and a blackhole route takes its place: a
-connection then gets no answer at all, as for a host that is gone (``network/namespaces.cut`` does the same for
-a real node's link).
+the host's loopback, labelled ``lo:kr<K>``. The host answers a connection there at once, from the host and from
+every real node's namespace (which routes ``10.99.0.0/16`` to the host), as a live host does: kwok's kubelet server
+(listening on every address) at the node's kubelet port, the kernel's refusal at any other. A node that vanishes
+loses its address, and a blackhole route takes its place: a connection then gets no answer at all, as for a host
+that is gone (``network/namespaces.cut`` does the same for a real node's link), and the API server cannot reach its
+"kubelet" either (``kubectl logs`` of its Pods fails, as for a real vanished node).
 """
 
 from __future__ import annotations

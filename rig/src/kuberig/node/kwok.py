@@ -47,7 +47,10 @@ def logs_crd() -> Path:
 
 
 def controller_argv(directory: Path, port: int) -> list[str]:
-    """kwok's controller, managing only the nodes annotated as fake, its kubelet server on ``port``."""
+    """kwok's controller, managing only the nodes annotated as fake, its kubelet server on ``port`` of every address
+    of this machine: the API server reaches a node's kubelet (``pods/log``) at the node's own address
+    (``network/addresses.py``, ``--kubelet-preferred-address-types=InternalIP``), and one server stands for every
+    simulated node's kubelet."""
     d = directory
     return [
         str(toolchain.control_plane_bin() / "kwok"),
@@ -57,7 +60,7 @@ def controller_argv(directory: Path, port: int) -> list[str]:
         f"--manage-nodes-with-annotation-selector={FAKE_NODE_ANNOTATION}=fake",
         "--node-ip=127.0.0.1",
         f"--node-port={port}",
-        f"--server-address=127.0.0.1:{port}",
+        f"--server-address=0.0.0.0:{port}",
         f"--tls-cert-file={d}/kwok-server.crt",
         f"--tls-private-key-file={d}/kwok-server.key",
         "--cidr=10.244.0.0/16",
