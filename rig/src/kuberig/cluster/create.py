@@ -4,6 +4,7 @@ themselves: if any fails, ``delete`` removes whatever the earlier ones made."""
 from __future__ import annotations
 
 import os
+import sys
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -84,14 +85,18 @@ def _kwok_nodes(ctx: _Context) -> None:
     ctx.state.add(processes.spawn(ctx.state.name, ctx.state.logs, "kwok", argv))
     gpus = next(n.gpus for n in ctx.config.nodes if n.kind == "kwok")
     # Addresses of their own (network/addresses.py), from a slot of their own: deleted with the cluster's slots.
-    slot = naming.claim(ctx.state.name, processes.run("ip", "-4", "-o", "addr"))
-    for i in range(ctx.config.kwoks):
-        name, address = f"kwok-node-{i}", addresses.of_node(slot, i)
-        addresses.assign(slot, address)
-        ctx.state.nodes.append(NodeState(name, "kwok", address, slot.index, gpus=gpus))
+    slot = None
+    if os.geteuid() == 0:
+        slot = naming.claim(ctx.state.name, processes.run("ip", "-4", "-o", "addr"))
+    else:
+        print(f"kube-rig: not root: the simulated nodes share {addresses.SHARED} and cannot vanish", file=sys.stderr)
+    for i, address in enumerate(addresses.for_nodes(slot, ctx.config.kwoks)):
+        name = f"kwok-node-{i}"
+        if slot is not None:
+            addresses.assign(slot, address)
+        ctx.state.nodes.append(NodeState(name, "kwok", address, slot.index if slot else None, gpus=gpus))
         ctx.state.save()
         cluster.apply(kwok.node_object(name, address))
-    ctx.state.save()
 
 
 def _registry(ctx: _Context) -> None:

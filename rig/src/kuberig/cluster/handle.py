@@ -126,19 +126,22 @@ class Cluster(Kubectl):
     def vanish(self, node: str) -> None:
         """Simulated node ``node`` vanishes as a host does: nothing answers at its address, nobody is told
         (``network/addresses.py``). Its Pods, its Lease and its status stay as kwok keeps them."""
-        addresses.vanish(self._kwok_node(node).ip)
+        addresses.vanish(self._own_address(node)[1])
 
     def mend(self, node: str) -> None:
         """Simulated node ``node`` answers at its address again."""
-        found = next(n for n in self.state.nodes if n.name == node)
-        assert found.slot is not None
-        addresses.assign(Slot(found.slot), found.ip)
+        addresses.assign(*self._own_address(node))
 
-    def _kwok_node(self, name: str) -> KwokNode:
-        node = self.node(name)
-        if not isinstance(node, KwokNode):
+    def _own_address(self, name: str) -> tuple[Slot, str]:
+        """A simulated node's slot and address of its own; an error for a real node, or one without (not root)."""
+        if not isinstance(self.node(name), KwokNode):
             raise RuntimeError(f"{name} is a real node: kubelet.stop and kubelet.start make it vanish and return")
-        return node
+        found = next(n for n in self.state.nodes if n.name == name)
+        if found.slot is None:
+            raise RuntimeError(
+                f"{name} shares {found.ip} with the other simulated nodes (made without root): it cannot vanish"
+            )
+        return Slot(found.slot), found.ip
 
     def serve_logs(
         self, namespace: str, pod: str, container: str, lines: list[str], logs_file: Path, wait: bool = True

@@ -20,6 +20,13 @@ from kuberig.naming import Slot
 from kuberig.processes import run
 
 MOST_NODES = 254  # the host numbers of one /24
+# kwok's own, for every node, where addresses of their own cannot be made (not root): such nodes cannot vanish.
+SHARED = "127.0.0.1"
+
+
+def for_nodes(slot: Slot | None, count: int) -> list[str]:
+    """The addresses of ``count`` simulated nodes: their own in ``slot``, or ``SHARED`` by all without one."""
+    return [of_node(slot, i) if slot is not None else SHARED for i in range(count)]
 
 
 def of_node(slot: Slot, index: int) -> str:
