@@ -251,6 +251,25 @@ def _named_at(client: Client, namespace: str, job: str, replica: str, deadline: 
     return None
 
 
+def reporting(
+    cluster: Cluster, client: Client, namespace: str, job: dict[str, Any], count: int
+) -> tuple[list[dict[str, Any]], list[Replica], Generator]:
+    """``job`` (a PyTorchJob of ``count`` replicas) Running in ``namespace``, a new one, and every replica Pod
+    reporting from a started generator, warm (the first reports' TokenReviews done): the Pods, and their replicas in
+    the same order, and the generator."""
+    name = job["metadata"]["name"]
+    cluster_kit.seconds_until_running(cluster, namespace, [job], count)
+    pods = replica_pods(cluster, namespace, name, 0)
+    channel = Channel.of(cluster, pods[0])
+    tokens = issue_tokens(client, namespace, pods)
+    group = [Replica(p["metadata"]["name"].removeprefix(f"{name}-"), tokens[p["metadata"]["name"]]) for p in pods]
+    generator = Generator(channel, group)
+    generator.start()
+    print(f"  {len(group)} replicas reporting", flush=True)
+    time.sleep(WARM_SECONDS)
+    return pods, group, generator
+
+
 def record(run: Run, cluster: Cluster, trials: int, job: dict[str, Any], count: int) -> None:
     """``job`` (a PyTorchJob of ``count`` replicas) under report load, ``trials`` times, each in a new namespace
     deleted after it: the steady load measured, then a replica frozen."""
@@ -263,15 +282,7 @@ def record(run: Run, cluster: Cluster, trials: int, job: dict[str, Any], count: 
     pids = cluster.container_pids(operator_pods.NAMESPACE, leading, "operator")
     for trial in range(trials):
         namespace = f"reports-{trial}"
-        cluster_kit.seconds_until_running(cluster, namespace, [job], count)
-        pods = replica_pods(cluster, namespace, name, 0)
-        channel = Channel.of(cluster, pods[0])
-        tokens = issue_tokens(client, namespace, pods)
-        group = [Replica(p["metadata"]["name"].removeprefix(f"{name}-"), tokens[p["metadata"]["name"]]) for p in pods]
-        generator = Generator(channel, group)
-        generator.start()
-        print(f"  {len(group)} replicas reporting", flush=True)
-        time.sleep(WARM_SECONDS)
+        _, group, generator = reporting(cluster, client, namespace, job, count)
         generator.tally.reset()
         cpu, began, own = _cpu_seconds(pids), time.monotonic(), time.process_time()
         time.sleep(STEADY_SECONDS)

@@ -3,10 +3,11 @@
 The job and its reports as in ``bench/report_load.py`` (1,024 replicas on 64 kwok nodes, each reporting every second
 over the real report channel). After the first reports' TokenReviews, one node vanishes as a host does: nothing
 answers at its address any more (``kuberig``'s simulated nodes have addresses of their own, ``Cluster.vanish``), and
-its 16 replicas' reports stop; the other 1,008 keep beating but step no more (they wait in a collective for the lost
-ones). Its Lease goes on being renewed (kwok renews it): the operator must find the loss from the replicas' silence
-and its own probe of the node. Measured: seconds from the vanishing until the job's status says a replica of that
-node was lost with it. Each trial is a new job in a new namespace, deleted after it, the node brought back.
+its replicas' reports stop (the scheduler spreads the job unevenly: a few to some fifty a node); the others keep
+beating but step no more (they wait in a collective for the lost ones). Its Lease goes on being renewed (kwok renews
+it): the operator must find the loss from the replicas' silence and its own probe of the node. Measured: seconds
+from the vanishing until the job's status says a replica of that node was lost with it. Each trial is a new job in
+a new namespace, deleted after it, the node brought back.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from lightkube import Client, KubeConfig
 
 from bench import cluster_kit
 from bench.records import Run
-from bench.report_load import WARM_SECONDS, Channel, Generator, PyTorchJobs, Replica, issue_tokens, replica_pods
+from bench.report_load import PyTorchJobs, Replica, reporting
 from kuberig import Cluster
 
 DECIDED_WITHIN = 60.0  # a trial's window: the Lease (40 s here, renewed all along) never decides it
@@ -32,21 +33,10 @@ def record(run: Run, cluster: Cluster, trials: int, job: dict[str, Any], count: 
     client = Client(KubeConfig.from_file(str(cluster.kubeconfig)))
     for trial in range(trials):
         namespace = f"node-loss-{trial}"
-        cluster_kit.seconds_until_running(cluster, namespace, [job], count)
-        pods = replica_pods(cluster, namespace, name, 0)
-        tokens = issue_tokens(client, namespace, pods)
-        replicas = {
-            p["metadata"]["name"]: Replica(
-                p["metadata"]["name"].removeprefix(f"{name}-"), tokens[p["metadata"]["name"]]
-            )
-            for p in pods
-        }
+        pods, replicas, generator = reporting(cluster, client, namespace, job, count)
         on_node: dict[str, list[Replica]] = defaultdict(list)
-        for p in pods:
-            on_node[p["spec"]["nodeName"]].append(replicas[p["metadata"]["name"]])
-        generator = Generator(Channel.of(cluster, pods[0]), list(replicas.values()))
-        generator.start()
-        time.sleep(WARM_SECONDS)
+        for pod, replica in zip(pods, replicas, strict=True):
+            on_node[pod["spec"]["nodeName"]].append(replica)
         node = random.choice([n for n, held in on_node.items() if all(r.name != "master-0" for r in held)])
         lost = on_node[node]
         vanished = time.time()

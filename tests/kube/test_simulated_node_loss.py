@@ -74,8 +74,8 @@ def test_a_simulated_node_that_vanishes_takes_its_replica_with_it(
     try:
         cluster.apply(_job(), namespace)
         running = wait_until(lambda: _running(cluster, namespace), what="both replicas Running, a node each")
-        url = running["spot-master-0"]["spec"]["containers"][0]["env"]
-        url = next(e["value"] for e in url if e["name"] == worker_files.ENV_REPORT_URL)
+        env = running["spot-master-0"]["spec"]["containers"][0]["env"]
+        url = next(e["value"] for e in env if e["name"] == worker_files.ENV_REPORT_URL)
         secret = cluster.kubectl_json("get", "secret", "torchjob-report-tls", "-n", "torchjob-system")
         ca = base64.b64decode(secret["data"]["ca.crt"]).decode()
         tokens = {name: _token(cluster, namespace, pod, tmp_path) for name, pod in running.items()}

@@ -108,9 +108,8 @@ def report_server(
             if not isinstance(body, dict) or not board.put(pod, body):
                 self._answer(400, "the body is not a progress report: a JSON object with an integer step")
                 return
-            on_report(
-                namespace, job, False, pod.uid
-            )  # before the answer: a caller that got its 204 finds the job woken
+            # Before the answer: a caller that got its 204 finds the job woken.
+            on_report(namespace, job, False, pod.uid)
             why = board.leave_order(pod.uid, body.get(worker_files.REPORT_PROCESS))
             if why is not None:
                 self._answer(200, json.dumps({worker_files.ANSWER_LEAVE: why}))

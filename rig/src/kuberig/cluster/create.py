@@ -95,8 +95,8 @@ def _kwok_nodes(ctx: _Context) -> None:
         if slot is not None:
             addresses.assign(slot, address)
         ctx.state.nodes.append(NodeState(name, "kwok", address, slot.index if slot else None, gpus=gpus))
-        ctx.state.save()
         cluster.apply(kwok.node_object(name, address))
+    ctx.state.save()
 
 
 def _registry(ctx: _Context) -> None:

@@ -52,7 +52,7 @@ class Cluster(Kubectl):
     @property
     def nodes(self) -> list[KwokNode | KubeletNode]:
         found = self.state
-        return [node_of(found, n) if n.kind == "kubelet" else KwokNode(n.name, n.ip) for n in found.nodes]
+        return [node_of(found, n) if n.kind == "kubelet" else KwokNode(n.name, n.ip, n.slot) for n in found.nodes]
 
     def kubelet_nodes(self) -> list[KubeletNode]:
         return [n for n in self.nodes if isinstance(n, KubeletNode)]
@@ -134,14 +134,14 @@ class Cluster(Kubectl):
 
     def _own_address(self, name: str) -> tuple[Slot, str]:
         """A simulated node's slot and address of its own; an error for a real node, or one without (not root)."""
-        if not isinstance(self.node(name), KwokNode):
+        node = self.node(name)
+        if not isinstance(node, KwokNode):
             raise RuntimeError(f"{name} is a real node: kubelet.stop and kubelet.start make it vanish and return")
-        found = next(n for n in self.state.nodes if n.name == name)
-        if found.slot is None:
+        if node.slot is None:
             raise RuntimeError(
-                f"{name} shares {found.ip} with the other simulated nodes (made without root): it cannot vanish"
+                f"{name} shares {node.ip} with the other simulated nodes (made without root): it cannot vanish"
             )
-        return Slot(found.slot), found.ip
+        return Slot(node.slot), node.ip
 
     def serve_logs(
         self, namespace: str, pod: str, container: str, lines: list[str], logs_file: Path, wait: bool = True

@@ -28,6 +28,7 @@ LOGS_SERVED_WITHIN = 30.0  # seconds
 class KwokNode:
     name: str
     ip: str
+    slot: int | None = None  # the slot of its address of its own (``network/addresses.py``); None: kwok's shared one
     kind: str = "kwok"
 
 
