@@ -47,6 +47,9 @@ ENV_REPLICA = "TORCHJOB_REPLICA"
 ENV_ATTEMPT = "TORCHJOB_ATTEMPT"
 ENV_STORE = "TORCHJOB_STORE"
 ENV_SPARE = "TORCHJOB_SPARE"
+# How many processes a replica has (``nprocPerNode``), where it has several: its script, run directly rather than
+# under torchrun, starts the others itself (``torchjob.train.local_ranks``). A spare keeps it: it is no place.
+ENV_REPLICA_PROCESSES = "TORCHJOB_REPLICA_PROCESSES"
 # Set for the members of an elastic group under in-place repair: they look for a new membership at each step.
 ENV_ELASTIC = "TORCHJOB_ELASTIC"
 ENV_REPORT_URL = "TORCHJOB_REPORT_URL"

@@ -10,11 +10,13 @@ import pytest
 from tests.unit.test_planning import T0, at
 from torchjob import worker_files
 from torchjob.api.errors import ValidationError
-from torchjob.api.types import ElasticPolicy, GroupMembership, PyTorchJob
+from torchjob.api.types import ElasticPolicy, GroupMembership, PyTorchJob, ReplicaType
 from torchjob.core.actions import CreateReplica, CreateSpare, DeleteReplica, DeleteSpare, ReformGroup, RepairReplica
+from torchjob.core.envs import Addressing, holds_a_place, replica_env
 from torchjob.core.observed import Observed, Platform, PlatformReason, ReplicaObservation, SpareObservation
 from torchjob.core.planning import plan
 from torchjob.core.policies import repair
+from torchjob.core.replicas import ReplicaId
 from torchjob.core.reported import Progress
 from torchjob.testing import failed, make_job, running
 
@@ -159,16 +161,23 @@ def test_a_spare_that_ended_on_its_own_goes_and_another_is_started() -> None:
 
 
 def test_spares_are_refused_for_groups_that_cannot_be_repaired_in_place() -> None:
-    two_per_replica = make_job("np").workers(2).spec(nprocPerNode="2").annotate(**{"torchjob.io/spares": "1"})
-    with pytest.raises(ValidationError, match=r"in-place repair needs one process per replica"):
-        two_per_replica.build()
+    under_torchrun = make_job("np").workers(2).spec(nprocPerNode="2").command("torchrun", "train.py")
+    with pytest.raises(ValidationError, match=r"runs directly .* but its command starts torchrun"):
+        under_torchrun.annotate(**{"torchjob.io/spares": "1"}).build()
     torchrun = make_job("el").workers(2).elastic(minReplicas=1, maxReplicas=2).command("torchrun", "train.py")
-    with pytest.raises(ValidationError, match=r"runs its script directly .* but its command starts torchrun"):
+    with pytest.raises(ValidationError, match=r"runs directly .* but its command starts torchrun"):
         torchrun.annotate(**{"torchjob.io/spares": "0"}).build()
-    # The planner's own guard, for a job object that was never validated.
-    unchecked = PyTorchJob.model_validate(two_per_replica.wire())
-    assert repair.spares_wanted(unchecked) == 0
-    assert not any(isinstance(a, CreateSpare) for a in plan(unchecked, Observed([]), SPARES_PLATFORM, T0).actions)
+
+
+def test_a_replica_of_several_processes_is_repaired_in_place_as_a_whole() -> None:
+    """``nprocPerNode: 4`` with the script run directly: the replica's four processes are one member (their
+    script starts the other three, train/local_ranks.py), and a spare of four takes a lost replica's place."""
+    job = make_job("np").workers(2).spec(nprocPerNode="4").annotate(**{"torchjob.io/spares": "1"}).build()
+    assert repair.spares_wanted(job) == 1
+    assert CreateSpare(0) in plan(job, Observed([]), SPARES_PLATFORM, T0).actions
+    env = dict(replica_env(job, ReplicaId(ReplicaType.WORKER, 1), 0, Addressing("m", 1, "m", 2)))
+    assert (env["WORLD_SIZE"], env["RANK"], env["TORCHJOB_REPLICA_PROCESSES"]) == ("8", "1", "4")
+    assert not holds_a_place("TORCHJOB_REPLICA_PROCESSES")  # a spare keeps it
 
 
 def beating(name: str, step: int, alive: float) -> ReplicaObservation:

@@ -143,16 +143,19 @@ def _check_annotations(job: PyTorchJob) -> list[str]:
     spares = (job.metadata.annotations or {}).get(SPARES)
     nproc = job.spec.nproc_per_node or "1"
     if spares not in (None, "", "0") or (spares == "0" and job.spec.elastic_policy is not None):
-        if nproc not in ("1", "auto", "cpu", "gpu"):
+        if not nproc.isdigit() and nproc not in ("auto", "cpu", "gpu"):
             problems.append(
-                f"metadata.annotations[{SPARES}]: in-place repair needs one process per replica (nprocPerNode 1), "
-                f"got nprocPerNode {nproc!r}"
+                f"metadata.annotations[{SPARES}]: in-place repair needs a count of processes per replica "
+                f"(nprocPerNode, e.g. 4), got nprocPerNode {nproc!r}"
             )
-        elif job.spec.elastic_policy is not None and _starts_torchrun(job):
+        elif (job.spec.elastic_policy is not None or nproc not in ("1", "auto", "cpu", "gpu")) and _starts_torchrun(
+            job
+        ):
             problems.append(
-                f"metadata.annotations[{SPARES}]: an elastic job under in-place repair runs its script directly "
-                "(torchjob.train.in_place forms and re-forms the group), but its command starts torchrun; "
-                "use e.g. command: [python, train.py], or drop the annotation to keep torchrun's rendezvous"
+                f"metadata.annotations[{SPARES}]: under in-place repair the script runs directly "
+                "(torchjob.train forms and re-forms the group, and starts a replica's nprocPerNode processes), "
+                "but its command starts torchrun; use e.g. command: [python, train.py], or drop the annotation "
+                "to keep torchrun"
             )
     return problems
 

@@ -61,9 +61,10 @@ def threads_per_process(job: PyTorchJob, container: dict[str, Any]) -> str:
 def in_place(job: PyTorchJob) -> bool:
     """Whether the job's group trains under torchjob.train's in-place loop and is repaired in place: it asks
     for spares (``torchjob.io/spares``), or, elastic, names the annotation at all (``"0"``: no idle spare; a
-    lost member leaves at once, and the spare started then joins when it is warm). One process per replica."""
+    lost member leaves at once, and the spare started then joins when it is warm). A replica of several
+    processes is lost, and replaced, as a whole (``torchjob.train.local_ranks``)."""
     value = job.annotation(extensions.SPARES)
-    if not value or not value.isdigit() or processes_per_replica(job) != 1:
+    if not value or not value.isdigit():
         return False
     return job.spec.elastic_policy is not None or int(value) > 0
 
@@ -133,6 +134,8 @@ def replica_env(job: PyTorchJob, replica: ReplicaId, attempt: int, addressing: A
         nproc = str(elastic.n_proc_per_node)
     if nproc is not None:
         env.append(("PET_NPROC_PER_NODE", nproc))
+    if processes_per_replica(job) > 1:
+        env.append((worker_files.ENV_REPLICA_PROCESSES, str(processes_per_replica(job))))
     env += [
         (ENV_JOB_NAME, job.name),
         (ENV_REPLICA, str(replica)),

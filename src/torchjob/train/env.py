@@ -61,7 +61,9 @@ def detect_launch(env: Mapping[str, str]) -> LaunchInfo:
         return info
     elif "RANK" in env or "WORLD_SIZE" in env:
         launcher = "torchjob" if "TORCHJOB_REPLICA" in env else "kubeflow"
-        local_rank, local_world = (_int(env, "LOCAL_RANK"), 1) if "LOCAL_RANK" in env else (0, 1)
+        # LOCAL_RANK where the replica's script started its other processes itself (local_ranks.py)
+        local_rank = _int(env, "LOCAL_RANK") if "LOCAL_RANK" in env else 0
+        local_world = _int(env, "LOCAL_WORLD_SIZE", 1) if "LOCAL_WORLD_SIZE" in env else 1
     else:
         return LaunchInfo("single", 0, 1, 0, 1, "127.0.0.1", _port(env) if "MASTER_PORT" in env else 0)
     return _checked(launcher, _int(env, "RANK"), _int(env, "WORLD_SIZE", 1), local_rank, local_world, env)

@@ -27,7 +27,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
 from torchjob import worker_files
-from torchjob.train import channel
+from torchjob.train import channel, local_ranks
 from torchjob.train.channel import Channel
 from torchjob.train.context import DistContext
 from torchjob.worker_files import Membership
@@ -191,7 +191,8 @@ def everyone_arrived(talk: Channel, found: Membership, client: Any, timeout: tim
     arrived; False as soon as the controller publishes a newer one instead (a member died before it arrived:
     the repair is redone around it, and waiting in ``init_process_group`` for the dead member would last its
     whole timeout)."""
-    attempt, generation, world = found["attempt"], found["generation"], len(found["members"])
+    attempt, generation = found["attempt"], found["generation"]
+    world = len(found["members"]) * local_ranks.processes_per_replica()
     store = dist.PrefixStore(worker_files.group_prefix(attempt, generation), client)  # type: ignore[attr-defined]
     store.add(_ARRIVALS, 1)
     deadline = time.monotonic() + timeout.total_seconds()
@@ -220,7 +221,8 @@ def join_next(
 ) -> tuple[Membership, float, int, int] | None:
     """Join, as ``replica``, the newest generation of ``attempt`` above ``after`` that forms (one that a newer
     supersedes before everyone arrived is skipped). Returns its membership, when it was read (wall clock), this
-    rank and the world size; None when ``replica`` is no longer a member (an elastic group scaled down) or,
+    rank and the world size (a replica of several processes holds adjacent ranks: local_ranks.py); None when
+    ``replica`` is no longer a member (an elastic group scaled down) or,
     for a running member (``replaced_by_joiner``), when a spare joins in its place (it was handed over).
     ``deadline`` (monotonic) bounds the wait for a membership; ``timeout`` each generation's forming."""
     while True:
@@ -233,7 +235,9 @@ def join_next(
         # One connection for the barrier and the group, kept across generations (StoreConnection).
         client = CONNECTION.for_generation(timeout)
         if everyone_arrived(talk, found, client, timeout):
-            rank, world = found["members"].index(replica), len(found["members"])
+            local_rank, per_replica = local_ranks.local_place()
+            rank = local_ranks.global_rank(found["members"].index(replica), local_rank, per_replica)
+            world = len(found["members"]) * per_replica
             init_generation(backend, attempt, found["generation"], rank, world, timeout, client)
             return found, found_at, rank, world
         after = found["generation"]
@@ -248,9 +252,12 @@ def wait_as_spare(ctx_backend: str, device: torch.device, timeout: timedelta) ->
     spare = os.environ[worker_files.ENV_SPARE]
     attempt = int(os.environ.get(worker_files.ENV_ATTEMPT, "0"))
     talk = channel.from_env()
+    # A spare of several processes speaks through its first: the controller hears one spare, as it sees one Pod.
+    local_rank, _ = local_ranks.local_place()
+    speaks = local_rank == 0
     announced = -math.inf
     while True:
-        if time.monotonic() - announced >= REANNOUNCE_SECONDS:  # again and again: see REANNOUNCE_SECONDS
+        if speaks and time.monotonic() - announced >= REANNOUNCE_SECONDS:  # again and again: see REANNOUNCE_SECONDS
             talk.announce(spare, attempt)
             announced = time.monotonic()
         found = talk.membership()
@@ -259,16 +266,19 @@ def wait_as_spare(ctx_backend: str, device: torch.device, timeout: timedelta) ->
         time.sleep(talk.poll_seconds)
     replica = found["spares"][spare]
     os.environ[worker_files.ENV_REPLICA] = replica  # from now on this process is that replica (files, logs)
-    # Said at once, as the member it now is: its silence from here on is what the controller judges, not the
-    # lost member's last word, nor its own last word as a spare (up to REANNOUNCE_SECONDS old).
-    talk.announce(worker_files.process_key(replica, 0, 0), attempt, {worker_files.ANNOUNCE_EVERY: talk.alive_seconds})
+    if speaks:
+        # Said at once, as the member it now is: its silence from here on is what the controller judges, not the
+        # lost member's last word, nor its own last word as a spare (up to REANNOUNCE_SECONDS old).
+        more = {worker_files.ANNOUNCE_EVERY: talk.alive_seconds}
+        talk.announce(worker_files.process_key(replica, 0, 0), attempt, more)
     given = found["generation"]
     joined = join_next(talk, ctx_backend, replica, attempt, given - 1, math.inf, timeout)
     if joined is None:
         raise RuntimeError(f"spare {spare} was given {replica}'s place, but {replica} is no member of the group")
     found, _, rank, world = joined
     print(f"torchjob: spare {spare} joins as {replica} (rank {rank} of {world})", flush=True)
-    return DistContext(rank, 0, world, device, ctx_backend, "torchjob", generation=found["generation"], joined=True)
+    generation = found["generation"]
+    return DistContext(rank, local_rank, world, device, ctx_backend, "torchjob", generation=generation, joined=True)
 
 
 class MembershipWatch:

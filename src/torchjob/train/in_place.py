@@ -101,6 +101,9 @@ class InPlaceTraining:
         self.replica = os.environ.get(worker_files.ENV_REPLICA, "")
         self.attempt = int(os.environ.get(worker_files.ENV_ATTEMPT, "0"))
         self.repairable = bool(os.environ.get(worker_files.ENV_STORE) and self.replica)
+        # A replica of several processes speaks through its first (local_ranks.py): it is one member, lost and
+        # replaced as a whole; the others only read the membership.
+        self.speaks = ctx.local_rank == 0
         self.module: nn.Module | None = None  # what the step function is given: the DDP, or the sharded model
         # Whether this process holds the group's training state: a joiner gets it from a survivor.
         self.has_state = not ctx.joined
@@ -122,7 +125,8 @@ class InPlaceTraining:
         else:
             self.module = self.state.wrap(ctx)
         if self.repairable:
-            self._announce()
+            if self.speaks:
+                self._announce()
             told = (lambda: self.channel.notice_considered) if self.channel.tells_notice_considered else None
             self.eviction = EvictionHold(ctx.rank, lambda: self.ctx.generation, self._newest, self._note_eviction, told)
 
@@ -221,6 +225,8 @@ class InPlaceTraining:
     def _look(self) -> Membership | None:
         """In the watching thread: announce when due (also what a new leader hears: only what is sent after it
         took over), and read the membership, in one call where the channel allows."""
+        if not self.speaks:
+            return self.channel.membership()
         with self.clock.lock:
             waiting_in = self.clock.waiting_in(_WAITING_FACTOR)
             forming = self.clock.forming()

@@ -14,7 +14,7 @@ import torch.distributed as dist
 from torch.distributed.elastic.multiprocessing.errors import ErrorHandler
 
 from torchjob import worker_files
-from torchjob.train import generations
+from torchjob.train import generations, local_ranks
 from torchjob.train.context import DistContext
 from torchjob.train.env import LaunchInfo, detect_launch
 
@@ -23,8 +23,11 @@ def init(backend: str | None = None, timeout_seconds: float = 1800.0) -> DistCon
     """Join the process group described by the environment (see ``torchjob.train.env``).
 
     ``backend`` defaults to nccl when this process has a CUDA device for its local rank, else gloo. A
-    single process still gets a (one-member) process group, so the same script runs everywhere.
+    single process still gets a (one-member) process group, so the same script runs everywhere. A replica of
+    several processes that nothing else started (``nprocPerNode`` with the script run directly) starts the
+    others here, before CUDA is touched (``local_ranks``).
     """
+    local_ranks.start()
     if os.environ.get(worker_files.ENV_SPARE):
         _record_uncaught_exceptions()
         chosen = backend or "gloo"
@@ -114,9 +117,10 @@ def shutdown(exit_code: int | None = None) -> None:
         if exit_code is None:
             dist.destroy_process_group()
     if exit_code is not None:
+        code = local_ranks.finish(exit_code)  # a replica's first process ends after its others
         sys.stdout.flush()
         sys.stderr.flush()
-        os._exit(exit_code)
+        os._exit(code)
 
 
 def _free_port() -> int:

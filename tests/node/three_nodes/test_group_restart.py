@@ -17,19 +17,23 @@ from tests.support import operator_pods
 from tests.support.mnist_jobs import mnist_on_a_claim
 
 
-@pytest.mark.parametrize("start", ["cold", "warm"])
+@pytest.mark.parametrize("start", ["cold", "warm", "warm-4-per-pod"])
 def test_a_node_lost_mid_training_restarts_the_group_on_the_survivors_from_the_checkpoint(
     three_nodes: Cluster, start: str
 ) -> None:
     """Cold: every Pod of the group is created again. Warm (``torchjob.io/warm-start: "true"``): only the lost
-    replica's; the survivors' launchers fork the script again in their Pods."""
+    replica's; the survivors' launchers fork the script again in their Pods. 4 per Pod: the same warm job with
+    ``nprocPerNode: 4`` (12 ranks on the 3 nodes), its script run directly: each trainer the launcher forks
+    starts its replica's 3 other ranks (train/local_ranks.py), and the node takes 4 ranks with it."""
     cluster = three_nodes
     support.all_nodes_ready(cluster, timeout=180)
     namespace = cluster.namespace(f"node-lost-{start}")
     data = cluster.claim(namespace, "data")
     job = mnist_on_a_claim(namespace, "--checkpoint-every", "10", spread=True)
-    if start == "warm":
+    if start != "cold":
         job["metadata"]["annotations"] = {"torchjob.io/warm-start": "true"}
+    if start == "warm-4-per-pod":
+        job["spec"]["nprocPerNode"] = "4"
     cluster.apply(job)
     support.wait_for_a_checkpoint(data, timeout=300)
     first = {p["metadata"]["name"]: p for p in cluster.kubectl_json("get", "pods", "-n", namespace)["items"]}
@@ -63,9 +67,12 @@ def test_a_node_lost_mid_training_restarts_the_group_on_the_survivors_from_the_c
         assert f"and {named} has not beaten since" in outcome, outcome
         assert (job["status"]["restartCount"], len(job["status"]["attempts"])) == (0, 2)
         pods = support.restarted_on_the_survivors(cluster, namespace, first, node.name)
+        if start == "warm-4-per-pod":
+            log = cluster.kubectl("logs", "-n", namespace, "mnist-master-0").stdout
+            assert "world size 12" in log and "Rank 3: training completed." in log, log[-2000:]
         uids = {p["metadata"]["name"]: p["metadata"]["uid"] for p in first.values()}
         created = {p["metadata"]["name"] for p in pods if p["metadata"]["uid"] != uids[p["metadata"]["name"]]}
-        if created != ({f"mnist-{r}" for r in gone} if start == "warm" else set(first)):
+        if created != ({f"mnist-{r}" for r in gone} if start != "cold" else set(first)):
             pytest.fail(f"{start}: Pods created again: {sorted(created)}\n{support.operator_logs(cluster)[-12000:]}")
     finally:
         kubelet.start(cluster.state, node)

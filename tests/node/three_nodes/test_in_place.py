@@ -64,6 +64,48 @@ def test_in_place_a_spare_on_another_node_takes_the_place_of_a_replica_whose_nod
         kubelet.start(cluster.state, node)
 
 
+def test_in_place_a_spare_pod_of_four_ranks_takes_the_four_places_of_a_replica_lost_with_its_node(
+    three_nodes: Cluster,
+) -> None:
+    """The same job with ``nprocPerNode: 4``, the script run directly: every Pod runs 4 ranks (its first process
+    starts the other 3, train/local_ranks.py), 12 processes on the 3 nodes, 8 of them training. A node lost
+    takes a replica's 4 ranks at once; the spare Pod's 4 ranks, warm, take their 4 places, and the other Pod's 4
+    ranks carry on in their process."""
+    cluster = three_nodes
+    support.all_nodes_ready(cluster, timeout=180)
+    namespace = cluster.namespace("inplace-four-per-pod")
+    job = in_place_one_per_node(namespace)
+    job["spec"]["nprocPerNode"] = "4"
+    name = job["metadata"]["name"]
+    cluster.apply(job)
+    support.wait_for_epoch_2_beside_a_spare(cluster, namespace, name)
+    before = {p["metadata"]["name"]: p for p in cluster.kubectl_json("get", "pods", "-n", namespace)["items"]}
+    where = {pod: p["spec"]["nodeName"] for pod, p in before.items()}
+    lost, survivor = lost_and_survivor(name, where)
+    node = cluster.node(where[f"{name}-{lost}"])
+    assert isinstance(node, kubelet.KubeletNode)
+    kubelet.stop(cluster.state, node)
+    try:
+        done = support.succeeded(cluster, namespace, name, timeout=500)
+        support.fail_unless_in_place(cluster, namespace, done["status"], repairs=1)
+        kept = f"{name}-{survivor}"
+        assert (
+            cluster.kubectl_json("get", "pod", kept, "-n", namespace)["metadata"]["uid"]
+            == (before[kept]["metadata"]["uid"])
+        )
+        spare = f"{name}-spare-0-0"
+        spare_log = cluster.kubectl("logs", "-n", namespace, spare).stdout
+        first = 0 if lost == "master-0" else 4  # a replica's ranks are adjacent: the master's 0-3
+        for rank in range(first, first + 4):
+            assert f"joins as {lost} (rank {rank} of 8)" in spare_log, spare_log[-3000:]
+        logs = cluster.kubectl("logs", "-n", namespace, kept).stdout + spare_log
+        assert "group repaired in place (generation 1, 8 ranks" in logs, logs[-3000:]
+        print(next(line for line in logs.splitlines() if "group repaired in place" in line))
+        assert float(logs.split("test accuracy=")[1].split()[0]) >= 0.90
+    finally:
+        kubelet.start(cluster.state, node)
+
+
 def test_kubectl_drain_moves_an_in_place_replica_to_the_spare_on_another_node_before_its_pod_goes(
     three_nodes: Cluster,
 ) -> None:

@@ -1,0 +1,151 @@
+"""A replica of several processes (``nprocPerNode: k``) whose script runs directly, not under torchrun.
+
+torchrun starts a node's k workers itself. A replica that runs ``python train.py`` (an in-place group, whose
+script forms the group at the store torchjob hosts, and any job that leaves torchrun out) has one process, so
+``torchjob.train.init`` starts the other k - 1 by fork, once the script's imports are done: they are as warm
+as the first (a spare's k processes all wait warm for a place), and run the rest of the script as local ranks
+1..k-1. Each process then says where it stands the way torchrun would: ``LOCAL_RANK``, ``LOCAL_WORLD_SIZE`` and
+``RANK`` (the replica's rank times k, plus the local rank).
+
+The replica lives and dies as one, as a Pod does: the first process watches the others, and when one of them
+fails it ends the rest and fails with the same code; when the first dies, the kernel ends the others
+(``PR_SET_PDEATHSIG``). The first process ends last: it waits for the others at its exit. All of them stay
+in the first one's process group, so whoever stops the replica stops them all.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import ctypes
+import os
+import signal
+import sys
+import threading
+
+from torchjob import worker_files
+
+_PR_SET_PDEATHSIG = 1
+
+
+def processes_per_replica(env: dict[str, str] | os._Environ[str] | None = None) -> int:
+    """How many processes this replica has (``TORCHJOB_REPLICA_PROCESSES``, set by the controller; 1 if unset)."""
+    raw = (os.environ if env is None else env).get(worker_files.ENV_REPLICA_PROCESSES, "1")
+    return int(raw) if raw.isdigit() and int(raw) > 0 else 1
+
+
+def local_place() -> tuple[int, int]:
+    """This process's local rank and the replica's process count."""
+    raw = os.environ.get("LOCAL_RANK", "0")
+    return (int(raw) if raw.isdigit() else 0), processes_per_replica()
+
+
+def global_rank(replica_rank: int, local_rank: int, per_replica: int) -> int:
+    """The rank of local rank ``local_rank`` of the replica at ``replica_rank``: a replica's ranks are adjacent."""
+    return replica_rank * per_replica + local_rank
+
+
+class Supervisor:
+    """In the replica's first process: the others, watched from a thread each."""
+
+    def __init__(self) -> None:
+        self.children: dict[int, int] = {}  # pid -> local rank
+        self.codes: dict[int, int] = {}
+        self.ending = False  # this process ends them itself: their codes say nothing more
+        self._threads: list[threading.Thread] = []
+
+    def watch(self, pid: int, local_rank: int) -> None:
+        self.children[pid] = local_rank
+        thread = threading.Thread(target=self._wait, args=(pid,), name=f"torchjob-local-rank-{local_rank}", daemon=True)
+        thread.start()
+        self._threads.append(thread)
+
+    def _wait(self, pid: int) -> None:
+        _, status = os.waitpid(pid, 0)
+        code = os.waitstatus_to_exitcode(status)
+        code = 128 - code if code < 0 else code  # a signal, as a shell says it
+        self.codes[pid] = code
+        if code != 0 and not self.ending:
+            replica = os.environ.get(worker_files.ENV_REPLICA) or os.environ.get(worker_files.ENV_SPARE, "")
+            print(
+                f"torchjob: local rank {self.children[pid]} of {replica} ended with code {code}; "
+                "its replica's other processes end with it",
+                file=sys.stderr,
+                flush=True,
+            )
+            self.end_all(signal.SIGKILL)
+            os._exit(code)
+
+    def end_all(self, signum: int) -> None:
+        self.ending = True
+        for pid in self.children:
+            if pid not in self.codes:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signum)
+
+    def wait_all(self) -> int:
+        """Wait for every other process of the replica; the first non-zero code among them (0 if none)."""
+        for thread in self._threads:
+            thread.join()
+        return next((code for code in self.codes.values() if code != 0), 0)
+
+
+SUPERVISOR: Supervisor | None = None
+
+
+def start() -> None:
+    """Start this replica's other processes, where it has several and nothing started them (see the module's
+    docstring); a no-op otherwise: one process per replica, a torchrun worker, a process started here."""
+    global SUPERVISOR
+    per_replica = processes_per_replica()
+    if per_replica == 1 or "LOCAL_RANK" in os.environ or SUPERVISOR is not None:
+        return
+    if not os.environ.get(worker_files.ENV_REPLICA) and not os.environ.get(worker_files.ENV_SPARE):
+        return  # not a replica torchjob started
+    sys.stdout.flush()
+    sys.stderr.flush()
+    supervisor = Supervisor()
+    parent = os.getpid()
+    for local_rank in range(1, per_replica):
+        pid = os.fork()
+        if pid == 0:
+            _become(local_rank, per_replica, parent)
+            return
+        supervisor.watch(pid, local_rank)
+    SUPERVISOR = supervisor
+    _become(0, per_replica, parent)
+    atexit.register(_at_exit)
+
+
+def _become(local_rank: int, per_replica: int, parent: int) -> None:
+    if local_rank > 0:
+        with contextlib.suppress(OSError, AttributeError):
+            ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        if os.getppid() != parent:  # the first process died before the line above took effect
+            os._exit(128 + signal.SIGKILL)
+    os.environ["LOCAL_RANK"] = str(local_rank)
+    os.environ["LOCAL_WORLD_SIZE"] = str(per_replica)
+    rank = os.environ.get("RANK")
+    if rank is not None and rank.isdigit():  # a spare has no rank until it is given a place
+        os.environ["RANK"] = str(global_rank(int(rank), local_rank, per_replica))
+
+
+def finish(exit_code: int) -> int:
+    """In the replica's first process, at its end: wait for the others, and the code the replica ends with (the
+    first failure among them, else ``exit_code``). Any other process: ``exit_code``."""
+    if SUPERVISOR is None or exit_code != 0:
+        if SUPERVISOR is not None:
+            SUPERVISOR.end_all(signal.SIGKILL)
+        return exit_code
+    return SUPERVISOR.wait_all() or exit_code
+
+
+def _at_exit() -> None:
+    """The first process's interpreter exits: after an uncaught exception the others go at once (they would wait
+    on it in a collective); otherwise it waits for them, and fails if one of them did."""
+    failed = getattr(sys, "last_value", None) is not None
+    code = finish(1 if failed else 0)
+    if code != 0 and not failed:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)

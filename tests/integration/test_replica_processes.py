@@ -1,0 +1,104 @@
+"""A replica of several processes (``nprocPerNode: 2``) whose script runs directly: its first process starts the
+other (train/local_ranks.py), the replica's ranks are adjacent, and it is lost and replaced as a whole: in place
+by a spare of two processes, or by a group restart."""
+
+from __future__ import annotations
+
+import json
+import signal
+from pathlib import Path
+
+import psutil
+import pytest
+
+from tests.support.local_runs import job_file, job_object, shim_pid, start_run
+from tests.support.waits import wait_for
+from torchjob.testing import JobBuilder, make_job
+
+SCRIPTS = Path(__file__).resolve().parent / "scripts"
+STEPS = 120
+
+
+def two_per_replica(name: str, spares: int) -> JobBuilder:
+    return (
+        make_job(name)
+        .master()
+        .workers(1)
+        .spec(nprocPerNode="2")
+        .command("python", str(SCRIPTS / "in_place_train.py"))
+        .env(STEPS=str(STEPS))
+        .annotate(**{"torchjob.io/spares": str(spares)})
+        .run_policy(backoffLimit=1)
+    )
+
+
+def trained_steps(home: Path, name: str, replica: str) -> list[dict[str, object]]:
+    path = home / "jobs" / name / "output" / f"trained-{replica}.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def processes_of(home: Path, name: str, replica: str) -> list[psutil.Process]:
+    """The replica's processes: the one torchjob started (its shim's child), then the one it started."""
+    first = psutil.Process(shim_pid(home, name, replica)).children()[0]
+    return [first, *first.children()]
+
+
+def no_process_left(home: Path, name: str) -> bool:
+    script = str(SCRIPTS / "in_place_train.py")
+    return not any(
+        script in " ".join(p.info["cmdline"] or []) and str(home) in (p.info["environ"] or {}).get("TORCHJOB_HOME", "")
+        for p in psutil.process_iter(["cmdline", "environ"])
+    )
+
+
+@pytest.mark.parametrize("victim", ["first", "second"])
+def test_a_replica_of_two_processes_is_replaced_in_place_by_a_spare_of_two(
+    tmp_path: Path, torchjob_home: Path, victim: str
+) -> None:
+    """Either process of worker-0 SIGKILLed: the replica ends as one (its first process ends the other, or the
+    kernel does when the first goes), and the spare's two processes, both warm, take ranks 2 and 3 while the
+    master's two processes (ranks 0 and 1) carry on in their own processes."""
+    run = start_run(job_file(tmp_path, two_per_replica("pair", spares=1)), torchjob_home)
+    spare_ready = torchjob_home / "jobs" / "pair" / "output" / "inplace" / "spare-0.json"
+    wait_for(lambda: len(trained_steps(torchjob_home, "pair", "worker-0")) >= 20 and spare_ready.exists(), what="warm")
+    master = [p.pid for p in processes_of(torchjob_home, "pair", "master-0")]
+    assert len(master) == 2
+    worker = processes_of(torchjob_home, "pair", "worker-0")
+    assert len(worker) == 2
+    worker[0 if victim == "first" else 1].send_signal(signal.SIGKILL)
+    stdout, stderr = run.communicate(timeout=300)
+    assert run.returncode == 0, stderr[-3000:]
+    if victim == "second":
+        assert "local rank 1 of worker-0 ended with code 137; its replica's other processes end with it" in stdout
+    assert "spare-0 takes its place" in stderr, stderr[-3000:]
+    assert "spare spare-0 joins as worker-0 (rank 2 of 4)" in stdout, stdout[-3000:]
+    assert "spare spare-0 joins as worker-0 (rank 3 of 4)" in stdout, stdout[-3000:]
+    assert "group repaired in place (generation 1, 4 ranks, state from rank 0)" in stdout, stdout[-3000:]
+    status = job_object(torchjob_home, "pair")["status"]
+    assert (status["attempt"], status["restartCount"], status["repairs"]) == (0, 0, 1), status["attempts"]
+    # The master's two processes trained every step, in their own processes, with ranks 0 and 1.
+    by_step: dict[int, set[int]] = {}
+    for record in trained_steps(torchjob_home, "pair", "master-0"):
+        by_step.setdefault(int(record["step"]), set()).update(record["samples"])  # type: ignore[call-overload, arg-type]
+    assert sorted(by_step) == list(range(STEPS))
+    final = json.loads((torchjob_home / "jobs" / "pair" / "output" / "final-master-0.json").read_text())
+    assert final["rank"] in (0, 1) and final["repairs"] == 1
+    assert all(not psutil.pid_exists(pid) for pid in master)  # ended with the job, not before it
+    assert no_process_left(torchjob_home, "pair")
+
+
+def test_a_replica_of_two_processes_without_spares_restarts_with_the_group(tmp_path: Path, torchjob_home: Path) -> None:
+    """No spare: the same replica lost restarts the group (both replicas' two processes start again), and the job
+    ends Succeeded with 4 ranks."""
+    run = start_run(job_file(tmp_path, two_per_replica("pairs", spares=0)), torchjob_home)
+    wait_for(lambda: len(trained_steps(torchjob_home, "pairs", "worker-0")) >= 20, what="training")
+    processes_of(torchjob_home, "pairs", "worker-0")[1].send_signal(signal.SIGKILL)
+    stdout, stderr = run.communicate(timeout=300)
+    assert run.returncode == 0, stderr[-3000:]
+    status = job_object(torchjob_home, "pairs")["status"]
+    assert (status["attempt"], status["restartCount"]) == (1, 1), status["attempts"]
+    assert "worker-0 exited with code 137" in status["attempts"][0]["outcome"], status["attempts"]
+    assert "Rank 0: done: 120 steps" in stdout, stdout[-3000:]
+    sizes = {len(record["samples"]) for record in trained_steps(torchjob_home, "pairs", "worker-0")}  # type: ignore[arg-type]
+    assert sizes == {1}  # ranks 2 and 3 of 4: 6 samples a step, ranks 0 and 1 take the other 4
+    assert no_process_left(torchjob_home, "pairs")
