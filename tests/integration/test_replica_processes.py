@@ -43,8 +43,9 @@ def processes_of(home: Path, name: str, replica: str) -> list[psutil.Process]:
     return [first, *first.children()]
 
 
-def no_process_left(home: Path, name: str) -> bool:
-    script = str(SCRIPTS / "in_place_train.py")
+def no_process_left(home: Path, script_name: str = "in_place_train.py") -> bool:
+    """Whether no process of ``script_name`` under the state directory ``home`` is left."""
+    script = str(SCRIPTS / script_name)
     return not any(
         script in " ".join(p.info["cmdline"] or []) and str(home) in (p.info["environ"] or {}).get("TORCHJOB_HOME", "")
         for p in psutil.process_iter(["cmdline", "environ"])
@@ -84,7 +85,7 @@ def test_a_replica_of_two_processes_is_replaced_in_place_by_a_spare_of_two(
     final = json.loads((torchjob_home / "jobs" / "pair" / "output" / "final-master-0.json").read_text())
     assert final["rank"] in (0, 1) and final["repairs"] == 1
     assert all(not psutil.pid_exists(pid) for pid in master)  # ended with the job, not before it
-    assert no_process_left(torchjob_home, "pair")
+    assert no_process_left(torchjob_home)
 
 
 def test_a_replica_of_two_processes_without_spares_restarts_with_the_group(tmp_path: Path, torchjob_home: Path) -> None:
@@ -101,4 +102,26 @@ def test_a_replica_of_two_processes_without_spares_restarts_with_the_group(tmp_p
     assert "Rank 0: done: 120 steps" in stdout, stdout[-3000:]
     sizes = {len(record["samples"]) for record in trained_steps(torchjob_home, "pairs", "worker-0")}  # type: ignore[arg-type]
     assert sizes == {1}  # ranks 2 and 3 of 4: 6 samples a step, ranks 0 and 1 take the other 4
-    assert no_process_left(torchjob_home, "pairs")
+    assert no_process_left(torchjob_home)
+
+
+def test_an_uncaught_exception_in_a_replicas_first_process_ends_its_others_at_once(
+    tmp_path: Path, torchjob_home: Path
+) -> None:
+    """The first process of master-0 raises before the group forms (warm-started, as every local replica is): its
+    other process ends with it rather than wait 600 s for the group, and the group restarts and forms."""
+    job = (
+        make_job("raises")
+        .master()
+        .workers(1)
+        .spec(nprocPerNode="2")
+        .command("python", str(SCRIPTS / "first_process_fails.py"))
+        .run_policy(backoffLimit=1)
+    )
+    run = start_run(job_file(tmp_path, job), torchjob_home)
+    stdout, stderr = run.communicate(timeout=300)
+    assert run.returncode == 0, stderr[-3000:]
+    status = job_object(torchjob_home, "raises")["status"]
+    assert "master-0 exited with code 1: RuntimeError: the first process fails" in status["attempts"][0]["outcome"]
+    assert "Rank 0: formed a group of 4" in stdout, stdout[-3000:]
+    assert no_process_left(torchjob_home, "first_process_fails.py")

@@ -22,6 +22,7 @@ import os
 import signal
 import sys
 import threading
+from types import TracebackType
 
 from torchjob import worker_files
 
@@ -52,6 +53,7 @@ class Supervisor:
         self.children: dict[int, int] = {}  # pid -> local rank
         self.codes: dict[int, int] = {}
         self.ending = False  # this process ends them itself: their codes say nothing more
+        self.failed = False  # this process had an uncaught exception (its exit code is not known at exit)
         self._threads: list[threading.Thread] = []
 
     def watch(self, pid: int, local_rank: int) -> None:
@@ -114,6 +116,13 @@ def start() -> None:
         supervisor.watch(pid, local_rank)
     SUPERVISOR = supervisor
     _become(0, per_replica, parent)
+    previous = sys.excepthook
+
+    def note_failure(kind: type[BaseException], value: BaseException, tb: TracebackType | None) -> None:
+        supervisor.failed = True  # run for a cold interpreter's uncaught exception, and for a warm start's
+        previous(kind, value, tb)
+
+    sys.excepthook = note_failure
     atexit.register(_at_exit)
 
 
@@ -142,8 +151,10 @@ def finish(exit_code: int) -> int:
 
 def _at_exit() -> None:
     """The first process's interpreter exits: after an uncaught exception the others go at once (they would wait
-    on it in a collective); otherwise it waits for them, and fails if one of them did."""
-    failed = getattr(sys, "last_value", None) is not None
+    on it in a collective); otherwise it waits for them, and fails if one of them did. (The exit code itself is
+    not known here: a script that ends by ``sys.exit(1)`` in its first process, without ``shutdown``, waits for
+    the others too.)"""
+    failed = SUPERVISOR is not None and SUPERVISOR.failed
     code = finish(1 if failed else 0)
     if code != 0 and not failed:
         sys.stdout.flush()
