@@ -142,15 +142,14 @@ def _check_annotations(job: PyTorchJob) -> list[str]:
                 problems.append(f"metadata.annotations[{key}]: {problem}")
     spares = (job.metadata.annotations or {}).get(SPARES)
     nproc = job.spec.nproc_per_node or "1"
+    several = nproc not in ("1", "auto", "cpu", "gpu")  # auto, cpu and gpu count as one process (core/envs.py)
     if spares not in (None, "", "0") or (spares == "0" and job.spec.elastic_policy is not None):
         if not nproc.isdigit() and nproc not in ("auto", "cpu", "gpu"):
             problems.append(
                 f"metadata.annotations[{SPARES}]: in-place repair needs a count of processes per replica "
                 f"(nprocPerNode, e.g. 4), got nprocPerNode {nproc!r}"
             )
-        elif (job.spec.elastic_policy is not None or nproc not in ("1", "auto", "cpu", "gpu")) and _starts_torchrun(
-            job
-        ):
+        elif (job.spec.elastic_policy is not None or several) and _starts_torchrun(job):
             problems.append(
                 f"metadata.annotations[{SPARES}]: under in-place repair the script runs directly "
                 "(torchjob.train forms and re-forms the group, and starts a replica's nprocPerNode processes), "

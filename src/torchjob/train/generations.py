@@ -186,13 +186,12 @@ def init_generation(
     dist.init_process_group(backend, store=store, rank=rank, world_size=world, timeout=timeout)
 
 
-def everyone_arrived(talk: Channel, found: Membership, client: Any, timeout: timedelta) -> bool:
-    """Wait, at the store through ``client``, until every member of the generation ``found`` describes has
-    arrived; False as soon as the controller publishes a newer one instead (a member died before it arrived:
-    the repair is redone around it, and waiting in ``init_process_group`` for the dead member would last its
-    whole timeout)."""
+def everyone_arrived(talk: Channel, found: Membership, world: int, client: Any, timeout: timedelta) -> bool:
+    """Wait, at the store through ``client``, until every process of the generation ``found`` describes
+    (``world`` of them) has arrived; False as soon as the controller publishes a newer one instead (a member died
+    before it arrived: the repair is redone around it, and waiting in ``init_process_group`` for the dead member
+    would last its whole timeout)."""
     attempt, generation = found["attempt"], found["generation"]
-    world = len(found["members"]) * local_ranks.processes_per_replica()
     store = dist.PrefixStore(worker_files.group_prefix(attempt, generation), client)  # type: ignore[attr-defined]
     store.add(_ARRIVALS, 1)
     deadline = time.monotonic() + timeout.total_seconds()
@@ -232,12 +231,10 @@ def join_next(
         found_at = time.time()
         if replica not in found["members"] or (replaced_by_joiner and replica in found["joined"]):
             return None
+        rank, world = local_ranks.place_in(found["members"], replica)
         # One connection for the barrier and the group, kept across generations (StoreConnection).
         client = CONNECTION.for_generation(timeout)
-        if everyone_arrived(talk, found, client, timeout):
-            local_rank, per_replica = local_ranks.local_place()
-            rank = local_ranks.global_rank(found["members"].index(replica), local_rank, per_replica)
-            world = len(found["members"]) * per_replica
+        if everyone_arrived(talk, found, world, client, timeout):
             init_generation(backend, attempt, found["generation"], rank, world, timeout, client)
             return found, found_at, rank, world
         after = found["generation"]
@@ -253,7 +250,7 @@ def wait_as_spare(ctx_backend: str, device: torch.device, timeout: timedelta) ->
     attempt = int(os.environ.get(worker_files.ENV_ATTEMPT, "0"))
     talk = channel.from_env()
     # A spare of several processes speaks through its first: the controller hears one spare, as it sees one Pod.
-    local_rank, _ = local_ranks.local_place()
+    local_rank = local_ranks.local_rank()
     speaks = local_rank == 0
     announced = -math.inf
     while True:

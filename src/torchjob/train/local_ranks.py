@@ -29,21 +29,28 @@ from torchjob import worker_files
 _PR_SET_PDEATHSIG = 1
 
 
-def processes_per_replica(env: dict[str, str] | os._Environ[str] | None = None) -> int:
+def processes_per_replica() -> int:
     """How many processes this replica has (``TORCHJOB_REPLICA_PROCESSES``, set by the controller; 1 if unset)."""
-    raw = (os.environ if env is None else env).get(worker_files.ENV_REPLICA_PROCESSES, "1")
+    raw = os.environ.get(worker_files.ENV_REPLICA_PROCESSES, "1")
     return int(raw) if raw.isdigit() and int(raw) > 0 else 1
 
 
-def local_place() -> tuple[int, int]:
-    """This process's local rank and the replica's process count."""
+def local_rank() -> int:
+    """This process's place in its replica (0: the first)."""
     raw = os.environ.get("LOCAL_RANK", "0")
-    return (int(raw) if raw.isdigit() else 0), processes_per_replica()
+    return int(raw) if raw.isdigit() else 0
 
 
-def global_rank(replica_rank: int, local_rank: int, per_replica: int) -> int:
-    """The rank of local rank ``local_rank`` of the replica at ``replica_rank``: a replica's ranks are adjacent."""
-    return replica_rank * per_replica + local_rank
+def global_rank(replica_rank: int, local: int, per_replica: int) -> int:
+    """The rank of local rank ``local`` of the replica at ``replica_rank``: a replica's ranks are adjacent."""
+    return replica_rank * per_replica + local
+
+
+def place_in(members: list[str], replica: str) -> tuple[int, int]:
+    """This process's rank, and the world size, in a group of ``members`` (replicas, in rank order) where it is
+    a process of ``replica``."""
+    per_replica = processes_per_replica()
+    return global_rank(members.index(replica), local_rank(), per_replica), len(members) * per_replica
 
 
 class Supervisor:
@@ -142,11 +149,12 @@ def _become(local_rank: int, per_replica: int, parent: int) -> None:
 def finish(exit_code: int) -> int:
     """In the replica's first process, at its end: wait for the others, and the code the replica ends with (the
     first failure among them, else ``exit_code``). Any other process: ``exit_code``."""
-    if SUPERVISOR is None or exit_code != 0:
-        if SUPERVISOR is not None:
-            SUPERVISOR.end_all(signal.SIGKILL)
+    if SUPERVISOR is None:
         return exit_code
-    return SUPERVISOR.wait_all() or exit_code
+    if exit_code != 0:
+        SUPERVISOR.end_all(signal.SIGKILL)
+        return exit_code
+    return SUPERVISOR.wait_all()
 
 
 def _at_exit() -> None:
