@@ -101,6 +101,20 @@ def test_after_a_membership_change_start_up_lasts_until_every_member_has_stepped
     assert progress.check(elastic, trained, at(10), at(51), started=at(10), learned=known, regrouped=True).hung
 
 
+def test_a_step_reported_just_after_a_membership_changes_stamp_is_still_the_old_groups() -> None:
+    # Seen on the real nodes: a Worker lost with its node, the change decided at 21.6 s and stamped 21 s (whole
+    # seconds); the survivors' last step before their collective blocked arrived at 21.3 s, then nothing while
+    # their agents formed the group again. That step must not end the start-up (no hang at 41.5 s).
+    known = LearnedDeadlines(progress_seconds=20, longest_step_gap_seconds=0.2)
+    elastic = make_job("e").workers(3).elastic(minReplicas=2, maxReplicas=3).build()
+    survivors = [stepping("worker-0", 21.3, 218), stepping("worker-2", 21.3, 218)]
+    reforming = progress.check(elastic, survivors, at(21), at(41.5), started=at(21), learned=known, regrouped=True)
+    assert not reforming.hung
+    # A step well after the change is the new group's: the learned deadline holds again from it.
+    trained = [stepping("worker-0", 30, 201), stepping("worker-2", 30, 201)]
+    assert progress.check(elastic, trained, at(21), at(50.5), started=at(21), learned=known, regrouped=True).hung
+
+
 def _pass(job: object, observed: list[ReplicaObservation], now: datetime) -> tuple[object, Plan]:
     result = plan(job, Observed(observed), Platform(), now)  # type: ignore[arg-type]
     return job.model_copy(update={"status": result.status}), result  # type: ignore[attr-defined]

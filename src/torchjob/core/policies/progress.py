@@ -55,6 +55,10 @@ FRESH_BEAT = 2.5
 # How long an elastic group's re-forming (torchrun's agents at a new rendezvous round) keeps the silence rules
 # off: an etcd rendezvous waits for the lost member's keep-alive to lapse, then its last call (30 s by default).
 REFORM_ALLOWANCE = 180.0
+# A step that came this soon after a membership change's stamp may still be the old group's: the stamp is in
+# whole seconds (up to 1 s before the change was decided) and a step finished before the change is reported up
+# to a heartbeat (1 s) later. Only a later step proves that a member trains in the new group.
+REGROUP_STEP_MARGIN = 2.0
 
 
 @dataclass(frozen=True)
@@ -192,7 +196,8 @@ def _all_stepped_since(current: list[ReplicaObservation], started: datetime) -> 
     group until its agent sees the joiner, then start cold. One member's step proves nothing then; the
     joiner's does not come before the new group trains."""
     members = [o for o in current if o.phase.live and not o.stopping]
-    return all(o.progress is not None and o.progress.at > started for o in members)
+    settled = later(started, REGROUP_STEP_MARGIN)
+    return all(o.progress is not None and o.progress.at > settled for o in members)
 
 
 def _phase_ends(job: PyTorchJob, running: list[ReplicaObservation], learned: LearnedDeadlines | None) -> list[datetime]:
