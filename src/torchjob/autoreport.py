@@ -121,6 +121,25 @@ def start() -> None:
     atexit.register(_reporter.last_words)
 
 
+def restart_in_child() -> None:
+    """In a process forked from a reporting one, once it knows its own ranks (another local rank of its replica,
+    ``train/local_ranks.py``): the fork copied the parent's reporter but not its thread, so this process reports
+    its own steps under its own key from a reporter of its own."""
+    _restart_own()
+    injected = getattr(sys.modules.get(INJECTED_BOOT), "restart_in_child", None)
+    if callable(injected):
+        injected()
+
+
+def _restart_own() -> None:
+    global _reporter
+    if _reporter is None or not _reporter.active:
+        return
+    _reporter.active = False  # its hook, inherited, still counts into it: nobody reads it
+    _reporter = None
+    start()
+
+
 def stand_down() -> None:
     """The script reports through ``torchjob.train`` itself: stop writing its heartbeat."""
     if _reporter is not None:

@@ -125,3 +125,26 @@ def test_an_uncaught_exception_in_a_replicas_first_process_ends_its_others_at_on
     assert "master-0 exited with code 1: RuntimeError: the first process fails" in status["attempts"][0]["outcome"]
     assert "Rank 0: formed a group of 4" in stdout, stdout[-3000:]
     assert no_process_left(torchjob_home, "first_process_fails.py")
+
+
+def test_every_process_of_a_replica_reports_its_own_steps_without_a_metrics_logger(
+    tmp_path: Path, torchjob_home: Path
+) -> None:
+    """A script that trains in its own loop is reported by torchjob.autoreport: the replica's second process,
+    forked after the first process's reporter started, reports its own steps under its own key (a fork copies
+    the reporter but not its thread)."""
+    job = (
+        make_job("ownloop")
+        .master()
+        .workers(1)
+        .spec(nprocPerNode="2")
+        .command("python", str(SCRIPTS / "own_loop_train.py"))
+        .env(STEPS="60")
+    )
+    run = start_run(job_file(tmp_path, job), torchjob_home)
+    _, stderr = run.communicate(timeout=300)
+    assert run.returncode == 0, stderr[-3000:]
+    heartbeats = torchjob_home / "jobs" / "ownloop" / "output" / "heartbeat"
+    for key in ("master-0-0", "master-0-1", "worker-0-0", "worker-0-1"):
+        beat = json.loads((heartbeats / f"{key}.json").read_text())
+        assert beat["step"] >= 20, (key, beat)  # its own count (the last second's steps may go unreported)

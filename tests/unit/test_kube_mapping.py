@@ -404,3 +404,10 @@ def test_scripts_that_never_import_torchjob_report_through_a_user_site_the_pod_m
     with_own = boot + "import torchjob.autoreport as a; a.stand_down(); print(a.__file__, boot._reporter.active)"
     where, active = probe(with_own, PYTHONPATH=own)
     assert where.startswith(own) and active == "False"
+    # A replica's other local rank, forked by torchjob.train: the injected reporter is started again under the
+    # process's own key (the fork copied the reporter, not its thread).
+    forked = "old = boot._reporter; os.environ.update(LOCAL_RANK='1', RANK='3'); a.restart_in_child(); "
+    restarted = (
+        boot + "import os, torchjob.autoreport as a; " + forked + "print(old.active, boot._reporter.heartbeat.name)"
+    )
+    assert probe(restarted, PYTHONPATH=own) == ["False", "worker-0-1.json"]

@@ -24,7 +24,7 @@ import sys
 import threading
 from types import TracebackType
 
-from torchjob import worker_files
+from torchjob import autoreport, worker_files
 
 _PR_SET_PDEATHSIG = 1
 
@@ -144,6 +144,8 @@ def _become(local_rank: int, per_replica: int, parent: int) -> None:
     rank = os.environ.get("RANK")
     if rank is not None and rank.isdigit():  # a spare has no rank until it is given a place
         os.environ["RANK"] = str(global_rank(int(rank), local_rank, per_replica))
+    if local_rank > 0:
+        autoreport.restart_in_child()
 
 
 def finish(exit_code: int) -> int:

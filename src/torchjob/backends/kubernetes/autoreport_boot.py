@@ -48,6 +48,7 @@ def _ours(name):
 
 
 _reporter = None
+_autoreport = None
 # This file is <mount>/lib/python3.N/site-packages/; torchjob's modules are in <mount>/lib/torchjob/.
 _lib = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 _before = {name: module for name, module in sys.modules.items() if _ours(name)}
@@ -57,6 +58,7 @@ try:
 
     autoreport.start()
     _reporter = autoreport._reporter
+    _autoreport = autoreport
 except Exception:
     pass
 finally:
@@ -70,6 +72,17 @@ def stand_down():
     """The script reports through torchjob.train: its MetricsLogger calls this (through autoreport.stand_down)."""
     if _reporter is not None:
         _reporter.active = False
+
+
+def restart_in_child():
+    """Another local rank forked from this process (torchjob.train's local_ranks): its own reporter."""
+    global _reporter
+    if _reporter is not None and _reporter.active and _autoreport is not None:
+        try:
+            _autoreport._restart_own()
+            _reporter = _autoreport._reporter
+        except Exception:
+            _reporter = None
 '''
 # Left to the container where it sets them: they decide whether and where Python looks for a user site.
 _ITS_OWN = ("PYTHONUSERBASE", "PYTHONNOUSERSITE")
