@@ -4,6 +4,7 @@ by a spare of two processes, or by a group restart."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import signal
 from pathlib import Path
@@ -148,3 +149,29 @@ def test_every_process_of_a_replica_reports_its_own_steps_without_a_metrics_logg
     for key in ("master-0-0", "master-0-1", "worker-0-0", "worker-0-1"):
         beat = json.loads((heartbeats / f"{key}.json").read_text())
         assert beat["step"] >= 20, (key, beat)  # its own count (the last second's steps may go unreported)
+
+
+def test_a_frozen_second_process_of_a_replica_is_found_and_its_replica_replaced_in_place(
+    tmp_path: Path, torchjob_home: Path
+) -> None:
+    """worker-0's second process frozen by SIGSTOP: its replica speaks through its first process, which still
+    beats, so the frozen one is found by its own heartbeat's silence; the replica is replaced as a whole by the
+    spare of two, and the job ends Succeeded."""
+    run = start_run(job_file(tmp_path, two_per_replica("frozen", spares=1)), torchjob_home)
+    spare_ready = torchjob_home / "jobs" / "frozen" / "output" / "inplace" / "spare-0.json"
+    wait_for(
+        lambda: len(trained_steps(torchjob_home, "frozen", "worker-0")) >= 20 and spare_ready.exists(), what="warm"
+    )
+    worker = processes_of(torchjob_home, "frozen", "worker-0")
+    worker[1].send_signal(signal.SIGSTOP)
+    try:
+        stdout, stderr = run.communicate(timeout=300)
+    finally:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            worker[1].kill()
+    assert run.returncode == 0, stderr[-3000:]
+    status = job_object(torchjob_home, "frozen")["status"]
+    assert "worker-0 stopped beating while the others beat" in stderr, stderr[-3000:]
+    assert (status["attempt"], status["restartCount"], status["repairs"]) == (0, 0, 1), status["attempts"]
+    assert "spare spare-0 joins as worker-0 (rank 3 of 4)" in stdout, stdout[-3000:]
+    assert no_process_left(torchjob_home)

@@ -30,6 +30,15 @@ def test_a_running_replica_reports_its_slowest_process() -> None:
     assert seen.reason is None and slowest([]) is None
 
 
+def test_a_replica_is_alive_only_as_recently_as_its_quietest_process() -> None:
+    # Local rank 1 frozen in step 12, whose result local rank 0 reported last: rank 0 still beats, and the
+    # replica is as silent as rank 1 (a process that said it is exiting does not count).
+    first = Progress(utc(T + 3), 12, alive_at=utc(T + 20))
+    frozen = Progress(utc(T + 3.1), 12, alive_at=utc(T + 4))
+    gone = Progress(utc(T + 3.2), 12, alive_at=utc(T + 3.5), exiting=True)
+    assert slowest([first, frozen, gone]) == Progress(utc(T + 3), 12, alive_at=utc(T + 4))
+
+
 @pytest.mark.parametrize(
     ("ended", "stopping", "phase", "reason", "code", "sig"),
     [

@@ -8,6 +8,7 @@ classifies them, so every rule has a unit test that needs no process.
 from __future__ import annotations
 
 import signal
+from dataclasses import replace
 from datetime import datetime, timezone
 
 from torchjob.backends.local.shim import ExitRecord
@@ -28,8 +29,14 @@ def preemption_onset(notices: list[float], started_at: float) -> datetime | None
 
 
 def slowest(reports: list[Progress]) -> Progress | None:
-    """A replica progresses only as fast as its slowest process: one stuck process stalls the replica."""
-    return min(reports, key=lambda p: (p.at, p.step)) if reports else None
+    """A replica progresses only as fast as its slowest process (one stuck process stalls the replica), and is
+    alive only as recently as its quietest process that did not say it is exiting: a frozen process is its
+    replica's silence, however its other processes beat (they wait for it in the step)."""
+    if not reports:
+        return None
+    progress = min(reports, key=lambda p: (p.at, p.step))
+    beats = [p.alive_at for p in reports if p.alive_at is not None and not p.exiting]
+    return replace(progress, alive_at=min(beats)) if beats and progress.alive_at is not None else progress
 
 
 def observe_process(
