@@ -5,6 +5,7 @@ and carries on within min/max, and grows back; the same file meeting at a real e
 from __future__ import annotations
 
 import json
+import re
 import signal
 import subprocess
 from pathlib import Path
@@ -49,7 +50,9 @@ def test_the_elasticjob_example_loses_a_worker_whole_carries_on_and_grows_back(t
     assert (status["attempt"], status["restartCount"]) == (0, 0)
     assert status["membershipChanges"] == 2, status
     said = "\n".join(line for line in output.splitlines() if line.startswith("torchjob:"))
-    assert "MemberLost: worker-1 was killed by SIGKILL; the group carries on with 2 Worker(s)" in said, said
+    # The last lines of its output come after the signal when its log had any by then (timing decides).
+    lost = r"MemberLost: worker-1 was killed by SIGKILL(: [^;\n]*)?; the group carries on with 2 Worker\(s\)"
+    assert re.search(lost, said), said
     assert "worker-1 joins the running group" in said, said
     results = json.loads((torchjob_home / "jobs" / "mnist-elastic" / "output" / "metrics.json").read_text())
     assert results["accuracy"] >= 0.9 and results["world_size"] == 3
