@@ -20,13 +20,14 @@ SCRIPTS = Path(__file__).resolve().parent / "scripts"
 STEPS = 120
 
 
+def pairs(name: str, script: str) -> JobBuilder:
+    """A master and a worker of two processes each, running ``script`` directly."""
+    return make_job(name).master().workers(1).spec(nprocPerNode="2").command("python", str(SCRIPTS / script))
+
+
 def two_per_replica(name: str, spares: int) -> JobBuilder:
     return (
-        make_job(name)
-        .master()
-        .workers(1)
-        .spec(nprocPerNode="2")
-        .command("python", str(SCRIPTS / "in_place_train.py"))
+        pairs(name, "in_place_train.py")
         .env(STEPS=str(STEPS))
         .annotate(**{"torchjob.io/spares": str(spares)})
         .run_policy(backoffLimit=1)
@@ -111,14 +112,7 @@ def test_an_uncaught_exception_in_a_replicas_first_process_ends_its_others_at_on
 ) -> None:
     """The first process of master-0 raises before the group forms (warm-started, as every local replica is): its
     other process ends with it rather than wait 600 s for the group, and the group restarts and forms."""
-    job = (
-        make_job("raises")
-        .master()
-        .workers(1)
-        .spec(nprocPerNode="2")
-        .command("python", str(SCRIPTS / "first_process_fails.py"))
-        .run_policy(backoffLimit=1)
-    )
+    job = pairs("raises", "first_process_fails.py").run_policy(backoffLimit=1)
     run = start_run(job_file(tmp_path, job), torchjob_home)
     stdout, stderr = run.communicate(timeout=300)
     assert run.returncode == 0, stderr[-3000:]
@@ -134,14 +128,7 @@ def test_every_process_of_a_replica_reports_its_own_steps_without_a_metrics_logg
     """A script that trains in its own loop is reported by torchjob.autoreport: the replica's second process,
     forked after the first process's reporter started, reports its own steps under its own key (a fork copies
     the reporter but not its thread)."""
-    job = (
-        make_job("ownloop")
-        .master()
-        .workers(1)
-        .spec(nprocPerNode="2")
-        .command("python", str(SCRIPTS / "own_loop_train.py"))
-        .env(STEPS="60")
-    )
+    job = pairs("ownloop", "own_loop_train.py").env(STEPS="60")
     run = start_run(job_file(tmp_path, job), torchjob_home)
     _, stderr = run.communicate(timeout=300)
     assert run.returncode == 0, stderr[-3000:]

@@ -134,8 +134,9 @@ def replica_env(job: PyTorchJob, replica: ReplicaId, attempt: int, addressing: A
         nproc = str(elastic.n_proc_per_node)
     if nproc is not None:
         env.append(("PET_NPROC_PER_NODE", nproc))
-    if processes_per_replica(job) > 1:
-        env.append((worker_files.ENV_REPLICA_PROCESSES, str(processes_per_replica(job))))
+    processes = processes_per_replica(job)
+    if processes > 1:
+        env.append((worker_files.ENV_REPLICA_PROCESSES, str(processes)))
     env += [
         (ENV_JOB_NAME, job.name),
         (ENV_REPLICA, str(replica)),

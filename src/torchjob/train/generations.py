@@ -249,9 +249,7 @@ def wait_as_spare(ctx_backend: str, device: torch.device, timeout: timedelta) ->
     spare = os.environ[worker_files.ENV_SPARE]
     attempt = int(os.environ.get(worker_files.ENV_ATTEMPT, "0"))
     talk = channel.from_env()
-    # A spare of several processes speaks through its first: the controller hears one spare, as it sees one Pod.
-    local_rank = local_ranks.local_rank()
-    speaks = local_rank == 0
+    speaks = local_ranks.speaks_for_replica()
     announced = -math.inf
     while True:
         if speaks and time.monotonic() - announced >= REANNOUNCE_SECONDS:  # again and again: see REANNOUNCE_SECONDS
@@ -274,7 +272,7 @@ def wait_as_spare(ctx_backend: str, device: torch.device, timeout: timedelta) ->
         raise RuntimeError(f"spare {spare} was given {replica}'s place, but {replica} is no member of the group")
     found, _, rank, world = joined
     print(f"torchjob: spare {spare} joins as {replica} (rank {rank} of {world})", flush=True)
-    generation = found["generation"]
+    local_rank, generation = local_ranks.local_rank(), found["generation"]
     return DistContext(rank, local_rank, world, device, ctx_backend, "torchjob", generation=generation, joined=True)
 
 

@@ -44,7 +44,7 @@ import torch.distributed as dist
 from torch import nn
 
 from torchjob import worker_files
-from torchjob.train import channel, generations, peers, preemption, sharded_in_place
+from torchjob.train import channel, generations, local_ranks, peers, preemption, sharded_in_place
 from torchjob.train.context import DistContext
 from torchjob.train.eviction import EvictionHold
 from torchjob.train.group_state import GroupState, ReplicatedState, Restored
@@ -101,9 +101,7 @@ class InPlaceTraining:
         self.replica = os.environ.get(worker_files.ENV_REPLICA, "")
         self.attempt = int(os.environ.get(worker_files.ENV_ATTEMPT, "0"))
         self.repairable = bool(os.environ.get(worker_files.ENV_STORE) and self.replica)
-        # A replica of several processes speaks through its first (local_ranks.py): it is one member, lost and
-        # replaced as a whole; the others only read the membership.
-        self.speaks = ctx.local_rank == 0
+        self.speaks = local_ranks.speaks_for_replica()  # a replica of several processes is one member
         self.module: nn.Module | None = None  # what the step function is given: the DDP, or the sharded model
         # Whether this process holds the group's training state: a joiner gets it from a survivor.
         self.has_state = not ctx.joined

@@ -41,6 +41,13 @@ def local_rank() -> int:
     return int(raw) if raw.isdigit() else 0
 
 
+def speaks_for_replica() -> bool:
+    """Whether this process speaks to the controller for its replica: a replica of several processes speaks
+    through its first, so the controller hears one member (or one spare), as it sees one Pod; the others only
+    read the membership."""
+    return local_rank() == 0
+
+
 def global_rank(replica_rank: int, local: int, per_replica: int) -> int:
     """The rank of local rank ``local`` of the replica at ``replica_rank``: a replica's ranks are adjacent."""
     return replica_rank * per_replica + local

@@ -77,9 +77,9 @@ def stand_down():
 def restart_in_child():
     """Another local rank forked from this process (torchjob.train's local_ranks): its own reporter."""
     global _reporter
-    if _reporter is not None and _reporter.active and _autoreport is not None:
+    if _autoreport is not None:
         try:
-            _autoreport._restart_own()
+            _autoreport._restart_own()  # a no-op where it never started, or stood down
             _reporter = _autoreport._reporter
         except Exception:
             _reporter = None
