@@ -7,6 +7,7 @@ standby when the lost node held the leader too.
 from __future__ import annotations
 
 import time
+from collections import Counter
 
 import pytest
 
@@ -84,7 +85,8 @@ def test_a_node_lost_with_the_operators_leader_and_a_replica_restarts_the_group_
     """The node under the operator's leader and a replica of a plain checkpointing job vanishes at once. The
     standby takes the lease; it never heard the lost replica, so the survivors' stalled progress is its witness
     (a hang), and the lost Pod goes by force once its node is known silent. The group restarts on the two
-    nodes left, resumed from the checkpoint."""
+    nodes left, resumed from the checkpoint. The replicas only prefer different nodes, so the node may take two
+    of them: the same holds then."""
     cluster = three_nodes
     support.all_nodes_ready(cluster, timeout=180)
     namespace = cluster.namespace("leader-node-lost")
@@ -92,11 +94,19 @@ def test_a_node_lost_with_the_operators_leader_and_a_replica_restarts_the_group_
     cluster.apply(mnist_on_a_claim(namespace, "--checkpoint-every", "10", spread=True))
     support.wait_for_a_checkpoint(data, timeout=300)
     first = {p["metadata"]["name"]: p for p in cluster.kubectl_json("get", "pods", "-n", namespace)["items"]}
+    held = Counter(p["spec"]["nodeName"] for p in first.values())
     leader = operator_pods.leader(cluster)
-    node = cluster.node(operator_pods.operator_pods(cluster)[leader])
+    where = operator_pods.operator_pods(cluster)[leader]
+    if where not in held:
+        # The replicas only prefer to be apart: under CI's load two once shared a node, and the leader's held
+        # none. The leader moves to the node holding the fewest (the job trains on meanwhile).
+        where = min(held, key=lambda name: held[name])
+        operator_pods.lead_from(cluster, where)
+        leader = operator_pods.leader(cluster)
+    node = cluster.node(where)
     assert isinstance(node, kubelet.KubeletNode)
-    lost = [pod for pod, p in first.items() if p["spec"]["nodeName"] == node.name]
-    assert len(lost) == 1, f"the leader's node {node.name} holds {lost}, not one replica: {first.keys()}"
+    lost = sorted(pod for pod, p in first.items() if p["spec"]["nodeName"] == node.name)
+    print(f"stopping the leader's node {node.name}, with {lost} of {sorted(first)}")
     kubelet.stop(cluster.state, node)
     stopped = time.monotonic()
     try:
