@@ -17,10 +17,12 @@ class DistContext:
     device: torch.device
     backend: str
     launcher: str
-    # In-place repair (torchjob.train.in_place): the group's generation, and whether this process joined a
-    # running group as a spare (it then takes its state from the survivors).
+    # In-place repair (torchjob.train.in_place): the group's generation, whether this process joined a
+    # running group as a spare (it then takes its state from the survivors), and the lowest rank that said, as
+    # the generation formed, that it holds the training state (None where no generation was formed so).
     generation: int = 0
     joined: bool = False
+    holder: int | None = None
 
     @property
     def is_main(self) -> bool:

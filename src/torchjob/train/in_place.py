@@ -315,7 +315,7 @@ class InPlaceTraining:
         args = (self.channel, self.ctx.backend, self.replica, self.attempt, self.ctx.generation, deadline, timeout)
         self.clock.begin_forming()
         try:
-            joined = generations.join_next(*args, replaced_by_joiner=True)
+            joined = generations.join_next(*args, replaced_by_joiner=True, holds_state=self.has_state)
         finally:
             self.clock.formed()
         if joined is None:
@@ -325,10 +325,11 @@ class InPlaceTraining:
             os._exit(0)
         if self.eviction is not None:
             self.eviction.repairing(False)
-        found, published_at, rank, world = joined
-        self.ctx = replace(self.ctx, rank=rank, world_size=world, generation=found["generation"])
+        formed_at = time.time()
+        rank, world, generation = joined.rank, joined.world, joined.membership["generation"]
+        self.ctx = replace(self.ctx, rank=rank, world_size=world, generation=generation, holder=joined.holder)
         restored = self._restore()
-        timings = {"membership_at": published_at, "reformed_at": time.time()}
+        timings = {"membership_at": joined.read_at, "formed_at": formed_at, "reformed_at": time.time()}
         self._unlogged = {**record, "generation": self.ctx.generation, "world": world, "step": self.step, **timings}
         self._reporter = self.ctx.rank == restored.reporter  # the lowest survivor (rank 0 may be the joiner now)
         if self._reporter:
