@@ -8,10 +8,12 @@ Every trial runs in a folder of its own, deleted afterwards; ``Outcome`` carries
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import shutil
 import signal
+import statistics
 import subprocess
 import tempfile
 import time
@@ -46,6 +48,7 @@ class Outcome:
     split: dict[str, float] = field(default_factory=dict)  # where a group restart's time went (restart_split)
     warm_rss_mb: float = 0.0  # the warm interpreter's largest RSS seen outside the timed window
     launch: float | None = None  # launch → every rank's first completed step (seconds)
+    step: float | None = None  # rank 0's usual step before the signal: the median interval of its last steps
     memory_mb: float | None = None  # the sum of the PSS of the launcher and all its descendants, before the signal
     last_error: str = ""  # the launcher's output's last line naming an error (why a run did not recover)
 
@@ -120,6 +123,14 @@ def _first_step_after(output: Path, sent_at: float) -> float | None:
     """Rank 0's first step completed in a later attempt than the first, in seconds after ``sent_at``."""
     later = [r for r in jsonl(output / "metrics" / "rank-0.jsonl") if int(r.get("attempt", 0)) > 0]
     return float(later[0]["time"]) - sent_at if later else None
+
+
+def _steady_step(output: Path, sent_at: float, steps: int = 20) -> float | None:
+    """Rank 0's median interval between consecutive steps over its last ``steps`` before ``sent_at`` (what one
+    step costs at this width on this machine, its data and everything else included)."""
+    times = [float(r["time"]) for r in jsonl(output / "metrics" / "rank-0.jsonl") if float(r["time"]) < sent_at]
+    intervals = [later - earlier for earlier, later in itertools.pairwise(times[-steps - 1 :])]
+    return statistics.median(intervals) if intervals else None
 
 
 def _stepped_again(output: Path, sent_at: float) -> bool:
@@ -217,6 +228,7 @@ def _run(
         outcome.accuracy = float(json.loads(results.read_text())["accuracy"])
     if sent_at is not None:
         outcome.first_step = _first_step_after(output, sent_at)
+        outcome.step = _steady_step(output, sent_at)
     outcome.repairs = jsonl(output / "repairs.jsonl")
     outcome.warm_rss_mb = rss
     outcome.launch, outcome.memory_mb = launch, memory

@@ -63,6 +63,16 @@ BENCHMARKS = (
         "3, 8, 16 and 32 ranks: a SIGKILLed rank (in place, warm restart, torchrun, torchft), a frozen one, launch, "
         "memory",
     ),
+    Benchmark(
+        "repair-width",
+        LOCAL,
+        "repair_width",
+        3,
+        None,
+        (),
+        12,
+        "in place at 3, 8, 16 and 32 ranks: where a repair's time goes, beside the width's usual step",
+    ),
     Benchmark("hang", LOCAL, "in_place_hang", 3, None, (), 2, "a SIGSTOPped rank: in place against a group restart"),
     Benchmark("hangs", LOCAL, "hangs", 3, None, (), 14, "hang detection with no tuning, and no false alarm under load"),
     Benchmark("elastic", LOCAL, "elastic", 5, None, ("torchrun",), 14, "an elastic member lost: in place, torchrun"),

@@ -812,6 +812,37 @@ WIDTH = Table(
     ),
 )
 
+
+def _repair_parts_row(ranks: int) -> Row:
+    at = f"at {ranks}"
+    return Row(
+        f"{ranks} ranks: a rank SIGKILLed → the repaired group's first step (detection / membership / formed / "
+        "state / step)",
+        "repair-width",
+        f"**{{first step {at}:.2f s}}** ({{detection {at}:.2f}} / {{membership {at}:.2f}} / {{formed {at}:.2f}} / "
+        f"{{state {at}:.2f}} / {{step {at}:.2f}}); beyond one usual step: **{{beyond a step {at}:.2f s}}**",
+        f"one usual step at this width: {{usual step {at}:.3f s}}",
+        ratio=over(f"first step {at}", f"usual step {at}"),
+    )
+
+
+REPAIR_WIDTH = Table(
+    "repair-width",
+    "Where an in-place repair's time goes as the group grows, beside the width's usual step (local, 2 cores)",
+    (
+        *(_repair_parts_row(ranks) for ranks in WIDTHS),
+        Row(
+            "accuracy after the kill, at 3 / 8 / 16 / 32 ranks",
+            "repair-width",
+            _at_every_width("{accuracy at {n}:.3f}"),
+        ),
+    ),
+    columns=("torchjob in place", "the same trials"),
+    judged=False,
+    ratios=True,
+    notes="The ratio column is the kill → first step in usual steps of that width.",
+)
+
 STATE = Table(
     "state",
     "Real-size state: a sharded model's checkpoint (4 ranks on 2 cores)",
@@ -896,6 +927,7 @@ TABLES = (
     LAUNCH,
     KILL,
     WIDTH,
+    REPAIR_WIDTH,
     HANG,
     HANGS,
     ELASTIC,
