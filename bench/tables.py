@@ -821,8 +821,9 @@ def _repair_parts_row(ranks: int) -> Row:
         "repair-width",
         f"**{{first step {at}:.2f s}}** ({{detection {at}:.2f}} / {{membership {at}:.2f}} / {{formed {at}:.2f}} / "
         f"{{state {at}:.2f}} / {{step {at}:.2f}}); beyond one usual step: **{{beyond a step {at}:.2f s}}**",
-        f"one usual step at this width: {{usual step {at}:.3f s}}",
-        ratio=over(f"first step {at}", f"usual step {at}"),
+        f"one usual step at this width: {{usual step {at}:.3f s}} (the repair took {{in steps:.1f}} of them)",
+        derived={"in steps": over(f"first step {at}", f"usual step {at}")},
+        also=(f"first step {at}", f"usual step {at}"),
     )
 
 
@@ -839,8 +840,6 @@ REPAIR_WIDTH = Table(
     ),
     columns=("torchjob in place", "the same trials"),
     judged=False,
-    ratios=True,
-    notes="The ratio column is the kill → first step in usual steps of that width.",
 )
 
 STATE = Table(
