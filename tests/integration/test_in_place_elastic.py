@@ -129,8 +129,18 @@ def assert_trained_exactly(home: Path, generations: set[int]) -> None:
                 newest[step] = (generation, [])
             if newest[step][0] == generation:
                 newest[step][1].extend(record["samples"])  # type: ignore[arg-type]
-    for step, (_, samples) in newest.items():
-        assert sorted(samples) == list(range(step * GLOBAL_BATCH, (step + 1) * GLOBAL_BATCH)), step
+    last_step_of: dict[int, int] = {}
+    for step, (generation, _) in newest.items():
+        last_step_of[generation] = max(step, last_step_of.get(generation, step))
+    for step, (generation, samples) in newest.items():
+        expected = list(range(step * GLOBAL_BATCH, (step + 1) * GLOBAL_BATCH))
+        if step == last_step_of[generation] and sorted(samples) != expected:
+            # As in test_in_place_repair: a member killed after the step's collective, before it wrote its record,
+            # trained the step (the others could not have completed it without it) but never said so; the
+            # model check below is what shows its samples counted. Never a sample twice or a stranger's.
+            assert len(set(samples)) == len(samples) and set(samples) < set(expected), step
+            continue
+        assert sorted(samples) == expected, step
     assert sorted(newest) == list(range(STEPS))
     assert {g for g, _ in newest.values()} == generations
 
