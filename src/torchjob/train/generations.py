@@ -178,13 +178,17 @@ def leave_group(backend: str, rank: int, broken: bool) -> None:
     threading.Thread(target=close, name="torchjob-close-group", daemon=True).start()
 
 
+def generation_store(attempt: int, generation: int, client: Any) -> Any:
+    """The store under one generation's own prefix, through ``client``: its barrier, holders and group."""
+    return dist.PrefixStore(worker_files.group_prefix(attempt, generation), client)  # type: ignore[attr-defined]
+
+
 def init_generation(
     backend: str, attempt: int, generation: int, rank: int, world: int, timeout: timedelta, client: Any = None
 ) -> None:
     """Join one generation of the attempt's group at the store torchjob hosts, under its own prefix, through
     ``client`` (this process's kept connection where not given)."""
-    prefix = worker_files.group_prefix(attempt, generation)
-    store = dist.PrefixStore(prefix, client if client is not None else CONNECTION.for_generation(timeout))  # type: ignore[attr-defined]
+    store = generation_store(attempt, generation, client if client is not None else CONNECTION.for_generation(timeout))
     dist.init_process_group(backend, store=store, rank=rank, world_size=world, timeout=timeout)
 
 
@@ -197,7 +201,7 @@ def everyone_arrived(
     would last its whole timeout). ``holding``: this process's rank, where it holds the training state (said
     before it counts itself, so that whoever sees everyone arrived sees it too: ``lowest_holder``)."""
     attempt, generation = found["attempt"], found["generation"]
-    store = dist.PrefixStore(worker_files.group_prefix(attempt, generation), client)  # type: ignore[attr-defined]
+    store = generation_store(attempt, generation, client)
     if holding is not None:
         store.set(f"{_HOLDS}/{holding}", "1")
     store.add(_ARRIVALS, 1)
@@ -219,7 +223,7 @@ def lowest_holder(found: Membership, world: int, client: Any) -> int:
     """Once everyone arrived: the lowest rank that said it holds the training state (``world`` where none did).
     A store round trip per rank up to it, usually one (rank 0 is a survivor unless it was the one lost): at 32
     ranks on this 2-core machine, a collective among all of them took 0.05-0.07 s here."""
-    store = dist.PrefixStore(worker_files.group_prefix(found["attempt"], found["generation"]), client)  # type: ignore[attr-defined]
+    store = generation_store(found["attempt"], found["generation"], client)
     return next((rank for rank in range(world) if store.check([f"{_HOLDS}/{rank}"])), world)
 
 
