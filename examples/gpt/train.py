@@ -33,6 +33,13 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--length", type=int, help="tokens per sequence; default: the model's context")
     p.add_argument("--lr", type=float, help="AdamW's learning rate; default: the size's")
     p.add_argument("--replicas", type=int, default=1, help="HSDP replica groups (1: FSDP over every rank)")
+    p.add_argument(
+        "--reshard-after-forward",
+        choices=("auto", "yes", "no"),
+        default="auto",
+        help="free each block's gathered weights after its forward (FSDP2's option; no: gathered once per step, "
+        "the whole model's weights held through the backward); auto: yes under FSDP, no under HSDP",
+    )
     output = os.environ.get("TORCHJOB_OUTPUT_DIR", "output")
     p.add_argument("--checkpoint-dir", default=os.path.join(output, "checkpoints"))
     p.add_argument("--checkpoint-every", type=int, default=50)
@@ -48,7 +55,9 @@ def main() -> None:
     torch.manual_seed(0)  # FSDP2 does not broadcast: every rank builds the same initial weights
     model = GPT(config)
     count = sum(p.numel() for p in model.parameters())
-    model = shard_model(model, ctx, replicas=args.replicas, units=list(model.blocks))
+    # Under HSDP the shard groups are small and every shard has copies anyway: one all-gather per step, not two.
+    reshard = args.reshard_after_forward == "yes" or (args.reshard_after_forward == "auto" and args.replicas == 1)
+    model = shard_model(model, ctx, replicas=args.replicas, units=list(model.blocks), reshard_after_forward=reshard)
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr or config.learning_rate)
     checkpoints = ShardedCheckpointer(args.checkpoint_dir, ctx, keep=2, async_save=True)
     language = Language(config)

@@ -11,11 +11,16 @@ from tests.train.conftest import spawn_ranks
 
 
 def _run(world: int, *args: str, env: dict[str, str] | None = None) -> tuple[str, str]:
+    return _run_saying(world, *args, env=env)[:2]
+
+
+def _run_saying(world: int, *args: str, env: dict[str, str] | None = None) -> tuple[str, str, str]:
+    """The final checksum, the checkpoints' steps, and rank 0's output."""
     results = spawn_ranks("sharded.py", world, *args, env=env)
     assert [r.returncode for r in results] == [0] * world, results[0].stdout[-3000:]
     found = re.search(r"CHECKSUM (\S+ \S+) steps (\[.*\])", results[0].stdout)
     assert found is not None, results[0].stdout[-3000:]
-    return found[1], found[2]
+    return found[1], found[2], results[0].stdout
 
 
 def test_an_fsdp_checkpoint_of_4_ranks_resumes_on_3_where_the_4_would_have_gone(tmp_path: Path) -> None:
@@ -32,6 +37,14 @@ def test_hsdp_replicas_hold_one_model_and_a_bad_layout_is_one_clear_error(tmp_pa
     results = spawn_ranks("sharded.py", 4, "--ckpt", str(tmp_path / "bad"), "--replicas", "3")
     assert [r.returncode for r in results] == [4] * 4
     assert "replicas=3: HSDP needs a number of replica groups that divides the world size (4)" in results[0].stdout
+
+
+def test_hsdp_keeping_gathered_weights_through_the_backward_trains_the_same_model(tmp_path: Path) -> None:
+    resharded, _, said = _run_saying(4, "--ckpt", str(tmp_path / "a"), "--replicas", "2")
+    assert "GATHERED THROUGH BACKWARD False" in said
+    kept, _, said = _run_saying(4, "--ckpt", str(tmp_path / "b"), "--replicas", "2", "--keep-gathered")
+    assert "GATHERED THROUGH BACKWARD True" in said  # one all-gather per step: the forward's weights stay
+    assert kept == resharded  # the same arithmetic, to the printed digit
 
 
 def test_a_save_that_never_committed_is_never_loaded_and_is_pruned(tmp_path: Path) -> None:

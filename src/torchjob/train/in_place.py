@@ -138,6 +138,7 @@ class InPlaceTraining:
         units: Callable[[nn.Module], Iterable[nn.Module]] | None = None,
         repair_timeout: float = 60.0,
         copy_every: int = 1,
+        reshard_after_forward: bool = True,
     ) -> InPlaceTraining:
         """In-place repair of a sharded model: HSDP over ``replicas`` replica groups, each sharded over world /
         ``replicas`` ranks, so that a lost rank's shard lives on in another group (sharded_in_place.py).
@@ -148,8 +149,10 @@ class InPlaceTraining:
         sharded on their own (``shard_model``). After a re-form the model is a new module: use the one the step
         function is given, and ``model`` after ``run``. With ``replicas=1`` (plain FSDP) each rank's shard is
         copied to its neighbour every ``copy_every`` steps (shard_copies.py): a repair goes back to the last
-        copy."""
-        state = sharded_in_place.ShardedState(ctx, build, make_optimizer, replicas, units, copy_every)
+        copy. ``reshard_after_forward`` is ``shard_model``'s."""
+        state = sharded_in_place.ShardedState(
+            ctx, build, make_optimizer, replicas, units, copy_every, reshard_after_forward
+        )
         return cls(ctx, repair_timeout=repair_timeout, state=state)
 
     @property

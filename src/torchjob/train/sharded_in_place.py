@@ -64,6 +64,7 @@ class ShardedState:
         replicas: int,
         units: Callable[[nn.Module], Iterable[nn.Module]] | None = None,
         copy_every: int = 1,
+        reshard_after_forward: bool = True,
     ) -> None:
         if copy_every < 1:
             raise fsdp.ShardingError(
@@ -79,6 +80,7 @@ class ShardedState:
         # Under plain FSDP no replica holds a rank's shard: its neighbour keeps a copy.
         self.copies = shard_copies.NeighbourCopies() if replicas == 1 else None
         self.copy_every = copy_every
+        self.reshard_after_forward = reshard_after_forward
         self._build, self._make_optimizer, self._units = build, make_optimizer, units
         self._model: nn.Module | None = None
         self._optimizer: torch.optim.Optimizer | None = None
@@ -194,7 +196,7 @@ class ShardedState:
 
     def _shard(self, model: nn.Module, mesh: Any) -> nn.Module:
         units = list(self._units(model)) if self._units is not None else None
-        fsdp.shard_on(model, mesh, units)
+        fsdp.shard_on(model, mesh, units, self.reshard_after_forward)
         self._sharded = dict(model.named_parameters())  # sharded now, before any forward gathers them
         self._world = int(mesh.size())
         return model

@@ -9,6 +9,7 @@ import argparse
 
 import torch
 from torch import nn
+from torch.distributed.tensor import DTensor
 
 from torchjob.train import ShardingError, SyncCheck, init, shard_model, shutdown
 from torchjob.train.ddp import checksum
@@ -21,13 +22,14 @@ parser.add_argument("--steps", type=int, default=5, help="steps before the save"
 parser.add_argument("--after", type=int, default=1, help="steps after the save (or the load)")
 parser.add_argument("--load", action="store_true", help="load the newest checkpoint first, save none")
 parser.add_argument("--async-save", action="store_true")
+parser.add_argument("--keep-gathered", action="store_true", help="reshard_after_forward=False")
 args = parser.parse_args()
 
 ctx = init()
 torch.manual_seed(0)
 model = nn.Sequential(nn.Linear(16, 64), nn.ReLU(), nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 1))
 try:
-    model = shard_model(model, ctx, replicas=args.replicas)
+    model = shard_model(model, ctx, replicas=args.replicas, reshard_after_forward=not args.keep_gathered)
 except ShardingError as err:
     print(f"SHARDING ERROR: {err}", flush=True)
     shutdown(exit_code=4)
@@ -39,7 +41,10 @@ def step(number: int) -> None:
     generator = torch.Generator().manual_seed(number)
     x, y = torch.randn(32, 16, generator=generator), torch.randn(32, 1, generator=generator)
     optimizer.zero_grad()
-    nn.functional.mse_loss(model(x), y).backward()
+    loss = nn.functional.mse_loss(model(x), y)
+    if number == 1 and ctx.is_main:  # between the forward and the backward: a resharded weight is a DTensor again
+        print(f"GATHERED THROUGH BACKWARD {not isinstance(model[0].weight, DTensor)}", flush=True)
+    loss.backward()
     optimizer.step()
 
 
