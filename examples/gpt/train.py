@@ -20,6 +20,7 @@ import time
 
 import torch
 from model import GPT, SIZES, Language, floor_loss
+from sharding_flags import add_reshard_flag, reshard_after_forward
 
 from torchjob.train import MetricsLogger, SyncCheck, init, shard_model, shutdown
 from torchjob.train.sharded_checkpoint import ShardedCheckpointer
@@ -33,13 +34,7 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--length", type=int, help="tokens per sequence; default: the model's context")
     p.add_argument("--lr", type=float, help="AdamW's learning rate; default: the size's")
     p.add_argument("--replicas", type=int, default=1, help="HSDP replica groups (1: FSDP over every rank)")
-    p.add_argument(
-        "--reshard-after-forward",
-        choices=("auto", "yes", "no"),
-        default="auto",
-        help="free each block's gathered weights after its forward (FSDP2's option; no: gathered once per step, "
-        "the whole model's weights held through the backward); auto: yes under FSDP, no under HSDP",
-    )
+    add_reshard_flag(p)
     output = os.environ.get("TORCHJOB_OUTPUT_DIR", "output")
     p.add_argument("--checkpoint-dir", default=os.path.join(output, "checkpoints"))
     p.add_argument("--checkpoint-every", type=int, default=50)
@@ -55,9 +50,9 @@ def main() -> None:
     torch.manual_seed(0)  # FSDP2 does not broadcast: every rank builds the same initial weights
     model = GPT(config)
     count = sum(p.numel() for p in model.parameters())
-    # Under HSDP the shard groups are small and every shard has copies anyway: one all-gather per step, not two.
-    reshard = args.reshard_after_forward == "yes" or (args.reshard_after_forward == "auto" and args.replicas == 1)
-    model = shard_model(model, ctx, replicas=args.replicas, units=list(model.blocks), reshard_after_forward=reshard)
+    model = shard_model(
+        model, ctx, replicas=args.replicas, units=list(model.blocks), reshard_after_forward=reshard_after_forward(args)
+    )
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr or config.learning_rate)
     checkpoints = ShardedCheckpointer(args.checkpoint_dir, ctx, keep=2, async_save=True)
     language = Language(config)

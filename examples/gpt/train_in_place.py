@@ -25,6 +25,7 @@ import time
 
 import torch
 from model import GPT, SIZES, Language, floor_loss
+from sharding_flags import add_reshard_flag, reshard_after_forward
 from torch import nn
 
 from torchjob.train import DistContext, MetricsLogger, init, shutdown
@@ -48,13 +49,7 @@ def parse_args() -> argparse.Namespace:
     p.add_argument(
         "--copy-every", type=int, default=1, help="plain FSDP: steps between neighbours' copies (a repair goes back)"
     )
-    p.add_argument(
-        "--reshard-after-forward",
-        choices=("auto", "yes", "no"),
-        default="auto",
-        help="free each block's gathered weights after its forward (FSDP2's option; no: gathered once per step, "
-        "the whole model's weights held through the backward); auto: yes under FSDP, no under HSDP",
-    )
+    add_reshard_flag(p)
     output = os.environ.get("TORCHJOB_OUTPUT_DIR", "output")
     p.add_argument("--checkpoint-dir", default=os.path.join(output, "checkpoints"))
     p.add_argument("--checkpoint-every", type=int, default=50, help="0: none")
@@ -72,8 +67,6 @@ def main() -> None:
         torch.manual_seed(0)  # every rank builds the same initial weights (FSDP2 does not broadcast)
         return GPT(config)
 
-    # Under HSDP the shard groups are small and every shard has copies anyway: one all-gather per step, not two.
-    reshard = args.reshard_after_forward == "yes" or (args.reshard_after_forward == "auto" and args.replicas == 1)
     trainer = InPlaceTraining.sharded(
         ctx,
         build,
@@ -81,7 +74,7 @@ def main() -> None:
         replicas=args.replicas,
         units=lambda model: list(model.blocks),  # type: ignore[arg-type]
         copy_every=args.copy_every,
-        reshard_after_forward=reshard,
+        reshard_after_forward=reshard_after_forward(args),
     )
     count = sum(p.numel() for p in trainer.model.parameters())
     layout = f"in {args.replicas} replica groups (HSDP)" if args.replicas > 1 else "(FSDP, neighbours' copies)"
