@@ -209,6 +209,31 @@ def test_a_spare_frozen_as_it_is_given_a_place_is_replaced_by_the_next_in_second
     assert_repaired_exactly(torchjob_home, survivors, uninterrupted, repairs=2)
 
 
+def test_a_member_stuck_in_its_step_after_leaving_it_falls_silent_and_is_replaced(
+    tmp_path: Path, torchjob_home: Path, uninterrupted: list[list[float]]
+) -> None:
+    """worker-1 blocks in its own code after a step's collectives (its peers then wait for it in the next), and
+    worker-0 is killed. The group is repaired around worker-0; worker-1 cuts its connections, but its step does not
+    end, so it cannot join: it stops announcing itself, is named as a frozen member is, and spare-1 takes its place.
+    Without that it would announce itself alive forever, and its peers would wait for it until their forming timed
+    out."""
+    run = start_run(job_file(tmp_path, in_place_job("mend", spares=2)), torchjob_home)
+    warm_and_training(torchjob_home, spares=2)
+    survivors = {"master-0": shim_pid(torchjob_home, "mend", "master-0")}
+    output = torchjob_home / "jobs" / "mend" / "output"
+    (output / "stick-worker-1").touch()
+    wait_for(lambda: (output / "stuck-worker-1").exists(), what="worker-1 stuck in its step")
+    psutil.Process(shim_pid(torchjob_home, "mend", "worker-0")).children()[0].send_signal(signal.SIGKILL)
+    stdout, stderr = run.communicate(timeout=300)
+    assert run.returncode == 0, stderr[-3000:]
+    assert "worker-0 was killed by SIGKILL; spare-0 takes its place" in stderr, stderr
+    assert "torchjob: rank 2: its step has not ended" in stdout, stdout[-3000:]
+    assert "worker-1 stopped responding (hung); spare-1 takes its place" in stderr, stderr
+    assert "spare spare-1 joins as worker-1 (rank 2 of 3)" in stdout
+    assert "did not form within" not in stdout + stderr
+    assert_repaired_exactly(torchjob_home, survivors, uninterrupted, repairs=2)
+
+
 def test_a_lost_spare_is_replaced_and_the_group_never_notices(tmp_path: Path, torchjob_home: Path) -> None:
     job = (
         make_job("spareless")

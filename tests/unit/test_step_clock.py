@@ -45,7 +45,7 @@ def test_a_step_waits_once_past_its_allowance_and_is_asked_about_once(clock_time
     assert clock.waiting_in(3.0) is None and clock.time_left(3.0) == pytest.approx(0.1)
     clock_time.now += 0.2
     assert clock.waiting_in(3.0) == 4
-    clock.forget_step()
+    clock.leave_step()
     assert clock.waiting_in(3.0) is None
 
 
@@ -68,8 +68,26 @@ def test_the_generation_of_the_step_in_progress_is_known_at_once(clock_time: Fak
     assert clock.in_step() is None
     clock.begin(generation=3)
     assert clock.in_step() == 3 and clock.waiting_in(3.0) is None
-    clock.forget_step()
+    clock.leave_step()
     assert clock.in_step() is None
     clock.begin(generation=4)
     clock.end()
     assert clock.in_step() is None
+
+
+def test_a_left_step_that_does_not_end_is_known_and_how_long(clock_time: FakeTime) -> None:
+    """A step whose connections were cut fails at once; one still running long after it was left waits where no
+    failure reaches it (the member then falls silent: in_place.py). A step that ends, or the next one, is not."""
+    clock = StepClock()
+    clock.begin(generation=1)
+    assert clock.left_for() is None
+    clock.leave_step()
+    clock_time.now += 7.0
+    assert clock.left_for() == pytest.approx(7.0)
+    clock.end()
+    assert clock.left_for() is None
+    clock.begin(generation=1)
+    clock.leave_step()
+    clock.begin(generation=2)  # a step that failed at once: the next one begins
+    clock_time.now += 60.0
+    assert clock.left_for() is None

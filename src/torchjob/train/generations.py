@@ -17,7 +17,7 @@ import socket
 import threading
 import time
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import timedelta
 from typing import Any, NamedTuple
 
@@ -31,6 +31,13 @@ from torchjob.train import channel, local_ranks
 from torchjob.train.channel import Channel
 from torchjob.train.context import DistContext
 from torchjob.worker_files import Membership
+
+# How long a member may wait for the next generation to form before it says it waits on a silent peer: a warm
+# spare given a place arrives well within it (and says so as the member at once); one frozen or lost as it was
+# given the place never does, and the controller replaces it once it has been silent long enough. As long as the
+# silence a joining member is allowed (core/policies/silent_member.py): until a spare given the place has spoken,
+# the member's last word is the lost process's, and a spare slowed by a loaded machine must not be judged by it.
+FORMING_ALLOWANCE = 3.0
 
 # How often a spare, and a member of a group under in-place repair, says so again: an announcement lost on the
 # way, or heard by a leader whose node then vanished, must not leave a new leader thinking the group cannot be
@@ -298,7 +305,9 @@ def wait_as_spare(ctx_backend: str, device: torch.device, timeout: timedelta) ->
         more = {worker_files.ANNOUNCE_EVERY: talk.alive_seconds}
         talk.announce(worker_files.process_key(replica, 0, 0), attempt, more)
     given = found["generation"]
-    joined = join_next(talk, ctx_backend, replica, attempt, given - 1, math.inf, timeout)
+    speaking = _announcing_while_forming(talk, replica, attempt) if speaks else contextlib.nullcontext()
+    with speaking:
+        joined = join_next(talk, ctx_backend, replica, attempt, given - 1, math.inf, timeout)
     if joined is None:
         raise RuntimeError(f"spare {spare} was given {replica}'s place, but {replica} is no member of the group")
     rank, world, generation = joined.rank, joined.world, joined.membership["generation"]
@@ -315,6 +324,32 @@ def wait_as_spare(ctx_backend: str, device: torch.device, timeout: timedelta) ->
         joined=True,
         holder=joined.holder,
     )
+
+
+@contextlib.contextmanager
+def _announcing_while_forming(talk: Channel, replica: str, attempt: int) -> Iterator[None]:
+    """A spare given a place announces, while the group forms, as its members' watching threads do: alive, and,
+    past ``FORMING_ALLOWANCE``, waiting in the newest generation. Silent, it would be one more quiet member beside
+    one that is truly lost, and the controller names a silent member only when it alone is quiet."""
+    stop = threading.Event()
+    began = time.monotonic()
+    key = worker_files.process_key(replica, 0, 0)
+
+    def speak() -> None:
+        while not stop.wait(talk.alive_seconds):
+            more: dict[str, Any] = {worker_files.ANNOUNCE_EVERY: talk.alive_seconds}
+            newest = talk.membership() if time.monotonic() - began > FORMING_ALLOWANCE else None
+            if newest is not None and newest["attempt"] == attempt:
+                more[worker_files.ANNOUNCE_WAITING] = newest["generation"]
+            talk.announce(key, attempt, more)
+
+    thread = threading.Thread(target=speak, name="torchjob-forming", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
 
 
 class MembershipWatch:

@@ -53,16 +53,17 @@ from torchjob.worker_files import Membership
 
 StepFunction = Callable[[nn.Module, int, DistContext], Any]
 
-# How long a member may wait for the next generation to form before it says it waits on a silent peer: a warm
-# spare given a place arrives well within it (and says so as the member at once); one frozen or lost as it was
-# given the place never does, and the controller replaces it once it has been silent long enough. As long as the
-# silence a joining member is allowed (core/policies/silent_member.py): until a spare given the place has spoken,
-# the member's last word is the lost process's, and a spare slowed by a loaded machine must not be judged by it.
-_FORMING_ALLOWANCE = 3.0
 # How long a step may run before this member says it waits on a silent peer: this many times its usual step
 # time (step_clock.py). Saying so costs nothing (the controller replaces a peer only when it too
 # has fallen silent), so it is said early.
 _WAITING_FACTOR = 3.0
+# A step left around a lost peer (its connections cut) fails within milliseconds. One still running this long after
+# (and this many usual steps) waits where no failure reaches it: a gloo collective has been seen to stay blocked
+# after its connections were cut, and a step can block in the script's own I/O. Such a member keeps its peers from
+# forming the next generation, and its watching thread cannot end the wait, so it falls silent: the controller
+# then names it as it names a frozen member, and a spare takes its place.
+_STUCK_AFTER_LEAVING = 5.0
+_STUCK_FACTOR = 3.0
 
 
 class InPlaceTraining:
@@ -114,6 +115,7 @@ class InPlaceTraining:
         self.eviction: EvictionHold | None = None  # a notice of eviction held until a spare takes the place
         self._announced_at = -math.inf
         self._said_waiting: int | None = None
+        self._fell_silent = False  # its step is stuck after it was left: it no longer announces
         # Whether this member has trained a step in the current generation (announced: see ANNOUNCE_SETTLED).
         self._settled = False
         if self.repairable:
@@ -231,13 +233,35 @@ class InPlaceTraining:
         with self.clock.lock:
             waiting_in = self.clock.waiting_in(_WAITING_FACTOR)
             forming = self.clock.forming()
-        if waiting_in is None and forming is not None and forming > _FORMING_ALLOWANCE and self.watch is not None:
+            left_for = self.clock.left_for()
+            stuck = left_for is not None and left_for > max(
+                _STUCK_AFTER_LEAVING, _STUCK_FACTOR * self.clock.usual_step()
+            )
+        if stuck:
+            self._fall_silent(left_for or 0.0)
+            return self.channel.membership()
+        if (
+            waiting_in is None
+            and forming is not None
+            and forming > generations.FORMING_ALLOWANCE
+            and self.watch is not None
+        ):
             waiting_in = self.watch.newest  # the generation it waits to form: its peers are all it waits for
         if self.channel.answers_with_membership:
             return self._announce(waiting_in)
         if waiting_in != self._said_waiting or time.monotonic() - self._announced_at >= self.channel.alive_seconds:
             self._announce(waiting_in)
         return self.channel.membership()
+
+    def _fall_silent(self, left_for: float) -> None:
+        if not self._fell_silent:
+            self._fell_silent = True
+            print(
+                f"torchjob: rank {self.ctx.rank}: its step has not ended {left_for:.1f}s after it left it (its "
+                "group's connections cut): it waits where no failure reaches it, and stops announcing itself so "
+                "that a spare takes its place",
+                flush=True,
+            )
 
     def _pause(self) -> float:
         """How long the watching thread waits before its next look: its usual interval, but no later than the
@@ -265,7 +289,7 @@ class InPlaceTraining:
             if stepping is None or lost_in <= stepping:
                 return  # between steps, or no loss since this step began
             cut = peers.cut_group_connections(peers.kept_ports())
-            self.clock.forget_step()  # once per step
+            self.clock.leave_step()  # once per step
         print(
             f"torchjob: rank {self.ctx.rank}: the group was repaired around a lost peer; left the step "
             f"({cut} connections cut)",

@@ -4,8 +4,9 @@ The training thread marks each step's start and end; the membership-watching thr
 step, whether it has outlasted its allowance (a multiple of the usual step time, at least a floor): then the
 member says it waits on a silent peer (``torchjob.train.in_place``); and in which generation the step runs, so
 that it is left at once when the controller has published a newer one around a lost member. A member forming
-the next generation waits on its peers too, outside any step: ``forming`` says for how long. Both threads share
-``lock``; the queries are made under it.
+the next generation waits on its peers too, outside any step: ``forming`` says for how long. A step left that
+way can only fail, at once; one that still runs long after it was left is stuck where no failure reaches it
+(``left_for``). Both threads share ``lock``; the queries are made under it.
 """
 
 from __future__ import annotations
@@ -23,18 +24,21 @@ class StepClock:
         self._stepping: tuple[int, float] | None = None  # the step in progress: its generation, when it began
         self._usual: float | None = None  # how long a completed step takes, smoothed
         self._forming_since: float | None = None  # when this member began forming the next generation
+        self._left_at: float | None = None  # when the step in progress was left (its connections cut)
 
     def begin(self, generation: int) -> float:
         """A step of ``generation`` starts now; returns its start (monotonic) for ``end``."""
         began = time.monotonic()
         with self.lock:
             self._stepping = (generation, began)
+            self._left_at = None
         return began
 
     def end(self) -> None:
         """The step is over, however it ended; from here on the training thread owns the group's connections."""
         with self.lock:
             self._stepping = None
+            self._left_at = None
 
     def completed(self, began: float) -> None:
         """A step that began at ``began`` completed normally: it counts towards the usual step time (a failed
@@ -72,6 +76,16 @@ class StepClock:
         """Under ``lock``: how long this member has been forming the next generation (None: it is not)."""
         return None if self._forming_since is None else time.monotonic() - self._forming_since
 
-    def forget_step(self) -> None:
-        """Under ``lock``: the step in progress has been dealt with (asked about once per step)."""
+    def leave_step(self) -> None:
+        """Under ``lock``: the step in progress was left (its group's connections cut), so it is not asked about
+        again; from now on ``left_for`` says how long it has failed to end."""
         self._stepping = None
+        self._left_at = time.monotonic()
+
+    def left_for(self) -> float | None:
+        """Under ``lock``: how long ago the step still in progress was left (None: it was not, or it ended)."""
+        return None if self._left_at is None else time.monotonic() - self._left_at
+
+    def usual_step(self) -> float:
+        """How long a completed step usually takes (0 before the first)."""
+        return self._usual or 0.0

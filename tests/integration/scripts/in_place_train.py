@@ -20,6 +20,8 @@ STEP_SECONDS = float(os.environ.get("STEP_SECONDS", "0.1"))
 # controller hands its place over while every member is still in that step.
 SLOW_ON_NOTICE = float(os.environ.get("SLOW_ON_NOTICE", "0"))
 slowed = False
+# Once a test creates stick-<replica> in the output folder, that member's next step blocks in its own code (as in
+# a hung read) after its collectives, and says so in stuck-<replica>: nothing from its group can end that step.
 
 ctx = tt.init()
 torch.manual_seed(0)
@@ -29,6 +31,7 @@ trainer = InPlaceTraining(ctx, model, optimizer)
 output = os.environ["TORCHJOB_OUTPUT_DIR"]
 replica = os.environ["TORCHJOB_REPLICA"]
 records = open(os.path.join(output, f"trained-{replica}.jsonl"), "a")  # noqa: SIM115
+stuck_marker = os.path.join(output, f"stuck-{replica}")
 metrics = tt.MetricsLogger(ctx, total_steps=STEPS)
 
 
@@ -45,6 +48,9 @@ def step(ddp: nn.Module, number: int, ctx: tt.DistContext) -> None:
     records.flush()
     metrics.beat(number + 1, loss=loss.item())
     time.sleep(STEP_SECONDS)
+    if os.path.exists(os.path.join(output, f"stick-{replica}")) and not os.path.exists(stuck_marker):
+        open(stuck_marker, "w").close()
+        time.sleep(3600)
     global slowed
     if SLOW_ON_NOTICE and not slowed and trainer.eviction is not None and trainer.eviction.noticed_at is not None:
         slowed = True
