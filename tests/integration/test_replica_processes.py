@@ -162,3 +162,35 @@ def test_a_frozen_second_process_of_a_replica_is_found_and_its_replica_replaced_
     assert (status["attempt"], status["restartCount"], status["repairs"]) == (0, 0, 1), status["attempts"]
     assert "spare spare-0 joins as worker-0 (rank 3 of 4)" in stdout, stdout[-3000:]
     assert no_process_left(torchjob_home)
+
+
+def test_a_replica_of_two_processes_on_notice_of_eviction_hands_both_places_to_a_spare_of_two(
+    tmp_path: Path, torchjob_home: Path
+) -> None:
+    """A SIGTERM from outside (a drain, a spot notice) to worker-0's first process: the replica trains on, the spare
+    of two takes ranks 2 and 3 at a step boundary (a re-form, no failed step), and both of worker-0's processes
+    leave with it, the replica with exit code 0."""
+    run = start_run(job_file(tmp_path, two_per_replica("notice", spares=1)), torchjob_home)
+    spare_ready = torchjob_home / "jobs" / "notice" / "output" / "inplace" / "spare-0.json"
+    wait_for(
+        lambda: len(trained_steps(torchjob_home, "notice", "worker-0")) >= 20 and spare_ready.exists(), what="warm"
+    )
+    leaving = shim_pid(torchjob_home, "notice", "worker-0")
+    worker = processes_of(torchjob_home, "notice", "worker-0")
+    worker[0].send_signal(signal.SIGTERM)
+    stdout, stderr = run.communicate(timeout=300)
+    assert run.returncode == 0, stderr[-3000:]
+    assert "worker-0 is being preempted; spare-0 takes its place" in stderr, stderr[-3000:]
+    assert "spare spare-0 joins as worker-0 (rank 2 of 4)" in stdout, stdout[-3000:]
+    assert "spare spare-0 joins as worker-0 (rank 3 of 4)" in stdout, stdout[-3000:]
+    assert "group re-formed in place (generation 1, 4 ranks, state from rank 0)" in stdout, stdout[-3000:]
+    assert "repaired around a lost peer" not in stdout, stdout[-3000:]
+    status = job_object(torchjob_home, "notice")["status"]
+    assert (status["attempt"], status["restartCount"], status["repairs"]) == (0, 0, 1), status["attempts"]
+    repairs = (torchjob_home / "jobs" / "notice" / "output" / "repairs.jsonl").read_text().splitlines()
+    assert [json.loads(line)["kind"] for line in repairs] == ["regroup"]
+    state = json.loads((torchjob_home / "jobs" / "notice" / "local.json").read_text())
+    left = next(p for p in state["processes"] if p["pid"] == leaving)
+    assert json.loads(Path(left["status_path"]).read_text())["exitCode"] == 0
+    assert not any(p.is_running() for p in worker)
+    assert no_process_left(torchjob_home)
