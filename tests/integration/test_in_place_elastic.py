@@ -101,6 +101,11 @@ def test_scaling_down_and_up_changes_the_running_group_in_place(tmp_path: Path, 
     assert "worker-2 leaves: scaled to 2 Worker(s)" in stderr, stderr
     assert "spare-0 joins the running group as worker-2" in stderr
     assert "spare spare-0 joins as worker-2 (rank 2 of 3)" in stdout, stdout[-3000:]
+    # Scaled away, worker-2 trained on and left at the group's next step with code 0: no member's step failed.
+    assert "worker-2 has no place in the group any more and leaves it" in stdout, stdout[-3000:]
+    assert "repaired around a lost peer" not in stdout, stdout[-3000:]
+    repairs = (torchjob_home / "jobs" / "flex" / "output" / "repairs.jsonl").read_text().splitlines()
+    assert [json.loads(line)["kind"] for line in repairs] == ["regroup", "regroup"], repairs
     status = job_object(torchjob_home, "flex")["status"]
     assert (status["attempt"], status["restartCount"], status["membershipChanges"]) == (0, 0, 2), status
     state = json.loads((torchjob_home / "jobs" / "flex" / "local.json").read_text())

@@ -14,7 +14,8 @@ store torchjob hosts, like a fixed group under in-place repair. Its membership i
   lowest index first; the spares to start are the idle ones the annotation asks for plus one per empty place;
 - whenever members leave or join, the group is told its next membership (the planner's ``ReformGroup``): after
   a loss the survivors re-form at once, otherwise at their next step (they agree on it with one collective
-  per step).
+  per step). A Worker scaled away is stopped with a grace period; it trains on, and leaves at that next step with
+  exit code 0, so that no member's step fails for it.
 
 Otherwise, e.g. fewer than minReplicas Workers would remain, or a member has not yet announced the loop
 (the group is still starting), ``decide`` returns None and a loss is an ordinary failure: the group restarts.
@@ -54,7 +55,8 @@ class Regroup:
     # The group's next membership when it changes (members in rank order, spares promoted into it).
     members: tuple[str, ...] | None = None
     promoted: tuple[tuple[str, str], ...] = ()
-    # Whether members leave without agreeing to it (lost, hung, scaled away): not an evicted one, nor a spare joining.
+    # Whether members leave without agreeing to it (lost, hung): not one scaled away or evicted (it trains on, and
+    # leaves at the group's next step, which no member fails), nor a spare joining.
     lost: bool = False
 
 
@@ -111,7 +113,7 @@ def decide(
         empty_places=len(empty) - len(fills),
         members=members,
         promoted=tuple((spare, str(replica)) for replica, spare in fills),
-        lost=bool(lost or surplus),
+        lost=bool(lost),
     )
     for o in lost:
         what = f"{o.replica} stopped responding (hung)" if o is hung else o.describe()

@@ -210,7 +210,7 @@ def next_membership(
 ) -> GroupMembership:
     """The group's next membership: ``members`` in rank order, and ``promoted`` spares (spare, the replica
     whose place it takes) joining it, one generation after ``earlier`` (the first of a new attempt is 1).
-    ``lost``: members were removed without agreeing to it (lost, hung, scaled away), so that members whose
+    ``lost``: members were removed without agreeing to it (lost, hung), so that members whose
     step waits on them leave it; otherwise (a handover, a spare joining) the group re-forms at its next step.
 
     ``spares`` keeps every promotion of the attempt: two repairs can be published before a spare looks, and
