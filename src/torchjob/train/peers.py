@@ -12,6 +12,12 @@ still runs in an older generation: it shuts down every established TCP connectio
 torchjob's store (which forms the next group) and to the operator's report endpoint. Those are the old group's
 connections, which it is about to drop anyway.
 
+Almost always: gloo's TCP pair, once it fails, wakes every receive and every send still waiting for its peer, but
+not a send whose bytes it had already queued for the socket (a write that found the socket full, or already shut
+down, which in gloo's asynchronous mode queues without an error; its failure loop wakes only the bound buffers of
+that queue). Such a send waits for the group's whole timeout. Seen once in CI; ``in_place.py`` then lets the
+member fall silent, so that the controller replaces it.
+
 Linux only: ``/proc/self/fd`` lists this process's descriptors, and each socket says its own ports. Not
 ``/proc/self/net/tcp``: it lists every connection of the machine's network namespace, and a group of N ranks on one
 machine holds N² of them, read by each of the N (at 32 ranks, 2,000 lines each, 0.2 s before the farthest left its
