@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,36 +19,67 @@ from tests.support.servers import build, free_port, versitygw
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPTS = Path(__file__).resolve().parent / "scripts"
+# How long the other ranks may go on once one has failed (some tests make a rank fail and read what the others say).
+_FAILED_RANK_GRACE = 20.0
 
 
 def spawn_ranks(
     script: str, world: int, *args: str, env: dict[str, str] | None = None, timeout: float = 180
 ) -> list[subprocess.CompletedProcess[str]]:
-    """Run ``world`` ranks of ``scripts/<script>`` with the Kubeflow env set by hand; wait for all."""
+    """Run ``world`` ranks of ``scripts/<script>`` with the Kubeflow env set by hand; wait for all.
+
+    A rank that fails while others still run (they would wait for it in the store or a collective for the
+    group's whole timeout) gets the others stopped soon after, and so does the timeout: no rank outlives the call,
+    and a timeout fails with every rank's exit code and the end of its output."""
     port = str(free_port())
-    procs = [
-        subprocess.Popen(
-            [sys.executable, str(SCRIPTS / script), *args],
-            env={
-                **os.environ,
-                "MASTER_ADDR": "127.0.0.1",
-                "MASTER_PORT": port,
-                "RANK": str(rank),
-                "WORLD_SIZE": str(world),
-                "OMP_NUM_THREADS": "1",
-                **(env or {}),
-            },
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
-        for rank in range(world)
-    ]
-    results = []
+    with contextlib.ExitStack() as files:
+        outputs = [files.enter_context(tempfile.TemporaryFile(mode="w+")) for _ in range(world)]
+        procs = [
+            subprocess.Popen(
+                [sys.executable, str(SCRIPTS / script), *args],
+                env={
+                    **os.environ,
+                    "MASTER_ADDR": "127.0.0.1",
+                    "MASTER_PORT": port,
+                    "RANK": str(rank),
+                    "WORLD_SIZE": str(world),
+                    "OMP_NUM_THREADS": "1",
+                    **(env or {}),
+                },
+                stdout=outputs[rank],
+                stderr=subprocess.STDOUT,
+                text=True,
+            )
+            for rank in range(world)
+        ]
+        timed_out = _wait_or_stop(procs, timeout)
+        texts = []
+        for output in outputs:
+            output.seek(0)
+            texts.append(output.read())
+    if timed_out:
+        said = "\n".join(f"rank {r} (exit {p.returncode}): ...{texts[r][-1500:]}" for r, p in enumerate(procs))
+        raise AssertionError(f"ranks {timed_out} of {script} still ran after {timeout:g}s, and were stopped:\n{said}")
+    return [subprocess.CompletedProcess(p.args, p.returncode, texts[r], "") for r, p in enumerate(procs)]
+
+
+def _wait_or_stop(procs: list[subprocess.Popen[str]], timeout: float) -> list[int]:
+    """Wait for every rank; kill those still running at the timeout, or ``_FAILED_RANK_GRACE`` after one failed.
+    Returns the ranks the timeout stopped (none when a failed rank is what ended the wait)."""
+    deadline = time.monotonic() + timeout
+    failed_at: float | None = None
+    while any(p.poll() is None for p in procs) and time.monotonic() < deadline:
+        if failed_at is None and any(p.returncode not in (None, 0) for p in procs):
+            failed_at = time.monotonic()
+        if failed_at is not None and time.monotonic() - failed_at > _FAILED_RANK_GRACE:
+            break
+        time.sleep(0.1)
+    running = [rank for rank, p in enumerate(procs) if p.poll() is None]
     for p in procs:
-        out, _ = p.communicate(timeout=timeout)
-        results.append(subprocess.CompletedProcess(p.args, p.returncode, out, ""))
-    return results
+        if p.poll() is None:
+            p.kill()
+        p.wait()
+    return running if failed_at is None else []
 
 
 @pytest.fixture(scope="session")
