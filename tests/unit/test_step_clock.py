@@ -76,18 +76,26 @@ def test_the_generation_of_the_step_in_progress_is_known_at_once(clock_time: Fak
 
 
 def test_a_left_step_that_does_not_end_is_known_and_how_long(clock_time: FakeTime) -> None:
-    """A step whose connections were cut fails at once; one still running long after it was left waits where no
-    failure reaches it (the member then falls silent: in_place.py). A step that ends, or the next one, is not."""
+    """A step whose connections were cut fails at once; one still running long after it was left (past a floor and
+    a multiple of the usual step) waits where no failure reaches it (the member then falls silent: in_place.py). A
+    step that ends, or the next one, is not."""
     clock = StepClock()
+    for _ in range(3):  # usual steps of 2 s: 3 x 2 s is past the 5 s floor
+        began = clock.begin(generation=1)
+        clock_time.now += 2.0
+        clock.end()
+        clock.completed(began)
     clock.begin(generation=1)
-    assert clock.left_for() is None
+    assert clock.stuck_for(5.0, 3.0) is None
     clock.leave_step()
-    clock_time.now += 7.0
-    assert clock.left_for() == pytest.approx(7.0)
+    clock_time.now += 5.5
+    assert clock.stuck_for(5.0, 3.0) is None  # past the floor, not yet 3 usual steps
+    clock_time.now += 1.5
+    assert clock.stuck_for(5.0, 3.0) == pytest.approx(7.0)
     clock.end()
-    assert clock.left_for() is None
+    assert clock.stuck_for(5.0, 3.0) is None
     clock.begin(generation=1)
     clock.leave_step()
     clock.begin(generation=2)  # a step that failed at once: the next one begins
     clock_time.now += 60.0
-    assert clock.left_for() is None
+    assert clock.stuck_for(5.0, 3.0) is None

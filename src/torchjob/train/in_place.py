@@ -233,12 +233,9 @@ class InPlaceTraining:
         with self.clock.lock:
             waiting_in = self.clock.waiting_in(_WAITING_FACTOR)
             forming = self.clock.forming()
-            left_for = self.clock.left_for()
-            stuck = left_for is not None and left_for > max(
-                _STUCK_AFTER_LEAVING, _STUCK_FACTOR * self.clock.usual_step()
-            )
-        if stuck:
-            self._fall_silent(left_for or 0.0)
+            stuck_for = self.clock.stuck_for(_STUCK_AFTER_LEAVING, _STUCK_FACTOR)
+        if stuck_for is not None:
+            self._fall_silent(stuck_for)
             return self.channel.membership()
         if (
             waiting_in is None

@@ -6,7 +6,7 @@ member says it waits on a silent peer (``torchjob.train.in_place``); and in whic
 that it is left at once when the controller has published a newer one around a lost member. A member forming
 the next generation waits on its peers too, outside any step: ``forming`` says for how long. A step left that
 way can only fail, at once; one that still runs long after it was left is stuck where no failure reaches it
-(``left_for``). Both threads share ``lock``; the queries are made under it.
+(``stuck_for``). Both threads share ``lock``; the queries are made under it.
 """
 
 from __future__ import annotations
@@ -78,14 +78,14 @@ class StepClock:
 
     def leave_step(self) -> None:
         """Under ``lock``: the step in progress was left (its group's connections cut), so it is not asked about
-        again; from now on ``left_for`` says how long it has failed to end."""
+        again; from now on ``stuck_for`` says when it has failed to end for too long."""
         self._stepping = None
         self._left_at = time.monotonic()
 
-    def left_for(self) -> float | None:
-        """Under ``lock``: how long ago the step still in progress was left (None: it was not, or it ended)."""
-        return None if self._left_at is None else time.monotonic() - self._left_at
-
-    def usual_step(self) -> float:
-        """How long a completed step usually takes (0 before the first)."""
-        return self._usual or 0.0
+    def stuck_for(self, floor: float, factor: float) -> float | None:
+        """Under ``lock``: how long ago the step still in progress was left, once that is past ``floor`` and
+        ``factor`` times the usual step (None: it was not left, it ended, or it may still fail)."""
+        if self._left_at is None:
+            return None
+        left_for = time.monotonic() - self._left_at
+        return left_for if left_for > max(floor, factor * (self._usual or 0.0)) else None
