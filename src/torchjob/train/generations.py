@@ -336,12 +336,14 @@ def _announcing_while_forming(talk: Channel, replica: str, attempt: int) -> Iter
     key = worker_files.process_key(replica, 0, 0)
 
     def speak() -> None:
+        answered: Membership | None = None  # the last announcement's answer, where the channel gives one
         while not stop.wait(talk.alive_seconds):
             more: dict[str, Any] = {worker_files.ANNOUNCE_EVERY: talk.alive_seconds}
-            newest = talk.membership() if time.monotonic() - began > FORMING_ALLOWANCE else None
-            if newest is not None and newest["attempt"] == attempt:
-                more[worker_files.ANNOUNCE_WAITING] = newest["generation"]
-            talk.announce(key, attempt, more)
+            if time.monotonic() - began > FORMING_ALLOWANCE:
+                newest = answered if talk.answers_with_membership else talk.membership()
+                if newest is not None and newest["attempt"] == attempt:
+                    more[worker_files.ANNOUNCE_WAITING] = newest["generation"]
+            answered = talk.announce(key, attempt, more)
 
     thread = threading.Thread(target=speak, name="torchjob-forming", daemon=True)
     thread.start()
