@@ -11,8 +11,9 @@ The loop runs under ``InPlaceTraining.sharded``: when a rank dies, a warm spare 
 shard of the weights and of AdamW's state from the survivor holding the same shard (``--replicas 1``: plain FSDP,
 from the neighbour keeping a copy of it), and the group retries the step that failed. Each step's sequences
 depend only on the step and the rank, so a repaired run ends with the model of a run without a fault. A
-checkpoint is taken between steps, by every member of the group as it stands: a rank lost while it saves is
-repaired as in a step, that checkpoint is not committed (the one before stays the newest), and the next is taken.
+checkpoint is taken between steps, by every member of the group as it stands, and written in the background: a
+rank lost while one is written leaves that checkpoint uncommitted (the one before stays the newest), and the
+repaired group takes the next.
 """
 
 from __future__ import annotations
@@ -82,8 +83,9 @@ def main() -> None:
         f"{count / 1e6:.1f}M parameters, sharded over {ctx.world_size} ranks {layout}, repaired in place; "
         f"{args.batch_size} × {args.length or config.context} tokens per rank and step"
     )
-    # Synchronous saves: an asynchronous one writes over a group of its own, which a repair would leave behind.
-    checkpoints = ShardedCheckpointer(args.checkpoint_dir, ctx, keep=2)
+    # Asynchronous saves: a save in flight when the group is repaired is left unfinished, and the next one is made
+    # by the repaired group (sharded_checkpoint.py).
+    checkpoints = ShardedCheckpointer(args.checkpoint_dir, ctx, keep=2, async_save=True)
     start = 0
     if not ctx.joined:  # a joiner's state comes from its peers' memory; a new group's from the newest checkpoint
         manifest = checkpoints.load(trainer.model, trainer.optimizer)
@@ -113,6 +115,7 @@ def main() -> None:
 
     started = time.time()
     trainer.run(step, args.steps, start_step=start, between_steps=between_steps)
+    checkpoints.wait()
     metrics.close()
     # Every rank takes part in gathering the full weights; the sum tells two runs' models apart.
     checksum = sum(float(p.detach().full_tensor().double().sum()) for p in trainer.model.parameters())  # type: ignore[operator]

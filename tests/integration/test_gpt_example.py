@@ -70,7 +70,9 @@ def test_the_sharded_in_place_example_loses_a_rank_and_ends_with_the_model_of_a_
     assert uninterrupted["repairs"] == 0 and uninterrupted["last_loss"] < uninterrupted["first_loss"] - 1.0
 
     home = tmp_path / "home"
-    run = start_run(_job(tmp_path / "killed", 3, *IN_PLACE, example="job-inplace.yaml"), home)
+    # With asynchronous checkpoints every 4 steps: one is written in the background when the kill comes, or soon before.
+    killed = _job(tmp_path / "killed", 3, *IN_PLACE, "--checkpoint-every", "4", example="job-inplace.yaml")
+    run = start_run(killed, home)
     survivors = {}
     try:
         _kill_when_warm(home, ("worker-2",), spares=1)
@@ -89,6 +91,11 @@ def test_the_sharded_in_place_example_loses_a_rank_and_ends_with_the_model_of_a_
     assert repaired["repairs"] == 1
     # The spare's weights and AdamW moments are the lost rank's, to the bit: the same model as without the fault.
     assert (repaired["checksum"], repaired["last_loss"]) == (uninterrupted["checksum"], uninterrupted["last_loss"])
+    # The repaired group saved on, over a save group of its own: the last two checkpoints, of all 4 ranks.
+    checkpoints = home / "jobs" / "gpt-inplace" / "output" / "checkpoints"
+    manifests = sorted(path.name for path in checkpoints.glob("step-*.json"))
+    assert manifests == ["step-000000000396.json", "step-000000000400.json"], manifests
+    assert json.loads((checkpoints / "step-000000000400.json").read_text())["world_size"] == 4
 
 
 def test_plain_fsdp_in_place_loses_a_rank_and_its_neighbours_copy_makes_the_group_whole(tmp_path: Path) -> None:

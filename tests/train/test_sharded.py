@@ -4,6 +4,7 @@ never loaded; asynchronous saves; an object store (a real S3 server)."""
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -78,3 +79,15 @@ def _client(env: dict[str, str]) -> dict[str, object]:
         "secret": env["AWS_SECRET_ACCESS_KEY"],
         "client_kwargs": {"endpoint_url": env["AWS_ENDPOINT_URL"]},
     }
+
+
+def test_an_async_save_in_flight_when_the_group_changes_is_left_unfinished_and_the_new_group_saves_on(
+    tmp_path: Path,
+) -> None:
+    ranks = spawn_ranks("save_across_groups.py", 3, str(tmp_path / "ckpt"), timeout=120)
+    said = "".join(r.stdout for r in ranks)
+    assert [r.returncode for r in ranks] == [0, 0, -9], said
+    assert "MANIFESTS [1, 3]" in ranks[0].stdout, said
+    assert "the checkpoint of step 2 was still being written when the group changed: left unfinished" in said, said
+    manifest = json.loads((tmp_path / "ckpt" / "step-000000000003.json").read_text())
+    assert manifest["world_size"] == 2

@@ -36,6 +36,7 @@ from __future__ import annotations
 import contextlib
 import os
 import socket
+from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -56,29 +57,55 @@ def kept_ports() -> set[int]:
     return ports
 
 
-def cut_group_connections(keep: set[int]) -> int:
-    """Shut the reading half of this process's established TCP connections whose ports are not in ``keep``; how
-    many."""
+def cut_group_connections(keep: set[int], only: set[str] | None = None) -> int:
+    """Shut the reading half of this process's established TCP connections whose ports are not in ``keep`` (and,
+    where ``only`` is given, that are among those ``connection_ids`` named); how many."""
     cut = 0
+    for identity, connection in _connections(keep):
+        with connection:
+            if only is None or identity in only:
+                with contextlib.suppress(OSError):
+                    connection.shutdown(socket.SHUT_RD)  # the reading half only: see the module
+                    cut += 1
+    return cut
+
+
+def connection_ids(keep: set[int]) -> set[str]:
+    """The established TCP connections of this process whose ports are not in ``keep``, each named by its socket
+    (``socket:[inode]``: a descriptor number can be reused for another connection, an inode cannot while it
+    lives). What a group made just now holds is the difference of two calls, around its making."""
+    ids = set()
+    for identity, connection in _connections(keep):
+        connection.close()
+        ids.add(identity)
+    return ids
+
+
+def _connections(keep: set[int]) -> Iterator[tuple[str, socket.socket]]:
+    """Each established TCP connection whose ports are not in ``keep``: its socket's name, and a socket object
+    over a duplicate of its descriptor, for the caller to close (``shutdown()`` acts on the connection both
+    descriptors share; closing the duplicate leaves the owner's descriptor, gloo's, to its owner)."""
     for entry in _descriptors():
         try:
-            if not os.readlink(entry).startswith("socket:["):
+            identity = os.readlink(entry)
+            if not identity.startswith("socket:["):
                 continue
             duplicate = os.dup(int(entry.name))
         except OSError:
             continue  # closed meanwhile
-        # A socket object over a duplicate: shutdown() acts on the connection both descriptors share, and
-        # closing the duplicate leaves gloo's own descriptor to gloo. The reading half only: see the module.
         try:
             connection = socket.socket(fileno=duplicate)
         except OSError:
             os.close(duplicate)
             continue
-        with connection, contextlib.suppress(OSError):
-            if _established_elsewhere(connection, keep):
-                connection.shutdown(socket.SHUT_RD)
-                cut += 1
-    return cut
+        try:
+            elsewhere = _established_elsewhere(connection, keep)
+        except OSError:
+            elsewhere = False
+        if elsewhere:
+            yield identity, connection
+        else:
+            connection.close()
 
 
 def _established_elsewhere(connection: socket.socket, keep: set[int]) -> bool:

@@ -14,6 +14,14 @@ is loaded; the last ``keep`` are kept.
 ``save(step, model, optimizer)`` is collective (every rank calls it). With ``async_save=True`` it returns once
 the state is staged in memory (DCP's ``async_save`` over a gloo group of its own), and the writes and the
 manifest happen in the background; ``wait()`` blocks until they are done, and the next save waits for the last.
+
+Under in-place repair (``torchjob.train.InPlaceTraining``) the training group changes under a save in flight: the
+save group is made at the first save and again at the first save after the training group changed (the old one
+went with it, and a joiner makes the new one with its peers, at the same save). A save still in flight from an
+older group is not waited for: a peer of it may be gone, so its connections are cut and it is left unfinished. It
+counts only if every rank's part had been written (DCP's metadata then exists and its manifest follows); otherwise
+it has no manifest and is never loaded.
+
 Model and optimizer states go through DCP's ``get_state_dict`` / ``set_state_dict``, so they are sharded the
 same way for FSDP2, HSDP (``torchjob.train.fsdp``) and DDP models.
 """
@@ -23,6 +31,8 @@ from __future__ import annotations
 import json
 import os
 import re
+import threading
+import weakref
 from concurrent.futures import Future
 from typing import Any
 
@@ -31,14 +41,16 @@ import torch.distributed as dist
 from torch import nn
 from torch.distributed.checkpoint.filesystem import FileSystemReader, FileSystemWriter
 from torch.distributed.checkpoint.fsspec_filesystem import FsspecReader, FsspecWriter
+from torch.distributed.checkpoint.planner import SavePlan
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 from torch.distributed.checkpoint.state_dict_loader import load as dcp_load
 from torch.distributed.checkpoint.state_dict_saver import async_save as dcp_async_save
 from torch.distributed.checkpoint.state_dict_saver import save as dcp_save
-from torch.distributed.checkpoint.storage import StorageReader, StorageWriter
+from torch.distributed.checkpoint.storage import StorageReader
 from torch.optim import Optimizer
 
 from torchjob.sections import section
+from torchjob.train import peers
 from torchjob.train.context import DistContext
 
 _MANIFEST = re.compile(r"step-(\d{12})\.json$")
@@ -69,10 +81,11 @@ class ShardedCheckpointer:
         self._pending: Future[Any] | None = None
         self._pending_step: int | None = None
         # DCP's background writes use collectives of their own: a gloo group beside the training one, so that
-        # they never interleave with the training collectives (NCCL's included).
+        # they never interleave with the training collectives (NCCL's included). Made at the first save in each
+        # training group (see the module); its connections are known, to be cut if it is left behind.
         self._group: dist.ProcessGroup | None = None
-        if async_save and ctx.distributed:
-            self._group = dist.new_group(backend="gloo")  # type: ignore[assignment]
+        self._group_under: weakref.ref[dist.ProcessGroup] | None = None  # the training group it was made in
+        self._group_connections: set[str] = set()
 
     # -- saving ---------------------------------------------------------------------------------------
 
@@ -82,27 +95,34 @@ class ShardedCheckpointer:
         model_state, optimizer_state = get_state_dict(model, optimizer)
         state = {"model": model_state, "optimizer": optimizer_state}
         folder = self._folder(step)
-        manifest = {"step": step, "world_size": self.ctx.world_size, "extra": extra or {}}
+        rank, world = self._place()
+        manifest = {"step": step, "world_size": world, "extra": extra or {}}
         with section("checkpoint-save"):
             if self.async_save:
+                writer = self._writer(folder, rank, world)
                 response = dcp_async_save(
-                    state,
-                    storage_writer=self._writer(folder),
-                    process_group=self._group,
-                    no_dist=not self.ctx.distributed,
+                    state, storage_writer=writer, process_group=self._save_group(), no_dist=not self.ctx.distributed
                 )
                 written: Future[Any] = response if isinstance(response, Future) else response.upload_completion
+                # DCP's background thread decides whether its save is distributed by whether torch's default group
+                # exists then: a repair leaving the group first would make it a save of one process (the writer
+                # refuses it). Waiting for that decision here costs a thread's start.
+                while not writer.decided.wait(0.05) and not written.done():
+                    pass
                 # What wait() waits for is the commit, not only DCP's writes: a future's waiters wake before its
                 # callbacks run, so waiting on the writes alone could return before the manifest exists.
                 committed: Future[None] = Future()
                 self._pending, self._pending_step = committed, step
-                written.add_done_callback(lambda done: self._finish(done, manifest, committed))
+                written.add_done_callback(lambda done: self._finish(done, manifest, committed, rank == 0))
                 return
-            dcp_save(state, storage_writer=self._writer(folder), no_dist=not self.ctx.distributed)
-        self._commit(manifest)
+            dcp_save(state, storage_writer=self._writer(folder, rank, world), no_dist=not self.ctx.distributed)
+        self._commit(manifest, rank == 0)
 
     def wait(self) -> None:
-        """Block until the last asynchronous save is written and committed; raise if it failed."""
+        """Block until the last asynchronous save is written and committed; raise if it failed. A save in flight
+        from an older training group is left unfinished instead (see the module)."""
+        if self._group is not None and self._training_group_changed():
+            self._leave_old_group()
         pending, self._pending = self._pending, None
         if pending is None:
             return
@@ -111,11 +131,48 @@ class ShardedCheckpointer:
         except Exception as err:
             raise ShardedCheckpointError(f"the checkpoint of step {self._pending_step} failed: {err}") from err
 
-    def _finish(self, written: Future[Any], manifest: dict[str, Any], committed: Future[None]) -> None:
+    def _place(self) -> tuple[int, int]:
+        """This rank and the world size in the training group now (a repair may have changed both)."""
+        if self.ctx.distributed and dist.is_initialized():
+            return dist.get_rank(), dist.get_world_size()
+        return self.ctx.rank, self.ctx.world_size
+
+    def _training_group_changed(self) -> bool:
+        """Whether another training group has been made since the save group was (none made yet: not changed)."""
+        made_under = self._group_under() if self._group_under is not None else None
+        return dist.is_initialized() and made_under is not dist.distributed_c10d._get_default_group()
+
+    def _save_group(self) -> dist.ProcessGroup | None:
+        """The gloo group of this training group's saves (collective the first time: every rank saves together)."""
+        if not self.ctx.distributed:
+            return None
+        if self._group is None:
+            before = peers.connection_ids(peers.kept_ports())
+            self._group = dist.new_group(backend="gloo")  # type: ignore[assignment]
+            self._group_connections = peers.connection_ids(peers.kept_ports()) - before
+            self._group_under = weakref.ref(dist.distributed_c10d._get_default_group())
+        return self._group
+
+    def _leave_old_group(self) -> None:
+        """The training group changed: a save still in flight over the old save group may wait on a lost peer, so
+        its connections are cut (it then fails, unless every part of it was already written) and it is not
+        waited for; the next save makes a new group."""
+        pending, step = self._pending, self._pending_step
+        self._pending = None
+        if pending is not None and not pending.done():
+            cut = peers.cut_group_connections(peers.kept_ports(), only=self._group_connections)
+            print(
+                f"torchjob: the checkpoint of step {step} was still being written when the group changed: left "
+                f"unfinished ({cut} of its connections cut); it counts only if every rank's part was written",
+                flush=True,
+            )
+        self._group, self._group_under, self._group_connections = None, None, set()
+
+    def _finish(self, written: Future[Any], manifest: dict[str, Any], committed: Future[None], main: bool) -> None:
         failed = written.exception()
         if failed is None:
             try:
-                self._commit(manifest)
+                self._commit(manifest, main)
             except Exception as err:  # noqa: BLE001 - handed to wait(), which raises it in the training thread
                 failed = err
         if failed is None:
@@ -123,10 +180,11 @@ class ShardedCheckpointer:
         else:
             committed.set_exception(failed)
 
-    def _commit(self, manifest: dict[str, Any]) -> None:
-        """Rank 0 writes the manifest once DCP's metadata is there (every rank's shards are then written), then
-        removes all but the last ``keep`` checkpoints and any folder a save left without a manifest."""
-        if not self.ctx.is_main:
+    def _commit(self, manifest: dict[str, Any], main: bool) -> None:
+        """Rank 0 (``main``: of the group that saved) writes the manifest once DCP's metadata is there (every
+        rank's shards are then written), then removes all but the last ``keep`` checkpoints and any folder a save
+        left without a manifest."""
+        if not main:
             return
         step = int(manifest["step"])
         if not self.fs.exists(f"{self._path(step)}/{_METADATA}"):
@@ -187,12 +245,47 @@ class ShardedCheckpointer:
         protocol = self.fs.protocol
         return "file" in (protocol if isinstance(protocol, tuple) else (protocol,))
 
-    def _writer(self, folder: str) -> StorageWriter:
-        if self._local:
-            return FileSystemWriter(folder)
-        return FsspecWriter(folder, **self.storage_options)
+    def _writer(self, folder: str, rank: int, world: int) -> _GroupWriter:
+        writer = _LocalWriter(folder) if self._local else _FsspecWriter(folder, **self.storage_options)
+        writer.expect(rank, world)
+        return writer
 
     def _reader(self, folder: str) -> StorageReader:
         if self._local:
             return FileSystemReader(folder)
         return FsspecReader(folder, **self.storage_options)
+
+
+class _GroupWriter(FileSystemWriter):
+    """DCP's writer, for a save by a known group: it says when DCP has decided how the save runs, and refuses a
+    save that runs with another rank or another number of ranks than the group's. DCP makes a save a save of one
+    process when torch's default group is gone as it starts (a repair left the group first): every rank would
+    then write as rank 0 of 1, and rank 0 alone would commit its own shards as the whole checkpoint."""
+
+    def expect(self, rank: int, world: int) -> None:
+        self.rank_expected, self.world_expected = rank, world
+        self.decided = threading.Event()
+
+    def set_up_storage_writer(self, is_coordinator: bool, *args: Any, **kwargs: Any) -> None:
+        try:
+            super().set_up_storage_writer(is_coordinator, *args, **kwargs)
+            rank = kwargs.get("rank", self.rank_expected)
+            if rank != self.rank_expected:
+                raise ShardedCheckpointError(
+                    f"the save ran as rank {rank}, not as this process's rank {self.rank_expected} in its group"
+                )
+        finally:
+            self.decided.set()
+
+    def prepare_global_plan(self, plans: list[SavePlan]) -> list[SavePlan]:
+        if len(plans) != self.world_expected:
+            raise ShardedCheckpointError(f"the save ran over {len(plans)} ranks, not the group's {self.world_expected}")
+        return super().prepare_global_plan(plans)
+
+
+class _LocalWriter(_GroupWriter):
+    """A local folder or mounted volume."""
+
+
+class _FsspecWriter(_GroupWriter, FsspecWriter):
+    """An fsspec URL (``s3://...``)."""
