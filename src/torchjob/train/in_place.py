@@ -58,10 +58,10 @@ StepFunction = Callable[[nn.Module, int, DistContext], Any]
 # has fallen silent), so it is said early.
 _WAITING_FACTOR = 3.0
 # A step left around a lost peer (its connections cut) fails within milliseconds. One still running this long after
-# (and this many usual steps) waits where no failure reaches it: a gloo collective has been seen to stay blocked
-# after its connections were cut, and a step can block in the script's own I/O. Such a member keeps its peers from
-# forming the next generation, and its watching thread cannot end the wait, so it falls silent: the controller
-# then names it as it names a frozen member, and a spare takes its place.
+# (and this many usual steps) waits where no failure reaches it: a gloo send queued on a full socket, or written to a
+# peer that died, is never woken by its pair's failure (peers.py), and a step can block in the script's own I/O.
+# Such a member keeps its peers from forming the next generation, and its watching thread cannot end the wait, so it
+# falls silent: the controller then names it as it names a frozen member, and a spare takes its place.
 _STUCK_AFTER_LEAVING = 5.0
 _STUCK_FACTOR = 3.0
 

@@ -147,9 +147,10 @@ class ShardedCheckpointer:
         if not self.ctx.distributed:
             return None
         if self._group is None:
-            before = peers.connection_ids(peers.kept_ports())
+            kept = peers.kept_ports()
+            before = peers.connection_ids(kept)
             self._group = dist.new_group(backend="gloo")  # type: ignore[assignment]
-            self._group_connections = peers.connection_ids(peers.kept_ports()) - before
+            self._group_connections = peers.connection_ids(kept) - before
             self._group_under = weakref.ref(dist.distributed_c10d._get_default_group())
         return self._group
 
