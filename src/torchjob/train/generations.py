@@ -9,6 +9,7 @@ group formed then costs one more membership, not the whole collective timeout.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import gc
 import math
@@ -182,7 +183,30 @@ def leave_group(backend: str, rank: int, broken: bool) -> None:
             if closed() is not None:
                 print(f"torchjob: warning: rank {rank} could not close its old group", flush=True)
 
-    threading.Thread(target=close, name="torchjob-close-group", daemon=True).start()
+    closing = threading.Thread(target=close, name="torchjob-close-group", daemon=True)
+    _CLOSING[:] = [thread for thread in _CLOSING if thread.is_alive()]
+    _CLOSING.append(closing)
+    closing.start()
+
+
+# Old groups still being let go of (leave_group). A process that ends while one is in gloo's destructor dies of
+# SIGABRT: Python 3.11 ends a daemon thread that takes the GIL back after finalization began with pthread_exit,
+# and the destructor (which gives the GIL up while gloo drops its peers) cannot be unwound. So exit waits for
+# them first, for at most CLOSE_AT_EXIT seconds: a daemon thread still, so that a close that never ends cannot
+# hold the process forever.
+_CLOSING: list[threading.Thread] = []
+CLOSE_AT_EXIT = 30.0
+
+
+def _finish_closing() -> None:
+    deadline = time.monotonic() + CLOSE_AT_EXIT
+    for thread in _CLOSING:
+        thread.join(max(0.0, deadline - time.monotonic()))
+    if any(thread.is_alive() for thread in _CLOSING):
+        print(f"torchjob: warning: an old group was still closing after {CLOSE_AT_EXIT:.0f} s at exit", flush=True)
+
+
+atexit.register(_finish_closing)
 
 
 def generation_store(attempt: int, generation: int, client: Any) -> Any:
