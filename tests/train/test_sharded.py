@@ -48,6 +48,14 @@ def test_hsdp_keeping_gathered_weights_through_the_backward_trains_the_same_mode
     assert kept == resharded  # the same arithmetic, to the printed digit
 
 
+def test_an_async_save_into_the_buffers_of_the_one_before_holds_its_own_steps_state(tmp_path: Path) -> None:
+    ckpt = str(tmp_path / "ckpt")
+    went_on, steps = _run(4, "--ckpt", ckpt, "--steps", "5", "--after", "2", "--async-save", "--save-at", "3")
+    assert steps == "[3, 5]"
+    resumed, _ = _run(3, "--ckpt", ckpt, "--load", "--after", "2")
+    assert resumed == went_on  # step 5's state, not step 3's left in the reused buffers
+
+
 def test_a_save_that_never_committed_is_never_loaded_and_is_pruned(tmp_path: Path) -> None:
     ckpt = tmp_path / "ckpt"
     _run(2, "--ckpt", str(ckpt), "--steps", "3")

@@ -37,8 +37,10 @@ from concurrent.futures import Future
 from typing import Any
 
 import fsspec
+import torch
 import torch.distributed as dist
 from torch import nn
+from torch.distributed._state_dict_utils import CompanionMismatch, _copy_state_dict, _create_cpu_state_dict
 from torch.distributed.checkpoint.filesystem import FileSystemReader, FileSystemWriter
 from torch.distributed.checkpoint.fsspec_filesystem import FsspecReader, FsspecWriter
 from torch.distributed.checkpoint.planner import SavePlan
@@ -86,6 +88,7 @@ class ShardedCheckpointer:
         self._group: dist.ProcessGroup | None = None
         self._group_under: weakref.ref[dist.ProcessGroup] | None = None  # the training group it was made in
         self._group_connections: set[str] = set()
+        self._staging = _StagingBuffers()
 
     # -- saving ---------------------------------------------------------------------------------------
 
@@ -101,7 +104,11 @@ class ShardedCheckpointer:
             if self.async_save:
                 writer = self._writer(folder, rank, world)
                 response = dcp_async_save(
-                    state, storage_writer=writer, process_group=self._save_group(), no_dist=not self.ctx.distributed
+                    state,
+                    storage_writer=writer,
+                    process_group=self._save_group(),
+                    no_dist=not self.ctx.distributed,
+                    async_stager=self._staging,
                 )
                 written: Future[Any] = response if isinstance(response, Future) else response.upload_completion
                 # DCP's background thread decides whether its save is distributed by whether torch's default group
@@ -168,6 +175,8 @@ class ShardedCheckpointer:
                 flush=True,
             )
         self._group, self._group_under, self._group_connections = None, None, set()
+        # The state is sharded anew in the new group; and the save left behind may still read the old buffers.
+        self._staging = _StagingBuffers()
 
     def _finish(self, written: Future[Any], manifest: dict[str, Any], committed: Future[None], main: bool) -> None:
         failed = written.exception()
@@ -255,6 +264,33 @@ class ShardedCheckpointer:
         if self._local:
             return FileSystemReader(folder)
         return FsspecReader(folder, **self.storage_options)
+
+
+class _StagingBuffers:
+    """DCP's ``AsyncStager``: copies the state into buffers made at the first save and kept for the next ones
+    (remade where the state's structure or shapes changed). Staging ends before ``stage`` returns, so DCP need
+    not synchronize after it. Pinned where CUDA is present, as DCP's own caching stager pins them."""
+
+    _synchronize_after_execute = False
+    should_synchronize_after_execute = False
+
+    def __init__(self) -> None:
+        self._buffers: dict[str, Any] | None = None
+
+    def stage(self, state_dict: dict[str, Any]) -> dict[str, Any]:
+        if self._buffers is not None:
+            try:
+                return _copy_state_dict(state_dict, self._buffers, type_check=False)
+            except (CompanionMismatch, RuntimeError):
+                self._buffers = None  # another structure, or shapes copy_ cannot take: made anew below
+        self._buffers = _create_cpu_state_dict(state_dict, pin_memory=torch.cuda.is_available())
+        return _copy_state_dict(state_dict, self._buffers, type_check=False)
+
+    def synchronize_staging(self) -> None:
+        """Nothing to wait for: ``stage`` copies before it returns."""
+
+    def close(self) -> None:
+        """The buffers outlive a save: kept for the next."""
 
 
 class _GroupWriter(FileSystemWriter):

@@ -22,6 +22,7 @@ parser.add_argument("--steps", type=int, default=5, help="steps before the save"
 parser.add_argument("--after", type=int, default=1, help="steps after the save (or the load)")
 parser.add_argument("--load", action="store_true", help="load the newest checkpoint first, save none")
 parser.add_argument("--async-save", action="store_true")
+parser.add_argument("--save-at", type=int, default=0, help="also save after this step (before --steps)")
 parser.add_argument("--keep-gathered", action="store_true", help="reshard_after_forward=False")
 args = parser.parse_args()
 
@@ -58,6 +59,8 @@ if args.load:
 else:
     for number in range(1, args.steps + 1):
         step(number)
+        if number == args.save_at:  # an asynchronous save stages into buffers the save after it reuses
+            checkpoints.save(number, model, optimizer)
     done = args.steps
     SyncCheck(model, ctx).verify(done)
     checkpoints.save(done, model, optimizer, extra={"note": "sharded"})
