@@ -100,6 +100,21 @@ def test_async_save_captures_the_state_at_the_time_of_the_call(tmp_path: Path) -
     assert state is not None and torch.equal(state["weights"], torch.zeros(1000))
 
 
+def test_async_saves_copying_into_the_last_ones_tensors_each_hold_the_state_of_their_own_step(tmp_path: Path) -> None:
+    ckpt = Checkpointer(tmp_path, SINGLE, keep=3, async_save=True)
+    weights, steps = torch.zeros(1000), torch.zeros(3, dtype=torch.int64)
+    ckpt.save({"weights": weights, "steps": steps, "layers": [weights[:10].clone()]}, step=1)
+    weights += 1
+    ckpt.save({"weights": weights, "steps": torch.ones(4), "layers": []}, step=2)  # a tensor of another shape
+    weights += 1  # after the call: not in step 2's checkpoint
+    ckpt.wait()
+    first, second = (torch.load(tmp_path / f"ckpt-00000000000{n}.pt", weights_only=False) for n in (1, 2))
+    assert torch.equal(first["weights"], torch.zeros(1000)) and torch.equal(first["steps"], steps)
+    assert torch.equal(first["layers"][0], torch.zeros(10))
+    assert torch.equal(second["weights"], torch.ones(1000)) and torch.equal(second["steps"], torch.ones(4))
+    assert second["layers"] == []
+
+
 def test_s3_round_trip_on_a_real_s3_server(s3_server: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
     for key, value in s3_server.items():
         monkeypatch.setenv(key, value)

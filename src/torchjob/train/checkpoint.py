@@ -70,6 +70,9 @@ class Checkpointer:
         self.last_save_seconds = 0.0
         self._pending: threading.Thread | None = None
         self._pending_error: BaseException | None = None
+        # The last asynchronous save's copy of the state: the next copies into its tensors (the save before it is
+        # written by then), so that a save costs a copy, not an allocation and its page faults too.
+        self._snapshot: Any = None
         self._preemption = PreemptionWatch(ctx)
 
     # -- saving ---------------------------------------------------------------------------------------
@@ -90,7 +93,8 @@ class Checkpointer:
             if self.ctx.is_main:
                 self.wait()
                 if self.async_save:
-                    snapshot = _cpu_copy(state)
+                    snapshot = _cpu_copy(state, self._snapshot)
+                    self._snapshot = snapshot
                     self._pending = threading.Thread(target=self._write_guarded, args=(snapshot, step), daemon=True)
                     self._pending.start()
                 else:
@@ -289,12 +293,28 @@ def _set_rng_state(state: dict[str, Any]) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
-def _cpu_copy(value: Any) -> Any:
-    """A deep copy with every tensor cloned to CPU memory, so training can go on changing the originals."""
+def _cpu_copy(value: Any, kept: Any = None) -> Any:
+    """A deep copy with every tensor copied to CPU memory, so training can go on changing the originals: into
+    the tensor at the same place in ``kept`` (an earlier copy no longer in use) where its shape and type match."""
     if isinstance(value, torch.Tensor):
+        if _fits(kept, value):
+            return kept.copy_(value.detach())
         return value.detach().to("cpu", copy=True)
     if isinstance(value, dict):
-        return {k: _cpu_copy(v) for k, v in value.items()}
+        within = kept if isinstance(kept, dict) else {}
+        return {k: _cpu_copy(v, within.get(k)) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return type(value)(_cpu_copy(v) for v in value)
+        within = kept if isinstance(kept, (list, tuple)) and len(kept) == len(value) else [None] * len(value)
+        return type(value)(_cpu_copy(v, w) for v, w in zip(value, within, strict=True))
     return copy.deepcopy(value)
+
+
+def _fits(kept: Any, value: torch.Tensor) -> bool:
+    return (
+        isinstance(kept, torch.Tensor)
+        and kept.device.type == "cpu"
+        and kept.shape == value.shape
+        and kept.dtype == value.dtype
+        and kept.layout == value.layout == torch.strided
+        and kept.is_contiguous()
+    )
