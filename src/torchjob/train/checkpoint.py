@@ -301,11 +301,11 @@ def _cpu_copy(value: Any, kept: Any = None) -> Any:
             return kept.copy_(value.detach())
         return value.detach().to("cpu", copy=True)
     if isinstance(value, dict):
-        within = kept if isinstance(kept, dict) else {}
-        return {k: _cpu_copy(v, within.get(k)) for k, v in value.items()}
+        by_key: dict[Any, Any] = kept if isinstance(kept, dict) else {}
+        return {k: _cpu_copy(v, by_key.get(k)) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        within = kept if isinstance(kept, (list, tuple)) and len(kept) == len(value) else [None] * len(value)
-        return type(value)(_cpu_copy(v, w) for v, w in zip(value, within, strict=True))
+        in_order = kept if isinstance(kept, (list, tuple)) and len(kept) == len(value) else [None] * len(value)
+        return type(value)(_cpu_copy(v, w) for v, w in zip(value, in_order, strict=True))
     return copy.deepcopy(value)
 
 
