@@ -37,7 +37,6 @@ from concurrent.futures import Future
 from typing import Any
 
 import fsspec
-import torch
 import torch.distributed as dist
 from torch import nn
 from torch.distributed._state_dict_utils import CompanionMismatch, _copy_state_dict, _create_cpu_state_dict
@@ -88,7 +87,7 @@ class ShardedCheckpointer:
         self._group: dist.ProcessGroup | None = None
         self._group_under: weakref.ref[dist.ProcessGroup] | None = None  # the training group it was made in
         self._group_connections: set[str] = set()
-        self._staging = _StagingBuffers()
+        self._staging = _StagingBuffers(pinned=ctx.device.type == "cuda")
 
     # -- saving ---------------------------------------------------------------------------------------
 
@@ -176,7 +175,7 @@ class ShardedCheckpointer:
             )
         self._group, self._group_under, self._group_connections = None, None, set()
         # The state is sharded anew in the new group; and the save left behind may still read the old buffers.
-        self._staging = _StagingBuffers()
+        self._staging = _StagingBuffers(pinned=self._staging.pinned)
 
     def _finish(self, written: Future[Any], manifest: dict[str, Any], committed: Future[None], main: bool) -> None:
         failed = written.exception()
@@ -269,13 +268,14 @@ class ShardedCheckpointer:
 class _StagingBuffers:
     """DCP's ``AsyncStager``: copies the state into buffers made at the first save and kept for the next ones
     (remade where the state's structure or shapes changed). Staging ends before ``stage`` returns, so DCP need
-    not synchronize after it. Pinned where CUDA is present, as DCP's own caching stager pins them."""
+    not synchronize after it. Pinned for a model on a GPU, as DCP's own caching stager pins them."""
 
     _synchronize_after_execute = False
     should_synchronize_after_execute = False
 
-    def __init__(self) -> None:
+    def __init__(self, pinned: bool) -> None:
         self._buffers: dict[str, Any] | None = None
+        self.pinned = pinned
 
     def stage(self, state_dict: dict[str, Any]) -> dict[str, Any]:
         if self._buffers is not None:
@@ -283,7 +283,7 @@ class _StagingBuffers:
                 return _copy_state_dict(state_dict, self._buffers, type_check=False)
             except (CompanionMismatch, RuntimeError):
                 self._buffers = None  # another structure, or shapes copy_ cannot take: made anew below
-        self._buffers = _create_cpu_state_dict(state_dict, pin_memory=torch.cuda.is_available())
+        self._buffers = _create_cpu_state_dict(state_dict, pin_memory=self.pinned)
         return _copy_state_dict(state_dict, self._buffers, type_check=False)
 
     def synchronize_staging(self) -> None:
