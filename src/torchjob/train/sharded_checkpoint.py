@@ -168,14 +168,22 @@ class ShardedCheckpointer:
         self._pending = None
         if pending is not None and not pending.done():
             cut = peers.cut_group_connections(peers.kept_ports(), only=self._group_connections)
-            print(
-                f"torchjob: the checkpoint of step {step} was still being written when the group changed: left "
-                f"unfinished ({cut} of its connections cut); it counts only if every rank's part was written",
-                flush=True,
-            )
+            self._say_left_unfinished(step, f"{cut} of its connections cut")
+        elif pending is not None and pending.exception() is not None:
+            # Leaving the training group unregisters the save group too: a save whose thread had not yet reached
+            # its collectives fails at once, and is as unfinished as one whose connections are cut.
+            self._say_left_unfinished(step, f"it failed: {pending.exception()}")
         self._group, self._group_under, self._group_connections = None, None, set()
         # The state is sharded anew in the new group; and the save left behind may still read the old buffers.
         self._staging = _StagingBuffers(pinned=self._staging.pinned)
+
+    @staticmethod
+    def _say_left_unfinished(step: int | None, how: str) -> None:
+        print(
+            f"torchjob: the checkpoint of step {step} was still being written when the group changed: left "
+            f"unfinished ({how}); it counts only if every rank's part was written",
+            flush=True,
+        )
 
     def _finish(self, written: Future[Any], manifest: dict[str, Any], committed: Future[None], main: bool) -> None:
         failed = written.exception()
