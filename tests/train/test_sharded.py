@@ -99,3 +99,14 @@ def test_an_async_save_in_flight_when_the_group_changes_is_left_unfinished_and_t
     assert "the checkpoint of step 2 was still being written when the group changed: left unfinished" in said, said
     manifest = json.loads((tmp_path / "ckpt" / "step-000000000003.json").read_text())
     assert manifest["world_size"] == 2
+
+
+def test_a_script_ending_after_the_group_changed_under_an_async_save_does_not_wait_for_it_at_exit(
+    tmp_path: Path,
+) -> None:
+    ranks = spawn_ranks("save_across_groups.py", 3, str(tmp_path / "ckpt"), "--end-without-waiting", timeout=120)
+    said = "".join(r.stdout for r in ranks)
+    assert (tmp_path / "ckpt" / "watcher").read_text() == "ranks 0 and 1 ended", said
+    assert [r.returncode for r in ranks] == [0, 0, -9], said
+    assert "the checkpoint of step 2 was still being written when the group changed: left unfinished" in said, said
+    assert not (tmp_path / "ckpt" / "step-000000000002.json").exists()

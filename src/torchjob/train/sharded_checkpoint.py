@@ -20,7 +20,8 @@ save group is made at the first save and again at the first save after the train
 went with it, and a joiner makes the new one with its peers, at the same save). A save still in flight from an
 older group is not waited for: a peer of it may be gone, so its connections are cut and it is left unfinished. It
 counts only if every rank's part had been written (DCP's metadata then exists and its manifest follows); otherwise
-it has no manifest and is never loaded.
+it has no manifest and is never loaded. A script that ends with such a save still in flight, without a save or
+``wait()`` after the change, leaves it the same way at exit (Python would otherwise wait for DCP's thread).
 
 Model and optimizer states go through DCP's ``get_state_dict`` / ``set_state_dict``, so they are sharded the
 same way for FSDP2, HSDP (``torchjob.train.fsdp``) and DDP models.
@@ -28,6 +29,7 @@ same way for FSDP2, HSDP (``torchjob.train.fsdp``) and DDP models.
 
 from __future__ import annotations
 
+import concurrent.futures.thread  # noqa: F401 - its exit hook is registered before this module's (below)
 import json
 import os
 import re
@@ -56,10 +58,21 @@ from torchjob.train.context import DistContext
 
 _MANIFEST = re.compile(r"step-(\d{12})\.json$")
 _METADATA = ".metadata"
+_LIVE: weakref.WeakSet[ShardedCheckpointer] = weakref.WeakSet()
 
 
 class ShardedCheckpointError(RuntimeError):
     """A sharded checkpoint could not be written or read."""
+
+
+def _leave_old_groups_at_exit() -> None:
+    for checkpointer in list(_LIVE):
+        checkpointer._leave_at_exit()
+
+
+# Python's exit joins DCP's executor thread (concurrent.futures' own threading exit hook) before any atexit hook
+# runs; threading's exit hooks run last-registered first, so this one, registered after that module's, runs before.
+threading._register_atexit(_leave_old_groups_at_exit)  # type: ignore[attr-defined]
 
 
 class ShardedCheckpointer:
@@ -88,6 +101,7 @@ class ShardedCheckpointer:
         self._group_under: weakref.ref[dist.ProcessGroup] | None = None  # the training group it was made in
         self._group_connections: set[str] = set()
         self._staging = _StagingBuffers(pinned=ctx.device.type == "cuda")
+        _LIVE.add(self)
 
     # -- saving ---------------------------------------------------------------------------------------
 
@@ -142,6 +156,14 @@ class ShardedCheckpointer:
         if self.ctx.distributed and dist.is_initialized():
             return dist.get_rank(), dist.get_world_size()
         return self.ctx.rank, self.ctx.world_size
+
+    def _leave_at_exit(self) -> None:
+        """At exit: a save in flight over the save group of a training group since left or replaced is left
+        unfinished, as the next save would (its thread, which exit waits for, may wait on a lost peer)."""
+        if self._group is None or self._pending is None or self._pending.done():
+            return
+        if not dist.is_initialized() or self._training_group_changed():
+            self._leave_old_group()
 
     def _training_group_changed(self) -> bool:
         """Whether another training group has been made since the save group was (none made yet: not changed)."""
