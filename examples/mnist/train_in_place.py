@@ -40,7 +40,8 @@ def parse_args() -> argparse.Namespace:
 
 def main() -> None:
     args = parse_args()
-    ctx = init()  # a warm spare waits in here until it is given a lost rank's place
+    # Whatever does not depend on the rank is made before init(): a warm spare then has it ready when it is
+    # given a place, and the survivors, who wait for it in the state's broadcast, do not wait for its set-up too.
     torch.manual_seed(args.seed)
     train_images, train_labels, test_images, test_labels = load(args.data)
     images, labels = to_dataset(train_images, train_labels).tensors
@@ -48,12 +49,13 @@ def main() -> None:
     total_steps = steps_per_epoch * args.epochs
     model = Net()
     optimizer = torch.optim.Adam(model.parameters(), lr=args.lr)
-    trainer = InPlaceTraining(ctx, model, optimizer)
-    # Progress (status.trainerStatus, the Progress column) and the heartbeat a progress deadline watches.
-    progress = MetricsLogger(trainer.ctx, total_steps=total_steps)
     orders = [
         torch.randperm(len(labels), generator=torch.Generator().manual_seed(args.seed + e)) for e in range(args.epochs)
     ]
+    ctx = init()  # a warm spare waits in here until it is given a lost rank's place
+    trainer = InPlaceTraining(ctx, model, optimizer)
+    # Progress (status.trainerStatus, the Progress column) and the heartbeat a progress deadline watches.
+    progress = MetricsLogger(trainer.ctx, total_steps=total_steps)
 
     def step(ddp: nn.Module, number: int, ctx: DistContext) -> None:
         epoch, within = divmod(number, steps_per_epoch)
