@@ -191,10 +191,10 @@ class ShardedCheckpointer:
         if pending is not None and not pending.done():
             cut = peers.cut_group_connections(peers.kept_ports(), only=self._group_connections)
             self._say_left_unfinished(step, f"{cut} of its connections cut")
-        elif pending is not None and pending.exception() is not None:
+        elif pending is not None and (failed := pending.exception()) is not None:
             # Leaving the training group unregisters the save group too: a save whose thread had not yet reached
             # its collectives fails at once, and is as unfinished as one whose connections are cut.
-            self._say_left_unfinished(step, f"it failed: {pending.exception()}")
+            self._say_left_unfinished(step, f"it failed: {failed}")
         self._group, self._group_under, self._group_connections = None, None, set()
         # The state is sharded anew in the new group; and the save left behind may still read the old buffers.
         self._staging = _StagingBuffers(pinned=self._staging.pinned)
