@@ -16,6 +16,10 @@ from typing import Any
 import psutil
 
 BIN = Path(sys.executable).parent  # this environment's torchjob, torchrun and python
+# torchrun's restarts reuse its rendezvous store, where the last attempt's keys still lie: a restarted gloo group can
+# read a dead peer's address and never connect (pytorch/pytorch#135712, "Connection refused" at connectFullMesh).
+# The anchor restarts as a torchrun user who knows that issue does, with its workaround set.
+TORCHRUN_RESTART_ENV = {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
 
 
 def jsonl(path: Path) -> list[dict[str, Any]]:

@@ -25,7 +25,7 @@ from typing import Any
 import psutil
 import yaml
 
-from bench.measure import BIN, jsonl, trainer_of
+from bench.measure import BIN, TORCHRUN_RESTART_ENV, jsonl, trainer_of
 from bench.restart_split import AttemptWatch, split
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "mnist"
@@ -307,7 +307,7 @@ def torchrun(
     try:
         path, _ = job_file(work, "job.yaml")
         output = work / "output"
-        env = {**os.environ, "TORCHJOB_OUTPUT_DIR": str(output), "OMP_NUM_THREADS": "1"}
+        env = {**os.environ, **TORCHRUN_RESTART_ENV, "TORCHJOB_OUTPUT_DIR": str(output), "OMP_NUM_THREADS": "1"}
         argv = [str(BIN / "torchrun"), "--standalone", "--nproc-per-node", str(ranks), f"--max-restarts={max_restarts}"]
         argv += ["train.py", *(container_args(path) if args is None else args)]
 
