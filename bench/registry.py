@@ -89,6 +89,16 @@ BENCHMARKS = (
         "a sharded 110M-parameter model: its DCP checkpoint, sync against async; a rank SIGKILLed, in place against "
         "torchft",
     ),
+    Benchmark(
+        "state-restart",
+        LOCAL,
+        "state_restart",
+        3,
+        None,
+        ("torchrun",),
+        8,
+        "the sharded 110M-parameter model, a rank SIGKILLed: a warm group restart from DCP against torchrun's",
+    ),
     Benchmark("cli", LOCAL, "cli", 7, None, (), 1, "`torchjob list`/`get`/`--help` with 1,000 jobs"),
     Benchmark("refusals", LOCAL, "refusals", 3, None, (), 3, "bad input refused"),
     Benchmark("dashboard", LOCAL, "ui", 5, None, ("chromium",), 2, "the dashboard with 1,000 jobs"),

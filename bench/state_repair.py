@@ -61,12 +61,13 @@ class InPlace:
     last_error: str = ""
 
 
-def _job(work: Path, replicas: int, example: str = "job-inplace.yaml") -> Path:
+def job_file(work: Path, replicas: int, example: str = "job-inplace.yaml", checkpoint_every: int = 0) -> Path:
+    """The example's scripts copied into ``work`` and its job file for this benchmark's model, batch and ranks
+    (``checkpoint_every`` 0: no checkpoints, where they are not what is measured)."""
     for script in EXAMPLE.glob("*.py"):
         shutil.copy(script, work / script.name)
     job = yaml.safe_load((EXAMPLE / example).read_text())
-    args = ["--size", SIZE, "--steps", "1000", "--replicas", str(replicas), "--batch-size", str(BATCH)]
-    args += ["--length", str(LENGTH), "--checkpoint-every", "0"]  # the examples' checkpoints are not measured here
+    args = example_args(replicas, checkpoint_every)
     for spec in job["spec"]["pytorchReplicaSpecs"].values():
         spec["template"]["spec"]["containers"][0]["args"] = args
     job["spec"]["pytorchReplicaSpecs"]["Worker"]["replicas"] = RANKS - 1
@@ -75,7 +76,13 @@ def _job(work: Path, replicas: int, example: str = "job-inplace.yaml") -> Path:
     return path
 
 
-def _trainers(job: Path, script: str) -> dict[str, psutil.Process]:
+def example_args(replicas: int, checkpoint_every: int = 0) -> list[str]:
+    """The example script's arguments: this benchmark's model, batch and layout, training until stopped."""
+    args = ["--size", SIZE, "--steps", "1000", "--replicas", str(replicas), "--batch-size", str(BATCH)]
+    return [*args, "--length", str(LENGTH), "--checkpoint-every", str(checkpoint_every)]
+
+
+def trainers(job: Path, script: str) -> dict[str, psutil.Process]:
     """The replicas' trainer processes (not the spares'), by replica."""
     try:
         local = json.loads((job / "local.json").read_text())
@@ -102,7 +109,7 @@ def _peak_mb(trainers: Iterable[psutil.Process]) -> float | None:
 
 
 @dataclass
-class _Run:
+class JobRun:
     """``torchjob run`` of the GPT example in a folder of its own (its output in ``launcher.log``)."""
 
     work: Path
@@ -118,14 +125,14 @@ class _Run:
 
 
 @contextlib.contextmanager
-def _running(replicas: int, example: str = "job-inplace.yaml") -> Iterator[_Run]:
+def running(replicas: int, example: str = "job-inplace.yaml", checkpoint_every: int = 0) -> Iterator[JobRun]:
     """Run the example; after, stop it (SIGINT) if it still runs, keep its last error line, remove its folder."""
     work = Path(tempfile.mkdtemp(prefix="bench-state-"))
     env = {**os.environ, "TORCHJOB_HOME": str(work / "home"), "OMP_NUM_THREADS": "1"}
-    command = [str(BIN / "torchjob"), "run", str(_job(work, replicas, example))]
+    command = [str(BIN / "torchjob"), "run", str(job_file(work, replicas, example, checkpoint_every))]
     try:
         with (work / "launcher.log").open("wb") as log:
-            run = _Run(work, subprocess.Popen(command, env=env, cwd=work, stdout=log, stderr=log))
+            run = JobRun(work, subprocess.Popen(command, env=env, cwd=work, stdout=log, stderr=log))
             try:
                 yield run
             finally:
@@ -142,17 +149,17 @@ def _running(replicas: int, example: str = "job-inplace.yaml") -> Iterator[_Run]
 def plain_fsdp_peak() -> float | None:
     """The largest rank's peak RSS of the plain example (FSDP over ``RANKS``, no copies) after ``STEPS_BEFORE``
     steps, as the in-place trials read theirs before the kill."""
-    with _running(1, example="job.yaml") as run:
+    with running(1, example="job.yaml") as run:
         job = run.work / "home" / "jobs" / "gpt"
         for _ in run.ticks():
             if len(jsonl(job / "output" / "metrics" / f"rank-{RANKS - 1}.jsonl")) >= STEPS_BEFORE:
-                return _peak_mb(_trainers(job, "train.py").values())
+                return _peak_mb(trainers(job, "train.py").values())
     return None
 
 
 def in_place_trial(replicas: int = REPLICAS) -> InPlace:
     outcome = InPlace()
-    with _running(replicas) as run:
+    with running(replicas) as run:
         job = run.work / "home" / "jobs" / "gpt-inplace"
         output = job / "output"
         sent_at = None
@@ -160,11 +167,11 @@ def in_place_trial(replicas: int = REPLICAS) -> InPlace:
             if sent_at is None:
                 stepped = jsonl(output / "metrics" / "rank-3.jsonl")
                 if len(stepped) >= STEPS_BEFORE and (output / "inplace" / "spare-0.json").exists():
-                    trainers = _trainers(job, "train_in_place.py")
-                    if VICTIM in trainers:
-                        outcome.peak_mb = _peak_mb(trainers.values())
+                    found = trainers(job, "train_in_place.py")
+                    if VICTIM in found:
+                        outcome.peak_mb = _peak_mb(found.values())
                         sent_at = time.time()
-                        trainers[VICTIM].send_signal(signal.SIGKILL)
+                        found[VICTIM].send_signal(signal.SIGKILL)
             elif (repairs := jsonl(output / "repairs.jsonl")) or time.time() - sent_at > 300:
                 if repairs:
                     outcome.first_step = float(repairs[0]["first_step_at"]) - sent_at

@@ -59,7 +59,7 @@ def main() -> None:
     ctx.log(
         f"{count / 1e6:.1f}M parameters, sharded over {ctx.world_size} ranks"
         + (f" in {args.replicas} replica groups (HSDP)" if args.replicas > 1 else " (FSDP2)")
-        + f"; {args.batch_size} × {config.context} tokens per rank and step"
+        + f"; {args.batch_size} × {args.length or config.context} tokens per rank and step"
     )
     manifest = checkpoints.load(model, optimizer)
     start = int(manifest["step"]) if manifest else 0
