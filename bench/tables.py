@@ -928,8 +928,8 @@ STATE_RESTART = Table(
             "a rank of the GPT example SIGKILLed (110M parameters, plain FSDP over 4 ranks, an asynchronous DCP "
             "checkpoint every 3 steps) → the whole group's first step after it, resumed from the checkpoint",
             "state-restart",
-            "**{warm restart first step:.2f s}** warm group restart ({warm restart outcome})",
-            "torchrun `--max-restarts 1`: {torchrun restart first step:.2f s} ({torchrun restart outcome})",
+            "**{warm restart first step:.2f s}** warm group restart ({warm restart outcome.text})",
+            "torchrun `--max-restarts 1`: {torchrun restart first step:.2f s} ({torchrun restart outcome.text})",
             ratio=over("warm restart first step", "torchrun restart first step"),
         ),
     ),
