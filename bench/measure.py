@@ -39,6 +39,30 @@ def trainer_of(shim: int, script: str) -> psutil.Process | None:
     return found[0] if found else None
 
 
+def torchrun_worker(agent: int, rank: int, script: str) -> psutil.Process | None:
+    """torchrun's worker process of ``rank`` running ``script`` under the agent ``agent`` (its environment says
+    which rank); None while there is none."""
+    try:
+        children = psutil.Process(agent).children(recursive=True)
+    except psutil.Error:
+        return None
+    for child in children:
+        try:
+            if child.environ().get("RANK") == str(rank) and script in " ".join(child.cmdline()):
+                return child
+        except psutil.Error:
+            continue
+    return None
+
+
+def last_error(log: Path) -> str:
+    """The last error line a launcher's log holds, "" where none. torchrun's own summary (``ChildFailedError``)
+    says only that a child failed; the child's error says why."""
+    lines = log.read_text(errors="replace").splitlines()
+    errors = [line for line in lines if "Error:" in line and "ChildFailedError" not in line]
+    return errors[-1].strip()[:200] if errors else ""
+
+
 def peak_rss_mb(pid: int) -> float:
     """A running process's peak RSS (its high-water mark, ``VmHWM``), in MB; OSError once it has gone."""
     with open(f"/proc/{pid}/status") as status:

@@ -25,7 +25,7 @@ from typing import Any
 import psutil
 import yaml
 
-from bench.measure import BIN, TORCHRUN_RESTART_ENV, jsonl, trainer_of
+from bench.measure import BIN, TORCHRUN_RESTART_ENV, jsonl, last_error, torchrun_worker, trainer_of
 from bench.restart_split import AttemptWatch, split
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "mnist"
@@ -219,10 +219,7 @@ def _run(
             process.send_signal(signal.SIGINT)
             process.wait(60)
     outcome = Outcome(seconds=time.monotonic() - started, ok=process.returncode == 0, sent_at=sent_at)
-    # The launcher's own summary (ChildFailedError) says only that a child failed; the child's error says why.
-    lines = log.read_text(errors="replace").splitlines()
-    errors = [line for line in lines if "Error:" in line and "ChildFailedError" not in line]
-    outcome.last_error = errors[-1].strip()[:200] if errors else ""
+    outcome.last_error = last_error(log)
     results = output / "metrics.json"
     if results.exists():
         outcome.accuracy = float(json.loads(results.read_text())["accuracy"])
@@ -312,13 +309,7 @@ def torchrun(
         argv += ["train.py", *(container_args(path) if args is None else args)]
 
         def victim(agent: int) -> psutil.Process | None:
-            for child in psutil.Process(agent).children(recursive=True):
-                try:
-                    if child.environ().get("RANK") == str(VICTIM_RANK) and "train.py" in " ".join(child.cmdline()):
-                        return child
-                except psutil.Error:
-                    continue
-            return None
+            return torchrun_worker(agent, VICTIM_RANK, "train.py")
 
         return _run(argv, env, work, output, victim, sent, at_epoch, None)
     finally:

@@ -39,7 +39,7 @@ from pathlib import Path
 import psutil
 import yaml
 
-from bench.measure import BIN, jsonl, peak_rss_mb, trainer_of
+from bench.measure import BIN, jsonl, last_error, peak_rss_mb, trainer_of
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "gpt"
 # BATCH sequences of LENGTH tokens per rank (per torchft group) and step: a step of ~1 s on this 2-core machine, so
@@ -139,9 +139,7 @@ def running(replicas: int, example: str = "job-inplace.yaml", checkpoint_every: 
                 if run.process.poll() is None:
                     run.process.send_signal(signal.SIGINT)
                     run.process.wait(120)
-        lines = (work / "launcher.log").read_text(errors="replace").splitlines()
-        errors = [line for line in lines if "Error:" in line]
-        run.last_error = errors[-1].strip()[:200] if errors else ""
+        run.last_error = last_error(work / "launcher.log")
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

@@ -29,7 +29,7 @@ from pathlib import Path
 import psutil
 
 from bench import state_repair
-from bench.measure import BIN, TORCHRUN_RESTART_ENV, jsonl
+from bench.measure import BIN, TORCHRUN_RESTART_ENV, jsonl, last_error, torchrun_worker
 from bench.records import Run
 
 CHECKPOINT_EVERY = 3
@@ -60,7 +60,6 @@ def record(run: Run, trials: int) -> None:
 @dataclass
 class Restarted:
     first_step: float | None = None  # kill → rank 0's first step after it (seconds)
-    resumed_at: int | None = None  # that step's number (CHECKPOINT_EVERY + 1: resumed from the checkpoint)
     error: str = ""  # why the trial did not count
 
 
@@ -92,14 +91,13 @@ def torchrun_trial() -> Restarted:
             try:
 
                 def victim() -> psutil.Process | None:
-                    return _rank_process(agent.pid, VICTIM_RANK)
+                    return torchrun_worker(agent.pid, VICTIM_RANK, "train.py")
 
                 outcome = _killed(state_repair.JobRun(work, agent), output, victim)
             finally:
                 _stop(agent)
         if outcome.first_step is None and not outcome.error:
-            lines = (work / "torchrun.log").read_text(errors="replace").splitlines()
-            outcome.error = next((line.strip()[:200] for line in reversed(lines) if "Error" in line), "no step")
+            outcome.error = last_error(work / "torchrun.log") or "no step after the kill"
         return outcome
     finally:
         shutil.rmtree(work, ignore_errors=True)
@@ -119,30 +117,15 @@ def _killed(run: state_repair.JobRun, output: Path, victim: Callable[[], psutil.
             continue
         after = [row for row in jsonl(metrics) if float(row["time"]) > sent_at]
         if after:
-            outcome.resumed_at = int(after[0]["step"])
-            if outcome.resumed_at == CHECKPOINT_EVERY + 1:
+            resumed_at = int(after[0]["step"])  # CHECKPOINT_EVERY + 1 where the group loaded the checkpoint
+            if resumed_at == CHECKPOINT_EVERY + 1:
                 outcome.first_step = float(after[0]["time"]) - sent_at
             else:
-                outcome.error = f"resumed at step {outcome.resumed_at}, not from the checkpoint of {CHECKPOINT_EVERY}"
+                outcome.error = f"resumed at step {resumed_at}, not from the checkpoint of {CHECKPOINT_EVERY}"
             return outcome
         if time.time() - sent_at > 300:
             break
     return outcome
-
-
-def _rank_process(agent: int, rank: int) -> psutil.Process | None:
-    """torchrun's worker process of ``rank`` (its environment says which)."""
-    try:
-        children = psutil.Process(agent).children(recursive=True)
-    except psutil.Error:
-        return None
-    for child in children:
-        try:
-            if child.environ().get("RANK") == str(rank) and "train.py" in " ".join(child.cmdline()):
-                return child
-        except psutil.Error:
-            continue
-    return None
 
 
 def _stop(agent: subprocess.Popen[bytes]) -> None:
