@@ -31,9 +31,12 @@ def test_get_status_and_export_logs_of_a_cluster(cluster: Cluster, tmp_path: Pat
 
 
 def test_the_cli_refuses_in_one_line(cluster: Cluster, tmp_path: Path) -> None:
-    stop = kube_rig("node", "stop", "kwok-node-0", "--dir", str(cluster.directory))
-    assert stop.returncode == 1
-    assert stop.stderr.strip() == "kube-rig: kwok-node-0 is a kwok node: only a real (kubelet) node can stop and start"
+    for action in ("stop", "revive"):
+        refused = kube_rig("node", action, "kwok-node-0", "--dir", str(cluster.directory))
+        assert refused.returncode == 1
+        assert refused.stderr.strip() == (
+            "kube-rig: kwok-node-0 is a kwok node: only a real (kubelet) node can stop, start and revive"
+        )
     missing = kube_rig("get", "nodes", "--dir", str(tmp_path / "none"))
     assert missing.returncode == 1 and len(missing.stderr.strip().splitlines()) == 1
     assert "no cluster in" in missing.stderr

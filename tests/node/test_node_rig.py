@@ -1,14 +1,18 @@
 """The test cluster itself (kuberig) with real nodes: a second cluster of three nodes starts beside the session's;
 Pods on different nodes find each other by DNS and train together over gloo; it serves `kubectl exec` and
-`logs` from the host, loses a node abruptly and gets it back, and `delete` (by the cluster's name alone, its
-state file gone) leaves no process, network namespace, link, cgroup or file behind."""
+`logs` from the host, loses a node abruptly and gets it back, revives a node's kubelet that died, and `delete`
+(by the cluster's name alone, its state file gone) leaves no process, network namespace, link, cgroup or file
+behind."""
 
 from __future__ import annotations
 
 import json
+import os
 import secrets
+import signal
 import subprocess
 import time
+from datetime import datetime, timezone
 from pathlib import Path
 
 from kuberig import Cluster, ClusterConfig, NodeConfig, create, delete
@@ -46,6 +50,12 @@ def _running(pid: int) -> bool:
 
 def _routes() -> str:
     return subprocess.run(["ip", "-o", "route"], capture_output=True, text=True, check=True).stdout
+
+
+def _lease_renewed(cluster: Cluster, name: str) -> datetime:
+    """When the node's kubelet last renewed its Lease (kube-node-lease), the heartbeat it sends every 10 s."""
+    lease = cluster.kubectl_json("get", "lease", name, "-n", "kube-node-lease")
+    return datetime.fromisoformat(lease["spec"]["renewTime"].replace("Z", "+00:00"))
 
 
 def _node_ready(cluster: Cluster, name: str) -> str:
@@ -160,6 +170,21 @@ def test_a_second_cluster_of_three_nodes_connects_their_pods_serves_exec_and_log
         deadline = time.monotonic() + 120
         while _node_ready(second, node.name) != "True":
             assert time.monotonic() < deadline, "the node never came back Ready"
+            time.sleep(1)
+
+        # Its kubelet dies alone: the rig names it exited, and revives it (as a node's init system would), and
+        # the revived kubelet renews the node's Lease again.
+        os.kill(second.state.process(node.process_name("kubelet")).pid, signal.SIGKILL)
+        deadline = time.monotonic() + 30
+        while kubelet.exited(second.state, node) != ["kubelet"]:
+            assert time.monotonic() < deadline, kubelet.exited(second.state, node)
+            time.sleep(0.2)
+        revived_at = datetime.now(timezone.utc)
+        assert kubelet.revive(second.state, node) == ["kubelet"]
+        assert kubelet.exited(second.state, node) == [] and kubelet.revive(second.state, node) == []
+        deadline = time.monotonic() + 120
+        while _lease_renewed(second, node.name) <= revived_at:
+            assert time.monotonic() < deadline, "the revived kubelet never renewed its node's Lease"
             time.sleep(1)
     finally:
         (directory / "state.json").unlink(missing_ok=True)  # delete must find everything by the name alone

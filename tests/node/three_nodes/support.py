@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from kuberig import Cluster
+from kuberig.node import kubelet
 from tests.node.conftest import wait_for_condition
 from tests.support.images import TEST_SCRIPTS
 from tests.support.operator_pods import operator_logs, ready
@@ -45,7 +46,11 @@ def spread_job(name: str, namespace: str, steps: int) -> dict[str, Any]:
 
 
 def tainted_unreachable(cluster: Cluster, node: str) -> bool:
-    taints = cluster.kubectl_json("get", "node", node)["spec"].get("taints") or []
+    return _tainted(cluster.kubectl_json("get", "node", node))
+
+
+def _tainted(node: dict[str, Any]) -> bool:
+    taints = node["spec"].get("taints") or []
     return any(t["key"] in ("node.kubernetes.io/unreachable", "node.kubernetes.io/not-ready") for t in taints)
 
 
@@ -55,33 +60,85 @@ def tainted_unreachable(cluster: Cluster, node: str) -> bool:
 # next test would wait for is not what any test here is about.
 LEFT_TERMINATING = 60.0
 
+# How long a node may read not Ready before it is helped back: its daemons that exited are started again (a real
+# node's init system restarts a failed kubelet or containerd at once; the rig has none), and a node still down as
+# long again with every daemon running is restarted whole. A node that did not come back from an earlier test's
+# stop would otherwise leave every later test of the package waiting for it.
+NOT_READY_REVIVE = 45.0
+
 
 def all_nodes_ready(cluster: Cluster, timeout: float) -> None:
     """Every node Ready and untainted (a node stopped by an earlier test has come back), and no Pod of an earlier
-    test still terminating (one left so on a node that is back is removed by force, LEFT_TERMINATING)."""
+    test still terminating: one left so on a node that is up is removed by force (LEFT_TERMINATING), and a node
+    still down is helped back (NOT_READY_REVIVE). On the deadline, the failure says which node is down and why (its
+    condition, its daemons, its kubelet's last lines) and which Pods are going, from where."""
     deadline = time.monotonic() + timeout
-    seen_leaving: dict[tuple[str, str], float] = {}
+    first_seen: dict[str, float] = {}
+    helped: dict[str, int] = {}
     while True:
-        nodes = cluster.kubectl_json("get", "nodes")["items"]
-        up = [
-            n
-            for n in nodes
-            if ready(n["status"]["conditions"]) and not tainted_unreachable(cluster, n["metadata"]["name"])
-        ]
+        nodes = {n["metadata"]["name"]: n for n in cluster.kubectl_json("get", "nodes")["items"]}
+        down = {name for name, n in nodes.items() if not ready(n["status"]["conditions"]) or _tainted(n)}
         pods = cluster.kubectl_json("get", "pods", "-A")["items"]
-        leaving = [p["metadata"] for p in pods if p["metadata"].get("deletionTimestamp")]
-        if len(up) == len(nodes) and not leaving:  # an earlier test's Pods, still going, skew the placement
+        leaving = [p for p in pods if p["metadata"].get("deletionTimestamp")]
+        if not down and not leaving:  # an earlier test's Pods, still going, skew the placement
             return
-        if len(up) == len(nodes):
-            for meta in leaving:
-                key = (meta["namespace"], meta["name"])
-                since = seen_leaving.setdefault(key, time.monotonic())
-                if time.monotonic() - since > LEFT_TERMINATING:
-                    print(f"{key[1]} terminating {LEFT_TERMINATING:.0f}s after its node came back: removed by force")
-                    cluster.kubectl("delete", "pod", key[1], "-n", key[0], "--force", "--grace-period=0", check=False)
-        names = [meta["name"] for meta in leaving]
-        assert time.monotonic() < deadline, f"not every node came back Ready, or Pods still going: {names}"
+        now = time.monotonic()
+        for name in down:
+            if now - first_seen.setdefault(f"node/{name}", now) > NOT_READY_REVIVE:
+                first_seen[f"node/{name}"] = now  # what was started gets the same time again
+                helped[name] = helped.get(name, 0) + 1
+                _bring_back(cluster, name, whole=helped[name] > 1)
+        for pod in leaving:
+            meta, on = pod["metadata"], pod["spec"].get("nodeName")
+            if on in down:
+                continue  # a node that is down never finishes it: its coming back does
+            if now - first_seen.setdefault(f"pod/{meta['namespace']}/{meta['name']}", now) > LEFT_TERMINATING:
+                print(f"{meta['name']} terminating {LEFT_TERMINATING:.0f}s on {on}, which is up: removed by force")
+                deleted = cluster.kubectl(
+                    "delete", "pod", meta["name"], "-n", meta["namespace"], "--force", "--grace-period=0", check=False
+                )
+                if deleted.returncode:
+                    print(f"  the removal failed: {deleted.stderr.strip()}")
+        if now >= deadline:
+            raise AssertionError(_why_not_ready(cluster, nodes, down, leaving))
         time.sleep(1)
+
+
+def _bring_back(cluster: Cluster, name: str, whole: bool) -> None:
+    node = cluster.node(name)
+    if not isinstance(node, kubelet.KubeletNode):
+        return
+    print(_why_not_ready(cluster, {name: cluster.kubectl_json("get", "node", name)}, {name}, []))
+    if started := kubelet.revive(cluster.state, node):
+        print(f"{name} not Ready for {NOT_READY_REVIVE:.0f}s, its {', '.join(started)} had exited: started again")
+    elif whole:
+        print(f"{name} not Ready for {2 * NOT_READY_REVIVE:.0f}s with its daemons running: restarted whole")
+        kubelet.stop(cluster.state, node)
+        kubelet.start(cluster.state, node)
+
+
+def _why_not_ready(cluster: Cluster, nodes: dict[str, Any], down: set[str], leaving: list[dict[str, Any]]) -> str:
+    lines = ["not every node came back Ready, or Pods still going"]
+    for name in sorted(down):
+        condition = next((c for c in nodes[name]["status"]["conditions"] if c["type"] == "Ready"), {})
+        taints = [t["key"] for t in nodes[name]["spec"].get("taints") or []]
+        lines.append(
+            f"node {name}: Ready={condition.get('status')} ({condition.get('reason')}: "
+            f"{condition.get('message')}), taints {taints}"
+        )
+        node = cluster.node(name)
+        if isinstance(node, kubelet.KubeletNode):
+            lines.append(
+                f"  daemons exited: {kubelet.exited(cluster.state, node) or 'none'}; its kubelet's last lines:"
+            )
+            lines += [f"    {line}" for line in kubelet.log_tail(cluster.state, node, "kubelet")]
+    for pod in leaving:
+        meta = pod["metadata"]
+        lines.append(
+            f"pod {meta['namespace']}/{meta['name']} on {pod['spec'].get('nodeName')}: deleted at "
+            f"{meta['deletionTimestamp']}, finalizers {meta.get('finalizers') or []}"
+        )
+    return "\n".join(lines)
 
 
 def succeeded(cluster: Cluster, namespace: str, name: str, timeout: float) -> dict[str, Any]:

@@ -121,13 +121,39 @@ def _daemon_argv(node: KubeletNode, cluster_dir: Path) -> dict[str, list[str]]:
     }
 
 
-def start_daemons(state: ClusterState, node: KubeletNode, cluster_dir: Path) -> None:
+def start_daemons(state: ClusterState, node: KubeletNode, cluster_dir: Path, only: tuple[str, ...] = DAEMONS) -> None:
     enter = node.enter(state)
     argv = _daemon_argv(node, cluster_dir)
-    for daemon in DAEMONS:
+    for daemon in (d for d in DAEMONS if d in only):
         state.add(processes.spawn(state.name, state.logs, node.process_name(daemon), [*enter, *argv[daemon]]))
         if daemon == "containerd":
             processes.wait_for("containerd", lambda: Path(node.slot.socket).exists(), 30, state.processes, state.logs)
+
+
+def exited(state: ClusterState, node: KubeletNode) -> list[str]:
+    """The node's daemons that were started and have since exited (none while it is stopped: ``stop`` forgets them)."""
+    started = {p.name: p for p in state.processes}
+    return [
+        d for d in DAEMONS if node.process_name(d) in started and not processes.alive(started[node.process_name(d)])
+    ]
+
+
+def revive(state: ClusterState, node: KubeletNode) -> list[str]:
+    """Start again each of the node's daemons that has exited, as a real node's init system restarts a unit that
+    failed (systemd's ``Restart=always`` for kubelet and containerd); the daemons started."""
+    dead = exited(state, node)
+    if dead:
+        state.processes = [p for p in state.processes if p.name not in {node.process_name(d) for d in dead}]
+        if "containerd" in dead:
+            Path(node.slot.socket).unlink(missing_ok=True)
+        start_daemons(state, node, Path(state.directory), only=tuple(dead))
+    return dead
+
+
+def log_tail(state: ClusterState, node: KubeletNode, daemon: str, lines: int = 12) -> list[str]:
+    """The last lines of one of the node's daemons' logs (none when it never wrote one)."""
+    log = state.logs / f"{node.process_name(daemon)}.log"
+    return log.read_text(errors="replace").splitlines()[-lines:] if log.exists() else []
 
 
 def stop(state: ClusterState, node: KubeletNode) -> None:
