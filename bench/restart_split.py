@@ -4,7 +4,7 @@ From the kill of a rank's trainer to the group trained again as far as it had go
 job leaves (TORCHJOB_HOME's records) and from when lines first appear in the master's log of the next attempt:
 
 - **detection**: kill → the controller tells the survivors to stop (their records' ``stopping_since``);
-- **stop**: → the last survivor gone (its exit record);
+- **stop**: → the last survivor gone (its exit record, or the backend's record of when it saw it gone);
 - **warm start**: → the next attempt's first replica started (its record);
 - **rendezvous**: → the master's plan line (printed after ``init``, the group joined, and the data loaded);
 - **checkpoint load**: → its "resumed from the checkpoint" line (the DDP model built, the checkpoint read);
@@ -58,7 +58,9 @@ def split(home: Path, killed_at: float, watch: AttemptWatch, job: str, killed: s
     told = [r["stopping_since"] for r in survivors if r["stopping_since"] is not None]
     if told:
         ends["detection"] = min(told)
-    gone = [_finished_at(Path(r["status_path"])) for r in survivors]
+    # A survivor that ended by itself wrote when; one killed with the others (a group restart stops them at once)
+    # wrote nothing, and the backend's record says when it saw it gone.
+    gone = [_finished_at(Path(r["status_path"])) or r.get("gone_at") for r in survivors]
     if gone and None not in gone:
         ends["stop"] = max(t for t in gone if t is not None)
     started = [r["started_at"] for r in records if r["attempt"] == 1]

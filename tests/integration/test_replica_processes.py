@@ -104,6 +104,11 @@ def test_a_replica_of_two_processes_without_spares_restarts_with_the_group(tmp_p
     assert "Rank 0: done: 120 steps" in stdout, stdout[-3000:]
     sizes = {len(record["samples"]) for record in trained_steps(torchjob_home, "pairs", "worker-0")}  # type: ignore[arg-type]
     assert sizes == {1}  # ranks 2 and 3 of 4: 6 samples a step, ranks 0 and 1 take the other 4
+    # The first attempt's replicas are each recorded gone, when the backend saw them go (the restart's split reads it).
+    state = json.loads((torchjob_home / "jobs" / "pairs" / "local.json").read_text())
+    first = [p for p in state["processes"] if p["attempt"] == 0 and p["role"] == "replica"]
+    assert len(first) == 2 and all(p["removed"] and p["gone_at"] for p in first), first
+    assert all(p["gone_at"] >= (p["stopping_since"] or p["started_at"]) for p in first), first
     assert no_process_left(torchjob_home)
 
 

@@ -106,12 +106,14 @@ class LocalBackend(Backend):
                     processes.kill_tree(record.identity, self.job_uid)
                 if result is not None:
                     # A process we stopped is gone: it is no longer part of the job.
-                    record.removed = changed = True
+                    record.mark_gone()
+                    changed = True
                     continue
             if record.role != ROLE_REPLICA:
                 # A store or spare that died on its own is gone; the planner starts another if one is needed.
                 if result is not None:
-                    record.removed = changed = True
+                    record.mark_gone()
+                    changed = True
                 elif record.role == ROLE_SPARE:
                     spares.append(self._spare(record))
                 continue
@@ -197,7 +199,7 @@ class LocalBackend(Backend):
             record.stopping_since = record.stopping_since or time.time()
         self.children.stop_all(live, self.grace if grace is None else grace)
         for record in live:
-            record.removed = True
+            record.mark_gone()
         self._save_state()
 
     def close(self) -> None:
@@ -255,7 +257,7 @@ class LocalBackend(Backend):
                     processes.kill_tree(lost.identity, self.job_uid)
                     self.children.reap(lost, timeout=5.0)
                     self.children.exit_status(lost)  # forgets it: its name is about to be the spare's
-                lost.removed = True
+                lost.mark_gone()
         self.children.rename(spare, str(action.replica))
         spare.replica, spare.role = str(action.replica), ROLE_REPLICA
         # The replica's notices and reports before now were its predecessor's (a notice of eviction above all).
@@ -307,7 +309,7 @@ class LocalBackend(Backend):
         for record in self.state.processes:
             if record.replica == replica and record.attempt == attempt and not record.removed:
                 if self.children.exit_status(record) is not None:
-                    record.removed = True
+                    record.mark_gone()
                 elif at_once:
                     processes.kill_tree(record.identity, self.job_uid)  # SIGKILL reaches a stopped process too
                     record.stopping_since = record.stopping_since or time.time()

@@ -23,6 +23,7 @@ import json
 import os
 import shutil
 import tempfile
+import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -69,10 +70,16 @@ class ProcessRecord:
     started_at: float
     stopping_since: float | None = None
     removed: bool = False
+    gone_at: float | None = None  # when the backend first saw it gone (its exit reaped, or killed and waited for)
     # "replica", or "rendezvous-store" for the c10d store the backend hosts for an elastic attempt.
     role: str = "replica"
     # The kernel's start time of ``pid`` (see processes.Identity); without it the pid is never signalled.
     process_started: float | None = None
+
+    def mark_gone(self) -> None:
+        """No longer part of the job: the backend saw it end, or stopped it and waited for it."""
+        self.removed = True
+        self.gone_at = self.gone_at or time.time()
 
     @property
     def identity(self) -> Identity | None:
