@@ -87,7 +87,7 @@ def all_nodes_ready(cluster: Cluster, timeout: float) -> None:
             if now - first_seen.setdefault(f"node/{name}", now) > NOT_READY_REVIVE:
                 first_seen[f"node/{name}"] = now  # what was started gets the same time again
                 helped[name] = helped.get(name, 0) + 1
-                _bring_back(cluster, name, whole=helped[name] > 1)
+                _bring_back(cluster, nodes[name], whole=helped[name] > 1)
         for pod in leaving:
             meta, on = pod["metadata"], pod["spec"].get("nodeName")
             if on in down:
@@ -104,11 +104,12 @@ def all_nodes_ready(cluster: Cluster, timeout: float) -> None:
         time.sleep(1)
 
 
-def _bring_back(cluster: Cluster, name: str, whole: bool) -> None:
+def _bring_back(cluster: Cluster, seen: dict[str, Any], whole: bool) -> None:
+    name = seen["metadata"]["name"]
     node = cluster.node(name)
     if not isinstance(node, kubelet.KubeletNode):
         return
-    print(_why_not_ready(cluster, {name: cluster.kubectl_json("get", "node", name)}, {name}, []))
+    print(_why_not_ready(cluster, {name: seen}, {name}, []))
     if started := kubelet.revive(cluster.state, node):
         print(f"{name} not Ready for {NOT_READY_REVIVE:.0f}s, its {', '.join(started)} had exited: started again")
     elif whole:
