@@ -13,7 +13,7 @@ second. A script that trains with ``torchjob.train.MetricsLogger`` reports itsel
 down (``stand_down``).
 
 Torch-free on purpose (it runs in every Python process of a replica, torchrun's agent included): it imports
-only the standard library, ``worker_files``, ``reporting`` and ``sections``.
+only the standard library, ``worker_files``, ``reporting``, ``sections`` and ``beats``.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from torchjob import reporting, sections, worker_files
+from torchjob import beats, reporting, sections, worker_files
 
 BEAT_SECONDS = 1.0
 # The module a Pod's user site starts this from (backends/kubernetes/autoreport_boot.py): a copy of this module,
@@ -45,6 +45,7 @@ class _AutoReporter:
         self.step_time = 0.0
         self.seconds_per_step: float | None = None
         self.gaps = sections.StepGaps()
+        self.steady = beats.SteadyBeats(BEAT_SECONDS)
         self.hooked = False
         self.active = True
         self._lock = threading.Lock()
@@ -94,6 +95,7 @@ class _AutoReporter:
             report.update(self.gaps.report_fields())
         report.update(sections.report_fields())
         report[worker_files.REPORT_ALIVE] = time.time()
+        report[worker_files.REPORT_BEATING_FOR] = self.steady.beat()
         if self.operator is not None:
             self.operator.send(report)  # quiet, and never raises: the next beat tries again
             return

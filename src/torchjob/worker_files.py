@@ -71,6 +71,9 @@ REPORT_SECONDS_PER_STEP = "seconds_per_step"
 REPORT_ALIVE = "alive"
 # True in a process's last report, sent as it exits on its own: its silence from then on is explained.
 REPORT_EXITING = "exiting"
+# For how many seconds the process's reporting thread has beaten without a stall (``torchjob/beats.py``): from
+# when it has been a witness to another process's silence.
+REPORT_BEATING_FOR = "beating_for"
 # What hang detection learns its deadlines from (core/policies/learned.py): the longest wall time between two
 # consecutive optimizer steps this process has seen (time in named phases left out), and how many such gaps
 # it has seen; the phase it is in now ({"name", "elapsed"}), and the longest of each phase ({name: seconds}).

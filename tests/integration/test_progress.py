@@ -76,6 +76,41 @@ def test_a_sigstopped_process_is_named_as_hung_and_the_group_restarts(tmp_path: 
     assert status["trainerStatus"]["progressPercentage"] == 100  # the second attempt ran all its steps
 
 
+def test_a_stall_of_every_process_names_nobody_when_they_resume_one_by_one(tmp_path: Path, torchjob_home: Path) -> None:
+    """A stalled machine (a paused VM, a swap storm) stops every process at once, here by SIGSTOP for 14 s, past
+    the liveness deadline (10 s). worker-0 resumes 2 s before master-0 and beats at once, while master-0 is
+    still stopped: its beats witness master-0's silence only from its own return, so nobody is named, and the
+    job runs through on its first attempt."""
+    job = (
+        make_job("stall")
+        .master()
+        .workers(1)
+        .command("python", str(SCRIPTS / "hang_train.py"), "--steps", "300")
+        .annotate(**{"torchjob.io/termination-grace-seconds": "2"})
+    )
+    run = start_run(job_file(tmp_path, job), torchjob_home)
+    try:
+        stepping = lambda: run.poll() is not None or heartbeat_step(torchjob_home, "stall", "master-0-0") >= 5  # noqa: E731
+        wait_for(stepping, timeout=180, what="five steps")
+        assert run.poll() is None, run.communicate()[1][-2000:]
+        master, worker = (training_process(torchjob_home, "stall", r) for r in ("master-0", "worker-0"))
+        for process in (master, worker):
+            process.send_signal(signal.SIGSTOP)
+        time.sleep(14)
+        worker.send_signal(signal.SIGCONT)
+        time.sleep(2)
+        master.send_signal(signal.SIGCONT)
+        heartbeat = torchjob_home / "jobs" / "stall" / "output" / "heartbeat" / "worker-0-0.json"
+        assert json.loads(heartbeat.read_text())["beating_for"] < 14  # its steady run began at its return
+        _, stderr = run.communicate(timeout=300)
+    finally:
+        run.kill()
+    assert run.returncode == 0, stderr[-2000:]
+    status = job_object(torchjob_home, "stall")["status"]
+    assert (status["attempt"], status["restartCount"]) == (0, 0), status.get("attempts")
+    assert status["trainerStatus"]["progressPercentage"] == 100
+
+
 def test_a_slow_start_and_a_long_evaluation_are_never_judged_hung_by_a_short_progress_deadline(
     tmp_path: Path, torchjob_home: Path
 ) -> None:

@@ -86,6 +86,40 @@ def test_the_quick_rule_needs_both_witnesses() -> None:
     assert not progress.check(patient, group, at(1), at(24), started=at(1), one_host=True).hung
 
 
+def resumed(name: str, last_beat: float, steady_since: float | None, last_step: float = 20.1) -> ReplicaObservation:
+    """A process beating steadily again since ``steady_since`` (None: its report does not say)."""
+    report = Progress(
+        at(last_step),
+        50,
+        alive_at=at(last_beat),
+        longest_gap=0.1,
+        gaps_seen=40,
+        beating_since=None if steady_since is None else at(steady_since),
+    )
+    return replace(running(name), progress=report)
+
+
+def test_a_stall_of_the_whole_machine_is_nobodys_silence() -> None:
+    """Every process stopped at second 20 (a paused VM, a swap storm) and they resume one by one: master-0 and
+    worker-0 beat steadily again since second 48, worker-1 not yet. Its silence counts from 48, not 19.6."""
+    others = [resumed("master-0", 48.9, 48), resumed("worker-0", 48.9, 48)]
+    group = [*others, resumed("worker-1", 19.6, 19.6, last_step=20.0)]
+    assert not progress.check(JOB, group, at(1), at(49), started=at(1), one_host=True).hung
+    cluster = progress.check(JOB, group, at(1), at(49), started=at(1))
+    assert not cluster.hung and cluster.check_at == at(48 + 10 + progress.SILENCE_CHECK_MARGIN)
+    # worker-1 never comes back, while the others beat on: it is named once they have witnessed its silence.
+    later_on = [resumed("master-0", 51.5, 48), resumed("worker-0", 51.5, 48), group[2]]
+    quick = progress.check(JOB, later_on, at(1), at(51.6), started=at(1), one_host=True)
+    assert quick.hung and quick.culprit is not None and str(quick.culprit.replica) == "worker-1"
+    assert quick.message.startswith("Hung: worker-1 stopped beating while the others beat (silent for 32.0s")
+    much_later = [resumed("master-0", 58, 48), resumed("worker-0", 58, 48), group[2]]
+    verdict = progress.check(JOB, much_later, at(1), at(58.1), started=at(1))
+    assert verdict.hung and verdict.culprit is not None and str(verdict.culprit.replica) == "worker-1"
+    # Reports that do not say how long they beat steadily (an older torchjob) are judged as before.
+    unsaid = [resumed("master-0", 48.9, None), resumed("worker-0", 48.9, None), group[2]]
+    assert progress.check(JOB, unsaid, at(1), at(49), started=at(1), one_host=True).hung
+
+
 def test_stale_beats_and_a_whole_silent_group_are_not_a_liveness_verdict() -> None:
     # worker-1's last beat predates the repair at second 20 (it was the lost member the spare replaced):
     # it has not beaten since, so nobody is compared with it yet.

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import signal
+from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -37,6 +38,15 @@ def test_a_replica_is_alive_only_as_recently_as_its_quietest_process() -> None:
     frozen = Progress(utc(T + 3.1), 12, alive_at=utc(T + 4))
     gone = Progress(utc(T + 3.2), 12, alive_at=utc(T + 3.5), exiting=True)
     assert slowest([first, frozen, gone]) == Progress(utc(T + 3), 12, alive_at=utc(T + 4))
+
+
+def test_a_replica_witnesses_only_since_the_last_of_its_processes_beats_steadily_again() -> None:
+    # Both processes resumed from a stall of the machine, local rank 1 last: the replica is a witness from then.
+    first = Progress(utc(T + 3), 12, alive_at=utc(T + 40), beating_since=utc(T + 31))
+    second = Progress(utc(T + 3.1), 12, alive_at=utc(T + 40), beating_since=utc(T + 33))
+    assert slowest([first, second]) == replace(first, beating_since=utc(T + 33))
+    # One that does not say (an older torchjob): nor does the replica.
+    assert slowest([first, replace(second, beating_since=None)]) == replace(first, beating_since=None)
 
 
 @pytest.mark.parametrize(

@@ -32,6 +32,9 @@ class Progress:
     alive_at: datetime | None = None
     # The process said it is exiting on its own (its last report): silence after it proves nothing.
     exiting: bool = False
+    # Since when its reporting thread has beaten without a stall (``torchjob/beats.py``): from then on it is a
+    # witness to another process's silence. None when the report does not say (an older torchjob).
+    beating_since: datetime | None = None
     # What hang detection learns from (policies/learned.py): the longest gap between two of its steps (time
     # in named phases left out) and how many gaps it has seen; the phase it is in and since when; the longest
     # it has seen of each phase.
@@ -58,6 +61,7 @@ class Progress:
             samples_per_second=_finite(report.get(worker_files.REPORT_SAMPLES_PER_SECOND)),
             seconds_per_step=_finite(report.get(worker_files.REPORT_SECONDS_PER_STEP)),
             exiting=report.get(worker_files.REPORT_EXITING) is True,
+            beating_since=_since(alive_at, report.get(worker_files.REPORT_BEATING_FOR)),
             longest_gap=_finite(report.get(worker_files.REPORT_LONGEST_GAP)),
             gaps_seen=_whole(report.get(worker_files.REPORT_GAPS_SEEN)) or 0,
             sections_longest=_durations(report.get(worker_files.REPORT_SECTIONS_LONGEST)),
@@ -86,6 +90,14 @@ def _section(value: object, reported_at: datetime) -> dict[str, Any]:
     if elapsed is None or elapsed < 0:
         return {}
     return {"section": value["name"], "section_since": reported_at - timedelta(seconds=elapsed)}
+
+
+def _since(alive_at: datetime | None, seconds: object) -> datetime | None:
+    """``alive_at`` less a reported duration (a duration: a Pod's skewed clock cannot move it)."""
+    elapsed = _finite(seconds)
+    if alive_at is None or elapsed is None or elapsed < 0:
+        return None
+    return alive_at - timedelta(seconds=elapsed)
 
 
 def _finite(value: object) -> float | None:

@@ -8,6 +8,7 @@ Files, in the job's output folder (``TORCHJOB_OUTPUT_DIR``; names from ``torchjo
                                 the same numbers as TensorBoard scalars (``torchjob.train.tensorboard``)
     heartbeat/<process>.json    the progress report: {"step": N, "time": when step N completed, "total_steps",
                                 "loss", "samples_per_second", "seconds_per_step", "alive": when written,
+                                "beating_for": seconds since its beats last stalled (``torchjob.beats``),
                                 and what hang detection learns from: the longest step gap and the phase
                                 (``torchjob.sections``) the process is in},
                                 rewritten atomically by a small background thread every ``heartbeat_seconds``
@@ -29,7 +30,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from torchjob import autoreport, sections, worker_files
+from torchjob import autoreport, beats, sections, worker_files
 from torchjob.reporting import Reporter
 from torchjob.train.context import DistContext
 from torchjob.train.tensorboard import TensorBoardScalars
@@ -61,6 +62,7 @@ class MetricsLogger:
         self._latest: dict[str, Any] | None = None
         self._seconds_per_step: float | None = None
         self._gaps = sections.StepGaps()
+        self._steady = beats.SteadyBeats(heartbeat_seconds)
         self._stop = threading.Event()
         self._wake = threading.Event()  # the first step is written at once, not at the writer's next tick
         autoreport.stand_down()  # this logger reports the process's steps itself
@@ -144,6 +146,7 @@ class MetricsLogger:
         report = {key: value for key, value in latest.items() if value is not None}
         report.update(sections.report_fields())  # the phase it is in now, not at its last step
         report[worker_files.REPORT_ALIVE] = time.time()
+        report[worker_files.REPORT_BEATING_FOR] = self._steady.beat()
         if exiting:
             report[worker_files.REPORT_EXITING] = True
         tmp = self.heartbeat_path.with_suffix(".tmp")

@@ -32,7 +32,7 @@ VOLUME = "torchjob-autoreport"
 # Python 3.8 to 3.14: the folder ``site`` looks in is named after the interpreter's version.
 _MINOR_VERSIONS = range(8, 15)
 # torchjob.autoreport and what it imports: the standard library and these, nothing else (no torch).
-_MODULES = ("__init__.py", "autoreport.py", "reporting.py", "sections.py", "worker_files.py")
+_MODULES = ("__init__.py", "autoreport.py", "beats.py", "reporting.py", "sections.py", "worker_files.py")
 _BOOT = '''"""Mounted by the torchjob operator: starts torchjob.autoreport. Never fails a script.
 
 It runs while Python's site module is still at work, before the image's own site-packages are on sys.path: the

@@ -31,12 +31,18 @@ def preemption_onset(notices: list[float], started_at: float) -> datetime | None
 def slowest(reports: list[Progress]) -> Progress | None:
     """A replica progresses only as fast as its slowest process (one stuck process stalls the replica), and is
     alive only as recently as its quietest process that did not say it is exiting: a frozen process is its
-    replica's silence, however its other processes beat (they wait for it in the step)."""
+    replica's silence, however its other processes beat (they wait for it in the step). It has beaten steadily
+    since the latest of its processes' steady runs began."""
     if not reports:
         return None
     progress = min(reports, key=lambda p: (p.at, p.step))
-    beats = [p.alive_at for p in reports if p.alive_at is not None and not p.exiting]
-    return replace(progress, alive_at=min(beats)) if beats and progress.alive_at is not None else progress
+    live = [p for p in reports if p.alive_at is not None and not p.exiting]
+    if not live or progress.alive_at is None:
+        return progress
+    # A witness only as long as every one of its processes has beaten steadily.
+    steady = [p.beating_since for p in live]
+    since = None if any(s is None for s in steady) else max(s for s in steady if s is not None)
+    return replace(progress, alive_at=min(p.alive_at for p in live if p.alive_at is not None), beating_since=since)
 
 
 def observe_process(

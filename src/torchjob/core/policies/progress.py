@@ -27,6 +27,11 @@ find it sooner, under the default liveness deadline only: the process has missed
 own longest step gap (at least ``WAITING_FLOOR``): they wait for it, blocked in a collective. A process that is
 merely slow keeps beating, and one in a named phase (a checkpoint save) is left to that phase's allowance.
 
+A silence counts only while the others were witnesses to it: from its last beat, or from when the last of them
+began to beat steadily again (``torchjob/beats.py``), whichever is later. A stalled machine (a paused VM, a swap
+storm) stops every process at once, and they resume one by one: the first to beat again does not make the
+last look silent for the whole stall.
+
 Where the platform cannot hear the reports (an operator started without a report address), silence proves
 nothing: the deadline is not enforced, and the job is told so once, in an event, rather than killed.
 """
@@ -140,8 +145,18 @@ def _silence_due(job: PyTorchJob, running: list[ReplicaObservation], now: dateti
     allowed = liveness_deadline(job)
     if allowed <= 0 or len(running) < 2:
         return None
-    due = [later(o.last_beat, allowed + SILENCE_CHECK_MARGIN) for o in running if o.last_beat is not None]
+    since = [silent_since(o, running) for o in running]
+    due = [later(s, allowed + SILENCE_CHECK_MARGIN) for s in since if s is not None]
     return min((d for d in due if d > now), default=None)
+
+
+def silent_since(culprit: ReplicaObservation, group: list[ReplicaObservation]) -> datetime | None:
+    """From when the rest of ``group`` witnessed ``culprit``'s silence: its last beat, or when the last of them
+    began to beat steadily again after a stall of its own, whichever is later (module docstring)."""
+    if culprit.last_beat is None:
+        return None
+    steady = [o.progress.beating_since for o in group if o is not culprit and o.progress is not None]
+    return max([culprit.last_beat, *(s for s in steady if s is not None)])
 
 
 def _progress(
@@ -241,6 +256,9 @@ def _silent_while_others_beat(
     culprit, last = quiet[0]
     if any(_stepped_on_without(o, last, allowed / 2) for o in running if o is not culprit):
         return None
+    witnessed = silent_since(culprit, running)
+    if witnessed is None or (now - witnessed).total_seconds() <= allowed:
+        return None  # the others stalled too, and have beaten steadily again only since
     silence = (now - last).total_seconds()
     message = (
         f"Hung: {culprit.replica} stopped beating while the others beat (silent for {silence:.0f}s, liveness "
@@ -290,6 +308,9 @@ def _waited_on(
     culprit = quiet[0]
     if not all(waits(o) for o in running if o is not culprit):
         return None
+    witnessed = silent_since(culprit, running)
+    if witnessed is None or (now - witnessed).total_seconds() <= WAITED_ON_SILENCE:
+        return None  # the others stalled too, and have beaten steadily again only since
     assert culprit.progress is not None
     message = (
         f"Hung: {culprit.replica} stopped beating while the others beat (silent for {silence(culprit):.1f}s; "
@@ -320,7 +341,8 @@ def _stopped_beating(
     thread runs); a stopped or frozen one does not. None where nobody beats (a script without reports)."""
 
     def silent(o: ReplicaObservation) -> bool:
-        return (now - max(o.last_beat or since, since)).total_seconds() > quiet
+        witnessed = silent_since(o, running) or since
+        return (now - max(witnessed, since)).total_seconds() > quiet
 
     quiet_ones = [o for o in running if silent(o)]
     return quiet_ones[0] if len(quiet_ones) == 1 and len(running) > 1 else None
