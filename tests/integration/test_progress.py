@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 import psutil
+import pytest
 
 from tests.support.cli import run_cli
 from tests.support.load import cpu_hogs
@@ -76,17 +77,21 @@ def test_a_sigstopped_process_is_named_as_hung_and_the_group_restarts(tmp_path: 
     assert status["trainerStatus"]["progressPercentage"] == 100  # the second attempt ran all its steps
 
 
-def test_a_stall_of_every_process_names_nobody_when_they_resume_one_by_one(tmp_path: Path, torchjob_home: Path) -> None:
+@pytest.mark.parametrize("controller_too", [False, True], ids=["replicas", "replicas-and-controller"])
+def test_a_stall_of_the_machine_names_nobody_when_its_processes_resume_one_by_one(
+    tmp_path: Path, torchjob_home: Path, controller_too: bool
+) -> None:
     """A stalled machine (a paused VM, a swap storm) stops every process at once, here by SIGSTOP for 14 s, past
-    the liveness deadline (10 s). worker-0 resumes 2 s before master-0 and beats at once, while master-0 is
-    still stopped: its beats witness master-0's silence only from its own return, so nobody is named, and the
-    job runs through on its first attempt."""
+    the liveness deadline (10 s). worker-0 resumes 2 s before master-0 and beats at once, while master-0 is still
+    stopped: its beats witness master-0's silence only from its own return. When the controller stalls too (for
+    22 s, past the progress deadline of 20 s as well) and resumes first, it gives the replicas time to report
+    before it judges anything. Nobody is named, and the job runs through on its first attempt."""
     job = (
         make_job("stall")
         .master()
         .workers(1)
         .command("python", str(SCRIPTS / "hang_train.py"), "--steps", "300")
-        .annotate(**{"torchjob.io/termination-grace-seconds": "2"})
+        .annotate(**{"torchjob.io/progress-deadline-seconds": "20", "torchjob.io/termination-grace-seconds": "2"})
     )
     run = start_run(job_file(tmp_path, job), torchjob_home)
     try:
@@ -94,14 +99,19 @@ def test_a_stall_of_every_process_names_nobody_when_they_resume_one_by_one(tmp_p
         wait_for(stepping, timeout=180, what="five steps")
         assert run.poll() is None, run.communicate()[1][-2000:]
         master, worker = (training_process(torchjob_home, "stall", r) for r in ("master-0", "worker-0"))
-        for process in (master, worker):
+        stalled = [psutil.Process(run.pid), master, worker] if controller_too else [master, worker]
+        for process in stalled:
             process.send_signal(signal.SIGSTOP)
-        time.sleep(14)
+        stall = 22 if controller_too else 14  # the controller, running, would rightly judge 20 s without a step
+        time.sleep(stall)
+        if controller_too:  # the controller goes on first, then worker-0, 2 s before master-0
+            stalled[0].send_signal(signal.SIGCONT)
+            time.sleep(0.5)
         worker.send_signal(signal.SIGCONT)
         time.sleep(2)
         master.send_signal(signal.SIGCONT)
         heartbeat = torchjob_home / "jobs" / "stall" / "output" / "heartbeat" / "worker-0-0.json"
-        assert json.loads(heartbeat.read_text())["beating_for"] < 14  # its steady run began at its return
+        assert json.loads(heartbeat.read_text())["beating_for"] < stall  # its steady run began at its return
         _, stderr = run.communicate(timeout=300)
     finally:
         run.kill()

@@ -66,6 +66,25 @@ def test_with_no_annotation_a_deadlock_is_found_by_the_learned_deadline() -> Non
     assert progress.check(JOB, beating, at(1), at(1000), started=at(1)).check_at == at(1810)
 
 
+def test_a_stall_of_the_whole_machine_after_the_last_step_is_not_the_groups_lack_of_progress() -> None:
+    known = LearnedDeadlines(progress_seconds=20, longest_step_gap_seconds=0.3)
+    group = [stepping("master-0", 10, 50), stepping("worker-0", 10, 50)]
+
+    def resumed(master: float, worker: float) -> list[ReplicaObservation]:
+        steady = {"master-0": at(master), "worker-0": at(worker)}
+        return [
+            replace(o, progress=replace(o.progress, alive_at=at(41), beating_since=steady[str(o.replica)]))  # type: ignore[type-var]
+            for o in group
+        ]
+
+    # Everything stopped from second 11 to 35 (a paused VM): worker-0 beat again at 35, master-0 at 36.
+    assert not progress.check(JOB, resumed(36, 35), at(1), at(41), started=at(1), learned=known).hung
+    assert not progress.check(JOB, resumed(36, 35), at(1), at(54.9), started=at(1), learned=known).hung  # from 35
+    assert progress.check(JOB, resumed(36, 35), at(1), at(55), started=at(1), learned=known).hung  # still stuck
+    # One process's own stall (its beating thread starved) does not move the deadline: a deadlock is found.
+    assert progress.check(JOB, resumed(36, 2), at(1), at(41), started=at(1), learned=known).hung
+
+
 def test_a_phase_in_progress_is_judged_by_its_own_allowance_not_the_step_deadline() -> None:
     known = LearnedDeadlines(progress_seconds=20, longest_step_gap_seconds=0.3)
     saving = stepping("master-0", 10, 50, section="checkpoint-save", section_since=at(11))

@@ -56,6 +56,10 @@ PROGRESS_SECONDS = 1.0
 # While a group under in-place repair runs: its members' word that they wait on a silent peer is a file, not an
 # event, and a repair is due within a second of it.
 IN_PLACE_SECONDS = 0.1
+# A wait that overran its timeout by this much means this controller was stalled with its machine; the replicas
+# then get this long to report again before the next pass (a few of their beats).
+OVERSLEPT_SECONDS = 2.5
+RESUME_GRACE_SECONDS = 5.0
 
 
 # A job's rdzvHost is a cluster name this machine cannot resolve: torchjob hosts the store instead. A lost
@@ -190,7 +194,13 @@ class LocalBackend(Backend):
             timeout = min(timeout, max(0.0, (until - datetime.now(timezone.utc)).total_seconds()))
         if any(r.stopping_since is not None and not r.removed for r in self.state.processes):
             timeout = min(timeout, 0.1)
+        began = time.time()
         self.children.wait(timeout, self.wake_fd)
+        if time.time() - began > timeout + OVERSLEPT_SECONDS and self._running:
+            # This controller did not run for a while: the machine stalled (a paused VM, a suspended laptop),
+            # and its replicas with it. They are given the time to beat and step again before the next pass
+            # judges their silence or their progress, which the stall would otherwise be taken for.
+            self.children.wait(RESUME_GRACE_SECONDS, self.wake_fd)
 
     def stop_everything(self, grace: float | None = None) -> None:
         """Stop every live replica of the job and wait until all are gone (Ctrl-C, SIGTERM, delete)."""

@@ -30,7 +30,8 @@ merely slow keeps beating, and one in a named phase (a checkpoint save) is left 
 A silence counts only while the others were witnesses to it: from its last beat, or from when the last of them
 began to beat steadily again (``torchjob/beats.py``), whichever is later. A stalled machine (a paused VM, a swap
 storm) stops every process at once, and they resume one by one: the first to beat again does not make the
-last look silent for the whole stall.
+last look silent for the whole stall. Nor is such a stall the group's lack of progress: where every process
+began to beat steadily again after the group's last step, the progress deadline counts from then.
 
 Where the platform cannot hear the reports (an operator started without a report address), silence proves
 nothing: the deadline is not enforced, and the job is told so once, in an event, rather than killed.
@@ -182,7 +183,7 @@ def _progress(
         seconds, source = startup_deadline(job), "start-up allowance, while the deadline is learned"
     last = {o.replica: max(o.progress.at if o.progress else since, since) for o in running}
     newest = max(last.values())
-    due = max([later(newest, seconds), *_phase_ends(job, running, learned)])
+    due = max([later(max(newest, _all_resumed(running) or newest), seconds), *_phase_ends(job, running, learned)])
     if now < due:
         return HangVerdict(False, check_at=due)
     steps = {o.replica: o.progress.step if o.progress else None for o in running}
@@ -203,6 +204,14 @@ def _progress(
         detail += f"; {culprit.replica} stopped responding, the others wait for it"
     message = f"Hung: no progress for {seconds:g}s (progress deadline: {_origin(source, learned)}); {detail}"
     return HangVerdict(True, message, culprit=culprit, began_at=newest)
+
+
+def _all_resumed(running: list[ReplicaObservation]) -> datetime | None:
+    """When every process had begun to beat steadily again, where all of them say so: after a stall of the whole
+    machine past the group's last step, the group could progress only from then. One process's stall alone does
+    not move it (a deadlocked group on a loaded machine is still found)."""
+    steady = [o.progress.beating_since if o.progress is not None else None for o in running]
+    return None if any(s is None for s in steady) else min(s for s in steady if s is not None)
 
 
 def _all_stepped_since(current: list[ReplicaObservation], started: datetime) -> bool:
