@@ -22,8 +22,8 @@ STALL_SECONDS = 2.5
 class SteadyBeats:
     """Counts the seconds since this thread's beats were last interrupted by a stall."""
 
-    def __init__(self, period: float) -> None:
-        self.stall = max(STALL_SECONDS, 2 * period)
+    def __init__(self, period: float, stall: float | None = None) -> None:
+        self.stall = stall if stall is not None else max(STALL_SECONDS, 2 * period)
         self._since: float | None = None
         self._last: float | None = None
 

@@ -97,6 +97,7 @@ ANNOUNCE_TIME = "time"
 ANNOUNCE_EVERY = "every"
 ANNOUNCE_WAITING = "waiting"
 ANNOUNCE_LONGEST_GAP = "longest_gap"  # the longest time between two of its announcements so far, by its clock
+ANNOUNCE_STEADY_FOR = "steady_for"  # seconds since its announcements last stalled (torchjob/beats.py)
 # True once the member has trained a step in the group as it now is: past joining it, or re-forming it, whose
 # silences say nothing about a hang (a spare just promoted under load was once silent 1.5 s).
 ANNOUNCE_SETTLED = "settled"

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import signal
+import time
 from pathlib import Path
 
 import psutil
@@ -144,6 +145,29 @@ def test_a_hung_member_is_stopped_and_replaced_while_the_others_wait(
     said = [json.loads(p.read_text()) for p in (torchjob_home / "jobs" / "mend" / "output" / "inplace").glob("*.json")]
     members = [s for s in said if worker_files.ANNOUNCE_EVERY in s]
     assert len(members) == 3 and all(s.get(worker_files.ANNOUNCE_SETTLED) is True for s in members), said
+
+
+def test_a_stall_of_every_member_is_nobodys_silence_when_they_resume_one_by_one(
+    tmp_path: Path, torchjob_home: Path, uninterrupted: list[list[float]]
+) -> None:
+    """A stalled machine stops every member at once: SIGSTOP for 6 s, past the 3 s a member may be silent.
+    master-0 and worker-0 resume 1.2 s before worker-1, and their steps wait for it: they witness its silence
+    only from their own return, so nobody is replaced and the job ends as if it had never stalled."""
+    run = start_run(job_file(tmp_path, in_place_job("mend")), torchjob_home)
+    warm_and_training(torchjob_home)
+    survivors = {r: shim_pid(torchjob_home, "mend", r) for r in REPLICAS}
+    trainers = {r: psutil.Process(pid).children()[0] for r, pid in survivors.items()}
+    for trainer in trainers.values():
+        trainer.send_signal(signal.SIGSTOP)
+    time.sleep(6)
+    for replica in ("master-0", "worker-0"):
+        trainers[replica].send_signal(signal.SIGCONT)
+    time.sleep(1.2)
+    trainers["worker-1"].send_signal(signal.SIGCONT)
+    _, stderr = run.communicate(timeout=300)
+    assert run.returncode == 0, stderr[-3000:]
+    assert "fell silent" not in stderr and "stopped beating" not in stderr, stderr[-3000:]
+    assert_repaired_exactly(torchjob_home, survivors, uninterrupted, repairs=0)
 
 
 def test_two_members_lost_at_once_take_two_spares(

@@ -125,6 +125,34 @@ def test_a_member_says_how_late_it_has_been_where_no_hearer_keeps_its_gaps() -> 
     assert gap.said_now() >= 0.05
 
 
+def test_after_a_stall_of_the_machine_the_last_member_to_resume_is_not_taken_for_silent_since_before_it() -> None:
+    """Every member stopped at second 10.2 (a paused VM). master-0 and worker-0 resumed at 20 and wait in
+    generation 2 for worker-1, which has not resumed yet: they witness its silence from 20, not from 10.2."""
+
+    def resumed(name: str, heard: float) -> ReplicaObservation:
+        said = MemberAnnouncement(0, at(heard), every=0.2, waiting_in=2, steady_since=at(20))
+        return replace(running(name), repairable=True, member=said)
+
+    group = [resumed("master-0", 20.4), resumed("worker-0", 20.45), member("worker-1", 10.2)]
+    assert silent_member.find(group, 2, at(20.5)) == (None, at(20.6))  # first look: 3 announcements after 20
+    assert silent_member.find(group, 2, at(22.9)) == (None, at(23))  # the floor, 3 s, counted from 20
+    # worker-1 never resumes while the others announce on: named once they have witnessed its silence.
+    later_on = [resumed("master-0", 23.1), resumed("worker-0", 23.1), group[2]]
+    found, _ = silent_member.find(later_on, 2, at(23.1))
+    assert found is not None and str(found.replica) == "worker-1"
+    # Members that do not say how long they announced steadily (an older torchjob) are judged as before.
+    unsaid = [replace(o, member=replace(o.member, steady_since=None)) for o in group[:2]]  # type: ignore[type-var]
+    found, _ = silent_member.find([*unsaid, group[2]], 2, at(20.5))
+    assert found is not None and str(found.replica) == "worker-1"
+    said = MemberAnnouncement.from_message({"attempt": 0, "steady_for": 2.5}, at(20))
+    assert said is not None and said.steady_since == at(17.5)
+    gap = LongestGap()
+    gap.said_now()
+    time.sleep(0.05)
+    gap.said_now()
+    assert 0.05 <= gap.steady_for < 1.0  # announced steadily since its first announcement
+
+
 def test_a_member_whose_node_the_operator_cannot_reach_is_named_after_three_missed_announcements() -> None:
     """A vanished node: the operator's own probe is a third witness, so the floor for a member late on a loaded
     machine (3 s) does not apply. A member whose node answers still waits for the floor."""

@@ -121,6 +121,8 @@ class MemberAnnouncement:
     waiting_in: int | None = None
     longest_gap: float = 0.0
     settled: bool = False
+    # Since when it has announced without a stall (``torchjob/beats.py``): a witness to a peer's silence from then.
+    steady_since: datetime | None = None
 
     @classmethod
     def from_message(cls, message: object, heard_at: datetime) -> MemberAnnouncement | None:
@@ -134,7 +136,8 @@ class MemberAnnouncement:
         waiting = _whole(message.get(worker_files.ANNOUNCE_WAITING))  # the first generation is 0
         gap = max(_finite(message.get(worker_files.ANNOUNCE_LONGEST_GAP)) or 0.0, 0.0)
         settled = message.get(worker_files.ANNOUNCE_SETTLED) is True
-        return cls(attempt, heard_at, every if every and every > 0 else None, waiting, gap, settled)
+        steady = _since(heard_at, message.get(worker_files.ANNOUNCE_STEADY_FOR))
+        return cls(attempt, heard_at, every if every and every > 0 else None, waiting, gap, settled, steady)
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 from typing import Any, Protocol
 
-from torchjob import worker_files
+from torchjob import beats, worker_files
 from torchjob.reporting import call_operator, operator_from_env
 
 
@@ -41,19 +41,29 @@ class Channel(Protocol):
     def membership(self) -> worker_files.Membership | None: ...
 
 
+# An announcement this much later than the last ends its steady run: a member resumed from a stall of the machine
+# witnesses a peer's silence only from then (``core/policies/silent_member``). Five missed announcements: a
+# member of a loaded machine late by more is rare, and one that is only delays a verdict by one allowance.
+ANNOUNCEMENT_STALL_SECONDS = 1.0
+
+
 class LongestGap:
     """The longest time between two announcements of this process so far, sent with each: a member of a loaded
-    machine says how late it can be, and is allowed that much more silence (``core/policies/silent_member``)."""
+    machine says how late it can be, and is allowed that much more silence (``core/policies/silent_member``).
+    With it, for how long it has announced without a stall (``steady_for``)."""
 
     def __init__(self) -> None:
         self._last: float | None = None
         self.seconds = 0.0
+        self.steady_for = 0.0
+        self._steady = beats.SteadyBeats(0.0, stall=ANNOUNCEMENT_STALL_SECONDS)
 
     def said_now(self) -> float:
         now = time.monotonic()
         if self._last is not None:
             self.seconds = max(self.seconds, now - self._last)
         self._last = now
+        self.steady_for = round(self._steady.beat(now), 3)
         return round(self.seconds, 3)
 
 
@@ -78,6 +88,7 @@ class FileChannel:
             worker_files.ANNOUNCE_ATTEMPT: attempt,
             worker_files.ANNOUNCE_TIME: time.time(),
             worker_files.ANNOUNCE_LONGEST_GAP: self.gap.said_now(),
+            worker_files.ANNOUNCE_STEADY_FOR: self.gap.steady_for,
             **(more or {}),
         }
         tmp.write_text(json.dumps(message))
@@ -117,6 +128,7 @@ class OperatorChannel:
             worker_files.ANNOUNCE_ATTEMPT: attempt,
             "key": key,
             worker_files.ANNOUNCE_LONGEST_GAP: gap,
+            worker_files.ANNOUNCE_STEADY_FOR: self.gap.steady_for,
             **(more or {}),
         }
         return worker_files.parse_membership(self._call(self.announcements, said))

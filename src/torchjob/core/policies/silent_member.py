@@ -13,7 +13,9 @@ Two witnesses, so that one member's word never gets a healthy one replaced: the 
 mistaken claim of waiting changes nothing while the accused still announces), and the accused's own silence. A
 member that is merely slow (a long step, a busy machine) still announces from its watching thread, and is
 left alone; if every member falls quiet at once (this controller stalled, or the machine did), nobody is
-singled out, and the longer deadlines decide.
+singled out, and the longer deadlines decide. When they resume one by one after such a stall, a waiting member
+witnesses the suspect's silence only from its own return (it says for how long it has announced without a
+stall), so the last to resume is not taken for silent since before the stall.
 
 A third witness shortens the wait: the accused's node, which the operator itself cannot reach (its connection
 to the node's kubelet unanswered, ``backends/kubernetes/reachability.py``; a host that is up answers even when
@@ -56,9 +58,12 @@ def find(
     if len(members) < 2 or len(quiet) != 1:
         return None, None
     suspect = _said(quiet[0])
-    due = later(suspect.heard_at, _allowed_for(quiet[0]))
+    # Silent only while the waiting ones witnessed it: a member resumed from a stall of the machine that stopped
+    # everyone counts its peer's silence from its own return, not from before the stall.
+    witnessed = max([suspect.heard_at, *(s for s in (_said(o).steady_since for o in waiting) if s is not None)])
+    due = later(witnessed, _allowed_for(quiet[0]))
     if now < due:
-        first_look = later(suspect.heard_at, _missed(suspect))  # its node may be found gone by then
+        first_look = later(witnessed, _missed(suspect))  # its node may be found gone by then
         return None, first_look if now < first_look else due
     if any((now - _said(o).heard_at).total_seconds() > _allowed(_said(o)) for o in waiting):
         return None, None  # the waiting ones are not heard either: no single member fell silent
