@@ -39,7 +39,8 @@ nothing: the deadline is not enforced, and the job is told so once, in an event,
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import heapq
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime
 
@@ -146,18 +147,26 @@ def _silence_due(job: PyTorchJob, running: list[ReplicaObservation], now: dateti
     allowed = liveness_deadline(job)
     if allowed <= 0 or len(running) < 2:
         return None
-    since = [silent_since(o, running) for o in running]
+    witnessed = _witnessed_from(running)
+    since = [witnessed(o) for o in running]
     due = [later(s, allowed + SILENCE_CHECK_MARGIN) for s in since if s is not None]
     return min((d for d in due if d > now), default=None)
 
 
-def silent_since(culprit: ReplicaObservation, group: list[ReplicaObservation]) -> datetime | None:
-    """From when the rest of ``group`` witnessed ``culprit``'s silence: its last beat, or when the last of them
-    began to beat steadily again after a stall of its own, whichever is later (module docstring)."""
-    if culprit.last_beat is None:
-        return None
-    steady = [o.progress.beating_since for o in group if o is not culprit and o.progress is not None]
-    return max([culprit.last_beat, *(s for s in steady if s is not None)])
+def _witnessed_from(group: list[ReplicaObservation]) -> Callable[[ReplicaObservation], datetime | None]:
+    """For a member of ``group``: from when the rest witnessed its silence, its last beat or when the last of
+    them began to beat steadily again after a stall of its own, whichever is later (module docstring). The two
+    latest steady runs are found once, so judging every member costs one pass over the group, not one each."""
+    steady = [(o.progress.beating_since, o) for o in group if o.progress is not None and o.progress.beating_since]
+    latest = heapq.nlargest(2, steady, key=lambda pair: pair[0])
+
+    def since(culprit: ReplicaObservation) -> datetime | None:
+        if culprit.last_beat is None:
+            return None
+        others = [at for at, o in latest if o is not culprit][:1]
+        return max([culprit.last_beat, *others])
+
+    return since
 
 
 def _progress(
@@ -265,7 +274,7 @@ def _silent_while_others_beat(
     culprit, last = quiet[0]
     if any(_stepped_on_without(o, last, allowed / 2) for o in running if o is not culprit):
         return None
-    witnessed = silent_since(culprit, running)
+    witnessed = _witnessed_from(running)(culprit)
     if witnessed is None or (now - witnessed).total_seconds() <= allowed:
         return None  # the others stalled too, and have beaten steadily again only since
     silence = (now - last).total_seconds()
@@ -317,7 +326,7 @@ def _waited_on(
     culprit = quiet[0]
     if not all(waits(o) for o in running if o is not culprit):
         return None
-    witnessed = silent_since(culprit, running)
+    witnessed = _witnessed_from(running)(culprit)
     if witnessed is None or (now - witnessed).total_seconds() <= WAITED_ON_SILENCE:
         return None  # the others stalled too, and have beaten steadily again only since
     assert culprit.progress is not None
@@ -349,9 +358,10 @@ def _stopped_beating(
     never beat is silent since ``since``). A process blocked in a collective still beats (its reporting
     thread runs); a stopped or frozen one does not. None where nobody beats (a script without reports)."""
 
+    witnessed = _witnessed_from(running)
+
     def silent(o: ReplicaObservation) -> bool:
-        witnessed = silent_since(o, running) or since
-        return (now - max(witnessed, since)).total_seconds() > quiet
+        return (now - max(witnessed(o) or since, since)).total_seconds() > quiet
 
     quiet_ones = [o for o in running if silent(o)]
     return quiet_ones[0] if len(quiet_ones) == 1 and len(running) > 1 else None
