@@ -18,7 +18,7 @@ _WIDTH_LINES = (
     ("elastic in place whole at {n}", "torchjob elastic in place: the full group back", "C5", "P-"),
     ("warm restart first step at {n}", "torchjob warm group restart", "C1", "s-"),
     ("torchft replacement at {n}", "torchft 0.2.0: its replacement's first step", "C3", "^--"),
-    ("torchft survivors at {n}", "torchft 0.2.0: its survivors' next step", "C2", "v--"),
+    ("torchft survivors in a new quorum at {n}", "torchft 0.2.0: its survivors' next step without it", "C2", "v--"),
 )
 
 

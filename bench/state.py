@@ -82,7 +82,8 @@ def _kills(run: Run, trials: int) -> None:
             ("fsdp in place steady step", plain.steady_step),
             ("in place peak", ours.peak_mb),
             ("fsdp in place peak", plain.peak_mb),
-            ("torchft survivors", theirs.survivors_next),
+            ("torchft survivors in a new quorum", theirs.survivors_next),
+            ("torchft next commit", theirs.next_commit),
             ("torchft replacement", theirs.replacement_first),
             ("torchft steady step", theirs.steady_step),
         ):
@@ -93,7 +94,8 @@ def _kills(run: Run, trials: int) -> None:
         print(
             f"  kill {number + 1}: in place {ours.first_step} (re-form {ours.reformed}, step {ours.steady_step}); "
             f"plain FSDP {plain.first_step} (re-form {plain.reformed}, step {plain.steady_step}); "
-            f"torchft survivors {theirs.survivors_next}, replacement {theirs.replacement_first} "
+            f"torchft survivors {theirs.survivors_next} (next commit {theirs.next_commit}), "
+            f"replacement {theirs.replacement_first} "
             f"(step {theirs.steady_step})",
             flush=True,
         )

@@ -3,9 +3,14 @@ replica groups of one process each (``scripts/torchft_replica.py``: the MNIST ex
 wrapper, a per-group batch that keeps the global batch), one group SIGKILLed once every group commits steps together,
 and restarted at once, as the supervisor torchft needs (torchrun, Kubernetes) would.
 
-Measured from the kill: replica 0's next committed step (the survivors going on in a smaller quorum) and the
-replacement's first committed step (a cold start, then a heal from a live peer's state). The Lighthouse runs with
-its defaults (``heartbeat_timeout_ms`` 5 s, ``quorum_tick_ms`` 100) and a join time-out of 1 s.
+Measured from the kill: replica 0's first step committed in a quorum formed without the killed group (the survivors
+going on without it, as torchjob's survivors are timed: to the first step of a group the killed rank is not in), and
+the replacement's first committed step (a cold start, then a heal from a live peer's state). The step the survivors
+had in flight often commits after the kill too, in the old quorum: the killed group had sent its gradients before
+it died. That commit is kept as well (``next_commit``), but it is not the survivors going on without it. The
+Lighthouse runs with its defaults (``heartbeat_timeout_ms`` 5 s, ``quorum_tick_ms`` 100) and a join time-out of 1 s
+unless told (torchft's own launch examples use 10 s): a smaller quorum forms once that time-out has passed, or once
+the killed group's heartbeat is 5 s old.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from bench.measure import jsonl
 
@@ -34,7 +40,8 @@ ALL_TOGETHER = 20  # steps every group commits in a full quorum before the kill
 
 @dataclass
 class Outcome:
-    survivors_next: float | None = None  # replica 0's first committed step after the kill, seconds after it
+    survivors_next: float | None = None  # replica 0's first step committed in a quorum formed after the kill
+    next_commit: float | None = None  # replica 0's first commit after the kill, in whichever quorum (often the old)
     replacement_first: float | None = None  # the restarted group's first committed step, seconds after the kill
     launch: float | None = None  # launch → every group's first committed step
     steady_step: float | None = None  # median seconds between replica 0's commits in a full quorum, before the kill
@@ -43,6 +50,21 @@ class Outcome:
 def _first_after(path: Path, moment: float) -> float | None:
     later = [float(r["time"]) for r in jsonl(path) if float(r["time"]) > moment]
     return later[0] - moment if later else None
+
+
+def first_in_new_quorum(records: list[dict[str, Any]], moment: float, groups: int) -> float | None:
+    """Seconds from ``moment`` to the first commit in a quorum other than the one of the last commit before it: the
+    first step taken without a group killed at ``moment``. Records without a quorum number (another torchft) fall
+    back to the first commit in a quorum smaller than ``groups``."""
+    before = [r for r in records if float(r["time"]) <= moment]
+    was = before[-1].get("quorum") if before else None
+    for record in records:
+        if float(record["time"]) <= moment:
+            continue
+        new = record.get("quorum") != was if was is not None else int(record["participants"]) < groups
+        if new:
+            return float(record["time"]) - moment
+    return None
 
 
 def trial(
@@ -100,7 +122,8 @@ def trial(
         while time.time() < deadline and outcome.replacement_first is None:
             time.sleep(0.05)
             outcome.replacement_first = _first_after(work / f"replica-{VICTIM}.jsonl", killed_at)
-        outcome.survivors_next = _first_after(work / "replica-0.jsonl", killed_at)
+        outcome.next_commit = _first_after(work / "replica-0.jsonl", killed_at)
+        outcome.survivors_next = first_in_new_quorum(jsonl(work / "replica-0.jsonl"), killed_at, groups)
         return outcome
     finally:
         for process in processes:

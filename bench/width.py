@@ -15,8 +15,8 @@ per rank at 32), for ``EPOCHS`` epochs; worker-1's trainer (rank 2) is sent a si
 - **torchrun**: the same script under ``torchrun --standalone --nproc-per-node N --max-restarts 3``, the anchor
   for restarts, launch and memory;
 - **torchft** 0.2.0 (``bench/torchft_runs.py``): N replica groups of one process, the same model and global batch,
-  the same replica SIGKILLed and restarted at once: its survivors' next committed step and its replacement's first,
-  the anchor that keeps survivors alive.
+  the same replica SIGKILLed and restarted at once: its survivors' first step committed without it (in a quorum
+  formed after the kill) and its replacement's first, the anchor that keeps survivors alive.
 
 SIGSTOPped instead (frozen: its peers wait, alive), nothing tuned: the in-place job's stop → the repair published
 (the frozen member found), and the README job's stop → the rank named Hung (the attempt's end); those runs stop
@@ -109,7 +109,8 @@ def record(run: Run, trials: int, widths: tuple[int, ...] = WIDTHS) -> None:
                 first = _killed(samples, way, ranks)
                 shown.append(f"{way} {'never' if first is None else f'{first:.2f} s'}")
             ft = torchft_runs.trial(ranks, GLOBAL_BATCH)
-            samples[f"torchft survivors at {ranks}"].append(ft.survivors_next)
+            samples[f"torchft survivors in a new quorum at {ranks}"].append(ft.survivors_next)
+            samples[f"torchft next commit at {ranks}"].append(ft.next_commit)
             samples[f"torchft replacement at {ranks}"].append(ft.replacement_first)
             samples[f"torchft launch at {ranks}"].append(ft.launch)
             shown.append(f"torchft {ft.survivors_next} / {ft.replacement_first}")

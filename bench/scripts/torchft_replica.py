@@ -3,10 +3,12 @@
 Manager asking the Lighthouse for a quorum every step, one all-reduce per gradient, the optimizer step committed only
 where every participant agreed, a replacement healed from a live peer's state).
 
-Every committed step appends ``{"step", "time", "participants"}`` to ``$BENCH_OUT/replica-$REPLICA.jsonl``, where the
-benchmark reads when the survivors and a replacement committed. Runs until ``$STEPS`` steps are committed or it is
-stopped. ``PureDistributedDataParallel`` rather than ``torchft.DistributedDataParallel``: 0.2.0's comm hook asserts
-when a peer dies on gloo and ends the survivors (``../shared/notes/TORCHFT.md``).
+Every committed step appends ``{"step", "time", "participants", "quorum"}`` to ``$BENCH_OUT/replica-$REPLICA.jsonl``,
+where the benchmark reads when the survivors and a replacement committed, and in which quorum (the Lighthouse numbers
+each membership it forms; the Manager keeps the number privately in 0.2.0, the version this payload is pinned to).
+Runs until ``$STEPS`` steps are committed or it is stopped. ``PureDistributedDataParallel`` rather than
+``torchft.DistributedDataParallel``: 0.2.0's comm hook asserts when a peer dies on gloo and ends the survivors
+(``../shared/notes/TORCHFT.md``).
 """
 
 import importlib
@@ -91,7 +93,12 @@ with out.open("a") as records:
         loss_of_next_batch(ddp).backward()  # type: ignore[no-untyped-call]
         wrapped.step()
         if manager.current_step() > before:
-            record = {"step": manager.current_step(), "time": time.time(), "participants": manager.num_participants()}
+            record = {
+                "step": manager.current_step(),
+                "time": time.time(),
+                "participants": manager.num_participants(),
+                "quorum": getattr(manager, "_quorum_id", None),
+            }
             records.write(json.dumps(record) + "\n")
             records.flush()
 manager.shutdown(wait=False)
