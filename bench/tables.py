@@ -720,8 +720,7 @@ def _elastic_row() -> Row:
     survivors, whole = "elastic in place first step at {n}", "elastic in place whole at {n}"
     return Row(
         "a rank SIGKILLed → the survivors' next step without it / the full group back, the elastic in-place job "
-        "(N Workers, "
-        "at least N − 1), at 3 / 8 / 16 / 32 ranks",
+        "(N Workers, at least N − 1), at 3 / 8 / 16 / 32 ranks",
         "width",
         "**"
         + _at_every_width("{" + survivors + ":.2f}")

@@ -47,8 +47,8 @@ class Outcome:
     steady_step: float | None = None  # median seconds between replica 0's commits in a full quorum, before the kill
 
 
-def _first_after(path: Path, moment: float) -> float | None:
-    later = [float(r["time"]) for r in jsonl(path) if float(r["time"]) > moment]
+def _first_after(records: list[dict[str, Any]], moment: float) -> float | None:
+    later = [float(r["time"]) for r in records if float(r["time"]) > moment]
     return later[0] - moment if later else None
 
 
@@ -121,9 +121,10 @@ def trial(
         deadline = killed_at + after_kill
         while time.time() < deadline and outcome.replacement_first is None:
             time.sleep(0.05)
-            outcome.replacement_first = _first_after(work / f"replica-{VICTIM}.jsonl", killed_at)
-        outcome.next_commit = _first_after(work / "replica-0.jsonl", killed_at)
-        outcome.survivors_next = first_in_new_quorum(jsonl(work / "replica-0.jsonl"), killed_at, groups)
+            outcome.replacement_first = _first_after(jsonl(work / f"replica-{VICTIM}.jsonl"), killed_at)
+        survivor = jsonl(work / "replica-0.jsonl")
+        outcome.next_commit = _first_after(survivor, killed_at)
+        outcome.survivors_next = first_in_new_quorum(survivor, killed_at, groups)
         return outcome
     finally:
         for process in processes:
