@@ -274,6 +274,26 @@ def test_the_next_spare_starts_once_the_repaired_group_has_stepped() -> None:
     assert held.requeue_at is not None and held.requeue_at <= at(5 + repair.SPARE_HELD_AT_MOST)
 
 
+def test_the_next_spare_waits_for_a_slow_retried_step_as_long_as_two_of_the_groups_steps() -> None:
+    """A model whose steps take seconds retries a step far longer than ``SPARE_HELD_AT_MOST``: the next spare
+    waits for it up to ``SPARE_HELD_STEPS`` of the group's usual steps (the longest any member reported)."""
+    job = started(in_place_job())
+    repaired = plan(job, Observed(group(), store_running=True, spares=[READY]), SPARES_PLATFORM, at(5))
+    job = job.model_copy(update={"status": repaired.status})
+    usual = 5.0
+    retrying = [
+        replace(running(name), progress=Progress(at(4), 9, seconds_per_step=step), repairable=True)
+        for name, step in (("master-0", usual), ("worker-0", 1.0))
+    ] + [replace(running("worker-1"), repairable=True)]
+    held_until = 5 + repair.SPARE_HELD_STEPS * usual
+    for second, spare in ((5 + repair.SPARE_HELD_AT_MOST, False), (held_until - 0.1, False), (held_until, True)):
+        result = plan(job, Observed(retrying, store_running=True), SPARES_PLATFORM, at(second))
+        assert (CreateSpare(0) in result.actions) is spare, second
+        assert result.status.attempt == 0
+    held = plan(job, Observed(retrying, store_running=True), SPARES_PLATFORM, at(5 + repair.SPARE_HELD_AT_MOST))
+    assert held.requeue_at is not None and held.requeue_at <= at(held_until)
+
+
 def test_a_joiner_that_stalls_does_not_keep_its_replacement_from_warming() -> None:
     """The next spare waits for the repaired group's step at most ``SPARE_HELD_AT_MOST``: a promoted spare
     that never steps is named silent seconds later, and a warm spare must be there to take its place."""

@@ -43,8 +43,12 @@ def spares_wanted(job: PyTorchJob) -> int:
 REPAIR_DEADLINE = 60.0
 # The longest the next warm spare waits for a repaired group's first step: past a re-form's usual time at 32
 # ranks on 2 loaded cores (about 1 s), short of the silence that names a stalled joiner (3 s), so that a spare
-# is warm by then to take its place.
+# is warm by then to take its place...
 SPARE_HELD_AT_MOST = 2.0
+# ...or this many of the group's usual steps, where that is longer: the retried step of a model whose steps take
+# seconds (a sharded one also gathers every unit again) must not share its cores with a spare's start either. A
+# spare of such a model takes longer to warm than a stalled joiner takes to be named, whenever it starts.
+SPARE_HELD_STEPS = 2.0
 
 
 @dataclass(frozen=True)
@@ -144,10 +148,9 @@ def overdue(
     reports = [o.progress for o in running]
     if repaired_at is None or not running or any(p is None for p in reports):
         return None, None
-    known = [p for p in reports if p is not None]
     if not settling(current, repaired_at):
         return None, None
-    seconds = max(REPAIR_DEADLINE, 3 * max(p.seconds_per_step or 0.0 for p in known))
+    seconds = max(REPAIR_DEADLINE, 3 * usual_step(current))
     due = repaired_at + timedelta(seconds=seconds)
     if now < due:
         return None, due
@@ -167,16 +170,23 @@ def settling(current: list[ReplicaObservation], repaired_at: datetime | None) ->
     return any(p is None or p.at <= repaired_at for p in reports)
 
 
+def usual_step(current: list[ReplicaObservation]) -> float:
+    """The longest of the running members' usual step times, as they last reported them (0 where none did)."""
+    reports = [o.progress for o in current if o.phase is Phase.RUNNING and not o.stopping]
+    return max((p.seconds_per_step or 0.0 for p in reports if p is not None), default=0.0)
+
+
 def holds_spares(
     current: list[ReplicaObservation], repaired_at: datetime | None, now: datetime
 ) -> tuple[bool, datetime | None]:
     """Whether the next warm spare waits for the group re-formed in place at ``repaired_at`` to step (its
     start, a fork and the script's imports, would slow the step the members retry), and until when. Never
-    longer than ``SPARE_HELD_AT_MOST``: a joiner that stalls must not keep its own replacement from warming."""
+    longer than ``SPARE_HELD_AT_MOST`` or ``SPARE_HELD_STEPS`` of the group's usual steps, whichever is longer: a
+    joiner that stalls must not keep its own replacement from warming."""
     if not settling(current, repaired_at):
         return False, None
     assert repaired_at is not None
-    until = repaired_at + timedelta(seconds=SPARE_HELD_AT_MOST)
+    until = repaired_at + timedelta(seconds=max(SPARE_HELD_AT_MOST, SPARE_HELD_STEPS * usual_step(current)))
     return (True, until) if now < until else (False, None)
 
 
