@@ -45,9 +45,11 @@ def widened(tmp_path: Path, file: str, args: list[str], spares: int | None = Non
     return path, str(job["metadata"]["name"])
 
 
-def run_and_signal(tmp_path: Path, path: Path, name: str, lost: dict[str, signal.Signals]) -> dict[str, Any]:
+def run_and_signal(
+    tmp_path: Path, path: Path, name: str, lost: dict[str, signal.Signals]
+) -> tuple[dict[str, Any], str]:
     """Run the job; once every replica in ``lost`` trains in epoch 2, send each's trainer its signal at once.
-    Returns the job's status once it ended (asserting it Succeeded)."""
+    Returns the job's status once it ended (asserting it Succeeded) and what ``torchjob run`` printed of it."""
     home = tmp_path / "home"
     run = start_run(path, home)
     logs = home / "jobs" / name / "logs" / "0"
@@ -64,7 +66,7 @@ def run_and_signal(tmp_path: Path, path: Path, name: str, lost: dict[str, signal
     status: dict[str, Any] = job_object(home, name)["status"]
     metrics = json.loads((home / "jobs" / name / "output" / "metrics.json").read_text())
     assert metrics["accuracy"] >= ACCURACY_BAR, metrics
-    return status
+    return status, stderr
 
 
 def _text(path: Path) -> str:
@@ -87,8 +89,8 @@ def _text(path: Path) -> str:
 def test_eight_ranks_in_place(tmp_path: Path, lost: dict[str, signal.Signals]) -> None:
     """examples/mnist/job-inplace.yaml at 8 ranks, one warm spare per lost rank: repaired in place, no restart."""
     path, name = widened(tmp_path, "job-inplace.yaml", ["--epochs", "3"], spares=len(lost))
-    status = run_and_signal(tmp_path, path, name, lost)
-    assert (status["attempt"], status["restartCount"]) == (0, 0)
+    status, events = run_and_signal(tmp_path, path, name, lost)
+    assert (status["attempt"], status["restartCount"]) == (0, 0), events[-3000:]
     assert status["repairs"] >= 1
 
 
@@ -97,8 +99,8 @@ def test_eight_ranks_elastic_in_place(tmp_path: Path) -> None:
     """examples/mnist/job-elastic-inplace.yaml at 8 Workers (at least 6): a Worker SIGKILLed, the others carry on
     and the group grows back, no restart."""
     path, name = widened(tmp_path, "job-elastic-inplace.yaml", ["--epochs", "4"])
-    status = run_and_signal(tmp_path, path, name, {"worker-3": signal.SIGKILL})
-    assert (status["attempt"], status["restartCount"]) == (0, 0)
+    status, events = run_and_signal(tmp_path, path, name, {"worker-3": signal.SIGKILL})
+    assert (status["attempt"], status["restartCount"]) == (0, 0), events[-3000:]
 
 
 @pytest.mark.slow
@@ -107,5 +109,5 @@ def test_eight_ranks_warm_group_restart(tmp_path: Path) -> None:
     SIGKILLed, the group restarted from its checkpoint."""
     args = ["--epochs", "3", "--batch-size", "96", "--scaling", "strong"]
     path, name = widened(tmp_path, "job.yaml", args)
-    status = run_and_signal(tmp_path, path, name, {"worker-3": signal.SIGKILL})
-    assert status["attempt"] == 1 and status["restartCount"] == 1
+    status, events = run_and_signal(tmp_path, path, name, {"worker-3": signal.SIGKILL})
+    assert status["attempt"] == 1 and status["restartCount"] == 1, events[-3000:]
