@@ -17,7 +17,6 @@ Three ways take turns in every round, each timed from the SIGKILL to the first s
 
 from __future__ import annotations
 
-import contextlib
 import os
 import signal
 import subprocess
@@ -30,7 +29,7 @@ import yaml
 from tests.support.servers import free_port
 
 from bench import mnist_runs
-from bench.measure import BIN
+from bench.measure import BIN, start_launcher, stop_launcher
 from bench.records import Run
 from torchjob.testing import make_job
 
@@ -76,14 +75,13 @@ def _trial(launcher: str, work: Path) -> float | None:
         )
         (work / "job.yaml").write_text(yaml.safe_dump(job))
         argv = [str(BIN / "torchjob"), "run", str(work / "job.yaml")]
-        processes.append(subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        processes.append(start_launcher(argv, env))
     else:
         endpoint = f"127.0.0.1:{free_port()}"
         for _ in range(2):
             argv = [str(BIN / "torchrun"), "--nnodes", "1:2", "--nproc-per-node", "1", "--max-restarts", "3"]
             argv += ["--rdzv-backend", "c10d", "--rdzv-endpoint", endpoint, "--rdzv-id", "bench", str(PAYLOAD)]
-            quiet = subprocess.DEVNULL
-            processes.append(subprocess.Popen(argv, env=env, start_new_session=True, stdout=quiet, stderr=quiet))
+            processes.append(start_launcher(argv, env))
     try:
         if wait_for_files("first-step-0-rank*.txt", out, 2, TIMEOUT) is None:
             raise RuntimeError(f"{launcher}: the group never trained")
@@ -94,27 +92,7 @@ def _trial(launcher: str, work: Path) -> float | None:
         return None if found is None else float(found[0].read_text()) - killed_at
     finally:
         for process in processes:
-            _stop(process)
-
-
-def _stop(process: subprocess.Popen[bytes]) -> None:
-    tree = [process.pid] + [c.pid for c in _children(process.pid)]
-    process.send_signal(signal.SIGTERM)
-    try:
-        process.wait(30)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait()
-    for pid in tree:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
-
-
-def _children(pid: int) -> list[psutil.Process]:
-    try:
-        return psutil.Process(pid).children(recursive=True)
-    except psutil.NoSuchProcess:
-        return []
+            stop_launcher(process, signal.SIGTERM, grace=30)
 
 
 def record(run: Run, trials: int) -> None:

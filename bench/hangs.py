@@ -33,7 +33,7 @@ import psutil
 import yaml
 from tests.support.load import cpu_hogs
 
-from bench.measure import BIN
+from bench.measure import BIN, start_launcher, stop_launcher
 from bench.records import Run
 from torchjob.testing import make_job
 
@@ -49,7 +49,7 @@ def _run(work: Path, name: str, command: list[str], annotations: dict[str, str])
     (work / "job.yaml").write_text(yaml.safe_dump(job))
     env = {**os.environ, "TORCHJOB_HOME": str(work / "home")}
     argv = [str(BIN / "torchjob"), "run", str(work / "job.yaml")]
-    return subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return start_launcher(argv, env)
 
 
 def _status(work: Path, name: str) -> dict[str, Any]:
@@ -93,7 +93,7 @@ def frozen_trial() -> tuple[float | None, bool]:
             stopped = time.time()
             run.wait(timeout=400)
         finally:
-            run.kill()
+            stop_launcher(run)
         status = _status(work, "frozen")
         return _hung_after(status, "Hung:", stopped), _succeeded(status)
 
@@ -137,7 +137,7 @@ def deadlock_trial() -> tuple[float | None, float | None, bool]:
         try:
             run.wait(timeout=400)
         finally:
-            run.kill()
+            stop_launcher(run)
         status = _status(work, "deadlock")
         stopped = marker.stat().st_mtime if marker.exists() else None
         seconds = _hung_after(status, "Hung: no progress", stopped) if stopped is not None else None

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -27,7 +26,7 @@ from typing import Any
 import yaml
 
 from bench import mnist_runs
-from bench.measure import BIN
+from bench.measure import BIN, start_launcher, stop_launcher
 from bench.records import Run
 from torchjob.testing import make_job
 
@@ -115,7 +114,7 @@ def readme_job(launcher: str) -> float:
             argv = [str(BIN / "torchrun"), "--standalone", "--nproc-per-node", "3", "train.py"]
             argv += [str(a) for a in mnist_runs.container_args(path)]
         started = time.time()
-        process = subprocess.Popen(argv, env=env, cwd=work, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        process = start_launcher(argv, env, work)
         try:
             deadline = time.monotonic() + 180
             while (firsts := mnist_runs.first_steps(output, 3)) is None:
@@ -124,8 +123,7 @@ def readme_job(launcher: str) -> float:
                 time.sleep(0.02)
             return max(firsts) - started
         finally:
-            process.send_signal(signal.SIGINT)
-            process.wait(60)
+            stop_launcher(process)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

@@ -1,9 +1,12 @@
 """Small measuring helpers shared by the benchmarks: medians, watching a process's CPU and peak memory, reading
-the JSONL records jobs write, finding a replica's trainer process."""
+the JSONL records jobs write, finding a replica's trainer process, starting and stopping a launcher."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -20,6 +23,33 @@ BIN = Path(sys.executable).parent  # this environment's torchjob, torchrun and p
 # read a dead peer's address and never connect (pytorch/pytorch#135712, "Connection refused" at connectFullMesh).
 # The anchor restarts as a torchrun user who knows that issue does, with its workaround set.
 TORCHRUN_RESTART_ENV = {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
+
+
+def start_launcher(
+    argv: list[str], env: dict[str, str], cwd: Path | None = None, log: Path | None = None
+) -> subprocess.Popen[bytes]:
+    """Start a launcher (``torchjob run``, ``torchrun``) in a session of its own, its output to ``log`` (else
+    discarded): every process in that session is then provably this run's, for ``stop_launcher``."""
+    if log is None:
+        return subprocess.Popen(
+            argv, env=env, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+        )
+    with log.open("wb") as out:
+        return subprocess.Popen(argv, env=env, cwd=cwd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def stop_launcher(process: subprocess.Popen[bytes], first: signal.Signals = signal.SIGINT, grace: float = 60.0) -> None:
+    """Stop a launcher ``start_launcher`` started: ``first`` (a user's Ctrl-C by default), ``grace`` seconds to
+    end its job its own way, then SIGKILL to whatever is left in its session (a worker its agent left behind).
+    What a launcher started in sessions of their own (torchjob's replicas) is its to stop."""
+    if process.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+            process.send_signal(first)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            process.wait(grace)
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(process.pid, signal.SIGKILL)  # the session's group: the launcher's pid, kept while it has members
+    process.wait(30)
 
 
 def jsonl(path: Path) -> list[dict[str, Any]]:

@@ -14,7 +14,6 @@ import os
 import shutil
 import signal
 import statistics
-import subprocess
 import tempfile
 import time
 from collections.abc import Callable
@@ -25,7 +24,16 @@ from typing import Any
 import psutil
 import yaml
 
-from bench.measure import BIN, TORCHRUN_RESTART_ENV, jsonl, last_error, torchrun_worker, trainer_of
+from bench.measure import (
+    BIN,
+    TORCHRUN_RESTART_ENV,
+    jsonl,
+    last_error,
+    start_launcher,
+    stop_launcher,
+    torchrun_worker,
+    trainer_of,
+)
 from bench.restart_split import AttemptWatch, split
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "mnist"
@@ -183,8 +191,7 @@ def _run(
 ) -> Outcome:
     started, launched_at = time.monotonic(), time.time()
     log = cwd / "launcher.log"
-    with log.open("wb") as out:
-        process = subprocess.Popen(argv, env=env, cwd=cwd, stdout=out, stderr=subprocess.STDOUT)
+    process = start_launcher(argv, env, cwd, log)
     sent_at: float | None = None
     recovered = False  # once seen stepping again after the signal
     rss = 0.0
@@ -215,9 +222,7 @@ def _run(
                 watch.poll()
             time.sleep(0.01 if timing else 0.05)
     finally:
-        if process.poll() is None:
-            process.send_signal(signal.SIGINT)
-            process.wait(60)
+        stop_launcher(process)
     outcome = Outcome(seconds=time.monotonic() - started, ok=process.returncode == 0, sent_at=sent_at)
     outcome.last_error = last_error(log)
     results = output / "metrics.json"

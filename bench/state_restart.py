@@ -15,11 +15,9 @@ steps; timed from the kill to rank 0's first completed step after it (its metric
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
 import signal
-import subprocess
 import tempfile
 import time
 from collections.abc import Callable
@@ -29,7 +27,7 @@ from pathlib import Path
 import psutil
 
 from bench import state_repair
-from bench.measure import BIN, TORCHRUN_RESTART_ENV, jsonl, last_error, torchrun_worker
+from bench.measure import BIN, TORCHRUN_RESTART_ENV, jsonl, last_error, start_launcher, stop_launcher, torchrun_worker
 from bench.records import Run
 
 CHECKPOINT_EVERY = 3
@@ -86,16 +84,15 @@ def torchrun_trial() -> Restarted:
         env = {**os.environ, **TORCHRUN_RESTART_ENV, "TORCHJOB_OUTPUT_DIR": str(output), "OMP_NUM_THREADS": "1"}
         argv = [str(BIN / "torchrun"), "--standalone", "--nproc-per-node", str(state_repair.RANKS)]
         argv += ["--max-restarts", "1", "train.py", *state_repair.example_args(1, CHECKPOINT_EVERY)]
-        with (work / "torchrun.log").open("wb") as log:
-            agent = subprocess.Popen(argv, env=env, cwd=work, stdout=log, stderr=log, start_new_session=True)
-            try:
+        agent = start_launcher(argv, env, work, work / "torchrun.log")
+        try:
 
-                def victim() -> psutil.Process | None:
-                    return torchrun_worker(agent.pid, VICTIM_RANK, "train.py")
+            def victim() -> psutil.Process | None:
+                return torchrun_worker(agent.pid, VICTIM_RANK, "train.py")
 
-                outcome = _killed(state_repair.JobRun(work, agent), output, victim)
-            finally:
-                _stop(agent)
+            outcome = _killed(state_repair.JobRun(work, agent), output, victim)
+        finally:
+            stop_launcher(agent, signal.SIGTERM)
         if outcome.first_step is None and not outcome.error:
             outcome.error = last_error(work / "torchrun.log") or "no step after the kill"
         return outcome
@@ -126,14 +123,3 @@ def _killed(run: state_repair.JobRun, output: Path, victim: Callable[[], psutil.
         if time.time() - sent_at > 300:
             break
     return outcome
-
-
-def _stop(agent: subprocess.Popen[bytes]) -> None:
-    """Stop torchrun and its workers: its own session, started above, so every process in it is this run's."""
-    if agent.poll() is None:
-        os.killpg(agent.pid, signal.SIGTERM)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            agent.wait(60)
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(agent.pid, signal.SIGKILL)  # any worker the agent left behind
-    agent.wait(30)
