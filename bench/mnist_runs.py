@@ -265,7 +265,7 @@ def torchjob(
                 local = json.loads((job / "local.json").read_text())
             except (OSError, ValueError):
                 return None
-            shims = [p["pid"] for p in local["processes"] if p["replica"] == "worker-1" and not p.get("removed")]
+            shims = [p["pid"] for p in local["processes"] if p["replica"] == "worker-1" and p.get("gone_at") is None]
             return trainer_of(shims[0], script_name) if shims else None
 
         env = {**os.environ, "TORCHJOB_HOME": str(home), "OMP_NUM_THREADS": "1"}

@@ -90,7 +90,7 @@ def trainers(job: Path, script: str) -> dict[str, psutil.Process]:
         return {}
     found = {}
     for entry in local["processes"]:
-        if entry["replica"].startswith(("master-", "worker-")) and not entry.get("removed"):
+        if entry["replica"].startswith(("master-", "worker-")) and entry.get("gone_at") is None:
             trainer = trainer_of(entry["pid"], script)
             if trainer is not None:
                 found[entry["replica"]] = trainer

@@ -214,7 +214,7 @@ def test_the_in_place_mnist_job_loses_a_rank_and_carries_on(tmp_path: Path) -> N
         assert run.poll() is None and time.monotonic() < deadline, "worker-1 never reached epoch 2 beside a warm spare"
         time.sleep(0.05)
     state = json.loads((jobs / "local.json").read_text())
-    shim = next(p["pid"] for p in state["processes"] if p["replica"] == "worker-1" and not p.get("removed"))
+    shim = next(p["pid"] for p in state["processes"] if p["replica"] == "worker-1" and p.get("gone_at") is None)
     psutil.Process(shim).children()[0].send_signal(signal.SIGKILL)
     stdout, stderr = run.communicate(timeout=300)
     assert run.returncode == 0, stderr[-3000:]

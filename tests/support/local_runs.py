@@ -97,4 +97,4 @@ def job_file(tmp_path: Path, builder: Any) -> Path:
 def shim_pid(home: Path, job: str, replica: str) -> int:
     """The pid of the shim that runs ``replica`` now (its training process is the shim's child)."""
     state = json.loads((home / "jobs" / job / "local.json").read_text())
-    return int(next(p["pid"] for p in state["processes"] if p["replica"] == replica and not p.get("removed")))
+    return int(next(p["pid"] for p in state["processes"] if p["replica"] == replica and p.get("gone_at") is None))

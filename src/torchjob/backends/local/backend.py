@@ -102,7 +102,7 @@ class LocalBackend(Backend):
         observations = []
         spares: list[SpareObservation] = []
         for record in self.state.processes:
-            if record.removed:
+            if record.gone:
                 continue
             result = self.children.exit_status(record)
             if record.stopping_since is not None:
@@ -192,7 +192,7 @@ class LocalBackend(Backend):
         timeout = IN_PLACE_SECONDS if self._in_place else PROGRESS_SECONDS if self._running else MAX_IDLE_SECONDS
         if until is not None:
             timeout = min(timeout, max(0.0, (until - datetime.now(timezone.utc)).total_seconds()))
-        if any(r.stopping_since is not None and not r.removed for r in self.state.processes):
+        if any(r.stopping_since is not None and not r.gone for r in self.state.processes):
             timeout = min(timeout, 0.1)
         began = time.time()
         self.children.wait(timeout, self.wake_fd)
@@ -204,7 +204,7 @@ class LocalBackend(Backend):
 
     def stop_everything(self, grace: float | None = None) -> None:
         """Stop every live replica of the job and wait until all are gone (Ctrl-C, SIGTERM, delete)."""
-        live = [r for r in self.state.processes if not r.removed and self.children.exit_status(r) is None]
+        live = [r for r in self.state.processes if not r.gone and self.children.exit_status(r) is None]
         for record in live:
             record.stopping_since = record.stopping_since or time.time()
         self.children.stop_all(live, self.grace if grace is None else grace)
@@ -229,7 +229,7 @@ class LocalBackend(Backend):
         return [
             r
             for r in self.state.processes
-            if r.role == role and not r.removed and r.stopping_since is None and name in (None, r.replica)
+            if r.role == role and not r.gone and r.stopping_since is None and name in (None, r.replica)
         ]
 
     def _spare(self, record: ProcessRecord) -> SpareObservation:
@@ -276,7 +276,7 @@ class LocalBackend(Backend):
     def _store(self) -> ProcessRecord | None:
         """The job's rendezvous store process, while it runs and is not being stopped."""
         return next(
-            (r for r in self.state.processes if r.role == ROLE_STORE and not r.removed and r.stopping_since is None),
+            (r for r in self.state.processes if r.role == ROLE_STORE and not r.gone and r.stopping_since is None),
             None,
         )
 
@@ -307,7 +307,7 @@ class LocalBackend(Backend):
             record
             for record in self.state.processes
             if (record.replica, record.attempt) in wanted
-            and not record.removed
+            and not record.gone
             and self.children.exit_status(record) is None
         ]
         processes.kill_trees([record.identity for record in doomed], self.job_uid)
@@ -317,7 +317,7 @@ class LocalBackend(Backend):
 
     def _stop(self, replica: str, attempt: int, at_once: bool = False) -> None:
         for record in self.state.processes:
-            if record.replica == replica and record.attempt == attempt and not record.removed:
+            if record.replica == replica and record.attempt == attempt and not record.gone:
                 if self.children.exit_status(record) is not None:
                     record.mark_gone()
                 elif at_once:

@@ -69,8 +69,8 @@ class ProcessRecord:
     status_path: str
     started_at: float
     stopping_since: float | None = None
-    removed: bool = False
-    gone_at: float | None = None  # when the backend first saw it gone (its exit reaped, or killed and waited for)
+    # When the backend first saw it gone (its exit reaped, or killed and waited for); None while it is the job's.
+    gone_at: float | None = None
     # "replica", or "rendezvous-store" for the c10d store the backend hosts for an elastic attempt.
     role: str = "replica"
     # The kernel's start time of ``pid`` (see processes.Identity); without it the pid is never signalled.
@@ -78,8 +78,21 @@ class ProcessRecord:
 
     def mark_gone(self) -> None:
         """No longer part of the job: the backend saw it end, or stopped it and waited for it."""
-        self.removed = True
         self.gone_at = self.gone_at or time.time()
+
+    @property
+    def gone(self) -> bool:
+        return self.gone_at is not None
+
+    @classmethod
+    def from_dict(cls, data: Any) -> ProcessRecord:
+        if not isinstance(data, dict):
+            raise TypeError(f"a process record is an object, not {type(data).__name__}")
+        fields = dict(data)
+        # A state file of an earlier torchjob also says "removed", and may lack the time it was seen gone.
+        if fields.pop("removed", False) and fields.get("gone_at") is None:
+            fields["gone_at"] = fields.get("stopping_since") or fields.get("started_at") or 0.0
+        return cls(**fields)
 
     @property
     def identity(self) -> Identity | None:
@@ -108,7 +121,7 @@ class LocalState:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> LocalState:
-        processes = [ProcessRecord(**p) for p in data.pop("processes", [])]
+        processes = [ProcessRecord.from_dict(p) for p in data.pop("processes", [])]
         return cls(**data, processes=processes)
 
 
