@@ -55,8 +55,8 @@ def run_and_signal(
     run = start_run(path, home)
     logs = home / "jobs" / name / "logs" / "0"
     deadline = time.monotonic() + 600
-    # Under CI's load a spare can still be warming when the ranks reach epoch 2: a loss then restarts the group,
-    # as it should (no ready spare to take the place), and the in-place case would not be what is tested.
+    # A spare still warming when the ranks reach epoch 2 (not seen here, but nothing rules it out on a loaded
+    # machine) makes a loss a group restart, as it should: the in-place case would not be what is tested.
     while not all("epoch: 2/" in _text(logs / f"{replica}.log") for replica in lost) or _ready(home, name) < spares:
         assert run.poll() is None, run.communicate()[1][-3000:]
         assert time.monotonic() < deadline, f"{sorted(lost)} never trained in epoch 2 beside {spares} ready spares"
