@@ -102,11 +102,17 @@ def assert_repaired_exactly(
 
 
 @pytest.mark.parametrize(
-    ("victim", "rank", "source"),
-    [("worker-1", 2, 0), ("master-0", 0, 1)],  # the master too: the group meets at torchjob's store, not at it
+    ("victim", "rank", "reporter", "holders"),
+    [("worker-1", 2, 0, "0, 1"), ("master-0", 0, 1, "1, 2")],  # the master too: the group meets at torchjob's store
 )
 def test_a_lost_member_is_replaced_by_a_warm_spare_and_the_survivors_carry_on(
-    tmp_path: Path, torchjob_home: Path, uninterrupted: list[list[float]], victim: str, rank: int, source: int
+    tmp_path: Path,
+    torchjob_home: Path,
+    uninterrupted: list[list[float]],
+    victim: str,
+    rank: int,
+    reporter: int,
+    holders: str,
 ) -> None:
     run = start_run(job_file(tmp_path, in_place_job("mend")), torchjob_home)
     warm_and_training(torchjob_home)
@@ -117,8 +123,9 @@ def test_a_lost_member_is_replaced_by_a_warm_spare_and_the_survivors_carry_on(
     assert run.returncode == 0, stderr[-3000:]
     assert f"{victim} was killed by SIGKILL; spare-0 takes its place" in stderr, stderr
     assert f"spare spare-0 joins as {victim} (rank {rank} of 3)" in stdout
-    # Said by the lowest survivor, which also gives the joiner the state.
-    assert f"Rank {source}: group repaired in place (generation 1, 3 ranks, state from rank {source})" in stdout
+    # Said by the lowest survivor; the joiner's state comes from both survivors at once.
+    said = f"Rank {reporter}: group repaired in place (generation 1, 3 ranks, rank {rank}'s state from ranks {holders})"
+    assert said in stdout, stdout[-3000:]
     assert_repaired_exactly(torchjob_home, survivors, uninterrupted)
 
 
@@ -205,7 +212,8 @@ def test_a_member_lost_during_a_repair_is_repaired_around_too(
     assert run.returncode == 0, stderr[-3000:]
     assert "spare spare-0 joins as worker-1 (rank 2 of 3)" in stdout
     assert "spare spare-1 joins as worker-0 (rank 1 of 3)" in stdout
-    assert "Rank 0: group repaired in place (generation 2, 3 ranks, state from rank 0)" in stdout
+    joiners = "rank 1's state from rank 0; rank 2's state from rank 0"
+    assert f"Rank 0: group repaired in place (generation 2, 3 ranks, {joiners})" in stdout, stdout[-3000:]
     assert_repaired_exactly(torchjob_home, survivors, uninterrupted, repairs=2)
 
 
@@ -318,7 +326,7 @@ def test_a_member_on_notice_of_eviction_hands_its_place_to_a_spare_and_no_step_f
     assert run.returncode == 0, stderr[-3000:]
     assert "worker-1 is being preempted; spare-0 takes its place" in stderr, stderr
     assert "spare spare-0 joins as worker-1 (rank 2 of 3)" in stdout
-    assert "Rank 0: group re-formed in place (generation 1, 3 ranks, state from rank 0)" in stdout, stdout
+    assert "Rank 0: group re-formed in place (generation 1, 3 ranks, rank 2's state from ranks 0, 1)" in stdout, stdout
     assert "worker-1 has no place in the group any more and leaves it" in stdout
     assert "leaving on SIGTERM" not in stdout and "repaired around a lost peer" not in stdout, stdout
     # No step failed: the one change of the group was agreed at a step boundary.

@@ -76,7 +76,8 @@ def test_a_replica_of_two_processes_is_replaced_in_place_by_a_spare_of_two(
     assert "spare-0 takes its place" in stderr, stderr[-3000:]
     assert "spare spare-0 joins as worker-0 (rank 2 of 4)" in stdout, stdout[-3000:]
     assert "spare spare-0 joins as worker-0 (rank 3 of 4)" in stdout, stdout[-3000:]
-    assert "group repaired in place (generation 1, 4 ranks, state from rank 0)" in stdout, stdout[-3000:]
+    joiners = "rank 2's state from ranks 0, 1; rank 3's state from ranks 0, 1"
+    assert f"group repaired in place (generation 1, 4 ranks, {joiners})" in stdout, stdout[-3000:]
     status = job_object(torchjob_home, "pair")["status"]
     assert (status["attempt"], status["restartCount"], status["repairs"]) == (0, 0, 1), status["attempts"]
     # The master's two processes trained every step, in their own processes, with ranks 0 and 1.
@@ -188,7 +189,8 @@ def test_a_replica_of_two_processes_on_notice_of_eviction_hands_both_places_to_a
     assert "worker-0 is being preempted; spare-0 takes its place" in stderr, stderr[-3000:]
     assert "spare spare-0 joins as worker-0 (rank 2 of 4)" in stdout, stdout[-3000:]
     assert "spare spare-0 joins as worker-0 (rank 3 of 4)" in stdout, stdout[-3000:]
-    assert "group re-formed in place (generation 1, 4 ranks, state from rank 0)" in stdout, stdout[-3000:]
+    joiners = "rank 2's state from ranks 0, 1; rank 3's state from ranks 0, 1"
+    assert f"group re-formed in place (generation 1, 4 ranks, {joiners})" in stdout, stdout[-3000:]
     assert "repaired around a lost peer" not in stdout, stdout[-3000:]
     status = job_object(torchjob_home, "notice")["status"]
     assert (status["attempt"], status["restartCount"], status["repairs"]) == (0, 0, 1), status["attempts"]

@@ -12,15 +12,16 @@ from torchjob import worker_files
 from torchjob.train import ShardingError
 from torchjob.train.context import DistContext
 from torchjob.train.shard_copies import CopyError, Holding, agree
-from torchjob.train.sharded_in_place import ShardedRepairError, ShardedState, _agreed, _said, _senders
+from torchjob.train.sharded_in_place import ShardedRepairError, ShardedState, _agreed, _senders
+from torchjob.train.state_transfer import said
 
 
 def test_a_joiner_gets_its_shard_from_every_survivor_holding_it() -> None:
     # 3 replica groups of 2: ranks 1, 3 and 5 hold shard 1. Rank 3 lost: ranks 1 and 5 each send part of it.
     holders = {0: 7, 1: 7, 2: 7, 4: 7, 5: 7}
     assert _senders(holders, world=6, shards=2) == {3: [1, 5]}
-    assert _said({3: [1, 5]}) == "rank 3's shard from ranks 1, 5"
-    assert _said({}) == "every rank kept its shard"  # a re-form by agreement: nobody was lost
+    assert said({3: [1, 5]}, "shard") == "rank 3's shard from ranks 1, 5"
+    assert said({}, "shard") == "every rank kept its shard"  # a re-form by agreement: nobody was lost
 
 
 def test_two_joiners_of_different_shards_each_get_their_own() -> None:
@@ -66,9 +67,8 @@ def test_under_plain_fsdp_a_joiner_gets_its_shard_from_the_neighbour_keeping_its
     assert agree(_group(at_9, LOST, at_9, at_9), world=4) == (9, {1: 2})
     assert agree(_group(at_9, at_9, at_9, LOST), world=4) == (9, {3: 0})
     assert agree(_group(at_9, LOST, at_9, LOST), world=4) == (9, {1: 2, 3: 0})
-    assert (
-        _said({1: [2], 3: [0]}, copies=True) == "rank 1's shard from rank 2's copy; rank 3's shard from rank 0's copy"
-    )
+    both = "rank 1's shard from rank 2's copy; rank 3's shard from rank 0's copy"
+    assert said({1: [2], 3: [0]}, "shard", copies=True) == both
 
 
 def test_a_rank_lost_before_its_newest_copy_was_whole_takes_the_group_back_a_step() -> None:

@@ -1,8 +1,8 @@
 """What a group under in-place repair (torchjob.train.in_place) holds, and how a re-formed group gets it back.
 
 The repair loop is the same for every kind of model; what differs is the state each member holds and where a
-joiner's comes from. ``ReplicatedState`` is DDP's: every member holds the whole model and optimizer, so the
-lowest survivor broadcasts them and every member wraps the model in a new DDP. A sharded model's is
+joiner's comes from. ``ReplicatedState`` is DDP's: every member holds the whole model and optimizer, so a
+joiner's come from every survivor at once and every member wraps the model in a new DDP. A sharded model's is
 ``torchjob.train.sharded_in_place.ShardedState``: every member holds only its shard, and a joiner's comes from a
 survivor holding the same shard (its HSDP replica) or a copy of it (its neighbour, under plain FSDP).
 """
@@ -12,11 +12,12 @@ from __future__ import annotations
 from typing import Any, NamedTuple, Protocol
 
 import torch
-import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
+from torchjob.train import state_transfer
 from torchjob.train.context import DistContext
+from torchjob.train.kept_shard import KeptShard, shard_of
 
 
 class Restored(NamedTuple):
@@ -57,7 +58,7 @@ class GroupState(Protocol):
 
 
 class ReplicatedState:
-    """DDP: every member holds the whole state; a joiner gets it from the lowest survivor by broadcast."""
+    """DDP: every member holds the whole state; a joiner gets it from every survivor at once."""
 
     def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer, ddp_options: dict[str, Any]) -> None:
         self._model = model
@@ -85,18 +86,49 @@ class ReplicatedState:
         group."""
 
     def restore(self, ctx: DistContext, has_state: bool, step: int) -> Restored:
-        """The state from the lowest rank that has it (a survivor; not a joiner, even one promoted in a
-        generation that never formed: ``DistContext.holder``, said at the store as the generation formed), then a
-        new DDP."""
-        source = ctx.world_size if ctx.holder is None else ctx.holder
-        if source == ctx.world_size:
-            raise RuntimeError("no member of the repaired group holds the training state")
-        state: list[Any] = [
-            {"model": self._model.state_dict(), "optimizer": self._optimizer.state_dict(), "step": step}
-        ]
-        dist.broadcast_object_list(state, src=source)
-        self._model.load_state_dict(state[0]["model"])
-        self._optimizer.load_state_dict(state[0]["optimizer"])
+        """Each joiner's state (a spare's, or a survivor's at another step than the group's) from every member
+        holding the group's, at once (state_transfer.py), then a new DDP. The group carries on from the step of the
+        lowest rank that holds state (``DistContext.holder`` where the store said one as the generation formed:
+        not a joiner, even one promoted in a generation that never formed); the members at that step are the
+        holders, and nothing is sent to them."""
+        table = state_transfer.gathered(ctx, (int(has_state), step))
+        reporter, at, senders = whole_state_senders(table, ctx.holder)
+        holders = [rank for rank in range(ctx.world_size) if rank not in senders]
+        params = dict(self._model.named_parameters())
+        buffers = dict(self._model.named_buffers())
+        if ctx.rank in holders:
+            state_transfer.send(ctx.rank, senders, shard_of(params, self._optimizer, ctx.world_size, buffers))
+        else:
+            into = {name: param.detach() for name, param in params.items()}  # the parameters' own storage
+            self._attach(params, state_transfer.receive(holders, ctx.device, into, buffers))
         # Every member now holds the same state: DDP's own check of shapes and broadcast of the model at start
         # would only repeat what was just sent.
-        return Restored(self.wrap(ctx, init_sync=False), source, int(state[0]["step"]), f"state from rank {source}")
+        return Restored(self.wrap(ctx, init_sync=False), reporter, at, state_transfer.said(senders, "state"))
+
+    def _attach(self, params: dict[str, nn.Parameter], kept: KeptShard) -> None:
+        """The optimizer's state and options as ``kept`` holds them, on this member's own parameters."""
+        optimizer = self._optimizer
+        if [[id(p) for p in group["params"]] for group in optimizer.param_groups] != [
+            [id(params[name]) for name in names] for names in kept.groups
+        ]:
+            raise RuntimeError(
+                "the optimizer's parameter groups are not the group's: make the optimizer the same way on every member"
+            )
+        for group, options in zip(optimizer.param_groups, kept.options, strict=True):
+            group.update(options)
+        optimizer.state.clear()
+        for name, state in kept.optimizer.items():
+            optimizer.state[params[name]] = state
+
+
+def whole_state_senders(table: list[tuple[int, ...]], holder: int | None) -> tuple[int, int, dict[int, list[int]]]:
+    """From each rank's (holds state, step) after a re-form: the reporter (``holder`` where it holds state, else
+    the lowest rank that does), the step the group carries on from (the reporter's), and each joiner's holders
+    (every rank holding state at that step)."""
+    holding = [rank for rank, (held, _) in enumerate(table) if held]
+    if not holding:
+        raise RuntimeError("no member of the repaired group holds the training state")
+    reporter = holder if holder in holding else holding[0]
+    at = table[reporter][1]
+    holders = [rank for rank in holding if table[rank][1] == at]
+    return reporter, at, {rank: holders for rank in range(len(table)) if rank not in holders}

@@ -1,5 +1,6 @@
 """A member's shard of a sharded model as plain tensors: what it keeps across a re-form, what a neighbour keeps a
-copy of, and what is sent to a joiner (sharded_in_place.py, shard_copies.py).
+copy of, and what is sent to a joiner (sharded_in_place.py, shard_copies.py, state_transfer.py; under DDP the
+whole model and optimizer, as one "shard").
 
 Plain tensors hold no reference to the group the model was sharded over, so they outlive it. Sending one takes
 two messages: its layout first (everything but the tensors, each tensor a ``Placeholder``: a pickle of a few
@@ -27,6 +28,8 @@ class KeptShard:
     optimizer: dict[str, dict[str, Any]] = field(default_factory=dict)  # each parameter's state, DTensors as local
     sharded_keys: dict[str, list[str]] = field(default_factory=dict)  # which of a parameter's state were DTensors
     groups: list[list[str]] = field(default_factory=list)  # the optimizer's parameter groups, by parameter name
+    # Each parameter group's options (learning rate...: a scheduler's changes too), without its parameters.
+    options: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -59,6 +62,7 @@ def shard_of(
             kept.optimizer[name] = {k: local(v) if isinstance(v, DTensor) else v for k, v in state.items()}
             kept.sharded_keys[name] = [k for k, v in state.items() if isinstance(v, DTensor)]
     kept.groups = [[name_of[id(p)] for p in group["params"]] for group in optimizer.param_groups]
+    kept.options = [{k: v for k, v in group.items() if k != "params"} for group in optimizer.param_groups]
     return kept
 
 
@@ -79,12 +83,13 @@ def layout_of(kept: KeptShard, whole: bool = False) -> KeptShard:
         optimizer=optimizer,
         sharded_keys=kept.sharded_keys,
         groups=kept.groups,
+        options=kept.options,
     )
 
 
 def allocate(layout: KeptShard, device: torch.device) -> KeptShard:
     """Empty tensors in every placeholder's place, to receive into."""
-    kept = KeptShard(world=layout.world, sharded_keys=layout.sharded_keys, groups=layout.groups)
+    kept = KeptShard(world=layout.world, sharded_keys=layout.sharded_keys, groups=layout.groups, options=layout.options)
     kept.params = {name: _empty(p, device) for name, p in layout.params.items()}
     kept.buffers = {name: _empty(b, device) for name, b in layout.buffers.items()}
     kept.optimizer = {
@@ -116,6 +121,7 @@ def cloned(kept: KeptShard) -> KeptShard:
         },
         sharded_keys={name: list(keys) for name, keys in kept.sharded_keys.items()},
         groups=[list(group) for group in kept.groups],
+        options=[dict(options) for options in kept.options],
     )
 
 

@@ -80,6 +80,7 @@ class NeighbourCopies:
         right, left = (rank + 1) % world, (rank - 1) % world
         sent = tensors_of(mine)
         plain = [v for state in mine.optimizer.values() for v in state.values() if not isinstance(v, torch.Tensor)]
+        plain.append(repr(mine.options))  # a scheduler's new learning rate is told as the layout is
         signature = ([(tuple(t.shape), t.dtype) for t in sent], plain)
         self.received_step = -1
         self._exchange_layout(ctx, mine, signature, right, left)
@@ -135,6 +136,7 @@ class NeighbourCopies:
                     for key, value in state.items():
                         if not isinstance(value, torch.Tensor):
                             self.own.optimizer[name][key] = value
+                self.own.options = [dict(options) for options in mine.options]
             else:
                 self.own = cloned(mine)
         self.own_step = step

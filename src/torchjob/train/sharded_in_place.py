@@ -23,29 +23,22 @@ failed), and a group whose size changed (an elastic group's shards would be laid
 from __future__ import annotations
 
 import os
-import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
 import torch
-import torch.distributed as dist
 from torch import nn
 from torch.distributed.tensor import DTensor
 
 from torchjob import worker_files
-from torchjob.train import fsdp, shard_copies
+from torchjob.train import fsdp, shard_copies, state_transfer
 from torchjob.train.context import DistContext
 from torchjob.train.group_state import Restored
 from torchjob.train.kept_shard import (
     KeptShard,
-    allocate,
     cloned,
-    layout_of,
     local,
     shard_of,
-    size_of,
-    tensors_of,
-    wait_all,
 )
 
 
@@ -161,18 +154,19 @@ class ShardedState:
                 for name, buffer in new_buffers.items():
                     buffer.copy_(kept.buffers[name])
         else:
-            kept = self._receive(senders[ctx.rank], ctx.device, new_buffers)
+            params = {name: local(param) for name, param in self._sharded.items()}
+            kept = state_transfer.receive(senders[ctx.rank], ctx.device, params, new_buffers, what="shard")
         if self.copies is None:
-            self._send(ctx.rank, senders, kept)
+            state_transfer.send(ctx.rank, senders, kept)
         else:
             if any(ctx.rank in holders for holders in senders.values()):
-                self._send(ctx.rank, senders, self.copies.copy_of(step))
+                state_transfer.send(ctx.rank, senders, self.copies.copy_of(step))
             self.copies.reset()
         if self._optimizer is None:
             self._optimizer = self._make_optimizer(model)
         _attach(self._optimizer, self._sharded, kept)
         self._model, self._kept = model, None
-        return Restored(model, reporter, step, _said(senders, copies=self.copies is not None))
+        return Restored(model, reporter, step, state_transfer.said(senders, "shard", copies=self.copies is not None))
 
     def _from_copies(
         self, ctx: DistContext, live: int, kept: KeptShard | None
@@ -180,7 +174,7 @@ class ShardedState:
         """Under plain FSDP: the step the group carries on from (shard_copies.agree), each joiner's keeper, the
         reporter, and this member's shard as of that step (its own kept one where it had gone a step further)."""
         assert self.copies is not None
-        table = _gathered(ctx, self.copies.holding(live).steps())
+        table = state_transfer.gathered(ctx, self.copies.holding(live).steps())
         holdings = {rank: shard_copies.Holding(*row) for rank, row in enumerate(table)}
         try:
             step, keepers = shard_copies.agree(holdings, ctx.world_size)
@@ -201,56 +195,11 @@ class ShardedState:
         self._world = int(mesh.size())
         return model
 
-    def _send(self, rank: int, senders: dict[int, list[int]], kept: KeptShard) -> None:
-        """As a holder: each joiner whose shard this rank holds gets its part of the tensors (the first holder
-        also sends what the joiner needs to know first: the optimizer's layout, the state tensors' shapes).
-
-        One tensor in flight to a joiner at a time, as gloo's own collectives keep one per peer: sends queued
-        behind one to a peer that died were seen never to end, even once its connections were cut
-        (shard_copies.py). Every holder serves the joiners in the same order, so none waits on another."""
-        for joiner, holders in senders.items():
-            if rank not in holders:
-                continue
-            if rank == holders[0]:
-                dist.send_object_list([layout_of(kept)], dst=joiner)
-            for index, tensor in enumerate(tensors_of(kept)):
-                if holders[index % len(holders)] == rank:
-                    dist.send(tensor.contiguous(), dst=joiner)
-
-    def _receive(self, holders: list[int], device: torch.device, buffers: dict[str, torch.Tensor]) -> KeptShard:
-        """As a joiner: the shard the ``holders`` hold, into the new model's own tensors where it has them."""
-        layout: list[Any] = [None]
-        dist.recv_object_list(layout, src=holders[0])
-        kept = allocate(layout[0], device)  # the optimizer's state; the rest is received in place
-        kept.params = {name: local(param) for name, param in self._sharded.items()}
-        kept.buffers = buffers
-        began = time.monotonic()
-        with torch.no_grad():
-            tensors = tensors_of(kept)
-            # From every holder at once, one tensor each at a time (the order each of them sends in).
-            for first in range(0, len(tensors), len(holders)):
-                wait_all(*(dist.irecv(t, src=holders[i]) for i, t in enumerate(tensors[first : first + len(holders)])))
-        size = size_of(tensors)
-        print(
-            f"torchjob: rank {dist.get_rank()}: received its shard ({size / 1e9:.2f} GB) from rank"
-            f"{'s' if len(holders) > 1 else ''} {', '.join(map(str, holders))} in {time.monotonic() - began:.2f} s",
-            flush=True,
-        )
-        return kept
-
-
-def _gathered(ctx: DistContext, mine: tuple[int, ...]) -> list[tuple[int, ...]]:
-    """Every rank's ``mine`` (a few integers), in rank order: one all-gather."""
-    sent = torch.tensor(mine, dtype=torch.int64, device=ctx.device)
-    table = [torch.zeros_like(sent) for _ in range(ctx.world_size)]
-    dist.all_gather(table, sent)
-    return [tuple(int(v) for v in row) for row in table]
-
 
 def _holders(ctx: DistContext, has_state: bool, step: int, shards: int) -> tuple[dict[int, int], int]:
     """Which ranks hold their shard at the step the group carries on from, and that step (one all-gather of
     two integers); every rank raises alike when the group cannot be made whole."""
-    table = _gathered(ctx, (int(has_state), step))
+    table = state_transfer.gathered(ctx, (int(has_state), step))
     return _agreed({rank: row[1] for rank, row in enumerate(table) if row[0]}, shards)
 
 
@@ -289,17 +238,6 @@ def _senders(holders: dict[int, int], world: int, shards: int) -> dict[int, list
     return senders
 
 
-def _said(senders: dict[int, list[int]], copies: bool = False) -> str:
-    if not senders:
-        return "every rank kept its shard"
-    if copies:
-        return "; ".join(f"rank {joiner}'s shard from rank {h[0]}'s copy" for joiner, h in sorted(senders.items()))
-    return "; ".join(
-        f"rank {joiner}'s shard from rank{'s' if len(holders) > 1 else ''} {', '.join(map(str, holders))}"
-        for joiner, holders in sorted(senders.items())
-    )
-
-
 def _attach(optimizer: torch.optim.Optimizer, sharded: dict[str, nn.Parameter], kept: KeptShard) -> None:
     """Point ``optimizer`` at the new model's parameters, with the state ``kept`` holds, laid out on the new
     mesh."""
@@ -308,7 +246,8 @@ def _attach(optimizer: torch.optim.Optimizer, sharded: dict[str, nn.Parameter], 
             f"make_optimizer made {len(optimizer.param_groups)} parameter groups, the group's optimizer has "
             f"{len(kept.groups)}"
         )
-    for group, names in zip(optimizer.param_groups, kept.groups, strict=True):
+    for group, names, options in zip(optimizer.param_groups, kept.groups, kept.options, strict=True):
+        group.update(options)
         group["params"] = [sharded[name] for name in names]
     optimizer.state.clear()
     for name, state in kept.optimizer.items():

@@ -1,0 +1,85 @@
+"""Bringing a re-formed group's joiners the state its holders keep: from every holder at once, to the joiners only.
+
+After a re-form, each member says whether it holds its state and as of which step (``gathered``: one all-gather of
+a few integers). A joiner (a spare, or a survivor at another step than the group carries on from) receives its
+state from the members holding the same state: every member under DDP (group_state.py), the members with the same
+shard under HSDP (sharded_in_place.py). Each holder sends its part of the tensors, so the joiner receives from
+all of them at once, and nothing is sent to a member that holds its state already.
+
+One tensor in flight to a joiner at a time, as gloo's own collectives keep one per peer: sends queued behind one to
+a peer that died were seen never to end, even once its connections were cut (shard_copies.py). Every holder
+serves the joiners in the same order, so none waits on another.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from torchjob.train.context import DistContext
+from torchjob.train.kept_shard import KeptShard, allocate, layout_of, size_of, tensors_of, wait_all
+
+
+def gathered(ctx: DistContext, mine: tuple[int, ...]) -> list[tuple[int, ...]]:
+    """Every rank's ``mine`` (a few integers), in rank order: one all-gather."""
+    sent = torch.tensor(mine, dtype=torch.int64, device=ctx.device)
+    table = [torch.zeros_like(sent) for _ in range(ctx.world_size)]
+    dist.all_gather(table, sent)
+    return [tuple(int(v) for v in row) for row in table]
+
+
+def send(rank: int, senders: dict[int, list[int]], kept: KeptShard) -> None:
+    """As a holder: each joiner whose state this rank holds (``senders``: each joiner's holders) gets its part of
+    the tensors; the first holder also sends what the joiner needs to know first (the optimizer's layout and
+    options, the state tensors' shapes)."""
+    for joiner, holders in senders.items():
+        if rank not in holders:
+            continue
+        if rank == holders[0]:
+            dist.send_object_list([layout_of(kept)], dst=joiner)
+        for index, tensor in enumerate(tensors_of(kept)):
+            if holders[index % len(holders)] == rank:
+                dist.send(tensor.contiguous(), dst=joiner)
+
+
+def receive(
+    holders: list[int],
+    device: torch.device,
+    params: dict[str, torch.Tensor],
+    buffers: dict[str, torch.Tensor],
+    what: str = "state",
+) -> KeptShard:
+    """As a joiner: the state the ``holders`` hold, received into ``params`` and ``buffers`` (this member's own
+    model's tensors) and into optimizer state allocated from the layout the first holder sends."""
+    layout: list[Any] = [None]
+    dist.recv_object_list(layout, src=holders[0])
+    kept = allocate(layout[0], device)
+    kept.params, kept.buffers = params, buffers
+    began = time.monotonic()
+    with torch.no_grad():
+        tensors = tensors_of(kept)
+        # From every holder at once, one tensor each at a time (the order each of them sends in).
+        for first in range(0, len(tensors), len(holders)):
+            wait_all(*(dist.irecv(t, src=holders[i]) for i, t in enumerate(tensors[first : first + len(holders)])))
+    print(
+        f"torchjob: rank {dist.get_rank()}: received its {what} ({size_of(tensors) / 1e9:.2f} GB) from "
+        f"{ranks(holders)} in {time.monotonic() - began:.2f} s",
+        flush=True,
+    )
+    return kept
+
+
+def said(senders: dict[int, list[int]], what: str, copies: bool = False) -> str:
+    """Where each joiner's ``what`` (state, shard) came from, as the repair's log line says it."""
+    if not senders:
+        return f"every rank kept its {what}"
+    if copies:
+        return "; ".join(f"rank {joiner}'s {what} from rank {h[0]}'s copy" for joiner, h in sorted(senders.items()))
+    return "; ".join(f"rank {joiner}'s {what} from {ranks(holders)}" for joiner, holders in sorted(senders.items()))
+
+
+def ranks(numbers: list[int]) -> str:
+    return f"rank{'s' if len(numbers) > 1 else ''} {', '.join(map(str, numbers))}"
