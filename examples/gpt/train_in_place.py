@@ -5,12 +5,14 @@ copy of it restarts the group, which resumes from the newest one.
 
     torchjob run examples/gpt/job-inplace.yaml                    # 4 ranks (2 replica groups × 2), a spare
     torchjob run examples/gpt/job-inplace.yaml -- --replicas 1    # plain FSDP over 4: neighbours keep copies
+    torchjob run examples/gpt/job-inplace.yaml -- --ddp           # DDP: the whole model on every rank
     torchjob run examples/gpt/job-inplace.yaml -- --size tiny     # the same code in seconds
 
 The loop runs under ``InPlaceTraining.sharded``: when a rank dies, a warm spare takes its rank, receives its
 shard of the weights and of AdamW's state from the survivor holding the same shard (``--replicas 1``: plain FSDP,
-from the neighbour keeping a copy of it), and the group retries the step that failed. Each step's sequences
-depend only on the step and the rank, so a repaired run ends with the model of a run without a fault. A
+from the neighbour keeping a copy of it), and the group retries the step that failed. With ``--ddp`` nothing is
+sharded: every rank holds the whole model (DDP), and a spare receives it from every survivor at once. Each step's
+sequences depend only on the step and the rank, so a repaired run ends with the model of a run without a fault. A
 checkpoint is taken between steps, by every member of the group as it stands, and written in the background: a
 rank lost while one is written leaves that checkpoint uncommitted (the one before stays the newest), and the
 repaired group takes the next.
@@ -28,6 +30,7 @@ import torch
 from model import GPT, SIZES, Language, floor_loss
 from sharding_flags import add_reshard_flag, reshard_after_forward
 from torch import nn
+from torch.distributed.tensor import DTensor
 
 from torchjob.train import DistContext, MetricsLogger, init, shutdown
 from torchjob.train.in_place import InPlaceTraining
@@ -48,6 +51,11 @@ def parse_args() -> argparse.Namespace:
         help="HSDP replica groups; 1: plain FSDP, each rank's shard copied to its neighbour's memory after each step",
     )
     p.add_argument(
+        "--ddp",
+        action="store_true",
+        help="no sharding: the whole model and AdamW's state on every rank (DDP), a spare's from every survivor",
+    )
+    p.add_argument(
         "--copy-every", type=int, default=1, help="plain FSDP: steps between neighbours' copies (a repair goes back)"
     )
     add_reshard_flag(p)
@@ -61,26 +69,36 @@ def parse_args() -> argparse.Namespace:
 
 def main() -> None:
     args = parse_args()
-    ctx = init()  # a warm spare waits in here until it is given a lost rank's place
     config = SIZES[args.size]
 
     def build() -> nn.Module:
         torch.manual_seed(0)  # every rank builds the same initial weights (FSDP2 does not broadcast)
         return GPT(config)
 
-    trainer = InPlaceTraining.sharded(
-        ctx,
-        build,
-        lambda model: torch.optim.AdamW(model.parameters(), lr=args.lr or config.learning_rate),
-        replicas=args.replicas,
-        units=lambda model: list(model.blocks),  # type: ignore[arg-type]
-        copy_every=args.copy_every,
-        reshard_after_forward=reshard_after_forward(args),
-    )
+    def make_optimizer(model: nn.Module) -> torch.optim.Optimizer:
+        return torch.optim.AdamW(model.parameters(), lr=args.lr or config.learning_rate)
+
+    # Under DDP the model is built before init(): a warm spare builds it while it waits, not once it has a place.
+    whole = build() if args.ddp else None
+    ctx = init()  # a warm spare waits in here until it is given a lost rank's place
+    if whole is not None:
+        trainer = InPlaceTraining(ctx, whole, make_optimizer(whole))
+        layout = f"on each of {ctx.world_size} ranks (DDP)"
+    else:
+        trainer = InPlaceTraining.sharded(
+            ctx,
+            build,
+            make_optimizer,
+            replicas=args.replicas,
+            units=lambda model: list(model.blocks),  # type: ignore[arg-type]
+            copy_every=args.copy_every,
+            reshard_after_forward=reshard_after_forward(args),
+        )
+        kind = f"in {args.replicas} replica groups (HSDP)" if args.replicas > 1 else "(FSDP, neighbours' copies)"
+        layout = f"sharded over {ctx.world_size} ranks {kind}"
     count = sum(p.numel() for p in trainer.model.parameters())
-    layout = f"in {args.replicas} replica groups (HSDP)" if args.replicas > 1 else "(FSDP, neighbours' copies)"
     ctx.log(
-        f"{count / 1e6:.1f}M parameters, sharded over {ctx.world_size} ranks {layout}, repaired in place; "
+        f"{count / 1e6:.1f}M parameters, {layout}, repaired in place; "
         f"{args.batch_size} × {args.length or config.context} tokens per rank and step"
     )
     # Asynchronous saves: a save in flight when the group is repaired is left unfinished, and the next one is made
@@ -118,7 +136,7 @@ def main() -> None:
     checkpoints.wait()
     metrics.close()
     # Every rank takes part in gathering the full weights; the sum tells two runs' models apart.
-    checksum = sum(float(p.detach().full_tensor().double().sum()) for p in trainer.model.parameters())  # type: ignore[operator]
+    checksum = sum(float(whole_tensor(p).double().sum()) for p in trainer.model.parameters())
     if trainer.ctx.is_main:
         os.makedirs(args.output_dir, exist_ok=True)
         summary = {
@@ -135,6 +153,12 @@ def main() -> None:
             json.dump(summary, out)
     print(f"Rank {trainer.ctx.rank}: training completed.", flush=True)
     shutdown(exit_code=0)
+
+
+def whole_tensor(param: torch.Tensor) -> torch.Tensor:
+    """A parameter's full value: gathered from every rank where it is sharded (a DTensor), as it is under DDP."""
+    found = param.detach()
+    return found.full_tensor() if isinstance(found, DTensor) else found
 
 
 if __name__ == "__main__":
