@@ -6,10 +6,10 @@ moments) sharded with FSDP2 over 4 ranks (one process each, gloo, this 2-core ma
 all of it: the anchor) and an asynchronous one (blocked only while the state is staged in memory; written and
 committed in the background), each the slowest rank's time. Target: blocked ≤ 10% of the synchronous save.
 
-Then a rank of the same model SIGKILLed, repaired in place from its HSDP replica's memory, and under plain FSDP from
-the copy its neighbour keeps, beside torchft 0.2.0 on the same model (``bench/state_repair.py``), trial by trial.
-Each also reads the largest rank's peak memory, beside the plain example's (no copies). Not yet here (#51): the ~1B
-case. ``python -m bench --only state``.
+Then a rank of the same model SIGKILLed, repaired in place from its HSDP replica's memory, under plain FSDP from
+the copy its neighbour keeps, and unsharded under DDP from every survivor at once, beside torchft 0.2.0 on the same
+model (``bench/state_repair.py``), trial by trial. Each also reads the largest rank's peak memory, beside the plain
+example's (no copies). Not yet here (#51): the ~1B case. ``python -m bench --only state``.
 """
 
 from __future__ import annotations
@@ -48,16 +48,18 @@ def record(run: Run, trials: int) -> None:
 
 
 def _kills(run: Run, trials: int) -> None:
-    """A rank SIGKILLed: in place (HSDP, the shard from its replica; plain FSDP, from its neighbour's copy) and
-    torchft, alternating trial by trial."""
+    """A rank SIGKILLed: in place (HSDP, the shard from its replica; plain FSDP, from its neighbour's copy; DDP, the
+    whole state from every survivor) and torchft, alternating trial by trial."""
     run.add("lost shard", [state_repair.shard_bytes() / 1e9], "GB")
     run.add("fsdp lost shard", [state_repair.shard_bytes(replicas=1) / 1e9], "GB")
+    run.add("ddp lost state", [state_repair.shard_bytes(replicas=state_repair.RANKS) / 1e9], "GB")
     samples: dict[str, list[float | None]] = {}
     failures: list[str] = []
     global_batch = state_repair.RANKS * state_repair.BATCH
     for number in range(trials):
         ours = state_repair.in_place_trial()
         plain = state_repair.in_place_trial(replicas=1)
+        whole = state_repair.in_place_trial(ddp=True)
         samples.setdefault("fsdp plain peak", []).append(state_repair.plain_fsdp_peak())
         theirs = torchft_runs.trial(
             state_repair.RANKS,
@@ -73,35 +75,43 @@ def _kills(run: Run, trials: int) -> None:
         )
         for case, value in (
             ("in place first step", ours.first_step),
+            ("in place state held", ours.held),
             ("in place detection", ours.detected),
             ("in place membership", ours.published),
             ("in place re-form", ours.reformed),
             ("in place steady step", ours.steady_step),
             ("fsdp in place first step", plain.first_step),
+            ("fsdp in place state held", plain.held),
             ("fsdp in place re-form", plain.reformed),
             ("fsdp in place steady step", plain.steady_step),
+            ("ddp in place first step", whole.first_step),
+            ("ddp in place state held", whole.held),
+            ("ddp in place re-form", whole.reformed),
+            ("ddp in place steady step", whole.steady_step),
+            ("ddp in place peak", whole.peak_mb),
             ("in place peak", ours.peak_mb),
             ("fsdp in place peak", plain.peak_mb),
             ("torchft survivors in a new quorum", theirs.survivors_next),
             ("torchft next commit", theirs.next_commit),
             ("torchft replacement", theirs.replacement_first),
+            ("torchft replacement healed", theirs.replacement_healed),
             ("torchft steady step", theirs.steady_step),
         ):
             samples.setdefault(case, []).append(value)
-        for trial in (ours, plain):
+        for trial in (ours, plain, whole):
             if trial.first_step is None:
                 failures.append(trial.last_error.replace("|", "/") or "no error printed")
         print(
-            f"  kill {number + 1}: in place {ours.first_step} (re-form {ours.reformed}, step {ours.steady_step}); "
+            f"  kill {number + 1}: in place {ours.first_step} (held {ours.held}, step {ours.steady_step}); "
             f"plain FSDP {plain.first_step} (re-form {plain.reformed}, step {plain.steady_step}); "
+            f"DDP {whole.first_step} (re-form {whole.reformed}, step {whole.steady_step}); "
             f"torchft survivors {theirs.survivors_next} (next commit {theirs.next_commit}), "
-            f"replacement {theirs.replacement_first} "
-            f"(step {theirs.steady_step})",
+            f"replacement {theirs.replacement_first} (healed {theirs.replacement_healed}, step {theirs.steady_step})",
             flush=True,
         )
     for case, values in samples.items():
         run.add(case, values, "MB" if case.endswith("peak") else "s")
     run.describe(
         "in place outcome",
-        f"{2 * trials - len(failures)} of {2 * trials} repaired" + (f"; {failures[-1]}" if failures else ""),
+        f"{3 * trials - len(failures)} of {3 * trials} repaired" + (f"; {failures[-1]}" if failures else ""),
     )

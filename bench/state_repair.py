@@ -3,11 +3,14 @@
 - **in place** (``examples/gpt/job-inplace.yaml`` under ``torchjob run``): HSDP over 4 ranks, 2 replica groups of
   2, one warm spare. Rank 3 (worker-2) is SIGKILLed once the spare waits and the group has trained
   ``STEPS_BEFORE`` steps; the spare takes rank 3 and receives its shard (weights and AdamW's moments) from rank 1,
-  which holds the same shard in the other replica group. Timed from the kill to the repaired group's first step
-  (rank 0's repair record), which is also the moment the group is whole again.
+  which holds the same shard in the other replica group. Timed from the kill to the moment the group is formed again
+  with the shard sent (the replacement holds the lost state: rank 0's repair record, once its sends are done), and to
+  the repaired group's first step.
 - **in place, plain FSDP** (the same job with ``--replicas 1``): FSDP over the 4 ranks, each rank's shard copied to
   its right neighbour's memory after every step; the spare receives rank 3's shard from rank 0's copy. Its steady
   step includes that copy.
+- **in place, DDP** (the same job with ``--ddp``): nothing sharded, every rank holds the whole model and AdamW's
+  state, as each of torchft's groups does; the spare receives the whole state from the 3 survivors at once.
 - **torchft** 0.2.0 (``bench/torchft_runs.py``): 4 replica groups of one process, each with a whole copy of the
   same model, the same per-rank batch (the same global batch), one group SIGKILLed and restarted at once: the
   survivors' next committed step and the replacement's first (a cold start, then a heal from a live peer).
@@ -56,18 +59,21 @@ class InPlace:
     detected: float | None = None  # kill → the survivors' step failed
     published: float | None = None  # the step failed → the controller's next membership read
     reformed: float | None = None  # the membership read → the group formed again, the shard received
+    held: float | None = None  # kill → the same: the replacement holds the lost state, the group is whole again
     steady_step: float | None = None  # median seconds between rank 0's steps before the kill
     peak_mb: float | None = None  # the largest rank's peak RSS before the kill (MB)
     last_error: str = ""
 
 
-def job_file(work: Path, replicas: int, example: str = "job-inplace.yaml", checkpoint_every: int = 0) -> Path:
+def job_file(
+    work: Path, replicas: int, example: str = "job-inplace.yaml", checkpoint_every: int = 0, ddp: bool = False
+) -> Path:
     """The example's scripts copied into ``work`` and its job file for this benchmark's model, batch and ranks
-    (``checkpoint_every`` 0: no checkpoints, where they are not what is measured)."""
+    (``checkpoint_every`` 0: no checkpoints, where they are not what is measured; ``ddp``: not sharded)."""
     for script in EXAMPLE.glob("*.py"):
         shutil.copy(script, work / script.name)
     job = yaml.safe_load((EXAMPLE / example).read_text())
-    args = example_args(replicas, checkpoint_every)
+    args = example_args(replicas, checkpoint_every) + (["--ddp"] if ddp else [])
     for spec in job["spec"]["pytorchReplicaSpecs"].values():
         spec["template"]["spec"]["containers"][0]["args"] = args
     job["spec"]["pytorchReplicaSpecs"]["Worker"]["replicas"] = RANKS - 1
@@ -125,11 +131,13 @@ class JobRun:
 
 
 @contextlib.contextmanager
-def running(replicas: int, example: str = "job-inplace.yaml", checkpoint_every: int = 0) -> Iterator[JobRun]:
+def running(
+    replicas: int, example: str = "job-inplace.yaml", checkpoint_every: int = 0, ddp: bool = False
+) -> Iterator[JobRun]:
     """Run the example; after, stop it (SIGINT) if it still runs, keep its last error line, remove its folder."""
     work = Path(tempfile.mkdtemp(prefix="bench-state-"))
     env = {**os.environ, "TORCHJOB_HOME": str(work / "home"), "OMP_NUM_THREADS": "1"}
-    command = [str(BIN / "torchjob"), "run", str(job_file(work, replicas, example, checkpoint_every))]
+    command = [str(BIN / "torchjob"), "run", str(job_file(work, replicas, example, checkpoint_every, ddp))]
     try:
         with (work / "launcher.log").open("wb") as log:
             run = JobRun(work, subprocess.Popen(command, env=env, cwd=work, stdout=log, stderr=log))
@@ -155,9 +163,9 @@ def plain_fsdp_peak() -> float | None:
     return None
 
 
-def in_place_trial(replicas: int = REPLICAS) -> InPlace:
+def in_place_trial(replicas: int = REPLICAS, ddp: bool = False) -> InPlace:
     outcome = InPlace()
-    with running(replicas) as run:
+    with running(replicas, ddp=ddp) as run:
         job = run.work / "home" / "jobs" / "gpt-inplace"
         output = job / "output"
         sent_at = None
@@ -177,6 +185,7 @@ def in_place_trial(replicas: int = REPLICAS) -> InPlace:
                     outcome.detected = float(record["failed_at"]) - sent_at
                     outcome.published = float(record["membership_at"]) - float(record["failed_at"])
                     outcome.reformed = float(record["reformed_at"]) - float(record["membership_at"])
+                    outcome.held = float(record["reformed_at"]) - sent_at
                 break
         times = [float(r["time"]) for r in jsonl(output / "metrics" / "rank-0.jsonl")]
         before = [t for t in times if sent_at is None or t < sent_at][2:]  # the first steps warm up

@@ -5,7 +5,8 @@ and restarted at once, as the supervisor torchft needs (torchrun, Kubernetes) wo
 
 Measured from the kill: replica 0's first step committed in a quorum formed without the killed group (the survivors
 going on without it, as torchjob's survivors are timed: to the first step of a group the killed rank is not in), and
-the replacement's first committed step (a cold start, then a heal from a live peer's state). The step the survivors
+the replacement's first committed step (a cold start, then a heal from a live peer's state), and the moment its heal
+loaded that state (it holds the lost state again). The step the survivors
 had in flight often commits after the kill too, in the old quorum: the killed group had sent its gradients before
 it died. That commit is kept as well (``next_commit``), but it is not the survivors going on without it. The
 Lighthouse runs with its defaults (``heartbeat_timeout_ms`` 5 s, ``quorum_tick_ms`` 100) and a join time-out of 1 s
@@ -43,6 +44,7 @@ class Outcome:
     survivors_next: float | None = None  # replica 0's first step committed in a quorum formed after the kill
     next_commit: float | None = None  # replica 0's first commit after the kill, in whichever quorum (often the old)
     replacement_first: float | None = None  # the restarted group's first committed step, seconds after the kill
+    replacement_healed: float | None = None  # the restarted group holding the lost state (loaded from a live peer)
     launch: float | None = None  # launch → every group's first committed step
     steady_step: float | None = None  # median seconds between replica 0's commits in a full quorum, before the kill
 
@@ -122,6 +124,7 @@ def trial(
         while time.time() < deadline and outcome.replacement_first is None:
             time.sleep(0.05)
             outcome.replacement_first = _first_after(jsonl(work / f"replica-{VICTIM}.jsonl"), killed_at)
+        outcome.replacement_healed = _first_after(jsonl(work / f"healed-{VICTIM}.jsonl"), killed_at)
         survivor = jsonl(work / "replica-0.jsonl")
         outcome.next_commit = _first_after(survivor, killed_at)
         outcome.survivors_next = first_in_new_quorum(survivor, killed_at, groups)

@@ -6,6 +6,7 @@ where every participant agreed, a replacement healed from a live peer's state).
 Every committed step appends ``{"step", "time", "participants", "quorum"}`` to ``$BENCH_OUT/replica-$REPLICA.jsonl``,
 where the benchmark reads when the survivors and a replacement committed, and in which quorum (the Lighthouse numbers
 each membership it forms; the Manager keeps the number privately in 0.2.0, the version this payload is pinned to).
+Each heal (the state received from a peer, loaded) appends ``{"time"}`` to ``$BENCH_OUT/healed-$REPLICA.jsonl``.
 Runs until ``$STEPS`` steps are committed or it is stopped. ``PureDistributedDataParallel`` rather than
 ``torchft.DistributedDataParallel``: 0.2.0's comm hook asserts when a peer dies on gloo and ends the survivors
 (``../shared/notes/TORCHFT.md``).
@@ -31,6 +32,7 @@ replica = int(os.environ["REPLICA"])
 batch = int(os.environ["BATCH"])
 steps = int(os.environ["STEPS"])
 out = Path(os.environ["BENCH_OUT"]) / f"replica-{replica}.jsonl"
+healed = Path(os.environ["BENCH_OUT"]) / f"healed-{replica}.jsonl"
 chosen_model = os.environ.get("MODEL", "mnist")
 torch.manual_seed(replica)
 torch.set_num_threads(1)
@@ -66,8 +68,12 @@ else:  # gpt-<size>: the sharded example's model, whole in every group
 
 
 def load_state(state: dict[str, Any]) -> None:
+    """A heal: the state torchft received from a live peer, loaded. Its time is when this group holds the lost
+    state again (``$BENCH_OUT/healed-$REPLICA.jsonl``)."""
     model.load_state_dict(state["model"])
     optimizer.load_state_dict(state["optim"])
+    with healed.open("a") as said:
+        said.write(json.dumps({"time": time.time()}) + "\n")
 
 
 # A replica group of one plain process: torchft's Manager joins a store as a client, so this process serves it.
