@@ -48,6 +48,12 @@ def test_hsdp_keeping_gathered_weights_through_the_backward_trains_the_same_mode
     assert kept == resharded  # the same arithmetic, to the printed digit
 
 
+def test_a_model_built_on_meta_and_filled_unit_by_unit_trains_as_the_eagerly_built_one(tmp_path: Path) -> None:
+    eager, _ = _run(2, "--ckpt", str(tmp_path / "eager"))
+    from_meta, _ = _run(2, "--ckpt", str(tmp_path / "meta"), "--from-meta")
+    assert from_meta == eager  # the same initial weights, drawn in build()'s order from its seed
+
+
 def test_an_async_save_into_the_buffers_of_the_one_before_holds_its_own_steps_state(tmp_path: Path) -> None:
     ckpt = str(tmp_path / "ckpt")
     went_on, steps = _run(4, "--ckpt", ckpt, "--steps", "5", "--after", "2", "--async-save", "--save-at", "3")

@@ -3,8 +3,9 @@
 - ``init`` joins the process group from whatever launched the script (torchjob, Kubeflow, torchrun, an
   Indexed Job, or nothing) and returns a ``DistContext``;
 - ``BatchPlan`` and ``shard`` split data across ranks with a stated batch-size scaling;
-- ``wrap`` puts the model in DDP, ``shard_model`` shards it (FSDP2, or HSDP with ``replicas``), and ``SyncCheck``
-  proves ranks really hold the same parameters;
+- ``wrap`` puts the model in DDP, ``shard_model`` shards it (FSDP2, or HSDP with ``replicas``), ``build_sharded``
+  does so without the whole model in any rank's memory, and ``SyncCheck`` proves ranks really hold the same
+  parameters;
 - ``Checkpointer`` saves and resumes (atomic, checksummed, keep-last-K, async, S3 via fsspec, SIGTERM);
 - ``section("evaluation")`` marks a phase that is not a step (checkpoints mark theirs): hang detection gives it
   its own allowance;
@@ -23,7 +24,7 @@ from torchjob.train.checkpoint import Checkpointer, CheckpointError
 from torchjob.train.context import DistContext
 from torchjob.train.ddp import OutOfSyncError, SyncCheck, wrap
 from torchjob.train.env import LaunchEnvError, LaunchInfo, detect_launch
-from torchjob.train.fsdp import ShardingError, shard_model
+from torchjob.train.fsdp import ShardingError, build_sharded, shard_model
 from torchjob.train.init import BackendUnavailable, available_backends, init, shutdown
 from torchjob.train.metrics import MetricsLogger
 from torchjob.train.sharding import BatchPlan, ResumableSampler, shard
@@ -42,6 +43,7 @@ __all__ = [
     "ShardingError",
     "SyncCheck",
     "available_backends",
+    "build_sharded",
     "detect_launch",
     "init",
     "section",

@@ -15,8 +15,9 @@ as with DDP (``BatchPlan``): each rank trains on its own samples.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
+import torch
 from torch import nn
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.fsdp import fully_shard
@@ -76,11 +77,70 @@ def shard_on(
 ) -> nn.Module:
     """Shard ``model`` where it is (FSDP2 over ``mesh``), unit by unit, then the root: ``shard_model`` without the
     move to a device, for a model built on the meta device (torchjob.train.sharded_in_place)."""
-    chosen = list(units) if units is not None else [c for c in model.children() if any(True for _ in c.parameters())]
+    chosen = list(units) if units is not None else _default_units(model)
     for unit in chosen:
         fully_shard(unit, mesh=mesh, reshard_after_forward=reshard_after_forward)
     fully_shard(model, mesh=mesh, reshard_after_forward=reshard_after_forward)
     return model
+
+
+def build_sharded(
+    build: Callable[[], nn.Module],
+    ctx: DistContext,
+    replicas: int = 1,
+    units: Callable[[nn.Module], Iterable[nn.Module]] | None = None,
+    reshard_after_forward: bool = True,
+    initialise: bool = True,
+) -> nn.Module:
+    """``shard_model(build(), ...)`` without the whole model in any rank's memory, for a model too large for that
+    on every rank at once (4 ranks of a 1B-parameter model on one machine would hold 16 GB before sharding).
+
+    ``build()`` runs on the meta device (nothing is allocated, torch's generator is not drawn from); then each
+    module is given memory on this rank's device and its own ``reset_parameters()`` is called, in the order
+    ``build()`` made them, so the weights are those ``build()`` would have made eagerly from the same seed; each
+    unit (``units(model)``, as in ``shard_model``) is sharded as soon as it is filled, so only one unit's full
+    weights exist at a time, and the root's own parameters last. A module holding parameters of its own without
+    ``reset_parameters()`` is refused (``ShardingError``): build that model eagerly and use ``shard_model``.
+
+    ``initialise=False`` gives each module its memory and leaves it unfilled, for a model a checkpoint is loaded
+    into next: at 1B parameters, filling them is tens of seconds of every rank's CPU that the load overwrites."""
+    with torch.device("meta"):
+        model = build()
+    holders = [(name, module) for name, module in model.named_modules() if _holds_own(module)]
+    if initialise:
+        for name, module in holders:
+            if getattr(module, "reset_parameters", None) is None:
+                raise ShardingError(
+                    f"build_sharded: module {name or type(module).__name__!r} holds parameters of its own but has no "
+                    "reset_parameters() to fill them; build the model eagerly and use shard_model"
+                )
+    chosen = list(units(model)) if units is not None else _default_units(model)
+    mesh = mesh_for(ctx, replicas)
+    pending = {id(unit) for unit in chosen}
+
+    def fill(module: nn.Module) -> None:
+        if _holds_own(module):
+            module.to_empty(device=ctx.device, recurse=False)
+            if initialise:
+                with torch.no_grad():
+                    module.reset_parameters()  # type: ignore[operator]
+        for child in module.children():
+            fill(child)
+        if id(module) in pending:
+            fully_shard(module, mesh=mesh, reshard_after_forward=reshard_after_forward)
+
+    fill(model)
+    fully_shard(model, mesh=mesh, reshard_after_forward=reshard_after_forward)
+    return model
+
+
+def _holds_own(module: nn.Module) -> bool:
+    """Whether ``module`` holds parameters or buffers of its own (not only through its children)."""
+    return any(True for _ in module.parameters(recurse=False)) or any(True for _ in module.buffers(recurse=False))
+
+
+def _default_units(model: nn.Module) -> list[nn.Module]:
+    return [child for child in model.children() if any(True for _ in child.parameters())]
 
 
 def is_sharded(model: nn.Module) -> bool:

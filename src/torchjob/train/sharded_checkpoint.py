@@ -253,13 +253,18 @@ class ShardedCheckpointer:
         names = [str(entry).rsplit("/", 1)[-1] for entry in self.fs.ls(self.root, detail=False)]
         return sorted(int(m[1]) for name in names if (m := _MANIFEST.fullmatch(name)))
 
+    def newest(self) -> int | None:
+        """The step of the newest checkpoint ``load`` would load (committed, with DCP's metadata), or None: a
+        script that will load one need not initialise its model first."""
+        candidates = [s for s in self.steps() if self.fs.exists(f"{self._path(s)}/{_METADATA}")]
+        return candidates[-1] if candidates else None
+
     def load(self, model: nn.Module, optimizer: Optimizer) -> dict[str, Any] | None:
         """Load the newest committed checkpoint into ``model`` and ``optimizer`` (resharded to this group's
         ranks, whatever the group that saved it); its manifest, or None when there is none. Collective."""
-        candidates = [s for s in self.steps() if self.fs.exists(f"{self._path(s)}/{_METADATA}")]
-        if not candidates:
+        step = self.newest()
+        if step is None:
             return None
-        step = candidates[-1]
         with self.fs.open(f"{self._path(step)}.json") as found:
             manifest: dict[str, Any] = json.load(found)
         model_state, optimizer_state = get_state_dict(model, optimizer)

@@ -13,6 +13,7 @@ from torch.distributed.tensor import DTensor
 
 from torchjob.train import ShardingError, SyncCheck, init, shard_model, shutdown
 from torchjob.train.ddp import checksum
+from torchjob.train.fsdp import build_sharded
 from torchjob.train.sharded_checkpoint import ShardedCheckpointer
 
 parser = argparse.ArgumentParser()
@@ -24,13 +25,21 @@ parser.add_argument("--load", action="store_true", help="load the newest checkpo
 parser.add_argument("--async-save", action="store_true")
 parser.add_argument("--save-at", type=int, default=0, help="also save after this step (before --steps)")
 parser.add_argument("--keep-gathered", action="store_true", help="reshard_after_forward=False")
+parser.add_argument("--from-meta", action="store_true", help="build_sharded: built on meta, filled unit by unit")
 args = parser.parse_args()
 
+
+def build() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(16, 64), nn.ReLU(), nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 1))
+
+
 ctx = init()
-torch.manual_seed(0)
-model = nn.Sequential(nn.Linear(16, 64), nn.ReLU(), nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 1))
 try:
-    model = shard_model(model, ctx, replicas=args.replicas, reshard_after_forward=not args.keep_gathered)
+    if args.from_meta:
+        model = build_sharded(build, ctx, replicas=args.replicas, reshard_after_forward=not args.keep_gathered)
+    else:
+        model = shard_model(build(), ctx, replicas=args.replicas, reshard_after_forward=not args.keep_gathered)
 except ShardingError as err:
     print(f"SHARDING ERROR: {err}", flush=True)
     shutdown(exit_code=4)
