@@ -1,7 +1,9 @@
 """A small GPT-style language model (decoder-only transformer) and the tokens it learns from, generated here.
 
 Sizes: ``100m`` (12 layers, width 768, 16,384 tokens: about 110M parameters, 1.3 GB with Adam's state) is the
-real-size case; ``tiny`` is the same code in a few thousand parameters, for tests. Plain PyTorch.
+real-size case; ``1b`` (18 layers, width 2,048: 0.97B parameters, 15.6 GB with gradients and Adam's state) fits
+one 24 GB machine only sharded over 4 ranks (``train.py``); ``tiny`` is the same code in a few thousand
+parameters, for tests. Plain PyTorch.
 
 The tokens come from a fixed random "language": a first-order Markov chain in which every token has
 ``SUCCESSORS`` likely next tokens. A model that learns it brings its loss from ln(vocabulary) towards
@@ -31,6 +33,8 @@ class Config:
 
 
 SIZES = {
+    # 18 layers, not 19 (1.02B): 4 ranks of 19 on 2 cores ran out of this machine's 24 GB loading a checkpoint.
+    "1b": Config(vocabulary=16_384, width=2_048, layers=18, heads=16, context=256, learning_rate=1.5e-4),
     "100m": Config(vocabulary=16_384, width=768, layers=12, heads=12, context=256, learning_rate=3e-4),
     "small": Config(vocabulary=2_048, width=256, layers=4, heads=4, context=128, learning_rate=1e-3),
     "tiny": Config(vocabulary=256, width=64, layers=2, heads=2, context=32, learning_rate=3e-3),
@@ -69,6 +73,12 @@ class GPT(nn.Module):
         self.norm = nn.LayerNorm(config.width)
         self.head = nn.Linear(config.width, config.vocabulary, bias=False)
 
+    def units(self) -> list[nn.Module]:
+        """What FSDP shards one at a time: the token embedding, each block and the output head. The two vocabulary-
+        sized matrices are units of their own, so that their gathered weights and gradients come and go as a
+        block's do, not held through the whole step as the root's are."""
+        return [self.tokens, *self.blocks, self.head]
+
     def forward(self, tokens: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         """The mean cross-entropy of predicting each next token."""
         positions = torch.arange(tokens.size(1), device=tokens.device)
@@ -80,7 +90,8 @@ class GPT(nn.Module):
 
 
 def parameters(config: Config) -> int:
-    return sum(p.numel() for p in GPT(config).parameters())
+    with torch.device("meta"):  # counted, not allocated
+        return sum(p.numel() for p in GPT(config).parameters())
 
 
 class Language:

@@ -22,7 +22,7 @@ import torch
 from model import GPT, SIZES, Language, floor_loss
 from sharding_flags import add_reshard_flag, reshard_after_forward
 
-from torchjob.train import MetricsLogger, SyncCheck, init, shard_model, shutdown
+from torchjob.train import MetricsLogger, SyncCheck, build_sharded, init, shutdown
 from torchjob.train.sharded_checkpoint import ShardedCheckpointer
 
 
@@ -38,6 +38,12 @@ def parse_args() -> argparse.Namespace:
     output = os.environ.get("TORCHJOB_OUTPUT_DIR", "output")
     p.add_argument("--checkpoint-dir", default=os.path.join(output, "checkpoints"))
     p.add_argument("--checkpoint-every", type=int, default=50)
+    p.add_argument(
+        "--sync-checkpoints",
+        action="store_true",
+        help="training waits for each save; an asynchronous one (the default) first copies the state in memory, "
+        "which the 1b size on 4 ranks of a 24 GB machine has no room for",
+    )
     p.add_argument("--log-interval", type=int, default=10)
     p.add_argument("--output-dir", default=output)
     return p.parse_args()
@@ -47,14 +53,25 @@ def main() -> None:
     args = parse_args()
     ctx = init()
     config = SIZES[args.size]
-    torch.manual_seed(0)  # FSDP2 does not broadcast: every rank builds the same initial weights
-    model = GPT(config)
-    count = sum(p.numel() for p in model.parameters())
-    model = shard_model(
-        model, ctx, replicas=args.replicas, units=list(model.blocks), reshard_after_forward=reshard_after_forward(args)
+
+    def build() -> GPT:
+        torch.manual_seed(0)  # FSDP2 does not broadcast: every rank builds the same initial weights
+        return GPT(config)
+
+    checkpoints = ShardedCheckpointer(args.checkpoint_dir, ctx, keep=2, async_save=not args.sync_checkpoints)
+    # Built on the meta device and filled block by block, each block sharded before the next is filled: no rank
+    # ever holds the whole model (4 ranks of the 1b size would hold 16 GB before sharding). Where a checkpoint will
+    # be loaded into it, it is left unfilled.
+    model = build_sharded(
+        build,
+        ctx,
+        replicas=args.replicas,
+        units=GPT.units,  # type: ignore[arg-type]
+        reshard_after_forward=reshard_after_forward(args),
+        initialise=checkpoints.newest() is None,
     )
+    count = sum(p.numel() for p in model.parameters())  # the DTensors' global sizes
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr or config.learning_rate)
-    checkpoints = ShardedCheckpointer(args.checkpoint_dir, ctx, keep=2, async_save=True)
     language = Language(config)
     ctx.log(
         f"{count / 1e6:.1f}M parameters, sharded over {ctx.world_size} ranks"

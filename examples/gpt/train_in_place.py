@@ -90,7 +90,7 @@ def main() -> None:
             build,
             make_optimizer,
             replicas=args.replicas,
-            units=lambda model: list(model.blocks),  # type: ignore[arg-type]
+            units=GPT.units,  # type: ignore[arg-type]
             copy_every=args.copy_every,
             reshard_after_forward=reshard_after_forward(args),
         )
