@@ -24,6 +24,7 @@ import os
 import sys
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +35,17 @@ BEAT_SECONDS = 1.0
 # then no longer importable as torchjob.autoreport, which stand_down must reach too.
 INJECTED_BOOT = "_torchjob_autoreport_boot"
 _reporter: _AutoReporter | None = None
+
+
+@dataclass(frozen=True)
+class Handover:
+    """What a reporter that has been beating hands to ``torchjob.train.MetricsLogger`` as it stands down: its last
+    report (without when it was written) and its count of steady beats. A process beats on without a gap: one
+    that falls silent until its logger's first step, when a step of the optimizer's had already been counted (a
+    DCP checkpoint's load makes AdamW's state with one), is taken for hung by the peers that still beat."""
+
+    report: dict[str, Any]
+    steady: beats.SteadyBeats
 
 
 class _AutoReporter:
@@ -85,14 +97,23 @@ class _AutoReporter:
         if self.active and self.steps:
             self._beat(exiting=True)
 
-    def _beat(self, exiting: bool = False) -> None:
+    def handover(self) -> Handover | None:
+        """Its last report and steady count, where it has beaten (a step was counted)."""
+        return Handover(self._stepped(), self.steady) if self.steps else None
+
+    def _stepped(self) -> dict[str, Any]:
+        """The steps counted so far, as a report's fields."""
         with self._lock:
             report: dict[str, Any] = {worker_files.REPORT_STEP: self.steps, worker_files.REPORT_TIME: self.step_time}
-            if exiting:
-                report[worker_files.REPORT_EXITING] = True
             if self.seconds_per_step is not None:
                 report[worker_files.REPORT_SECONDS_PER_STEP] = self.seconds_per_step
             report.update(self.gaps.report_fields())
+        return report
+
+    def _beat(self, exiting: bool = False) -> None:
+        report = self._stepped()
+        if exiting:
+            report[worker_files.REPORT_EXITING] = True
         report.update(sections.report_fields())
         report[worker_files.REPORT_ALIVE] = time.time()
         report[worker_files.REPORT_BEATING_FOR] = self.steady.beat()
@@ -142,10 +163,15 @@ def _restart_own() -> None:
     start()
 
 
-def stand_down() -> None:
-    """The script reports through ``torchjob.train`` itself: stop writing its heartbeat."""
+def stand_down() -> Handover | None:
+    """The script reports through ``torchjob.train`` itself: stop writing its heartbeat. Where the reporter has
+    been beating, what the logger beats on with (``Handover``)."""
+    handed = None
     if _reporter is not None:
+        handed = _reporter.handover() if _reporter.active else None
         _reporter.active = False
     injected = getattr(sys.modules.get(INJECTED_BOOT), "stand_down", None)
     if callable(injected):
-        injected()
+        found = injected()  # a Pod's reporter, started from the copy the operator mounts (its own Handover class)
+        handed = handed or (found if isinstance(getattr(found, "report", None), dict) else None)
+    return handed

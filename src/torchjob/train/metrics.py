@@ -12,9 +12,11 @@ Files, in the job's output folder (``TORCHJOB_OUTPUT_DIR``; names from ``torchjo
                                 and what hang detection learns from: the longest step gap and the phase
                                 (``torchjob.sections``) the process is in},
                                 rewritten atomically by a small background thread every ``heartbeat_seconds``
-                                once the first step is done. "time" moves only with the step; "alive" moves
-                                as long as the process runs: of a hung group (every "time" stuck), a rank that
-                                stopped beating (SIGSTOP, a frozen node) is the one the others wait for
+                                once the first step is done (at once, where ``torchjob.autoreport`` was beating
+                                for the process before the logger was made: it beats on from that report).
+                                "time" moves only with the step; "alive" moves as long as the process runs:
+                                of a hung group (every "time" stuck), a rank that stopped beating (SIGSTOP,
+                                a frozen node) is the one the others wait for
 
 On a cluster the same thread also sends each new report to the operator (``torchjob.reporting``).
 ``torchjob metrics NAME`` summarises the JSONL files and can plot them; hang detection reads heartbeats, and
@@ -62,12 +64,17 @@ class MetricsLogger:
         self._latest: dict[str, Any] | None = None
         self._seconds_per_step: float | None = None
         self._gaps = sections.StepGaps()
-        self._steady = beats.SteadyBeats(heartbeat_seconds)
         self._stop = threading.Event()
         self._wake = threading.Event()  # the first step is written at once, not at the writer's next tick
-        autoreport.stand_down()  # this logger reports the process's steps itself
+        # This logger reports the process's steps itself. Where the process's reporter has been beating, this one
+        # beats on from its last report at once (until its own first step), not silent until its first step.
+        handed = autoreport.stand_down()
+        self._handed = handed.report if handed is not None else None
+        self._steady = handed.steady if handed is not None else beats.SteadyBeats(heartbeat_seconds)
         self._writer = threading.Thread(target=self._write_heartbeats, name="torchjob-heartbeat", daemon=True)
         self._writer.start()
+        if handed is not None:
+            self._wake.set()
 
     def step(
         self,
@@ -140,7 +147,7 @@ class MetricsLogger:
         self._flush_heartbeat(exiting=True)  # closed: the process's silence from now on is its own doing
 
     def _flush_heartbeat(self, exiting: bool = False) -> None:
-        latest = self._latest
+        latest = self._latest if self._latest is not None else self._handed
         if latest is None:
             return
         report = {key: value for key, value in latest.items() if value is not None}

@@ -69,9 +69,16 @@ finally:
 
 
 def stand_down():
-    """The script reports through torchjob.train: its MetricsLogger calls this (through autoreport.stand_down)."""
+    """The script reports through torchjob.train: its MetricsLogger calls this (through autoreport.stand_down),
+    and beats on with what this returns, where the reporter has been beating."""
+    handed = None
     if _reporter is not None:
+        try:
+            handed = _reporter.handover() if _reporter.active else None
+        except Exception:
+            handed = None
         _reporter.active = False
+    return handed
 
 
 def restart_in_child():
