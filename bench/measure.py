@@ -30,11 +30,8 @@ def start_launcher(
 ) -> subprocess.Popen[bytes]:
     """Start a launcher (``torchjob run``, ``torchrun``) in a session of its own, its output to ``log`` (else
     discarded): every process in that session is then provably this run's, for ``stop_launcher``."""
-    if log is None:
-        return subprocess.Popen(
-            argv, env=env, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
-        )
-    with log.open("wb") as out:
+    with contextlib.ExitStack() as files:
+        out = files.enter_context(log.open("wb")) if log is not None else subprocess.DEVNULL
         return subprocess.Popen(argv, env=env, cwd=cwd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
 
 
