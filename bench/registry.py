@@ -84,10 +84,10 @@ BENCHMARKS = (
         "state",
         3,
         None,
-        ("torchft",),
-        30,
+        ("torchft", "torchrun"),
+        75,
         "a sharded 110M-parameter model: its DCP checkpoint, sync against async; a rank SIGKILLed, in place against "
-        "torchft",
+        "torchft; a 1B-parameter one: what fits (a group restart from DCP against torchrun's) and what does not",
     ),
     Benchmark(
         "state-restart",

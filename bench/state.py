@@ -9,7 +9,11 @@ committed in the background), each the slowest rank's time. Target: blocked ≤ 
 Then a rank of the same model SIGKILLed, repaired in place from its HSDP replica's memory, under plain FSDP from
 the copy its neighbour keeps, and unsharded under DDP from every survivor at once, beside torchft 0.2.0 on the same
 model (``bench/state_repair.py``), trial by trial. Each also reads the largest rank's peak memory, beside the plain
-example's (no copies). Not yet here (#51): the ~1B case. ``python -m bench --only state``.
+example's (no copies).
+
+Before them, the ~1B case (``bench/state_large.py``): what fits of it on this machine (a group restart from DCP,
+torchjob's warm one against torchrun's), and what does not (said, with the memory it would need). ``python -m bench
+--only state``.
 """
 
 from __future__ import annotations
@@ -20,31 +24,56 @@ import shutil
 import subprocess
 import tempfile
 from pathlib import Path
+from typing import Any
 
-from bench import state_repair, torchft_runs
+from bench import state_large, state_repair, torchft_runs
 from bench.measure import BIN
 from bench.records import Run
 
 SCRIPT = Path(__file__).resolve().parent / "scripts" / "sharded_save.py"
+FLOOR = Path(__file__).resolve().parent / "scripts" / "send_floor.py"
 SIZE, RANKS = "100m", 4
 
 
 def record(run: Run, trials: int) -> None:
-    work = Path(tempfile.mkdtemp(prefix="bench-state-"))
-    try:
-        argv = [str(BIN / "torchrun"), "--standalone", "--nproc-per-node", str(RANKS), str(SCRIPT), SIZE, str(trials)]
-        env = {**os.environ, "BENCH_OUT": str(work), "OMP_NUM_THREADS": "1"}
-        done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=1800)
-        if done.returncode != 0:
-            raise RuntimeError(f"the sharded saves failed: {done.stderr[-2000:]}")
-        saves = [json.loads(line) for line in (work / "saves.jsonl").read_text().splitlines() if line.strip()]
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
+    # The ~1B case first, while this process has imported no torch (torchft's Lighthouse, below, runs in it).
+    state_large.record(run, trials)
+    saves = _payload(SCRIPT, RANKS, [SIZE, str(trials)], "saves.jsonl", "the sharded saves", timeout=1800)
     for case in ("sync", "async blocked", "async committed"):
         run.add(f"{case} save", [s[case] for s in saves])
     run.add("state size", [saves[0]["bytes"] / 1e9], "GB")
     print("  " + "; ".join(f"{k} {v}" for k, v in saves[-1].items()), flush=True)
+    _floors(run, trials)
     _kills(run, trials)
+
+
+def _floors(run: Run, trials: int) -> None:
+    """The floor under each layout's repair: its lost state sent here in one message, rank to rank, over gloo."""
+    lost = {
+        "lost shard floor": state_repair.shard_bytes(),
+        "fsdp lost shard floor": state_repair.shard_bytes(replicas=1),
+        "ddp lost state floor": state_repair.shard_bytes(replicas=state_repair.RANKS),
+    }
+    for case, size in lost.items():
+        sent = _payload(FLOOR, 2, [str(size), str(trials)], "floor.jsonl", "the floor's send", timeout=600)
+        run.add(case, [row["seconds"] for row in sent])
+        print(f"  {case}: {[round(row['seconds'], 3) for row in sent]} for {size / 1e9:.2f} GB", flush=True)
+
+
+def _payload(
+    script: Path, ranks: int, args: list[str], records: str, what: str, timeout: float
+) -> list[dict[str, Any]]:
+    """Run ``script`` on ``ranks`` ranks under torchrun; the JSON lines it wrote to ``$BENCH_OUT/<records>``."""
+    work = Path(tempfile.mkdtemp(prefix="bench-state-"))
+    try:
+        argv = [str(BIN / "torchrun"), "--standalone", "--nproc-per-node", str(ranks), str(script), *args]
+        env = {**os.environ, "BENCH_OUT": str(work), "OMP_NUM_THREADS": "1"}
+        done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=timeout)
+        if done.returncode != 0:
+            raise RuntimeError(f"{what} failed: {done.stderr[-2000:]}")
+        return [json.loads(line) for line in (work / records).read_text().splitlines() if line.strip()]
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
 
 
 def _kills(run: Run, trials: int) -> None:

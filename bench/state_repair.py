@@ -24,7 +24,7 @@ copies, no checkpoints) after as many steps: what the neighbours' copies cost in
 from __future__ import annotations
 
 import contextlib
-import importlib.util
+import functools
 import itertools
 import json
 import os
@@ -35,7 +35,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -66,14 +66,20 @@ class InPlace:
 
 
 def job_file(
-    work: Path, replicas: int, example: str = "job-inplace.yaml", checkpoint_every: int = 0, ddp: bool = False
+    work: Path,
+    replicas: int,
+    example: str = "job-inplace.yaml",
+    checkpoint_every: int = 0,
+    extra: Sequence[str] = (),
+    size: str = SIZE,
 ) -> Path:
     """The example's scripts copied into ``work`` and its job file for this benchmark's model, batch and ranks
-    (``checkpoint_every`` 0: no checkpoints, where they are not what is measured; ``ddp``: not sharded)."""
+    (``checkpoint_every`` 0: no checkpoints, where they are not what is measured; ``extra``: more of the script's
+    arguments, ``--ddp`` for no sharding)."""
     for script in EXAMPLE.glob("*.py"):
         shutil.copy(script, work / script.name)
     job = yaml.safe_load((EXAMPLE / example).read_text())
-    args = example_args(replicas, checkpoint_every) + (["--ddp"] if ddp else [])
+    args = example_args(replicas, checkpoint_every, size) + list(extra)
     for spec in job["spec"]["pytorchReplicaSpecs"].values():
         spec["template"]["spec"]["containers"][0]["args"] = args
     job["spec"]["pytorchReplicaSpecs"]["Worker"]["replicas"] = RANKS - 1
@@ -82,9 +88,10 @@ def job_file(
     return path
 
 
-def example_args(replicas: int, checkpoint_every: int = 0) -> list[str]:
-    """The example script's arguments: this benchmark's model, batch and layout, training until stopped."""
-    args = ["--size", SIZE, "--steps", "1000", "--replicas", str(replicas), "--batch-size", str(BATCH)]
+def example_args(replicas: int, checkpoint_every: int = 0, size: str = SIZE) -> list[str]:
+    """The example script's arguments: this benchmark's model (``size``), batch and layout, training until
+    stopped."""
+    args = ["--size", size, "--steps", "1000", "--replicas", str(replicas), "--batch-size", str(BATCH)]
     return [*args, "--length", str(LENGTH), "--checkpoint-every", str(checkpoint_every)]
 
 
@@ -103,7 +110,7 @@ def trainers(job: Path, script: str) -> dict[str, psutil.Process]:
     return found
 
 
-def _peak_mb(trainers: Iterable[psutil.Process]) -> float | None:
+def peak_mb(trainers: Iterable[psutil.Process]) -> float | None:
     """The largest peak RSS among ``trainers``, in MB."""
     peaks = []
     for trainer in trainers:
@@ -132,12 +139,18 @@ class JobRun:
 
 @contextlib.contextmanager
 def running(
-    replicas: int, example: str = "job-inplace.yaml", checkpoint_every: int = 0, ddp: bool = False
+    replicas: int,
+    example: str = "job-inplace.yaml",
+    checkpoint_every: int = 0,
+    extra: Sequence[str] = (),
+    size: str = SIZE,
+    env: Mapping[str, str] | None = None,
 ) -> Iterator[JobRun]:
-    """Run the example; after, stop it (SIGINT) if it still runs, keep its last error line, remove its folder."""
+    """Run the example (``env``: more of its environment, which its replicas inherit); after, stop it (SIGINT) if
+    it still runs, keep its last error line, remove its folder."""
     work = Path(tempfile.mkdtemp(prefix="bench-state-"))
-    env = {**os.environ, "TORCHJOB_HOME": str(work / "home"), "OMP_NUM_THREADS": "1"}
-    command = [str(BIN / "torchjob"), "run", str(job_file(work, replicas, example, checkpoint_every, ddp))]
+    env = {**os.environ, **(env or {}), "TORCHJOB_HOME": str(work / "home"), "OMP_NUM_THREADS": "1"}
+    command = [str(BIN / "torchjob"), "run", str(job_file(work, replicas, example, checkpoint_every, extra, size))]
     try:
         with (work / "launcher.log").open("wb") as log:
             run = JobRun(work, subprocess.Popen(command, env=env, cwd=work, stdout=log, stderr=log))
@@ -159,13 +172,13 @@ def plain_fsdp_peak() -> float | None:
         job = run.work / "home" / "jobs" / "gpt"
         for _ in run.ticks():
             if len(jsonl(job / "output" / "metrics" / f"rank-{RANKS - 1}.jsonl")) >= STEPS_BEFORE:
-                return _peak_mb(trainers(job, "train.py").values())
+                return peak_mb(trainers(job, "train.py").values())
     return None
 
 
 def in_place_trial(replicas: int = REPLICAS, ddp: bool = False) -> InPlace:
     outcome = InPlace()
-    with running(replicas, ddp=ddp) as run:
+    with running(replicas, extra=["--ddp"] if ddp else []) as run:
         job = run.work / "home" / "jobs" / "gpt-inplace"
         output = job / "output"
         sent_at = None
@@ -175,7 +188,7 @@ def in_place_trial(replicas: int = REPLICAS, ddp: bool = False) -> InPlace:
                 if len(stepped) >= STEPS_BEFORE and (output / "inplace" / "spare-0.json").exists():
                     found = trainers(job, "train_in_place.py")
                     if VICTIM in found:
-                        outcome.peak_mb = _peak_mb(found.values())
+                        outcome.peak_mb = peak_mb(found.values())
                         sent_at = time.time()
                         found[VICTIM].send_signal(signal.SIGKILL)
             elif (repairs := jsonl(output / "repairs.jsonl")) or time.time() - sent_at > 300:
@@ -195,12 +208,19 @@ def in_place_trial(replicas: int = REPLICAS, ddp: bool = False) -> InPlace:
     return outcome
 
 
-def shard_bytes(replicas: int = REPLICAS) -> float:
+def shard_bytes(replicas: int = REPLICAS, size: str = SIZE) -> float:
     """The bytes of one rank's shard of the weights and AdamW's two moments (fp32), the lost state sent."""
-    # By its path, under a name of its own: the MNIST example's model module is also called "model".
-    spec = importlib.util.spec_from_file_location("gpt_example_model", EXAMPLE / "model.py")
-    assert spec is not None and spec.loader is not None
-    model = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = model  # its dataclasses look themselves up there
-    spec.loader.exec_module(model)
-    return float(model.parameters(model.SIZES[SIZE]) * 4 * 3 / (RANKS // replicas))
+    return parameters(size) * 4 * 3 / (RANKS // replicas)
+
+
+@functools.cache
+def parameters(size: str = SIZE) -> int:
+    """The GPT example's number of parameters at ``size``, counted in a child process: the benchmark's own process
+    imports no torch (700 MB that the 1b size's ranks have no room for beside them)."""
+    count = (
+        "import sys; sys.path.insert(0, sys.argv[1]); import model; print(model.parameters(model.SIZES[sys.argv[2]]))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", count, str(EXAMPLE), size], capture_output=True, text=True, check=True, timeout=120
+    )
+    return int(done.stdout.strip())

@@ -844,6 +844,36 @@ REPAIR_WIDTH = Table(
     judged=False,
 )
 
+WHAT = {"": "shard", "fsdp ": "shard", "ddp ": "state"}  # what each layout's joiner receives
+
+
+def beyond_a_step(prefix: str) -> Figure:
+    """A layout's kill → first step in place, less its steady step: the repair's cost beyond redoing the step."""
+    return lambda cases: cases[f"{prefix}in place first step"].value - cases[f"{prefix}in place steady step"].value
+
+
+def floor(prefix: str) -> Figure:
+    return lambda cases: cases[f"{prefix}lost {WHAT[prefix]} floor"].value
+
+
+def floor_row(layout: str, prefix: str) -> Row:
+    """#51's in-place target for one layout: the repair's cost beyond a step ≤ its lost state's floor + 0.5 s."""
+    beyond, lost = beyond_a_step(prefix), floor(prefix)
+    return Row(
+        f"the same kill {layout} → the repaired group's first step, beyond one steady step, against the floor: its "
+        "lost state sent here rank to rank in one message (gloo, loopback)",
+        "state",
+        f"**{{beyond:.2f s}}** ({{{prefix}in place first step:.2f s}} less a steady step of "
+        f"{{{prefix}in place steady step:.2f s}}; whole again with the state at {{{prefix}in place state held:.2f s}})",
+        f"floor {{floor:.2f s}} for the {{{prefix}lost {WHAT[prefix]}:.2f}} GB",
+        "≤ floor + 0.5 s",
+        lambda cases: beyond(cases) <= lost(cases) + 0.5,
+        derived={"beyond": beyond, "floor": lost},
+        also=(f"{prefix}lost {WHAT[prefix]} floor",),
+        ratio=lambda cases: beyond(cases) / (lost(cases) + 0.5),
+    )
+
+
 STATE = Table(
     "state",
     "Real-size state: a sharded model's checkpoint (4 ranks on 2 cores)",
@@ -896,6 +926,9 @@ STATE = Table(
             lambda cases: over("ddp in place state held", "torchft replacement")(cases) <= 0.1,
             ratio=over("ddp in place state held", "torchft replacement"),
         ),
+        floor_row("(HSDP)", ""),
+        floor_row("under plain FSDP", "fsdp "),
+        floor_row("under DDP", "ddp "),
         Row(
             "the same kill → the survivors' next step without it",
             "state",
@@ -976,6 +1009,56 @@ STATE_RESTART = Table(
     ratios=True,
 )
 
+STATE_LARGE = Table(
+    "state-1b",
+    "Real-size state at ~1B parameters: what fits on this 24 GB machine (4 ranks on 2 cores)",
+    (
+        Row(
+            "a rank of the GPT example's 1b size SIGKILLed (plain FSDP over 4 ranks, right after the synchronous DCP "
+            "checkpoint of step 2) → the whole group's first step after it, resumed from the checkpoint",
+            "state",
+            "**{1b warm restart first step:.0f} s** warm group restart, {1b parameters:.2f}B parameters "
+            "({1b warm restart outcome.text})",
+            "torchrun `--max-restarts 1`: {1b torchrun restart first step:.0f} s ({1b torchrun restart outcome.text})",
+            ratio=over("1b warm restart first step", "1b torchrun restart first step"),
+        ),
+        Row(
+            "a step of the same model, steady (1 × 32 tokens per rank)",
+            "state",
+            "**{1b warm restart steady step:.0f} s** under `torchjob run`",
+            "{1b torchrun restart steady step:.0f} s under torchrun, the same script",
+            ratio=over("1b warm restart steady step", "1b torchrun restart steady step"),
+        ),
+        Row(
+            "training blocked by its synchronous DCP checkpoint (weights and AdamW's moments)",
+            "state",
+            "**{1b warm restart sync save:.1f} s** under `torchjob run`, {1b checkpoint size:.1f} GB",
+            "{1b torchrun restart sync save:.1f} s under torchrun",
+            ratio=over("1b warm restart sync save", "1b torchrun restart sync save"),
+        ),
+        Row(
+            "the largest rank's peak memory (RSS high-water mark), before the kill",
+            "state",
+            "**{1b warm restart peak:.0f} MB** under `torchjob run`",
+            "{1b torchrun restart peak:.0f} MB under torchrun",
+            ratio=over("1b warm restart peak", "1b torchrun restart peak"),
+        ),
+        Row(
+            "what does not fit beside it, not measured: the model state each would need (all ranks)",
+            "state",
+            "against this machine's {machine memory:.1f} GB: in place from peers' memory: HSDP (2 replica groups) "
+            "{1b hsdp needs:.0f} GB; plain FSDP with a neighbour's copy of each shard {1b fsdp with copies needs:.0f} "
+            "GB; DDP {1b ddp needs:.0f} GB. An asynchronous save's staged copy: {1b async save needs:.0f} GB",
+            "torchft 0.2.0: a whole copy per replica group, {1b torchft needs:.0f} GB for its fewest (2); plain FSDP, "
+            "measured above: {1b fsdp needs:.1f} GB",
+        ),
+    ),
+    judged=False,
+    ratios=True,
+    notes="A rank's peak is its quarter of the weights, gradients and moments (plain FSDP's figure in the last row), "
+    "its process, gathers and allocator on top; what is said not to fit needs at least a second copy of the state.",
+)
+
 TABLES = (
     FRONT,
     HEADLINE,
@@ -990,6 +1073,7 @@ TABLES = (
     CHECKPOINT,
     STATE,
     STATE_RESTART,
+    STATE_LARGE,
     CLI,
     DASHBOARD,
     SCALE_TABLE,

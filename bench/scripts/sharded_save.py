@@ -25,7 +25,7 @@ ctx = init()
 torch.manual_seed(0)
 config = example.SIZES[size]
 model = example.GPT(config)
-model = shard_model(model, ctx, units=list(model.blocks))
+model = shard_model(model, ctx, units=model.units())  # as the example shards it
 optimizer = torch.optim.AdamW(model.parameters(), lr=config.learning_rate)
 tokens, targets = example.Language(config).batch(1, 1, ctx.rank)
 model(tokens, targets).backward()
