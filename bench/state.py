@@ -11,9 +11,8 @@ the copy its neighbour keeps, and unsharded under DDP from every survivor at onc
 model (``bench/state_repair.py``), trial by trial. Each also reads the largest rank's peak memory, beside the plain
 example's (no copies).
 
-Before them, the ~1B case (``bench/state_large.py``): what fits of it on this machine (a group restart from DCP,
-torchjob's warm one against torchrun's), and what does not (said, with the memory it would need). ``python -m bench
---only state``.
+The ~1B case is a benchmark of its own (``bench/state_large.py``, ``python -m bench --only state-1b``): it
+needs most of this machine's memory for 40 minutes, and nothing here depends on it. ``python -m bench --only state``.
 """
 
 from __future__ import annotations
@@ -26,7 +25,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from bench import state_large, state_repair, torchft_runs
+from bench import state_repair, torchft_runs
 from bench.measure import BIN
 from bench.records import Run
 
@@ -36,8 +35,6 @@ SIZE, RANKS = "100m", 4
 
 
 def record(run: Run, trials: int) -> None:
-    # The ~1B case first, while this process has imported no torch (torchft's Lighthouse, below, runs in it).
-    state_large.record(run, trials)
     saves = _payload(SCRIPT, RANKS, [SIZE, str(trials)], "saves.jsonl", "the sharded saves", timeout=1800)
     for case in ("sync", "async blocked", "async committed"):
         run.add(f"{case} save", [s[case] for s in saves])

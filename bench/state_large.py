@@ -6,7 +6,8 @@ rank's process, gathers and allocator on top. That fits; a second copy of any of
 model ran out of this machine's memory as torchrun restarted them from a checkpoint). The ranks run with
 ``MALLOC_MMAP_THRESHOLD_`` at 1 MB under both launchers: glibc then maps every tensor of a megabyte or more on its
 own and gives it back when it is freed, where by default it keeps freed buffers in its heaps (by hand, one run
-each: 0.8 GB less over the 4 ranks at their peak). The benchmark's own process imports no torch while they run.
+each: 0.8 GB less over the 4 ranks at their peak). The benchmark's own process imports no torch while they run:
+``state-1b`` runs before ``state``, whose torchft Lighthouse imports it. ``python -m bench --only state-1b``.
 
 Measured, torchjob and torchrun alternating trial by trial (``bench/state_restart.py``'s trial at this size): a rank
 SIGKILLed once the synchronous checkpoint of step ``CASE.checkpoint_every`` is committed and rank 0 has trained

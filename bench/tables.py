@@ -1016,7 +1016,7 @@ STATE_LARGE = Table(
         Row(
             "a rank of the GPT example's 1b size SIGKILLed (plain FSDP over 4 ranks, right after the synchronous DCP "
             "checkpoint of step 2) → the whole group's first step after it, resumed from the checkpoint",
-            "state",
+            "state-1b",
             "**{1b warm restart first step:.0f} s** warm group restart, {1b parameters:.2f}B parameters "
             "({1b warm restart outcome.text})",
             "torchrun `--max-restarts 1`: {1b torchrun restart first step:.0f} s ({1b torchrun restart outcome.text})",
@@ -1024,28 +1024,28 @@ STATE_LARGE = Table(
         ),
         Row(
             "a step of the same model, steady (1 × 32 tokens per rank)",
-            "state",
+            "state-1b",
             "**{1b warm restart steady step:.0f} s** under `torchjob run`",
             "{1b torchrun restart steady step:.0f} s under torchrun, the same script",
             ratio=over("1b warm restart steady step", "1b torchrun restart steady step"),
         ),
         Row(
             "training blocked by its synchronous DCP checkpoint (weights and AdamW's moments)",
-            "state",
+            "state-1b",
             "**{1b warm restart sync save:.1f} s** under `torchjob run`, {1b checkpoint size:.1f} GB",
             "{1b torchrun restart sync save:.1f} s under torchrun",
             ratio=over("1b warm restart sync save", "1b torchrun restart sync save"),
         ),
         Row(
             "the largest rank's peak memory (RSS high-water mark), before the kill",
-            "state",
+            "state-1b",
             "**{1b warm restart peak:.0f} MB** under `torchjob run`",
             "{1b torchrun restart peak:.0f} MB under torchrun",
             ratio=over("1b warm restart peak", "1b torchrun restart peak"),
         ),
         Row(
             "what does not fit beside it, not measured: the model state each would need (all ranks)",
-            "state",
+            "state-1b",
             "against this machine's {machine memory:.1f} GB: in place from peers' memory: HSDP (2 replica groups) "
             "{1b hsdp needs:.0f} GB; plain FSDP with a neighbour's copy of each shard {1b fsdp with copies needs:.0f} "
             "GB; DDP {1b ddp needs:.0f} GB. An asynchronous save's staged copy: {1b async save needs:.0f} GB",
