@@ -85,7 +85,7 @@ BENCHMARKS = (
         3,
         None,
         ("torchrun",),
-        40,
+        35,
         "a sharded 0.97B-parameter model: what fits on 24 GB (a group restart from DCP against torchrun's, the "
         "steady step, a sync save, peak memory) and what does not, with its bytes",
     ),
@@ -96,7 +96,7 @@ BENCHMARKS = (
         3,
         None,
         ("torchft", "torchrun"),
-        40,
+        20,
         "a sharded 110M-parameter model: its DCP checkpoint, sync against async; a rank SIGKILLed, in place against "
         "torchft, each layout's repair against its floor",
     ),

@@ -12,7 +12,8 @@ model (``bench/state_repair.py``), trial by trial. Each also reads the largest r
 example's (no copies).
 
 The ~1B case is a benchmark of its own (``bench/state_large.py``, ``python -m bench --only state-1b``): it
-needs most of this machine's memory for 40 minutes, and nothing here depends on it. ``python -m bench --only state``.
+needs most of this machine's memory for over half an hour, and nothing here depends on it.
+``python -m bench --only state``.
 """
 
 from __future__ import annotations
