@@ -59,6 +59,7 @@ def main() -> None:
 
     train_images, train_labels, test_images, test_labels = load(args.data)
     plan = BatchPlan.create(args.scaling, args.batch_size, ctx.world_size, args.lr, scale_lr=args.scale_lr)
+    ctx.log(f"{ctx.world_size} ranks, {ctx.backend} on {ctx.device}")
     ctx.log(plan.describe())
     loader = shard(to_dataset(train_images, train_labels), plan, ctx, seed=args.seed)
     sampler = loader.sampler

@@ -58,6 +58,9 @@ ENV_REPORT_TOKEN_FILE = "TORCHJOB_REPORT_TOKEN_FILE"
 ENV_REPORT_CA = "TORCHJOB_REPORT_CA"
 # Set by torchjob where a replica's scripts report through ``torchjob.autoreport`` without importing torchjob.
 ENV_AUTOREPORT = "TORCHJOB_AUTOREPORT"
+# Set where one machine runs the whole group (torchjob's local backend): how many of its processes share this
+# machine's GPUs, each by its global rank (torchjob.train.devices).
+ENV_MACHINE_PROCESSES = "TORCHJOB_MACHINE_PROCESSES"
 REPORT_AUDIENCE = "torchjob.io/reports"
 # The keys of a progress report (a heartbeat file's content, or the body POSTed to the operator).
 REPORT_STEP = "step"

@@ -24,3 +24,10 @@ def _one_rank() -> DistContext:
 def test_a_module_with_parameters_and_no_reset_parameters_is_refused_by_its_name() -> None:
     with pytest.raises(ShardingError, match=r"module '1' holds parameters of its own but has no reset_parameters\(\)"):
         build_sharded(lambda: nn.Sequential(nn.Linear(4, 4), Scale()), _one_rank())
+
+
+def test_a_sharded_model_on_a_gpu_under_gloo_is_refused_before_any_collective() -> None:
+    # Ranks sharing a GPU train over gloo (torchjob.train.devices); FSDP2 there killed every rank (SIGSEGV).
+    sharing = DistContext(0, 0, 2, torch.device("cuda", 0), "gloo", "torchjob")
+    with pytest.raises(ShardingError, match=r"a sharded model on cuda:0 needs NCCL, and this group has 'gloo'"):
+        build_sharded(lambda: nn.Sequential(nn.Linear(4, 4)), sharing)

@@ -106,6 +106,15 @@ def test_local_process_spec_expands_vars_and_the_contract_wins() -> None:
     assert spec.cwd == "/jobs"
 
 
+def test_locally_every_process_of_the_group_shares_the_machines_gpus_and_a_pod_owns_its_own() -> None:
+    job = make_job("x").master().workers(2).build()
+    addressing = Addressing("127.0.0.1", 40000, "127.0.0.1", 40001)
+    spec = process_spec(job, W0, 0, addressing, "/jobs", "/out", "/venv/bin", "/usr/bin")
+    assert spec.env["TORCHJOB_MACHINE_PROCESSES"] == "3"  # torchjob.train.devices: ranks share the GPUs by rank
+    pod_env = {e["name"] for e in pod_manifest(job, W0, 0)["spec"]["containers"][0]["env"]}
+    assert "TORCHJOB_MACHINE_PROCESSES" not in pod_env  # a Pod's GPUs are its own: LOCAL_RANK decides there
+
+
 def _threads(job_builder: JobBuilder, resources: dict[str, Any] | None = None) -> tuple[str, str]:
     """OMP_NUM_THREADS as a Worker's Pod on a cluster and its process locally get it."""
     wire = job_builder.wire()

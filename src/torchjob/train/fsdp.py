@@ -8,9 +8,10 @@ shard still lives in R − 1 other groups). Each of the model's units (by defaul
 holds parameters: a transformer's blocks, if its root holds them in a ``ModuleList``, are named by ``units``) is
 sharded on its own, so that only one unit's full weights exist at a time, then the root.
 
-Works on gloo (CPU) and NCCL (GPU) alike; DDP (``torchjob.train.wrap``) stays the default for models that fit.
-The optimizer is built from the sharded model's parameters, after ``shard_model``. Data is split over every rank
-as with DDP (``BatchPlan``): each rank trains on its own samples.
+Works on gloo (CPU) and NCCL (GPU) alike, not on gloo with the model on a GPU (``check_device``); DDP
+(``torchjob.train.wrap``) stays the default for models that fit. The optimizer is built from the sharded model's
+parameters, after ``shard_model``. Data is split over every rank as with DDP (``BatchPlan``): each rank trains on
+its own samples.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ def mesh_for(ctx: DistContext, replicas: int = 1) -> DeviceMesh:
     ``replicas``) (``replicate``, ``shard``) for HSDP."""
     world = ctx.world_size
     check_layout(world, replicas)
+    check_device(ctx)
     if replicas == 1:
         return init_device_mesh(ctx.device.type, (world,), mesh_dim_names=(SHARD,))
     return init_device_mesh(ctx.device.type, (replicas, world // replicas), mesh_dim_names=(REPLICATE, SHARD))
@@ -47,6 +49,17 @@ def check_layout(world: int, replicas: int) -> None:
     if replicas < 1 or world % replicas:
         raise ShardingError(
             f"replicas={replicas}: HSDP needs a number of replica groups that divides the world size ({world})"
+        )
+
+
+def check_device(ctx: DistContext) -> None:
+    """Refuse a sharded model on a GPU under a group without NCCL (``ShardingError``): there gloo carries FSDP2's
+    reduce-scatters of CUDA tensors, and every rank died of it (SIGSEGV in the first backward; torch 2.11, two
+    ranks sharing one H200). DDP over such a group trains (its all-reduce takes CUDA tensors)."""
+    if ctx.device.type == "cuda" and "nccl" not in ctx.backend:
+        raise ShardingError(
+            f"a sharded model on {ctx.device} needs NCCL, and this group has {ctx.backend!r} (more processes than "
+            "GPUs on this machine?): give each rank a GPU of its own, or shard on the CPU (CUDA_VISIBLE_DEVICES=)"
         )
 
 

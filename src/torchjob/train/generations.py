@@ -171,7 +171,7 @@ def leave_group(backend: str, rank: int, broken: bool) -> None:
     its own references first (the DDP reducer, a sharded model's mesh)."""
     held = [dist.distributed_c10d._get_default_group()]
     abort = getattr(dist.distributed_c10d, "_abort_process_group", None)
-    if broken and backend == "nccl" and abort is not None:
+    if broken and "nccl" in backend and abort is not None:
         abort()  # NCCL: a collective teardown with a dead peer can hang; abort the communicators instead
     else:
         dist.destroy_process_group()

@@ -16,13 +16,15 @@ from torch.distributed.elastic.multiprocessing.errors import ErrorHandler
 from torchjob import worker_files
 from torchjob.train import generations, local_ranks
 from torchjob.train.context import DistContext
+from torchjob.train.devices import plan_device
 from torchjob.train.env import LaunchInfo, detect_launch
 
 
 def init(backend: str | None = None, timeout_seconds: float = 1800.0) -> DistContext:
     """Join the process group described by the environment (see ``torchjob.train.env``).
 
-    ``backend`` defaults to nccl when this process has a CUDA device for its local rank, else gloo. A
+    ``backend`` defaults to nccl where each process on this machine has a GPU of its own, to gloo over the shared
+    GPUs where they are fewer, and to gloo on the CPU without one (``torchjob.train.devices``). A
     single process still gets a (one-member) process group, so the same script runs everywhere. A replica of
     several processes that nothing else started (``nprocPerNode`` with the script run directly) starts the
     others here, before CUDA is touched (``local_ranks``).
@@ -34,10 +36,11 @@ def init(backend: str | None = None, timeout_seconds: float = 1800.0) -> DistCon
         return generations.wait_as_spare(chosen, torch.device("cpu"), timedelta(seconds=timeout_seconds))
     info: LaunchInfo = detect_launch(os.environ)
     _record_uncaught_exceptions()
-    cuda = torch.cuda.is_available() and torch.cuda.device_count() > info.local_rank
-    chosen = backend or ("nccl" if cuda else "gloo")
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    plan = plan_device(info, gpus, os.environ, backend)
+    chosen = plan.backend
     _require_backend(chosen)
-    device = torch.device("cuda", info.local_rank) if cuda and chosen == "nccl" else torch.device("cpu")
+    device = torch.device("cpu") if plan.cuda_index is None else torch.device("cuda", plan.cuda_index)
     if device.type == "cuda":
         torch.cuda.set_device(device)
     if not dist.is_initialized() and os.environ.get(worker_files.ENV_STORE) and info.launcher == "torchjob":

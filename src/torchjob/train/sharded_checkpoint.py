@@ -43,7 +43,6 @@ import torch.distributed as dist
 from torch import nn
 from torch.distributed._state_dict_utils import CompanionMismatch, _copy_state_dict, _create_cpu_state_dict
 from torch.distributed.checkpoint.filesystem import FileSystemReader, FileSystemWriter
-from torch.distributed.checkpoint.fsspec_filesystem import FsspecReader, FsspecWriter
 from torch.distributed.checkpoint.planner import SavePlan
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 from torch.distributed.checkpoint.state_dict_loader import load as dcp_load
@@ -51,6 +50,11 @@ from torch.distributed.checkpoint.state_dict_saver import async_save as dcp_asyn
 from torch.distributed.checkpoint.state_dict_saver import save as dcp_save
 from torch.distributed.checkpoint.storage import StorageReader
 from torch.optim import Optimizer
+
+try:
+    from torch.distributed.checkpoint.fsspec_filesystem import FsspecReader, FsspecWriter
+except ImportError:  # torch before the module went public keeps the same classes under the private name
+    from torch.distributed.checkpoint._fsspec_filesystem import FsspecReader, FsspecWriter  # type: ignore[no-redef,unused-ignore]
 
 from torchjob.sections import section
 from torchjob.train import peers

@@ -35,6 +35,7 @@ def build() -> nn.Module:
 
 
 ctx = init()
+print(f"RANK {ctx.rank} TRAINS WITH {ctx.backend} ON {ctx.device}", flush=True)
 try:
     if args.from_meta:
         model = build_sharded(build, ctx, replicas=args.replicas, reshard_after_forward=not args.keep_gathered)
@@ -50,6 +51,7 @@ checkpoints = ShardedCheckpointer(args.ckpt, ctx, keep=2, async_save=args.async_
 def step(number: int) -> None:
     generator = torch.Generator().manual_seed(number)
     x, y = torch.randn(32, 16, generator=generator), torch.randn(32, 1, generator=generator)
+    x, y = x.to(ctx.device), y.to(ctx.device)
     optimizer.zero_grad()
     loss = nn.functional.mse_loss(model(x), y)
     if number == 1 and ctx.is_main:  # between the forward and the backward: a resharded weight is a DTensor again

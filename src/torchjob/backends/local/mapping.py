@@ -30,7 +30,7 @@ from torchjob.core.envs import (
     replica_env,
     threads_per_process,
 )
-from torchjob.core.replicas import ReplicaId, replica_slots
+from torchjob.core.replicas import ReplicaId, replica_slots, total_replicas
 
 ENV_OUTPUT_DIR = worker_files.ENV_OUTPUT_DIR
 # torchelastic's error-file protocol: a script decorated with @record (or using torchjob.train) writes its
@@ -213,6 +213,7 @@ def process_spec(
     if error_file:
         env[ENV_ERROR_FILE] = error_file
     env.setdefault(ENV_THREADS, threads_per_process(job, container))
+    env[worker_files.ENV_MACHINE_PROCESSES] = str(machine_processes(job))
     env["PATH"] = python_dir + (":" + inherited_path if inherited_path else "")
     if job.annotation(extensions.AUTO_REPORT) != "false":
         # Scripts that never import torchjob report their steps and beat too (torchjob/autoreport.py).
@@ -223,6 +224,16 @@ def process_spec(
     working_dir = container.get("workingDir")
     cwd = str(Path(job_file_dir, working_dir)) if working_dir else job_file_dir
     return ProcessSpec(replica=str(replica), argv=argv, env=env, cwd=cwd)
+
+
+def machine_processes(job: PyTorchJob) -> int:
+    """How many of the group's processes this one machine may run at once (an elastic group's most): they share its
+    GPUs, each by its rank (``torchjob.train.devices``), where on Kubernetes each Pod is given GPUs of its own."""
+    elastic = job.spec.elastic_policy
+    replicas = total_replicas(job)
+    if elastic is not None and elastic.max_replicas:
+        replicas = max(replicas, elastic.max_replicas)
+    return replicas * processes_per_replica(job)
 
 
 def _expand(text: str, env: dict[str, str]) -> str:
