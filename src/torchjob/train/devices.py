@@ -17,7 +17,6 @@ from dataclasses import dataclass
 from torchjob import worker_files
 from torchjob.train.env import LaunchInfo
 
-
 # NCCL for CUDA tensors and gloo beside it for the CPU tensors a library's own collectives use (a checkpoint's step
 # compared across ranks, a checksum): NCCL alone refuses a CPU tensor.
 WITH_NCCL = "cpu:gloo,cuda:nccl"
