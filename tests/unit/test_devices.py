@@ -39,6 +39,7 @@ def test_the_local_backend_runs_the_whole_group_on_one_machine_so_ranks_share_it
 def test_a_named_backend_is_kept_gloo_on_the_cpu_and_nccl_refused_where_gpus_are_shared() -> None:
     env = {"TORCHJOB_MACHINE_PROCESSES": "3"}
     assert plan_device(_info(1, 3), 1, env, backend="gloo").describe() == "gloo on cpu"
-    assert plan_device(_info(0, 1), 1, {}, backend="nccl").describe() == "nccl on cuda:0"
+    assert plan_device(_info(0, 1), 1, {}, backend="nccl").describe() == f"{WITH_NCCL} on cuda:0"  # CPU tensors too
+    assert plan_device(_info(0, 1), 1, {}, backend="cuda:nccl").describe() == "cuda:nccl on cuda:0"
     with pytest.raises(GpuShareError, match=r"backend 'nccl': 3 processes share this machine's 1 GPU\(s\)"):
         plan_device(_info(1, 3), 1, env, backend="nccl")

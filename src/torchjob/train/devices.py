@@ -55,4 +55,6 @@ def plan_device(info: LaunchInfo, gpus: int, env: Mapping[str, str], backend: st
             f"backend {backend!r}: {processes} processes share this machine's {gpus} GPU(s) and NCCL takes a GPU "
             "a rank; leave the backend unset (gloo over the shared GPUs), or give each process a GPU of its own"
         )
-    return DevicePlan(backend, slot % gpus)
+    # A bare "nccl" gets gloo beside it too: the library's own collectives (SyncCheck, a checkpoint's step) use CPU
+    # tensors, which NCCL alone refuses.
+    return DevicePlan(WITH_NCCL if backend == "nccl" else backend, slot % gpus)
