@@ -113,6 +113,9 @@ def test_locally_every_process_of_the_group_shares_the_machines_gpus_and_a_pod_o
     assert spec.env["TORCHJOB_MACHINE_PROCESSES"] == "3"  # torchjob.train.devices: ranks share the GPUs by rank
     pod_env = {e["name"] for e in pod_manifest(job, W0, 0)["spec"]["containers"][0]["env"]}
     assert "TORCHJOB_MACHINE_PROCESSES" not in pod_env  # a Pod's GPUs are its own: LOCAL_RANK decides there
+    elastic = make_job("e").workers(2).elastic(minReplicas=1, maxReplicas=5).build()
+    grown = process_spec(elastic, W0, 0, addressing, "/jobs", "/out", "/venv/bin", "/usr/bin")
+    assert grown.env["TORCHJOB_MACHINE_PROCESSES"] == "5"  # as many as the group may grow to, ranks given later
 
 
 def _threads(job_builder: JobBuilder, resources: dict[str, Any] | None = None) -> tuple[str, str]:
