@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.cli import run_cli
 from tests.train.conftest import spawn_ranks
 
 torch = pytest.importorskip("torch")
@@ -71,21 +72,10 @@ def test_fsdp2_over_ranks_sharing_the_gpu_is_refused_and_their_cpu_checkpoint_lo
     assert [float(v) for v in resumed.split()] == pytest.approx([float(v) for v in went_on.split()], rel=1e-3)
 
 
-def _torchjob_run(job: Path, home: Path) -> tuple[int, str]:
-    done = subprocess.run(
-        [sys.executable, "-c", "from torchjob.cli.main import entry; entry()", "run", str(job)],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env={**os.environ, "TORCHJOB_HOME": str(home)},
-        check=False,
-    )
-    return done.returncode, done.stdout + done.stderr
-
-
 def test_the_mnist_example_trains_on_the_gpu_its_three_replicas_sharing_it(tmp_path: Path) -> None:
-    code, said = _torchjob_run(ROOT / "examples/mnist/job.yaml", tmp_path / "home")
-    assert code == 0, said[-4000:]
+    done = run_cli("run", str(ROOT / "examples/mnist/job.yaml"), home=tmp_path / "home", timeout=600)
+    said = done.stdout + done.stderr
+    assert done.returncode == 0, said[-4000:]
     accuracy = re.search(r"test accuracy=(\S+)", said)
     assert accuracy is not None and float(accuracy[1]) > 0.9, said[-4000:]
     assert "gloo on cuda:0" in said, said[-4000:]

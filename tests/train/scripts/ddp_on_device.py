@@ -11,7 +11,6 @@ from torchjob.train.ddp import checksum
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--ckpt", required=True)
-parser.add_argument("--async-save", action="store_true")
 args = parser.parse_args()
 
 ctx = init()
@@ -20,7 +19,7 @@ torch.manual_seed(0)
 model = wrap(nn.Sequential(nn.Linear(16, 64), nn.ReLU(), nn.Linear(64, 1)), ctx)
 optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
 sync = SyncCheck(model, ctx)
-checkpoints = Checkpointer(args.ckpt, ctx, keep=2, async_save=args.async_save)
+checkpoints = Checkpointer(args.ckpt, ctx, keep=2)
 
 
 def step(number: int) -> None:
