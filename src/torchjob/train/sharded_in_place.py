@@ -31,7 +31,7 @@ from torch import nn
 from torch.distributed.tensor import DTensor
 
 from torchjob import worker_files
-from torchjob.train import fsdp, shard_copies, state_transfer
+from torchjob.train import fsdp, generations, shard_copies, state_transfer
 from torchjob.train.context import DistContext
 from torchjob.train.group_state import Restored
 from torchjob.train.kept_shard import (
@@ -80,7 +80,8 @@ class ShardedState:
         self._sharded: dict[str, nn.Parameter] = {}  # the model's sharded parameters, by name
         self._world = 0  # the number of ranks the model is sharded over
         self._kept: KeptShard | None = None
-        if not ctx.joined:  # a joiner builds its model when it joins (restore)
+        if not ctx.joined:  # a joiner builds its model when it joins (restore), and froze its heap as a spare
+            generations.freeze_heap()
             self._model = self._shard(build(), fsdp.mesh_for(ctx, replicas))
             self._optimizer = make_optimizer(self._model)
 
@@ -139,34 +140,40 @@ class ShardedState:
         else:
             step, senders, reporter, kept = self._from_copies(ctx, step if has_state else -1, kept)
         mesh = fsdp.mesh_for(ctx, self.replicas)
-        # build() may seed torch's generator: the survivors' random state must go on as if nothing happened.
-        devices = [ctx.device.index] if ctx.device.type == "cuda" else []
-        with torch.random.fork_rng(devices=devices), torch.device("meta"):
-            built = self._build()
-        model = self._shard(built, mesh)
-        model.to_empty(device=ctx.device)
-        new_buffers = dict(model.named_buffers())
-        if has_state:
-            assert kept is not None
-            with torch.no_grad():
-                for name, param in self._sharded.items():
-                    local(param).copy_(kept.params[name])
-                for name, buffer in new_buffers.items():
-                    buffer.copy_(kept.buffers[name])
-        else:
-            params = {name: local(param) for name, param in self._sharded.items()}
-            kept = state_transfer.receive(senders[ctx.rank], ctx.device, params, new_buffers, what="shard")
-        if self.copies is None:
-            state_transfer.send(ctx.rank, senders, kept)
-        else:
-            if any(ctx.rank in holders for holders in senders.values()):
-                state_transfer.send(ctx.rank, senders, self.copies.copy_of(step))
+        # A holder sends what it holds while it builds its new model (nothing of it is needed to send), so that
+        # only the joiner's build comes before the bytes: its own model's tensors are what it receives into.
+        outgoing = kept if self.copies is None else self.copies.copy_for(ctx.rank, senders, step)
+        with state_transfer.sending(ctx.rank, senders, outgoing):
+            model = self._built(ctx, mesh)
+            new_buffers = dict(model.named_buffers())
+            if has_state:
+                assert kept is not None
+                with torch.no_grad():
+                    for name, param in self._sharded.items():
+                        local(param).copy_(kept.params[name])
+                    for name, buffer in new_buffers.items():
+                        buffer.copy_(kept.buffers[name])
+            else:
+                params = {name: local(param) for name, param in self._sharded.items()}
+                kept = state_transfer.receive(senders[ctx.rank], ctx.device, params, new_buffers, what="shard")
+        if self.copies is not None:
             self.copies.reset()
         if self._optimizer is None:
             self._optimizer = self._make_optimizer(model)
         _attach(self._optimizer, self._sharded, kept)
         self._model, self._kept = model, None
         return Restored(model, reporter, step, state_transfer.said(senders, "shard", copies=self.copies is not None))
+
+    def _built(self, ctx: DistContext, mesh: Any) -> nn.Module:
+        """``build()`` on the meta device, sharded over ``mesh``, given (uninitialised) memory on this rank's
+        device. build() may seed torch's generator: the survivors' random state must go on as if nothing
+        happened."""
+        devices = [ctx.device.index] if ctx.device.type == "cuda" else []
+        with torch.random.fork_rng(devices=devices), torch.device("meta"):
+            built = self._build()
+        model = self._shard(built, mesh)
+        model.to_empty(device=ctx.device)
+        return model
 
     def _from_copies(
         self, ctx: DistContext, live: int, kept: KeptShard | None

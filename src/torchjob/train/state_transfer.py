@@ -6,14 +6,19 @@ state from the members holding the same state: every member under DDP (group_sta
 shard under HSDP (sharded_in_place.py). Each holder sends its part of the tensors, so the joiner receives from
 all of them at once, and nothing is sent to a member that holds its state already.
 
-One tensor in flight to a joiner at a time, as gloo's own collectives keep one per peer: sends queued behind one to
-a peer that died were seen never to end, even once its connections were cut (shard_copies.py). Every holder
-serves the joiners in the same order, so none waits on another.
+A holder has one tensor in flight to a joiner at a time, as gloo's own collectives keep one per peer: sends queued
+behind one to a peer that died were seen never to end, even once its connections were cut (shard_copies.py). A
+joiner posts every receive at once: gloo's sender waits for its receiver to be ready, and a receiver ready for
+one tensor at a time made every send wait a round trip (2-3× the bytes' own time here). Every holder serves the
+joiners in the same order, so none waits on another.
 """
 
 from __future__ import annotations
 
+import contextlib
+import threading
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -45,6 +50,35 @@ def send(rank: int, senders: dict[int, list[int]], kept: KeptShard) -> None:
                 dist.send(tensor.contiguous(), dst=joiner)
 
 
+@contextlib.contextmanager
+def sending(rank: int, senders: dict[int, list[int]], kept: KeptShard | None) -> Iterator[None]:
+    """``send`` in a thread of its own while the caller does what needs no collective of the group (a sharded
+    member builds its new model meanwhile: the sends give up the GIL while they wait on the socket); the sends'
+    error, if any, is raised when the block ends, once they have."""
+    if kept is None or not any(rank in holders for holders in senders.values()):
+        yield
+        return
+    failed: list[BaseException] = []
+    device = next(iter(tensors_of(kept)), torch.empty(0)).device
+
+    def run() -> None:
+        try:
+            if device.type == "cuda":
+                torch.cuda.set_device(device)  # the thread's own current device: NCCL sends on it
+            send(rank, senders, kept)
+        except BaseException as error:  # noqa: BLE001 - raised again in the caller's thread
+            failed.append(error)
+
+    thread = threading.Thread(target=run, name="torchjob-send-state", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        thread.join()
+    if failed:
+        raise failed[0]
+
+
 def receive(
     holders: list[int],
     device: torch.device,
@@ -61,9 +95,9 @@ def receive(
     began = time.monotonic()
     with torch.no_grad():
         tensors = tensors_of(kept)
-        # From every holder at once, one tensor each at a time (the order each of them sends in).
-        for first in range(0, len(tensors), len(holders)):
-            wait_all(*(dist.irecv(t, src=holders[i]) for i, t in enumerate(tensors[first : first + len(holders)])))
+        # Every receive posted at once, each from the holder that sends it (``send``'s share): each holder's
+        # sends find their receiver ready, where one receive at a time made each send wait for it.
+        wait_all(*(dist.irecv(t, src=holders[i % len(holders)]) for i, t in enumerate(tensors)))
     print(
         f"torchjob: rank {dist.get_rank()}: received its {what} ({size_of(tensors) / 1e9:.2f} GB) from "
         f"{ranks(holders)} in {time.monotonic() - began:.2f} s",
