@@ -15,6 +15,7 @@ import gc
 import math
 import os
 import socket
+import sys
 import threading
 import time
 import weakref
@@ -163,11 +164,15 @@ def absorb_first_ddp() -> None:
 
 
 def freeze_heap() -> None:
-    """Collect, then set aside what this process holds now (its imports, dynamo's tables) from every later
-    collection. A sharded model is a reference cycle (FSDP2's hooks hold their modules), so the group a re-form
-    leaves is freed only by a full collection (``leave_group``), which holds the GIL while the member joins the
-    next group: 0.17-0.33 s here with dynamo loaded, against 0.01-0.03 s once the process's older objects are
-    set aside. Called before the first model is built: a model made after it is collected as before."""
+    """Collect, then set aside what this process holds now (its imports) from every later collection. A sharded
+    model is a reference cycle (FSDP2's hooks hold their modules), so the group a re-form leaves is freed only by
+    a full collection (``leave_group``), which holds the GIL while the member joins the next group: 0.17-0.33 s
+    here, against 0.01-0.03 s once the process's older objects are set aside. Called before the first model is
+    built: a model made after it is collected as before. Not once Triton is loaded (torch._dynamo imports it):
+    its bindings (nanobind) list every object of theirs still alive at exit as a leak, and a frozen object is
+    never collected (as launch/preload.py freezes torch's core only)."""
+    if "triton" in sys.modules:
+        return
     gc.collect()
     gc.freeze()
 
@@ -314,11 +319,11 @@ def join_next(
 
 def wait_as_spare(ctx_backend: str, device: torch.device, timeout: timedelta) -> DistContext:
     """Block as a warm spare until the controller gives this process a lost replica's place; then join."""
+    freeze_heap()  # as every member does before its first sharded model (before dynamo: see there): paid while waiting
     absorb_first_ddp()  # also imports torch._dynamo, which the first DDP()/Adam() needs (~4 s): paid while waiting
     with contextlib.suppress(ImportError):
         # MetricsLogger's TensorBoard writer: 0.16 s to import, which the group would wait for after the join.
         import torch.utils.tensorboard  # noqa: F401
-    freeze_heap()  # as every member does before its first sharded model: paid while waiting
     spare = os.environ[worker_files.ENV_SPARE]
     attempt = int(os.environ.get(worker_files.ENV_ATTEMPT, "0"))
     talk = channel.from_env()
