@@ -1,8 +1,8 @@
 """A GPT-style language model trained sharded (FSDP2 over every rank, or HSDP with --replicas), with DCP
 checkpoints: what a model that no longer fits one device looks like under torchjob.
 
-    torchjob run examples/gpt/job.yaml                    # 4 ranks, the ~110M-parameter model
-    torchjob run examples/gpt/job.yaml -- --size tiny     # the same code in seconds
+    torchjob run examples/gpt/job.yaml    # 4 ranks, the ~110M-parameter model (``--size tiny`` in the job
+                                          # file's args: the same code in seconds)
 
 Each rank trains on its own generated sequences (``model.Language``); the loss falls from ln(vocabulary)
 towards ln(4). Checkpoints go to ``--checkpoint-dir`` (a folder, a volume or ``s3://...``) every

@@ -3,10 +3,10 @@ comes back from its replica in another group's memory, not from a checkpoint, an
 Checkpoints (DCP, every ``--checkpoint-every`` steps) are for what memory cannot repair: a shard lost with every
 copy of it restarts the group, which resumes from the newest one.
 
-    torchjob run examples/gpt/job-inplace.yaml                    # 4 ranks (2 replica groups × 2), a spare
-    torchjob run examples/gpt/job-inplace.yaml -- --replicas 1    # plain FSDP over 4: neighbours keep copies
-    torchjob run examples/gpt/job-inplace.yaml -- --ddp           # DDP: the whole model on every rank
-    torchjob run examples/gpt/job-inplace.yaml -- --size tiny     # the same code in seconds
+    torchjob run examples/gpt/job-inplace.yaml    # 4 ranks (2 replica groups × 2), a spare
+
+Added to the job file's ``args``: ``--replicas 1`` for plain FSDP over the 4 (neighbours keep copies), ``--ddp`` for
+DDP (the whole model on every rank), ``--size tiny`` for the same code in seconds.
 
 The loop runs under ``InPlaceTraining.sharded``: when a rank dies, a warm spare takes its rank, receives its
 shard of the weights and of AdamW's state from the survivor holding the same shard (``--replicas 1``: plain FSDP,
