@@ -144,11 +144,6 @@ class NeighbourCopies:
     def holding(self, live: int) -> Holding:
         return Holding(live, self.own_step, self.copy_step, self.received_step)
 
-    def copy_for(self, rank: int, senders: dict[int, list[int]], step: int) -> KeptShard | None:
-        """The copy this rank (``rank``) sends at a re-form, where it keeps a joiner's (``senders``: each
-        joiner's keeper), as of ``step``; None where it keeps none."""
-        return self.copy_of(step) if any(rank in keepers for keepers in senders.values()) else None
-
     def copy_of(self, step: int) -> KeptShard:
         """The left neighbour's shard as of ``step`` (``agree`` chose a step this rank holds it at)."""
         found = self.copy if self.copy_step == step else self._received if self.received_step == step else None

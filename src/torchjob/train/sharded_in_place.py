@@ -142,8 +142,10 @@ class ShardedState:
         mesh = fsdp.mesh_for(ctx, self.replicas)
         # A holder sends what it holds while it builds its new model (nothing of it is needed to send), so that
         # only the joiner's build comes before the bytes: its own model's tensors are what it receives into.
-        outgoing = kept if self.copies is None else self.copies.copy_for(ctx.rank, senders, step)
-        with state_transfer.sending(ctx.rank, senders, outgoing):
+        outgoing = None
+        if state_transfer.sends(ctx.rank, senders):
+            outgoing = kept if self.copies is None else self.copies.copy_of(step)
+        with state_transfer.sending(ctx, senders, outgoing):
             model = self._built(ctx, mesh)
             new_buffers = dict(model.named_buffers())
             if has_state:

@@ -50,22 +50,26 @@ def send(rank: int, senders: dict[int, list[int]], kept: KeptShard) -> None:
                 dist.send(tensor.contiguous(), dst=joiner)
 
 
+def sends(rank: int, senders: dict[int, list[int]]) -> bool:
+    """Whether ``rank`` holds state some joiner receives (``senders``: each joiner's holders)."""
+    return any(rank in holders for holders in senders.values())
+
+
 @contextlib.contextmanager
-def sending(rank: int, senders: dict[int, list[int]], kept: KeptShard | None) -> Iterator[None]:
+def sending(ctx: DistContext, senders: dict[int, list[int]], kept: KeptShard | None) -> Iterator[None]:
     """``send`` in a thread of its own while the caller does what needs no collective of the group (a sharded
     member builds its new model meanwhile: the sends give up the GIL while they wait on the socket); the sends'
-    error, if any, is raised when the block ends, once they have."""
-    if kept is None or not any(rank in holders for holders in senders.values()):
+    error, if any, is raised when the block ends, once they have. Nothing where ``kept`` is None."""
+    if kept is None:
         yield
         return
     failed: list[BaseException] = []
-    device = next(iter(tensors_of(kept)), torch.empty(0)).device
 
     def run() -> None:
         try:
-            if device.type == "cuda":
-                torch.cuda.set_device(device)  # the thread's own current device: NCCL sends on it
-            send(rank, senders, kept)
+            if ctx.device.type == "cuda":
+                torch.cuda.set_device(ctx.device)  # the thread's own current device: NCCL sends on it
+            send(ctx.rank, senders, kept)
         except BaseException as error:  # noqa: BLE001 - raised again in the caller's thread
             failed.append(error)
 
