@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import secrets
 import socket
 import subprocess
@@ -61,6 +62,18 @@ def spawn_ranks(
         said = "\n".join(f"rank {r} (exit {p.returncode}): ...{texts[r][-1500:]}" for r, p in enumerate(procs))
         raise AssertionError(f"ranks {timed_out} of {script} still ran after {timeout:g}s, and were stopped:\n{said}")
     return [subprocess.CompletedProcess(p.args, p.returncode, texts[r], "") for r, p in enumerate(procs)]
+
+
+def run_sharded(
+    world: int, *args: str, env: dict[str, str] | None = None
+) -> tuple[str, str, list[subprocess.CompletedProcess[str]]]:
+    """``world`` ranks of ``scripts/sharded.py``, every one ending with code 0: rank 0's final checksum, the
+    checkpoints' steps it names, and every rank's result."""
+    results = spawn_ranks("sharded.py", world, *args, env=env)
+    assert [r.returncode for r in results] == [0] * world, "\n".join(r.stdout[-3000:] for r in results)
+    found = re.search(r"CHECKSUM (\S+ \S+) steps (\[.*\])", results[0].stdout)
+    assert found is not None, results[0].stdout[-3000:]
+    return found[1], found[2], results
 
 
 def _wait_or_stop(procs: list[subprocess.Popen[str]], timeout: float) -> list[int]:

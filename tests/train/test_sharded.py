@@ -5,10 +5,9 @@ never loaded; asynchronous saves; an object store (a real S3 server)."""
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 
-from tests.train.conftest import spawn_ranks
+from tests.train.conftest import run_sharded, spawn_ranks
 
 
 def _run(world: int, *args: str, env: dict[str, str] | None = None) -> tuple[str, str]:
@@ -17,11 +16,8 @@ def _run(world: int, *args: str, env: dict[str, str] | None = None) -> tuple[str
 
 def _run_saying(world: int, *args: str, env: dict[str, str] | None = None) -> tuple[str, str, str]:
     """The final checksum, the checkpoints' steps, and rank 0's output."""
-    results = spawn_ranks("sharded.py", world, *args, env=env)
-    assert [r.returncode for r in results] == [0] * world, results[0].stdout[-3000:]
-    found = re.search(r"CHECKSUM (\S+ \S+) steps (\[.*\])", results[0].stdout)
-    assert found is not None, results[0].stdout[-3000:]
-    return found[1], found[2], results[0].stdout
+    checksum, steps, results = run_sharded(world, *args, env=env)
+    return checksum, steps, results[0].stdout
 
 
 def test_an_fsdp_checkpoint_of_4_ranks_resumes_on_3_where_the_4_would_have_gone(tmp_path: Path) -> None:
