@@ -17,6 +17,8 @@ import torch.distributed as dist
 from torch import nn
 from torch.distributed.tensor import DTensor
 
+from torchjob.train import shard_chunks
+
 
 @dataclass
 class KeptShard:
@@ -101,11 +103,28 @@ def allocate(layout: KeptShard, device: torch.device) -> KeptShard:
 
 def tensors_of(kept: KeptShard) -> list[torch.Tensor]:
     """Every tensor of a shard, in the order senders send them and receivers receive them."""
-    found = [kept.params[name] for name in sorted(kept.params)]
-    found += [kept.buffers[name] for name in sorted(kept.buffers)]
+    return [place[key] for place, key in _slots(kept)]
+
+
+def allocate_flat(layout: KeptShard, device: torch.device) -> tuple[KeptShard, torch.Tensor]:
+    """``allocate``, every tensor a view of one flat uint8 buffer (returned with it) laid out as
+    ``shard_chunks.layout`` lays out ``tensors_of``'s: what is received into the buffer is received into them."""
+    kept = allocate(layout, torch.device("meta"))
+    slots = _slots(kept)
+    specs = [(place[key].shape, place[key].dtype) for place, key in slots]
+    flat = torch.empty(shard_chunks.layout(specs).total, dtype=torch.uint8, device=device)
+    for (place, key), view in zip(slots, shard_chunks.views(flat, specs), strict=True):
+        place[key] = view
+    return kept, flat
+
+
+def _slots(kept: KeptShard) -> list[tuple[dict[str, Any], str]]:
+    """Where each tensor of a shard is held (its dict and key), in ``tensors_of``'s order."""
+    found: list[tuple[dict[str, Any], str]] = [(kept.params, name) for name in sorted(kept.params)]
+    found += [(kept.buffers, name) for name in sorted(kept.buffers)]
     for name in sorted(kept.optimizer):
         state = kept.optimizer[name]
-        found += [state[key] for key in sorted(state) if isinstance(state[key], torch.Tensor)]
+        found += [(state, key) for key in sorted(state) if isinstance(state[key], torch.Tensor)]
     return found
 
 

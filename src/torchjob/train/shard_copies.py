@@ -11,8 +11,9 @@ each rank keeps its own shard as of the last exchange every rank completed. Afte
 one integer says that every rank received its neighbour's shard; only then is the new copy kept in place of the
 old. At a repair the group agrees on the newest step that every survivor still holds (as it is, or as it kept
 it) and each lost rank's copy is of (``agree``): the step it was at, or the step before, retried. The cost: three
-shards of memory per rank (its neighbour's copy, the one being received, its own), and after every step the
-exchange every member waits for (the shard's bytes over the machine's bandwidth, in bench.state). Copies are kept
+shards of memory per rank (its neighbour's copy, the one being received, its own) and two chunks' staging, and
+after every step the exchange every member waits for: the shard's bytes, sent in a few large chunks
+(shard_chunks.py), and its own shard copied (bench.state). Copies are kept
 on the model's device: CPU memory under gloo (this machine); under NCCL they would take GPU memory, and that path
 has not run on a GPU.
 """
@@ -25,8 +26,17 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
+from torchjob.train import shard_chunks
 from torchjob.train.context import DistContext
-from torchjob.train.kept_shard import KeptShard, allocate, cloned, layout_of, shapes_of, tensors_of, wait_all
+from torchjob.train.kept_shard import (
+    KeptShard,
+    allocate_flat,
+    cloned,
+    layout_of,
+    shapes_of,
+    tensors_of,
+    wait_all,
+)
 
 # What a receiver allocates and keeps from the layout: the tensors' shapes and types, and the optimizer's state that is
 # not a tensor (sent with the layout, so sent again whenever it changes).
@@ -57,7 +67,9 @@ class NeighbourCopies:
     def __init__(self) -> None:
         self.copy: KeptShard | None = None  # rank (r - 1) % S's shard, as of copy_step
         self.copy_step = -1
+        self._copy_flat: torch.Tensor | None = None  # the buffer copy's tensors are views of (shard_chunks.py)
         self._received: KeptShard | None = None  # the next copy, being received; whole as of received_step
+        self._received_flat: torch.Tensor | None = None
         self.received_step = -1
         self.own: KeptShard | None = None  # this rank's shard as of own_step (the last exchange all completed)
         self.own_step = -1
@@ -85,23 +97,31 @@ class NeighbourCopies:
         self.received_step = -1
         self._exchange_layout(ctx, mine, signature, right, left)
         assert self._layout is not None
-        if self._received is None:
-            self._received = allocate(self._layout, ctx.device)
-        into = tensors_of(self._received)
-        # One tensor each way at a time, as gloo's own collectives send: a send queued behind others to a peer
-        # that died mid-exchange was seen to wait forever (no error), where the one in flight fails.
-        for index in range(max(len(into), len(sent))):
-            wait_all(
-                dist.irecv(into[index], src=left) if index < len(into) else None,
-                dist.isend(sent[index].contiguous(), dst=right) if index < len(sent) else None,
+        if self._received is None or self._received_flat is None:
+            self._received, self._received_flat = allocate_flat(self._layout, ctx.device)
+        flat = self._received_flat
+        incoming = shard_chunks.layout_of(tensors_of(self._received)).chunks
+        outgoing = shard_chunks.Outgoing(sent)
+        # In chunks of many tensors (shard_chunks.py), one each way at a time, as gloo's own collectives send: a
+        # send queued behind others to a peer that died mid-exchange was seen to wait forever (no error), where
+        # the one in flight fails. The next chunk is packed while one is in flight.
+        ready = outgoing.chunk(0) if len(outgoing) else None
+        for index in range(max(len(incoming), len(outgoing))):
+            chunk = incoming[index] if index < len(incoming) else None
+            works = (
+                dist.irecv(flat[chunk.start : chunk.stop], src=left) if chunk is not None else None,
+                dist.isend(ready, dst=right) if ready is not None else None,
             )
+            ready = outgoing.chunk(index + 1) if index + 1 < len(outgoing) else None
+            wait_all(*works)
         self.received_step = step
         # Every rank has received its neighbour's shard: only now may any rank let go of the copy before.
         dist.all_reduce(torch.zeros(1, dtype=torch.int64, device=ctx.device))
         self.copy, self._received = self._received, self.copy
+        self._copy_flat, self._received_flat = self._received_flat, self._copy_flat
         self.copy_step, self.received_step = step, -1
         if self._received is not None and shapes_of(self._received) != shapes_of(self._layout):
-            self._received = None  # of an older layout: allocated anew for the next exchange
+            self._received = self._received_flat = None  # of an older layout: allocated anew for the next exchange
         self._keep_own(mine, step)
         self.due = False
 
@@ -121,7 +141,7 @@ class NeighbourCopies:
             if coming:
                 heard: KeptShard = pickle.loads(incoming.numpy().tobytes())
                 if self._received is not None and shapes_of(self._received) != shapes_of(heard):
-                    self._received = None
+                    self._received = self._received_flat = None
                 self._layout = heard
         self._told = signature
         if self._layout is None:
