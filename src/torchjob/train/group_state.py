@@ -15,7 +15,7 @@ import torch
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
-from torchjob.train import state_transfer
+from torchjob.train import ddp, state_transfer
 from torchjob.train.context import DistContext
 from torchjob.train.kept_shard import KeptShard, shard_of
 
@@ -75,7 +75,7 @@ class ReplicatedState:
 
     def wrap(self, ctx: DistContext, init_sync: bool = True) -> nn.Module:
         device_ids = [ctx.device.index] if ctx.device.type == "cuda" else None
-        options = {"init_sync": init_sync, **self.ddp_options}
+        options = {**ddp.DEFAULT_OPTIONS, "init_sync": init_sync, **self.ddp_options}
         return DistributedDataParallel(self._model, device_ids=device_ids, **options)
 
     def after_step(self, ctx: DistContext, step: int) -> None:
