@@ -31,7 +31,10 @@ def test_every_tensor_arrives_as_sent_however_the_chunks_are_cut(chunk_bytes: in
     flat = torch.zeros(placed.total, dtype=torch.uint8)
     received = shard_chunks.views(flat, specs)
     outgoing = shard_chunks.Outgoing(sent, chunk_bytes)
-    assert [c.first for c in placed.chunks][0] == 0 and placed.chunks[-1].end == len(sent)
+    assert [(c.first, c.end) for c in placed.chunks] == [
+        (first.end if first else 0, c.end) for first, c in zip([None, *placed.chunks], placed.chunks, strict=False)
+    ]  # every tensor in one chunk, in order
+    assert placed.chunks[-1].end == len(sent)
     for index, chunk in enumerate(placed.chunks):
         flat[chunk.start : chunk.stop].copy_(outgoing.chunk(index))  # what a receive into the slice does
     for got, want in zip(received, sent, strict=True):

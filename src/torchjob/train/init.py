@@ -14,7 +14,7 @@ import torch.distributed as dist
 from torch.distributed.elastic.multiprocessing.errors import ErrorHandler
 
 from torchjob import worker_files
-from torchjob.train import generations, local_ranks
+from torchjob.train import c_heap, generations, local_ranks
 from torchjob.train.context import DistContext
 from torchjob.train.devices import plan_device
 from torchjob.train.env import LaunchInfo, detect_launch
@@ -30,6 +30,7 @@ def init(backend: str | None = None, timeout_seconds: float = 1800.0) -> DistCon
     others here, before CUDA is touched (``local_ranks``).
     """
     local_ranks.start()
+    c_heap.keep_freed_memory()  # before the model's first step: its tensors come back from the heap each step
     if os.environ.get(worker_files.ENV_SPARE):
         _record_uncaught_exceptions()
         chosen = backend or "gloo"
