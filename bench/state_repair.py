@@ -51,6 +51,8 @@ SIZE, RANKS, REPLICAS, BATCH, LENGTH = "100m", 4, 2, 1, 32
 VICTIM = "worker-2"  # rank 3: its shard's copy is rank 1's under HSDP, rank 0's under plain FSDP
 STEPS_BEFORE = 6  # steps the whole group trains before the kill (the first ones are slower)
 TIMEOUT = 900.0
+# Where a failed trial's output is kept (outside the repository: it is every replica's log, tens of MB at worst).
+KEPT = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "torchjob-bench" / "failed-trials"
 
 
 @dataclass
@@ -128,6 +130,7 @@ class JobRun:
     work: Path
     process: subprocess.Popen[bytes]
     last_error: str = ""  # the last error line it printed, once it is over
+    failed: bool = False  # set by a trial whose repair never came: its output is kept (``KEPT``)
 
     def ticks(self) -> Iterator[None]:
         """Every 0.05 s while the job runs, for up to ``TIMEOUT``."""
@@ -161,6 +164,11 @@ def running(
                     run.process.send_signal(signal.SIGINT)
                     run.process.wait(120)
         run.last_error = last_error(work / "launcher.log")
+        if run.failed:
+            KEPT.mkdir(parents=True, exist_ok=True)
+            kept = KEPT / f"{work.name}.log"
+            shutil.copy(work / "launcher.log", kept)
+            print(f"  a failed trial's output (every replica's): {kept}", flush=True)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
@@ -199,6 +207,7 @@ def in_place_trial(replicas: int = REPLICAS, ddp: bool = False) -> InPlace:
                     outcome.published = float(record["membership_at"]) - float(record["failed_at"])
                     outcome.reformed = float(record["reformed_at"]) - float(record["membership_at"])
                     outcome.held = float(record["reformed_at"]) - sent_at
+                run.failed = outcome.first_step is None or outcome.first_step > 60  # not one repair: a second
                 break
         times = [float(r["time"]) for r in jsonl(output / "metrics" / "rank-0.jsonl")]
         before = [t for t in times if sent_at is None or t < sent_at][2:]  # the first steps warm up
