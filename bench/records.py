@@ -70,11 +70,16 @@ def _git(*args: str) -> str:
 
 
 def commit() -> tuple[str, bool]:
-    """The checkout's commit, and whether its tracked or new files differ from it (records themselves aside)."""
+    """The checkout's commit, and whether its tracked or new files differ from it (records themselves and the
+    documentation aside: neither runs)."""
     # Each porcelain line is "XY PATH": two status letters (either may be a space, the first line's too), a space.
     lines = _git("status", "--porcelain").splitlines()
-    changed = [line for line in lines if not line[3:].startswith("bench/results/")]
+    changed = [line for line in lines if not _read_only(line[3:])]
     return _git("rev-parse", "--short=10", "HEAD").strip() or "unknown", bool(changed)
+
+
+def _read_only(path: str) -> bool:
+    return path.startswith(("bench/results/", "docs/")) or path.endswith(".md")
 
 
 def machine() -> dict[str, Any]:
@@ -131,6 +136,7 @@ class Run:
     samples: dict[str, list[float | None]] = field(default_factory=dict)
     units: dict[str, str] = field(default_factory=dict)
     texts: dict[str, str] = field(default_factory=dict)
+    checkout: tuple[str, bool] = field(default_factory=commit)  # as the run began: what it measures
 
     @property
     def id(self) -> str:
@@ -157,7 +163,9 @@ class Run:
 
     @property
     def records(self) -> list[Record]:
-        revision, dirty = commit()
+        revision, dirty = self.checkout
+        now, dirty_now = commit()  # code changed while it ran: what ran is not one commit
+        dirty = dirty or dirty_now or now != revision
         found = []
         for case, samples in self.samples.items():
             measured = [float(s) for s in samples if s is not None]

@@ -82,8 +82,11 @@ class ReplicatedState:
         """Nothing to do: every member holds the whole state."""
 
     def release(self) -> None:
-        """Nothing to do: only the DDP wrapper (the step function's module, which the loop drops) holds the
-        group."""
+        """Only the DDP wrapper (the step function's module, which the loop drops) holds the group. The gradients
+        go too: the step they are of failed, or is done (the next one zeroes them), and as views of the old DDP's
+        buckets (``gradient_as_bucket_view``) they would keep those alive and be copied into the new DDP's."""
+        for param in self._model.parameters():
+            param.grad = None
 
     def restore(self, ctx: DistContext, has_state: bool, step: int) -> Restored:
         """Each joiner's state (a spare's, or a survivor's at another step than the group's) from every member

@@ -57,9 +57,20 @@ def kept_ports() -> set[int]:
     return ports
 
 
+_cuts = 0  # how many times this process cut connections (cuts())
+
+
+def cuts() -> int:
+    """How many times this process has cut its connections: work that waits in a thread of its own watches for a
+    change, where gloo may never wake it (shard_copies.py)."""
+    return _cuts
+
+
 def cut_group_connections(keep: set[int], only: set[str] | None = None) -> int:
     """Shut the reading half of this process's established TCP connections whose ports are not in ``keep`` (and,
     where ``only`` is given, that are among those ``connection_ids`` named); how many."""
+    global _cuts
+    _cuts += 1
     cut = 0
     for identity, connection in _connections(keep):
         with connection:

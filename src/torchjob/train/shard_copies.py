@@ -21,12 +21,14 @@ has not run on a GPU.
 from __future__ import annotations
 
 import pickle
+import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
 
-from torchjob.train import shard_chunks
+from torchjob.train import peers, shard_chunks
 from torchjob.train.context import DistContext
 from torchjob.train.kept_shard import (
     KeptShard,
@@ -102,18 +104,22 @@ class NeighbourCopies:
         flat = self._received_flat
         incoming = shard_chunks.layout_of(tensors_of(self._received)).chunks
         outgoing = shard_chunks.Outgoing(sent)
-        # In chunks of many tensors (shard_chunks.py), one each way at a time, as gloo's own collectives send: a
-        # send queued behind others to a peer that died mid-exchange was seen to wait forever (no error), where
-        # the one in flight fails. The next chunk is packed while one is in flight.
-        ready = outgoing.chunk(0) if len(outgoing) else None
-        for index in range(max(len(incoming), len(outgoing))):
-            chunk = incoming[index] if index < len(incoming) else None
-            works = (
-                dist.irecv(flat[chunk.start : chunk.stop], src=left) if chunk is not None else None,
-                dist.isend(ready, dst=right) if ready is not None else None,
-            )
-            ready = outgoing.chunk(index + 1) if index + 1 < len(outgoing) else None
-            wait_all(*works)
+
+        def exchange() -> None:
+            # In chunks of many tensors (shard_chunks.py), one each way at a time, as gloo's own collectives send:
+            # a send queued behind others to a peer that died mid-exchange was seen to wait forever (no error),
+            # where the one in flight fails. The next chunk is packed while one is in flight.
+            ready = outgoing.chunk(0) if len(outgoing) else None
+            for index in range(max(len(incoming), len(outgoing))):
+                chunk = incoming[index] if index < len(incoming) else None
+                works = (
+                    dist.irecv(flat[chunk.start : chunk.stop], src=left) if chunk is not None else None,
+                    dist.isend(ready, dst=right) if ready is not None else None,
+                )
+                ready = outgoing.chunk(index + 1) if index + 1 < len(outgoing) else None
+                wait_all(*works)
+
+        done_or_left(exchange, ctx.device)
         self.received_step = step
         # Every rank has received its neighbour's shard: only now may any rank let go of the copy before.
         dist.all_reduce(torch.zeros(1, dtype=torch.int64, device=ctx.device))
@@ -170,6 +176,45 @@ class NeighbourCopies:
         if found is None:
             raise CopyError(f"no copy of step {step} is kept here")
         return found
+
+
+# How often a member waiting for its exchange looks whether its connections were cut, and how long after a cut the
+# exchange may still end by itself (its receive fails at once where gloo wakes it) before it is left behind.
+_LOOK_SECONDS = 0.005
+_GRACE_AFTER_CUT = 1.0
+# Exchanges left behind, stuck in a send: kept, with the tensors they send, for as long as the process lives.
+_LEFT_BEHIND: list[threading.Thread] = []
+
+
+def done_or_left(exchange: Callable[[], None], device: torch.device) -> None:
+    """Run ``exchange`` in a thread of its own and wait for it; its error, if any, is raised here. A chunk of the
+    exchange is a message larger than the socket's buffer, so most of the time some of its bytes are queued; where
+    the peer then leaves the step (its connections cut), gloo never wakes that send (peers.py) and the member
+    would wait where the loop cannot reach it, often the very member keeping the lost rank's copy (seen in
+    bench.state: the group then restarts). So once this process's own connections were cut (the group was
+    repaired around a lost peer: in_place.py) and the exchange has not ended within ``_GRACE_AFTER_CUT``, it is
+    left behind (a daemon thread, blocked in gloo without the GIL) and the step fails here, as a step does."""
+    failed: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            if device.type == "cuda":
+                torch.cuda.set_device(device)  # the thread's own current device: NCCL sends on it
+            exchange()
+        except BaseException as error:  # noqa: BLE001 - raised again in the caller's thread
+            failed.append(error)
+
+    cuts = peers.cuts()
+    thread = threading.Thread(target=run, name="torchjob-neighbour-copies", daemon=True)
+    thread.start()
+    while thread.is_alive() and peers.cuts() == cuts:
+        thread.join(_LOOK_SECONDS)
+    thread.join(_GRACE_AFTER_CUT)
+    if thread.is_alive():
+        _LEFT_BEHIND.append(thread)
+        raise RuntimeError("the neighbours' copies were left behind: the group was repaired around a lost peer")
+    if failed:
+        raise failed[0]
 
 
 def agree(holdings: dict[int, Holding], world: int) -> tuple[int, dict[int, int]]:
