@@ -29,7 +29,7 @@ def test_every_tensor_arrives_as_sent_however_the_chunks_are_cut(chunk_bytes: in
     specs = [(t.shape, t.dtype) for t in sent]
     placed = shard_chunks.layout(specs, chunk_bytes)
     flat = torch.zeros(placed.total, dtype=torch.uint8)
-    received = shard_chunks.views(flat, specs)
+    received = shard_chunks.views(flat, specs, placed)
     outgoing = shard_chunks.Outgoing(sent, chunk_bytes)
     assert [(c.first, c.end) for c in placed.chunks] == [
         (first.end if first else 0, c.end) for first, c in zip([None, *placed.chunks], placed.chunks, strict=False)

@@ -13,7 +13,6 @@ from typing import Any, NamedTuple, Protocol
 
 import torch
 from torch import nn
-from torch.nn.parallel import DistributedDataParallel
 
 from torchjob.train import ddp, state_transfer
 from torchjob.train.context import DistContext
@@ -74,9 +73,7 @@ class ReplicatedState:
         return self._optimizer
 
     def wrap(self, ctx: DistContext, init_sync: bool = True) -> nn.Module:
-        device_ids = [ctx.device.index] if ctx.device.type == "cuda" else None
-        options = {**ddp.DEFAULT_OPTIONS, "init_sync": init_sync, **self.ddp_options}
-        return DistributedDataParallel(self._model, device_ids=device_ids, **options)
+        return ddp.wrap(self._model, ctx, **{"init_sync": init_sync, **self.ddp_options})
 
     def after_step(self, ctx: DistContext, step: int) -> None:
         """Nothing to do: every member holds the whole state."""

@@ -112,8 +112,9 @@ def allocate_flat(layout: KeptShard, device: torch.device) -> tuple[KeptShard, t
     kept = allocate(layout, torch.device("meta"))
     slots = _slots(kept)
     specs = [(place[key].shape, place[key].dtype) for place, key in slots]
-    flat = torch.empty(shard_chunks.layout(specs).total, dtype=torch.uint8, device=device)
-    for (place, key), view in zip(slots, shard_chunks.views(flat, specs), strict=True):
+    placed = shard_chunks.layout(specs)
+    flat = torch.empty(placed.total, dtype=torch.uint8, device=device)
+    for (place, key), view in zip(slots, shard_chunks.views(flat, specs, placed), strict=True):
         place[key] = view
     return kept, flat
 

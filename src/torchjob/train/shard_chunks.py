@@ -12,6 +12,7 @@ flight. Still one message each way in flight at a time (shard_copies.py says why
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -51,7 +52,7 @@ def layout(
     offsets, sizes, at = [], [], 0
     for shape, dtype in specs:
         at = -(-at // _ALIGN) * _ALIGN
-        size = _numel(shape) * _element_size(dtype)
+        size = math.prod(shape) * dtype.itemsize
         offsets.append(at)
         sizes.append(size)
         at += size
@@ -70,10 +71,11 @@ def layout_of(tensors: Sequence[torch.Tensor], chunk_bytes: int = CHUNK_BYTES) -
     return layout([(t.shape, t.dtype) for t in tensors], chunk_bytes)
 
 
-def views(flat: torch.Tensor, specs: Sequence[tuple[torch.Size | tuple[int, ...], torch.dtype]]) -> list[torch.Tensor]:
-    """Tensors of ``specs``' shapes and types, each a view of its place in ``flat`` (a uint8 buffer of
-    ``layout(specs).total`` bytes): what is received into ``flat`` is received into them."""
-    placed = layout(specs)
+def views(
+    flat: torch.Tensor, specs: Sequence[tuple[torch.Size | tuple[int, ...], torch.dtype]], placed: FlatLayout
+) -> list[torch.Tensor]:
+    """Tensors of ``specs``' shapes and types, each a view of its place (``placed``: ``layout(specs)``) in ``flat``
+    (a uint8 buffer of ``placed.total`` bytes): what is received into ``flat`` is received into them."""
     return [
         flat[at : at + size].view(dtype).view(shape)
         for at, size, (shape, dtype) in zip(placed.offsets, placed.sizes, specs, strict=True)
@@ -113,14 +115,3 @@ class Outgoing:
 def _bytes(tensor: torch.Tensor) -> torch.Tensor:
     """A tensor's bytes as a flat uint8 tensor (a copy only where it is not contiguous)."""
     return tensor.detach().contiguous().reshape(-1).view(torch.uint8)
-
-
-def _numel(shape: torch.Size | tuple[int, ...]) -> int:
-    count = 1
-    for dim in shape:
-        count *= dim
-    return count
-
-
-def _element_size(dtype: torch.dtype) -> int:
-    return torch.empty((), dtype=dtype).element_size()

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
-from torchjob.train import peers, shard_chunks
+from torchjob.train import peers, shard_chunks, state_transfer
 from torchjob.train.context import DistContext
 from torchjob.train.kept_shard import (
     KeptShard,
@@ -194,19 +194,8 @@ def done_or_left(exchange: Callable[[], None], device: torch.device) -> None:
     bench.state: the group then restarts). So once this process's own connections were cut (the group was
     repaired around a lost peer: in_place.py) and the exchange has not ended within ``_GRACE_AFTER_CUT``, it is
     left behind (a daemon thread, blocked in gloo without the GIL) and the step fails here, as a step does."""
-    failed: list[BaseException] = []
-
-    def run() -> None:
-        try:
-            if device.type == "cuda":
-                torch.cuda.set_device(device)  # the thread's own current device: NCCL sends on it
-            exchange()
-        except BaseException as error:  # noqa: BLE001 - raised again in the caller's thread
-            failed.append(error)
-
     cuts = peers.cuts()
-    thread = threading.Thread(target=run, name="torchjob-neighbour-copies", daemon=True)
-    thread.start()
+    thread, failed = state_transfer.in_thread(device, exchange, "torchjob-neighbour-copies")
     while thread.is_alive() and peers.cuts() == cuts:
         thread.join(_LOOK_SECONDS)
     thread.join(_GRACE_AFTER_CUT)

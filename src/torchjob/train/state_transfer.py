@@ -18,7 +18,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -63,24 +63,34 @@ def sending(ctx: DistContext, senders: dict[int, list[int]], kept: KeptShard | N
     if kept is None:
         yield
         return
-    failed: list[BaseException] = []
-
-    def run() -> None:
-        try:
-            if ctx.device.type == "cuda":
-                torch.cuda.set_device(ctx.device)  # the thread's own current device: NCCL sends on it
-            send(ctx.rank, senders, kept)
-        except BaseException as error:  # noqa: BLE001 - raised again in the caller's thread
-            failed.append(error)
-
-    thread = threading.Thread(target=run, name="torchjob-send-state", daemon=True)
-    thread.start()
+    thread, failed = in_thread(ctx.device, lambda: send(ctx.rank, senders, kept), "torchjob-send-state")
     try:
         yield
     finally:
         thread.join()
     if failed:
         raise failed[0]
+
+
+def in_thread(
+    device: torch.device, work: Callable[[], None], name: str
+) -> tuple[threading.Thread, list[BaseException]]:
+    """``work`` started in a daemon thread of its own, and the list that will hold what it raised, for the caller
+    to raise in its own thread once the thread has ended. On a GPU the thread's current device is ``device``
+    first: NCCL sends on it."""
+    failed: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            if device.type == "cuda":
+                torch.cuda.set_device(device)
+            work()
+        except BaseException as error:  # noqa: BLE001 - raised again in the caller's thread
+            failed.append(error)
+
+    thread = threading.Thread(target=run, name=name, daemon=True)
+    thread.start()
+    return thread, failed
 
 
 def receive(
