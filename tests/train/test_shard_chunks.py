@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from torchjob.train import shard_chunks
-from torchjob.train.kept_shard import KeptShard, allocate_flat, layout_of, tensors_of
+from torchjob.train.kept_shard import KeptShard, allocate_flat, copied_into, layout_of, tensors_of
 
 
 def _mixed() -> list[torch.Tensor]:
@@ -73,3 +73,23 @@ def test_a_flat_copy_of_a_layout_is_received_through_its_one_buffer() -> None:
         flat[chunk.start : chunk.stop].copy_(outgoing.chunk(index))
     assert all(torch.equal(a, b) for a, b in zip(tensors_of(kept), sent, strict=True))
     assert kept.optimizer["w"]["note"] == "kept as is"
+
+
+def test_a_shard_copied_into_another_of_its_shapes_keeps_the_targets_tensors() -> None:
+    source = KeptShard(
+        world=2,
+        params={"w": torch.randn(8, 4)},
+        optimizer={"w": {"step": torch.tensor(7.0), "exp_avg": torch.randn(8, 4), "note": "newer"}},
+        options=[{"lr": 0.5}],
+    )
+    target = KeptShard(
+        world=2,
+        params={"w": torch.zeros(8, 4)},
+        optimizer={"w": {"step": torch.tensor(3.0), "exp_avg": torch.zeros(8, 4), "note": "older"}},
+        options=[{"lr": 0.1}],
+    )
+    held = [t.data_ptr() for t in tensors_of(target)]
+    assert copied_into(target, source) is target
+    assert [t.data_ptr() for t in tensors_of(target)] == held  # copied into, not allocated anew
+    assert all(torch.equal(a, b) for a, b in zip(tensors_of(target), tensors_of(source), strict=True))
+    assert (target.optimizer["w"]["note"], target.options) == ("newer", [{"lr": 0.5}])

@@ -145,6 +145,20 @@ def cloned(kept: KeptShard) -> KeptShard:
     )
 
 
+def copied_into(target: KeptShard, source: KeptShard) -> KeptShard:
+    """``target`` (of ``source``'s shapes: ``shapes_of``) holding ``source``'s values, tensors and the rest: a copy
+    into memory already held, where ``cloned`` allocates anew."""
+    with torch.no_grad():
+        for kept, value in zip(tensors_of(target), tensors_of(source), strict=True):
+            kept.copy_(value)
+    for name, state in source.optimizer.items():
+        for key, value in state.items():
+            if not isinstance(value, torch.Tensor):
+                target.optimizer[name][key] = value
+    target.options = [dict(options) for options in source.options]
+    return target
+
+
 def shapes_of(kept: KeptShard) -> list[tuple[str, tuple[int, ...]]]:
     """A shard's tensors by name and shape, a layout's placeholders too: whether one can be received into another."""
     found = [(name, tuple(t.shape)) for name, t in kept.params.items()]

@@ -36,6 +36,7 @@ from __future__ import annotations
 import contextlib
 import os
 import socket
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -58,19 +59,33 @@ def kept_ports() -> set[int]:
 
 
 _cuts = 0  # how many times this process cut connections (cuts())
+_woken_lock = threading.Lock()
+_woken: set[threading.Event] = set()  # set at the next cut (woken_by_cut)
 
 
 def cuts() -> int:
-    """How many times this process has cut its connections: work that waits in a thread of its own watches for a
-    change, where gloo may never wake it (shard_copies.py)."""
+    """How many times this process has cut its connections."""
     return _cuts
+
+
+@contextlib.contextmanager
+def woken_by_cut(event: threading.Event) -> Iterator[None]:
+    """Within the block, ``event`` is set as soon as this process cuts its connections: a member waiting for work
+    in a thread of its own, which gloo may never wake once cut (shard_copies.py), waits for this event and the
+    work's own end together, without looking again and again."""
+    with _woken_lock:
+        _woken.add(event)
+    try:
+        yield
+    finally:
+        with _woken_lock:
+            _woken.discard(event)
 
 
 def cut_group_connections(keep: set[int], only: set[str] | None = None) -> int:
     """Shut the reading half of this process's established TCP connections whose ports are not in ``keep`` (and,
     where ``only`` is given, that are among those ``connection_ids`` named); how many."""
     global _cuts
-    _cuts += 1
     cut = 0
     for identity, connection in _connections(keep):
         with connection:
@@ -78,6 +93,10 @@ def cut_group_connections(keep: set[int], only: set[str] | None = None) -> int:
                 with contextlib.suppress(OSError):
                     connection.shutdown(socket.SHUT_RD)  # the reading half only: see the module
                     cut += 1
+    with _woken_lock:
+        _cuts += 1
+        for event in _woken:
+            event.set()
     return cut
 
 

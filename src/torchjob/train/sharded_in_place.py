@@ -37,7 +37,9 @@ from torchjob.train.group_state import Restored
 from torchjob.train.kept_shard import (
     KeptShard,
     cloned,
+    copied_into,
     local,
+    shapes_of,
     shard_of,
 )
 
@@ -191,8 +193,10 @@ class ShardedState:
             raise ShardedRepairError(f"{error}; the group restarts from its checkpoint") from None
         if 0 <= live != step:
             assert self.copies.own is not None and self.copies.own_step == step
-            # Its own shard as of the last exchange, copied: the optimizer takes these tensors as its state.
-            kept = cloned(self.copies.own)
+            # Its own shard as of the last exchange, copied: the optimizer takes these tensors as its state. Into
+            # its live shard's tensors (of the step the group goes back from) where it has them: no allocation.
+            own = self.copies.own
+            kept = copied_into(kept, own) if kept is not None and shapes_of(kept) == shapes_of(own) else cloned(own)
             print(f"torchjob: rank {ctx.rank}: back to step {step}, the step its lost peer's copy is of", flush=True)
         reporter = min(rank for rank, holding in holdings.items() if holding.live >= 0)
         return step, {joiner: [keeper] for joiner, keeper in keepers.items()}, reporter, kept
