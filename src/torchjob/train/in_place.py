@@ -33,6 +33,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import replace
@@ -64,6 +65,11 @@ _WAITING_FACTOR = 3.0
 # falls silent: the controller then names it as it names a frozen member, and a spare takes its place.
 _STUCK_AFTER_LEAVING = 5.0
 _STUCK_FACTOR = 3.0
+
+
+class StepLeftError(RuntimeError):
+    """A module's forward in a step its member left (the controller published a group repaired around a lost
+    peer): the step fails as it would at its next collective."""
 
 
 class InPlaceTraining:
@@ -118,6 +124,7 @@ class InPlaceTraining:
         self._fell_silent = False  # its step is stuck after it was left: it no longer announces
         # Whether this member has trained a step in the current generation (announced: see ANNOUNCE_SETTLED).
         self._settled = False
+        self._training_thread: int | None = None  # the thread in run(), whose forwards a left step stops
         if self.repairable:
             self.watch = generations.MembershipWatch(self._look, self.attempt, self._pause, self._after_look)
         if ctx.joined:
@@ -179,36 +186,50 @@ class InPlaceTraining:
         goes on from step ``n`` (it is not run again for ``n``)."""
         if not self.ctx.joined:
             self.step = start_step
-        while self.step < total_steps:
-            assert self.module is not None
-            failed_at: float | None = None
-            changed = stepped = False
-            began = self.clock.begin(self.ctx.generation)
-            try:
-                changed = self._membership_changed()
-                if not changed:
-                    step_fn(self.module, self.step, self.ctx)
-                    stepped = True
-                    self.state.after_step(self.ctx, self.step + 1)
-                    if between_steps is not None:
-                        between_steps(self.step + 1)
-            except RuntimeError:
-                if not self.repairable:
-                    raise
-                failed_at = time.time()  # repaired outside the except block: its traceback holds the broken group
-            finally:
-                self.clock.end()  # from here on the old group's connections are this thread's to drop
-            if stepped:  # done, even where what followed it failed: the group carries on from the next
-                self.step += 1
-            if failed_at is not None:
-                self._repair(failed_at)
-            elif changed:
-                self._regroup()
-            else:
-                self.clock.completed(began)
-                self._settled = True
-                if self._unlogged is not None:
-                    self._log_repair({**self._unlogged, "first_step_at": time.time()})
+        # A step the watching thread left can only fail, but a forward computing on meanwhile fails only at its
+        # next collective (DDP's forward has none: it would compute on to the end of its backward): it raises at
+        # its next module instead.
+        self._training_thread = threading.get_ident()
+        leaving = nn.modules.module.register_module_forward_pre_hook(self._leave_if_left)
+        try:
+            while self.step < total_steps:
+                assert self.module is not None
+                failed_at: float | None = None
+                changed = stepped = False
+                began = self.clock.begin(self.ctx.generation)
+                try:
+                    changed = self._membership_changed()
+                    if not changed:
+                        step_fn(self.module, self.step, self.ctx)
+                        stepped = True
+                        self.state.after_step(self.ctx, self.step + 1)
+                        if between_steps is not None:
+                            between_steps(self.step + 1)
+                except RuntimeError as error:
+                    if not self.repairable:
+                        raise
+                    failed_at = time.time()  # repaired outside the except block: its traceback holds the broken group
+                    said = str(error).strip().splitlines()[0][:200] if str(error).strip() else type(error).__name__
+                    print(f"torchjob: rank {self.ctx.rank}: its step failed ({said})", flush=True)
+                finally:
+                    self.clock.end()  # from here on the old group's connections are this thread's to drop
+                if stepped:  # done, even where what followed it failed: the group carries on from the next
+                    self.step += 1
+                if failed_at is not None:
+                    self._repair(failed_at)
+                elif changed:
+                    self._regroup()
+                else:
+                    self.clock.completed(began)
+                    self._settled = True
+                    if self._unlogged is not None:
+                        self._log_repair({**self._unlogged, "first_step_at": time.time()})
+        finally:
+            leaving.remove()
+
+    def _leave_if_left(self, module: nn.Module, args: Any) -> None:
+        if self.clock.was_left() and threading.get_ident() == self._training_thread:
+            raise StepLeftError(f"rank {self.ctx.rank}: left its step: the group was repaired around a lost peer")
 
     def _announce(self, waiting_in: int | None = None) -> Membership | None:
         """Say that this member runs (every ``alive_seconds``: the beat the controller confirms a silent peer

@@ -82,6 +82,10 @@ class StepClock:
         self._stepping = None
         self._left_at = time.monotonic()
 
+    def was_left(self) -> bool:
+        """Whether the step in progress was left (read without ``lock``: one attribute, set once a step)."""
+        return self._left_at is not None
+
     def stuck_for(self, floor: float, factor: float) -> float | None:
         """Under ``lock``: how long ago the step still in progress was left, once that is past ``floor`` and
         ``factor`` times the usual step (None: it was not left, it ended, or it may still fail)."""

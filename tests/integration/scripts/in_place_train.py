@@ -23,9 +23,21 @@ slowed = False
 # Once a test creates stick-<replica> in the output folder, that member's next step blocks in its own code (as in
 # a hung read) after its collectives, and says so in stuck-<replica>: nothing from its group can end that step.
 
+# Each forward computes this long first (a sleep: no collective in it, as DDP's forward has none), after saying
+# so in forward-<replica>.
+FORWARD_SECONDS = float(os.environ.get("FORWARD_SECONDS", "0"))
+
+
+class LongForward(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        open(os.path.join(output, f"forward-{replica}"), "w").close()  # a spare is given its replica at init()
+        time.sleep(FORWARD_SECONDS)
+        return x
+
+
 ctx = tt.init()
 torch.manual_seed(0)
-model = nn.Linear(8, 1)
+model = nn.Sequential(LongForward(), nn.Linear(8, 1)) if FORWARD_SECONDS else nn.Linear(8, 1)
 optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
 trainer = InPlaceTraining(ctx, model, optimizer)
 output = os.environ["TORCHJOB_OUTPUT_DIR"]
