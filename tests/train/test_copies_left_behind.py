@@ -26,7 +26,7 @@ def test_an_exchange_that_ends_returns_and_one_that_fails_raises_its_own_error()
 
 def test_an_exchange_stuck_after_the_connections_were_cut_is_left_behind_and_the_step_fails() -> None:
     never_woken = threading.Event()
-    # The watching thread's cut (here of no connection: the count is what the exchange watches), a moment in.
+    # The watching thread's cut (here of no connection: the cut itself is what wakes the waiting member), a moment in.
     cut = threading.Timer(0.2, lambda: peers.cut_group_connections(set(), only=set()))
     cut.start()
     try:
@@ -43,15 +43,13 @@ def test_an_exchange_that_ends_soon_after_a_cut_raises_its_own_error_not_left_be
     cut_seen = threading.Event()
 
     def fails_once_cut() -> None:
-        before = peers.cuts()
-        while peers.cuts() == before:
-            cut_seen.wait(0.01)
+        cut_seen.wait()
         raise RuntimeError("Connection reset by peer")  # what gloo raises when it wakes the receive
 
     cut = threading.Timer(0.1, lambda: peers.cut_group_connections(set(), only=set()))
     cut.start()
     left_before = len(shard_copies._LEFT_BEHIND)
-    with pytest.raises(RuntimeError, match="Connection reset by peer"):
+    with peers.woken_by_cut(cut_seen), pytest.raises(RuntimeError, match="Connection reset by peer"):
         shard_copies.done_or_left(fails_once_cut, torch.device("cpu"))
     cut.join()
     assert len(shard_copies._LEFT_BEHIND) == left_before

@@ -209,7 +209,8 @@ class InPlaceTraining:
                     if not self.repairable:
                         raise
                     failed_at = time.time()  # repaired outside the except block: its traceback holds the broken group
-                    said = str(error).strip().splitlines()[0][:200] if str(error).strip() else type(error).__name__
+                    text = str(error).strip()
+                    said = text.splitlines()[0][:200] if text else type(error).__name__
                     print(f"torchjob: rank {self.ctx.rank}: its step failed ({said})", flush=True)
                 finally:
                     self.clock.end()  # from here on the old group's connections are this thread's to drop

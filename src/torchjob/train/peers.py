@@ -58,14 +58,8 @@ def kept_ports() -> set[int]:
     return ports
 
 
-_cuts = 0  # how many times this process cut connections (cuts())
 _woken_lock = threading.Lock()
 _woken: set[threading.Event] = set()  # set at the next cut (woken_by_cut)
-
-
-def cuts() -> int:
-    """How many times this process has cut its connections."""
-    return _cuts
 
 
 @contextlib.contextmanager
@@ -85,7 +79,6 @@ def woken_by_cut(event: threading.Event) -> Iterator[None]:
 def cut_group_connections(keep: set[int], only: set[str] | None = None) -> int:
     """Shut the reading half of this process's established TCP connections whose ports are not in ``keep`` (and,
     where ``only`` is given, that are among those ``connection_ids`` named); how many."""
-    global _cuts
     cut = 0
     for identity, connection in _connections(keep):
         with connection:
@@ -94,7 +87,6 @@ def cut_group_connections(keep: set[int], only: set[str] | None = None) -> int:
                     connection.shutdown(socket.SHUT_RD)  # the reading half only: see the module
                     cut += 1
     with _woken_lock:
-        _cuts += 1
         for event in _woken:
             event.set()
     return cut
