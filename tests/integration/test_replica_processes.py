@@ -128,6 +128,24 @@ def test_an_uncaught_exception_in_a_replicas_first_process_ends_its_others_at_on
     assert no_process_left(torchjob_home, "first_process_fails.py")
 
 
+def test_a_replica_whose_first_process_fails_as_its_other_is_killed_ends_as_the_killed_one(
+    tmp_path: Path, torchjob_home: Path
+) -> None:
+    """worker-0's first process raises a lost peer's error just before its second process is SIGKILLed (as when
+    the kernel closes a killed process's sockets before it can be reaped): the replica ends with code 137 and
+    says which process was killed, so the attempt's root cause is the kill, not the echo, and the group restarts."""
+    job = (
+        pairs("echo", "killed_after_first_fails.py").env(ECHO_MARKER=str(tmp_path / "echo")).run_policy(backoffLimit=1)
+    )
+    run = start_run(job_file(tmp_path, job), torchjob_home)
+    stdout, stderr = run.communicate(timeout=300)
+    assert run.returncode == 0, stderr[-3000:]
+    outcome = job_object(torchjob_home, "echo")["status"]["attempts"][0]["outcome"]
+    assert "worker-0 exited with code 137 (SIGKILL): local rank 1 of worker-0 was killed by SIGKILL" in outcome
+    assert "Rank 0: formed a group of 4" in stdout, stdout[-3000:]
+    assert no_process_left(torchjob_home, "killed_after_first_fails.py")
+
+
 def test_every_process_of_a_replica_reports_its_own_steps_without_a_metrics_logger(
     tmp_path: Path, torchjob_home: Path
 ) -> None:

@@ -264,6 +264,32 @@ def test_a_peer_that_lost_its_connection_waits_for_the_rank_it_lost_to_be_seen_f
     assert "master-0 exited with code 1" in cond(later, ConditionType.FAILED)[2]  # type: ignore[index]
 
 
+def test_the_rank_a_peer_lost_is_the_root_cause_even_when_its_end_was_recorded_after_the_peers() -> None:
+    # Locally a killed process's end is noted when it is reaped: its peer's lost-connection exit can come first.
+    job, _ = step(make_job("j").master().workers(2).restart_policy("ExitCode").build(), [])
+    observed = [
+        failed("master-0", exit_code=1, message="RuntimeError: Connection reset by peer", at=at(10)),
+        running("worker-0"),
+        failed("worker-1", exit_code=137, at=at(10.4)),
+    ]
+    job, _ = step(job, observed, at(11))
+    assert conditions.state(job.status) == "Restarting"
+    assert "worker-1 exited with code 137" in cond(job, ConditionType.RESTARTING)[2]  # type: ignore[index]
+
+
+def test_a_failure_long_after_a_peers_lost_connection_is_not_its_root_cause() -> None:
+    # Past the hold the lost-peer failure stands: a later, unrelated failure does not take its place.
+    job, _ = step(make_job("j").master().workers(2).restart_policy("ExitCode").build(), [])
+    observed = [
+        failed("master-0", exit_code=1, message="RuntimeError: Connection reset by peer", at=at(10)),
+        running("worker-0"),
+        failed("worker-1", exit_code=137, at=at(14)),
+    ]
+    job, _ = step(job, observed, at(15))
+    assert conditions.state(job.status) == "Failed"
+    assert "master-0 exited with code 1" in cond(job, ConditionType.FAILED)[2]  # type: ignore[index]
+
+
 def test_backoff_limit_counts_every_group_restart() -> None:
     job = make_job("j").master().workers(1).restart_policy("ExitCode").run_policy(backoffLimit=1).build()
     job, _ = step(job, [])

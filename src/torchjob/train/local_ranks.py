@@ -8,7 +8,9 @@ as the first (a spare's k processes all wait warm for a place), and run the rest
 ``RANK`` (the replica's rank times k, plus the local rank).
 
 The replica lives and dies as one, as a Pod does: the first process watches the others, and when one of them
-fails it ends the rest and fails with the same code; when the first dies, the kernel ends the others
+fails it ends the rest and fails with the same code (a killed one's is named in the replica's error file); when
+the first fails it gives its watchers a moment first, so a replica whose process was killed ends as that process
+and not as the lost-peer error its first raised meanwhile; when the first dies, the kernel ends the others
 (``PR_SET_PDEATHSIG``). The first process ends last: it waits for the others at its exit. All of them stay
 in the first one's process group, so whoever stops the replica stops them all.
 """
@@ -18,15 +20,20 @@ from __future__ import annotations
 import atexit
 import contextlib
 import ctypes
+import json
 import os
 import signal
 import sys
 import threading
+import time
 from types import TracebackType
 
 from torchjob import autoreport, worker_files
 
 _PR_SET_PDEATHSIG = 1
+# How long a failing first process waits for its watchers to see another process of the replica that ended: the
+# kernel closes a killed process's sockets a moment before it can be reaped.
+_ECHO_GRACE_SECONDS = 0.5
 
 
 def processes_per_replica() -> int:
@@ -83,14 +90,22 @@ class Supervisor:
         self.codes[pid] = code
         if code != 0 and not self.ending:
             replica = os.environ.get(worker_files.ENV_REPLICA) or os.environ.get(worker_files.ENV_SPARE, "")
-            print(
-                f"torchjob: local rank {self.children[pid]} of {replica} ended with code {code}; "
-                "its replica's other processes end with it",
-                file=sys.stderr,
-                flush=True,
-            )
+            what = f"local rank {self.children[pid]} of {replica} ended with code {code}"
+            print(f"torchjob: {what}; its replica's other processes end with it", file=sys.stderr, flush=True)
+            if code > 128:
+                # Killed: it wrote no error of its own, and the first process's (its peers lost, if it raised
+                # one meanwhile) would name the echo, not the cause.
+                _record_error(f"local rank {self.children[pid]} of {replica} was killed by {_signal_name(code - 128)}")
             self.end_all(signal.SIGKILL)
             os._exit(code)
+
+    def wait_briefly_for_ended(self, seconds: float) -> None:
+        """Give the watchers ``seconds`` to see a process that already ended: the first process's own failure
+        may be the echo of it (its peer's connection reset as the kernel tore the killed one down), and the
+        replica should end with the killed one's code. A watcher that sees a failure ends the process itself."""
+        deadline = time.monotonic() + seconds
+        for thread in self._threads:
+            thread.join(max(0.0, deadline - time.monotonic()))
 
     def end_all(self, signum: int) -> None:
         self.ending = True
@@ -161,6 +176,7 @@ def finish(exit_code: int) -> int:
     if SUPERVISOR is None:
         return exit_code
     if exit_code != 0:
+        SUPERVISOR.wait_briefly_for_ended(_ECHO_GRACE_SECONDS)
         SUPERVISOR.end_all(signal.SIGKILL)
         return exit_code
     return SUPERVISOR.wait_all()
@@ -177,3 +193,20 @@ def _at_exit() -> None:
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(code)
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
+
+def _record_error(message: str) -> None:
+    """Write ``message`` as the replica's error (torchelastic's error file, which the controller reads)."""
+    path = os.environ.get("TORCHELASTIC_ERROR_FILE")
+    if not path:
+        return
+    record = {"message": {"message": message, "extraInfo": {"timestamp": str(int(time.time()))}}}
+    with contextlib.suppress(OSError), open(path, "w") as f:
+        json.dump(record, f)

@@ -85,6 +85,12 @@ def judge_failures(job: PyTorchJob, attempt: list[ReplicaObservation], now: date
         return (when, _lost_a_peer(o), is_retryable(restart_policy_of(job, o), o), str(o.replica))
 
     root = min(candidates, key=order)
+    if _lost_a_peer(root) and root.failure_onset is not None:
+        # The rank it lost, seen failing within the hold, is the root cause even when its end was recorded
+        # after the echo's (a killed process's end is noted when it is reaped, its peer's error can come first).
+        due = root.failure_onset + timedelta(seconds=PEER_REPORT_SECONDS)
+        lost = [o for o in candidates if not _lost_a_peer(o) and o.failure_onset is not None and o.failure_onset <= due]
+        root = min(lost, key=order, default=root)
     held = _peer_may_report(root, attempt, now)
     return FailureVerdict(root, is_retryable(restart_policy_of(job, root), root), held_until=held)
 
