@@ -338,27 +338,25 @@ def test_a_member_on_notice_of_eviction_hands_its_place_to_a_spare_and_no_step_f
     assert_repaired_exactly(torchjob_home, survivors, uninterrupted)
 
 
-def test_a_survivor_computing_a_forward_when_a_peer_is_lost_leaves_it_at_its_next_module(
-    tmp_path: Path, torchjob_home: Path
+@pytest.mark.parametrize("where", ["forward", "backward"])
+def test_a_survivor_computing_when_a_peer_is_lost_leaves_its_step_at_its_next_module_or_gradient(
+    tmp_path: Path, torchjob_home: Path, where: str
 ) -> None:
-    # DDP's forward holds no collective: without leaving at a module, a survivor would compute on through its
-    # forward and backward, and fail only as its gradients' all-reduce is waited for.
-    job = in_place_job("mend").env(STEPS="12", STEP_SECONDS="0", FORWARD_SECONDS="2")
+    # DDP waits for no collective in its forward, and for its gradients' all-reduce only at the end of its
+    # backward: a survivor computing there when its peer is lost would go on to that end.
+    job = in_place_job("mend").env(STEPS="12", STEP_SECONDS="0", **{f"{where.upper()}_SECONDS": "2"})
     run = start_run(job_file(tmp_path, job), torchjob_home)
     output = torchjob_home / "jobs" / "mend" / "output"
-    wait_for(
-        lambda: len(trained(torchjob_home, "mend", "worker-1")) >= 2 and (output / "inplace" / "spare-0.json").exists(),
-        what="warm",
-    )
-    began = output / "forward-worker-1"
+    spare = output / "inplace" / "spare-0.json"
+    wait_for(lambda: len(trained(torchjob_home, "mend", "worker-1")) >= 2 and spare.exists(), what="warm")
+    began = output / f"{where}-worker-1"
     began.unlink()
-    wait_for(began.exists, what="a forward")  # every member is in the same step's forward: the sleep
+    wait_for(began.exists, what=where)  # every member is in the same step's sleep
     psutil.Process(shim_pid(torchjob_home, "mend", "worker-1")).children()[0].send_signal(signal.SIGKILL)
     stdout, stderr = run.communicate(timeout=300)
     assert run.returncode == 0, stderr[-3000:]
-    assert (
-        "torchjob: rank 0: its step failed (rank 0: left its step: the group was repaired around a lost peer)" in stdout
-    ), stdout[-3000:]
+    left = "torchjob: rank 0: its step failed (rank 0: left its step: the group was repaired around a lost peer)"
+    assert left in stdout, stdout[-3000:]
     assert "Rank 0: group repaired in place (generation 1, 3 ranks, rank 2's state from ranks 0, 1)" in stdout
     status = job_object(torchjob_home, "mend")["status"]
     assert (status["restartCount"], status["repairs"]) == (0, 1)

@@ -125,6 +125,7 @@ class InPlaceTraining:
         # Whether this member has trained a step in the current generation (announced: see ANNOUNCE_SETTLED).
         self._settled = False
         self._training_thread: int | None = None  # the thread in run(), whose forwards a left step stops
+        self._hooked: tuple[nn.Module | None, list[Any]] = (None, [])  # the model whose gradients stop it too
         if self.repairable:
             self.watch = generations.MembershipWatch(self._look, self.attempt, self._pause, self._after_look)
         if ctx.joined:
@@ -186,14 +187,15 @@ class InPlaceTraining:
         goes on from step ``n`` (it is not run again for ``n``)."""
         if not self.ctx.joined:
             self.step = start_step
-        # A step the watching thread left can only fail, but a forward computing on meanwhile fails only at its
-        # next collective (DDP's forward has none: it would compute on to the end of its backward): it raises at
-        # its next module instead.
+        # A step the watching thread left can only fail, but it fails only at its next collective waited for, and
+        # DDP waits for none in its forward and only at the end of its backward: so the step raises at its next
+        # module's forward, or at its next parameter's gradient.
         self._training_thread = threading.get_ident()
         leaving = nn.modules.module.register_module_forward_pre_hook(self._leave_if_left)
         try:
             while self.step < total_steps:
                 assert self.module is not None
+                self._hook_gradients(self.state.model)
                 failed_at: float | None = None
                 changed = stepped = False
                 began = self.clock.begin(self.ctx.generation)
@@ -227,10 +229,23 @@ class InPlaceTraining:
                         self._log_repair({**self._unlogged, "first_step_at": time.time()})
         finally:
             leaving.remove()
+            self._hook_gradients(None)
 
-    def _leave_if_left(self, module: nn.Module, args: Any) -> None:
+    def _leave_if_left(self, *_: Any) -> None:
         if self.clock.was_left() and threading.get_ident() == self._training_thread:
             raise StepLeftError(f"rank {self.ctx.rank}: left its step: the group was repaired around a lost peer")
+
+    def _hook_gradients(self, model: nn.Module | None) -> None:
+        """``_leave_if_left`` after each gradient of ``model``'s parameters is accumulated (a sharded model is
+        rebuilt at each re-form; None: after none), and no longer after the last model's."""
+        if model is self._hooked[0]:
+            return
+        for handle in self._hooked[1]:
+            handle.remove()
+        parameters = list(model.parameters()) if model is not None else []
+        hook = self._leave_if_left
+        handles = [p.register_post_accumulate_grad_hook(hook) for p in parameters]  # type: ignore[no-untyped-call]
+        self._hooked = (model, handles)
 
     def _announce(self, waiting_in: int | None = None) -> Membership | None:
         """Say that this member runs (every ``alive_seconds``: the beat the controller confirms a silent peer

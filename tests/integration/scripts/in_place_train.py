@@ -23,21 +23,50 @@ slowed = False
 # Once a test creates stick-<replica> in the output folder, that member's next step blocks in its own code (as in
 # a hung read) after its collectives, and says so in stuck-<replica>: nothing from its group can end that step.
 
-# Each forward computes this long first (a sleep: no collective in it, as DDP's forward has none), after saying
-# so in forward-<replica>.
+# Each forward, or backward, computes this long first (a sleep: no collective waited for in it, as in DDP's
+# forward and backward), after saying so in forward-<replica> or backward-<replica>.
 FORWARD_SECONDS = float(os.environ.get("FORWARD_SECONDS", "0"))
+BACKWARD_SECONDS = float(os.environ.get("BACKWARD_SECONDS", "0"))
+
+
+def long(what: str, seconds: float) -> None:
+    open(os.path.join(output, f"{what}-{replica}"), "w").close()  # a spare is given its replica at init()
+    time.sleep(seconds)
 
 
 class LongForward(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        open(os.path.join(output, f"forward-{replica}"), "w").close()  # a spare is given its replica at init()
-        time.sleep(FORWARD_SECONDS)
+        long("forward", FORWARD_SECONDS)
         return x
+
+
+class LongBackward(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: object, x: torch.Tensor) -> torch.Tensor:
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx: object, grad: torch.Tensor) -> torch.Tensor:
+        long("backward", BACKWARD_SECONDS)
+        return grad
+
+
+class Slowed(nn.Module):
+    """A layer, then the slow part, then the layer the loss is of: the backward accumulates the last layer's
+    gradients, sleeps, then the first layer's."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.first, self.last = nn.Linear(8, 8), nn.Linear(8, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = LongForward()(self.first(x)) if FORWARD_SECONDS else self.first(x)
+        return self.last(LongBackward.apply(x) if BACKWARD_SECONDS else x)
 
 
 ctx = tt.init()
 torch.manual_seed(0)
-model = nn.Sequential(LongForward(), nn.Linear(8, 1)) if FORWARD_SECONDS else nn.Linear(8, 1)
+model = Slowed() if FORWARD_SECONDS or BACKWARD_SECONDS else nn.Linear(8, 1)
 optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
 trainer = InPlaceTraining(ctx, model, optimizer)
 output = os.environ["TORCHJOB_OUTPUT_DIR"]
