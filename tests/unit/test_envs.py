@@ -155,17 +155,3 @@ def test_each_process_gets_its_share_of_the_containers_cpu_as_omp_threads(
 
 def test_omp_threads_the_container_sets_win_on_a_cluster_and_locally() -> None:
     assert _threads(make_job("t").workers(2).env(OMP_NUM_THREADS="6"), {"limits": {"cpu": "2"}}) == ("6", "6")
-
-
-def _huge_pages(job_builder: JobBuilder) -> tuple[list[str], str]:
-    """THP_MEM_ALLOC_ENABLE as a Worker's Pod and its local process get it."""
-    job = job_builder.build()
-    env = pod_manifest(job, W0, 0)["spec"]["containers"][0]["env"]
-    addressing = Addressing("127.0.0.1", 40000, "127.0.0.1", 40001)
-    locally = process_spec(job, W0, 0, addressing, "/jobs", "/out", "/venv/bin", "/usr/bin").env
-    return [e["value"] for e in env if e["name"] == "THP_MEM_ALLOC_ENABLE"], locally["THP_MEM_ALLOC_ENABLE"]
-
-
-def test_torch_backs_large_tensors_with_huge_pages_unless_the_container_says_otherwise() -> None:
-    assert _huge_pages(make_job("t").workers(2)) == (["1"], "1")
-    assert _huge_pages(make_job("t").workers(2).env(THP_MEM_ALLOC_ENABLE="0")) == (["0"], "0")

@@ -65,10 +65,3 @@ def test_another_interpreter_starts_cold(tmp_path: Path) -> None:
     other.symlink_to(os.path.realpath(PYTHON))  # the same binary, another environment (its own site-packages)
     found = warm_entry(["python", "train.py"], {"PATH": str(tmp_path)}, "/tmp", PYTHON, {})
     assert isinstance(found, ColdStart)
-
-
-def test_a_replica_that_turns_torchs_huge_pages_off_starts_cold() -> None:
-    # torch reads THP_MEM_ALLOC_ENABLE at a process's first allocation: a fork keeps the warm interpreter's.
-    off = entry("python", "train.py", env={"THP_MEM_ALLOC_ENABLE": "0"})
-    assert isinstance(off, ColdStart) and "THP_MEM_ALLOC_ENABLE is read by torch only once" in off.reason
-    assert isinstance(entry("python", "train.py", env={"THP_MEM_ALLOC_ENABLE": "1"}), WarmEntry)

@@ -23,12 +23,6 @@ ENV_REPLICA = worker_files.ENV_REPLICA
 ENV_ATTEMPT = worker_files.ENV_ATTEMPT
 ENV_ELASTIC = worker_files.ENV_ELASTIC
 ENV_THREADS = "OMP_NUM_THREADS"
-# torch backs each CPU allocation of 2 MB or more with transparent huge pages (madvise) where this is "1", and
-# torchjob sets it for every replica whose container does not: a SIGKILLed rank of the GPT example (2.2 GB)
-# was torn down by the kernel in 0.08-0.11 s with them against 0.1-0.27 s without (its peers learn of its end
-# only then), and its replacement faults its state in 512 times fewer pages. torch reads it once per process.
-ENV_HUGE_PAGES = "THP_MEM_ALLOC_ENABLE"
-HUGE_PAGES_DEFAULT = "1"
 
 
 @dataclass(frozen=True)

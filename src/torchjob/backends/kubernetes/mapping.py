@@ -25,15 +25,7 @@ from torchjob.api import extensions
 from torchjob.api.types import DEFAULT_CONTAINER_NAME, DEFAULT_PORT, DEFAULT_PORT_NAME, PyTorchJob, ReplicaType
 from torchjob.backends.kubernetes import autoreport_boot, warm_pods
 from torchjob.core import replicas
-from torchjob.core.envs import (
-    DEFAULT_RDZV_PORT,
-    ENV_HUGE_PAGES,
-    ENV_THREADS,
-    HUGE_PAGES_DEFAULT,
-    Addressing,
-    replica_env,
-    threads_per_process,
-)
+from torchjob.core.envs import DEFAULT_RDZV_PORT, ENV_THREADS, Addressing, replica_env, threads_per_process
 from torchjob.core.replicas import ReplicaId
 
 STORE_PORT = DEFAULT_RDZV_PORT
@@ -203,8 +195,6 @@ def pod_manifest(
         if container.get("name") == DEFAULT_CONTAINER_NAME:
             if ENV_THREADS not in names:
                 container["env"].append({"name": ENV_THREADS, "value": threads_per_process(job, container)})
-            if ENV_HUGE_PAGES not in names:
-                container["env"].append({"name": ENV_HUGE_PAGES, "value": HUGE_PAGES_DEFAULT})
             container.setdefault("terminationMessagePolicy", "FallbackToLogsOnError")
             container["name"] = replicas.container_name(job)
     if report_url:

@@ -22,9 +22,7 @@ from torchjob import worker_files
 from torchjob.api import extensions
 from torchjob.api.types import DEFAULT_CONTAINER_NAME, PyTorchJob, ReplicaType
 from torchjob.core.envs import (
-    ENV_HUGE_PAGES,
     ENV_THREADS,
-    HUGE_PAGES_DEFAULT,
     Addressing,
     holds_a_place,
     in_place,
@@ -215,7 +213,6 @@ def process_spec(
     if error_file:
         env[ENV_ERROR_FILE] = error_file
     env.setdefault(ENV_THREADS, threads_per_process(job, container))
-    env.setdefault(ENV_HUGE_PAGES, HUGE_PAGES_DEFAULT)
     env[worker_files.ENV_MACHINE_PROCESSES] = str(machine_processes(job))
     env["PATH"] = python_dir + (":" + inherited_path if inherited_path else "")
     if job.annotation(extensions.AUTO_REPORT) != "false":

@@ -28,7 +28,6 @@ from torchjob.api import extensions
 from torchjob.api.types import PyTorchJob
 from torchjob.backends.local import processes
 from torchjob.backends.local.processes import Identity
-from torchjob.backends.local.warm_command import READ_ONCE_BY_TORCH
 from torchjob.core.envs import ENV_THREADS
 from torchjob.core.policies import warm_starts
 from torchjob.launch import preload as preloading
@@ -124,7 +123,7 @@ class WarmInterpreter:
     def _start(self, defer: bool) -> None:
         first, self._later = preloading.staged(self.modules, defer)
         ours, theirs = socket.socketpair()
-        env = {**os.environ, processes.MARKER_ENV: self.job_uid, ENV_THREADS: "1", **READ_ONCE_BY_TORCH}
+        env = {**os.environ, processes.MARKER_ENV: self.job_uid, ENV_THREADS: "1"}
         # Only the replicas report (torchjob/autoreport.py): the warm interpreter must start no thread.
         env.pop(worker_files.ENV_AUTOREPORT, None)
         # torch.cuda.is_available() without initialising CUDA, which a fork could not use afterwards.

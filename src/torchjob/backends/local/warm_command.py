@@ -22,16 +22,11 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from torchjob.core.envs import ENV_HUGE_PAGES, HUGE_PAGES_DEFAULT
 from torchjob.launch.entry import ColdStart, WarmEntry, python_entry
 
 # Read by Python only while it starts; a warm process started long ago cannot honour a replica's own value.
 # PYTHONPATH and PYTHONUNBUFFERED are the exceptions: the warm start applies them itself (warm_interpreter.py).
 _APPLIED_WARM = ("PYTHONPATH", "PYTHONUNBUFFERED")
-# Read by torch once, at a process's first allocation (the warm interpreter's, long before a fork): the warm
-# interpreter runs with these values (every replica is given them unless its container sets its own), and a
-# replica that asks for others starts cold.
-READ_ONCE_BY_TORCH = {ENV_HUGE_PAGES: HUGE_PAGES_DEFAULT}
 # What a console script's first line may hold besides the interpreter's path.
 _SHEBANG = "#!"
 
@@ -47,9 +42,6 @@ def warm_entry(
     for name in sorted(merged):
         if name.startswith("PYTHON") and name not in _APPLIED_WARM and merged[name] != inherited_env.get(name):
             return ColdStart(f"{name} is read only when Python starts")
-    for name, value in READ_ONCE_BY_TORCH.items():
-        if merged.get(name, value) != value:
-            return ColdStart(f"{name} is read by torch only once, and the warm interpreter has {name}={value}")
     program = _resolve(command[0], merged.get("PATH", ""), cwd)
     if program is None:
         return ColdStart(f"{command[0]!r} is not on the replica's PATH")
