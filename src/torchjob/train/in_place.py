@@ -189,13 +189,15 @@ class InPlaceTraining:
             self.step = start_step
         # A step the watching thread left can only fail, but it fails only at its next collective waited for, and
         # DDP waits for none in its forward and only at the end of its backward: so the step raises at its next
-        # module's forward, or at its next parameter's gradient.
+        # module's forward, or, under DDP, at its next parameter's gradient. A sharded model's backward waits for
+        # each unit's reduce-scatter, which a cut fails at once; with the gradient hooks on it too, 2 of 6
+        # sharded repairs in two bench.state runs found a survivor stalled 18-25 s in the step it left (not traced).
         self._training_thread = threading.get_ident()
         leaving = nn.modules.module.register_module_forward_pre_hook(self._leave_if_left)
         try:
             while self.step < total_steps:
                 assert self.module is not None
-                self._hook_gradients(self.state.model)
+                self._hook_gradients(self.state.model if isinstance(self.state, ReplicatedState) else None)
                 failed_at: float | None = None
                 changed = stepped = False
                 began = self.clock.begin(self.ctx.generation)
