@@ -188,16 +188,17 @@ class InPlaceTraining:
         if not self.ctx.joined:
             self.step = start_step
         # A step the watching thread left can only fail, but it fails only at its next collective waited for, and
-        # DDP waits for none in its forward and only at the end of its backward: so the step raises at its next
-        # module's forward, or, under DDP, at its next parameter's gradient. A sharded model's backward waits for
-        # each unit's reduce-scatter, which a cut fails at once; with the gradient hooks on it too, 2 of 6
-        # sharded repairs in two bench.state runs found a survivor stalled 18-25 s in the step it left (not traced).
+        # DDP waits for none in its forward and only at the end of its backward: so under DDP the step raises at its
+        # next module's forward or its next parameter's gradient. A sharded model waits on each unit's all-gather
+        # and reduce-scatter, which a cut fails at once: nothing is hooked there (with the hooks, 3 of 9 sharded
+        # repairs in three bench.state runs found survivors stalled 14-25 s in the step they left; not traced).
         self._training_thread = threading.get_ident()
-        leaving = nn.modules.module.register_module_forward_pre_hook(self._leave_if_left)
+        replicated = isinstance(self.state, ReplicatedState)
+        leaving = nn.modules.module.register_module_forward_pre_hook(self._leave_if_left) if replicated else None
         try:
             while self.step < total_steps:
                 assert self.module is not None
-                self._hook_gradients(self.state.model if isinstance(self.state, ReplicatedState) else None)
+                self._hook_gradients(self.state.model if replicated else None)
                 failed_at: float | None = None
                 changed = stepped = False
                 began = self.clock.begin(self.ctx.generation)
@@ -230,7 +231,8 @@ class InPlaceTraining:
                     if self._unlogged is not None:
                         self._log_repair({**self._unlogged, "first_step_at": time.time()})
         finally:
-            leaving.remove()
+            if leaving is not None:
+                leaving.remove()
             self._hook_gradients(None)
 
     def _leave_if_left(self, *_: Any) -> None:
