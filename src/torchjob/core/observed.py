@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import signal
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import Enum
 
 from torchjob.core.replicas import ReplicaId
 from torchjob.core.reported import MemberAnnouncement, Progress
+from torchjob.signal_names import signal_name
 
 
 class Phase(str, Enum):
@@ -121,9 +121,9 @@ class ReplicaObservation:
             if self.effective_exit_code is not None:
                 what += f" (exit code {self.effective_exit_code})"
         elif self.signal is not None:
-            what = f"{self.replica} was killed by {_signal_name(self.signal)}"
+            what = f"{self.replica} was killed by {signal_name(self.signal)}"
         elif self.exit_code is not None and self.exit_code > 128 and self.exit_code - 128 < 65:
-            what = f"{self.replica} exited with code {self.exit_code} ({_signal_name(self.exit_code - 128)})"
+            what = f"{self.replica} exited with code {self.exit_code} ({signal_name(self.exit_code - 128)})"
         elif self.exit_code is not None:
             what = f"{self.replica} exited with code {self.exit_code}"
         else:
@@ -201,10 +201,3 @@ class Platform:
 def lost_with_node(observation: ReplicaObservation) -> bool:
     """Declared lost with its node (policies/node_loss.py): its Pod can only be removed by force."""
     return observation.reason is PlatformReason.NODE_LOST
-
-
-def _signal_name(number: int) -> str:
-    try:
-        return signal.Signals(number).name
-    except ValueError:
-        return f"signal {number}"

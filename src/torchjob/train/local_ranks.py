@@ -29,6 +29,7 @@ import time
 from types import TracebackType
 
 from torchjob import autoreport, worker_files
+from torchjob.signal_names import signal_name
 
 _PR_SET_PDEATHSIG = 1
 # How long a failing first process waits for its watchers to see another process of the replica that ended: the
@@ -90,12 +91,16 @@ class Supervisor:
         self.codes[pid] = code
         if code != 0 and not self.ending:
             replica = os.environ.get(worker_files.ENV_REPLICA) or os.environ.get(worker_files.ENV_SPARE, "")
-            what = f"local rank {self.children[pid]} of {replica} ended with code {code}"
-            print(f"torchjob: {what}; its replica's other processes end with it", file=sys.stderr, flush=True)
+            who = f"local rank {self.children[pid]} of {replica}"
+            print(
+                f"torchjob: {who} ended with code {code}; its replica's other processes end with it",
+                file=sys.stderr,
+                flush=True,
+            )
             if code > 128:
                 # Killed: it wrote no error of its own, and the first process's (its peers lost, if it raised
                 # one meanwhile) would name the echo, not the cause.
-                _record_error(f"local rank {self.children[pid]} of {replica} was killed by {_signal_name(code - 128)}")
+                _record_error(f"{who} was killed by {signal_name(code - 128)}")
             self.end_all(signal.SIGKILL)
             os._exit(code)
 
@@ -193,13 +198,6 @@ def _at_exit() -> None:
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(code)
-
-
-def _signal_name(number: int) -> str:
-    try:
-        return signal.Signals(number).name
-    except ValueError:
-        return f"signal {number}"
 
 
 def _record_error(message: str) -> None:
