@@ -29,7 +29,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
 from torchjob import worker_files
-from torchjob.train import channel, local_ranks
+from torchjob.train import channel, local_ranks, warm_heap
 from torchjob.train.channel import Channel
 from torchjob.train.context import DistContext
 from torchjob.worker_files import Membership
@@ -329,6 +329,7 @@ def wait_as_spare(ctx_backend: str, device: torch.device, timeout: timedelta) ->
     talk = channel.from_env()
     speaks = local_ranks.speaks_for_replica()
     announced = -math.inf
+    heap = warm_heap.SpareHeap(lambda: _heap_told(attempt, timeout) if os.environ.get(worker_files.ENV_STORE) else None)
     while True:
         if speaks and time.monotonic() - announced >= REANNOUNCE_SECONDS:  # again and again: see REANNOUNCE_SECONDS
             talk.announce(spare, attempt)
@@ -336,7 +337,9 @@ def wait_as_spare(ctx_backend: str, device: torch.device, timeout: timedelta) ->
         found = talk.membership()
         if found is not None and found["attempt"] == attempt and spare in found["spares"]:
             break
-        time.sleep(talk.poll_seconds)
+        if not heap.warm_a_slice():
+            time.sleep(talk.poll_seconds)
+    heap.stop()
     replica = found["spares"][spare]
     os.environ[worker_files.ENV_REPLICA] = replica  # from now on this process is that replica (files, logs)
     if speaks:
@@ -364,6 +367,15 @@ def wait_as_spare(ctx_backend: str, device: torch.device, timeout: timedelta) ->
         joined=True,
         holder=joined.holder,
     )
+
+
+def _heap_told(attempt: int, timeout: timedelta) -> int | None:
+    """The heap size a member said for ``attempt`` (warm_heap.py); None while none has, or while the store does
+    not answer (being replaced: a spare must not wait on it)."""
+    host, _, port = os.environ[worker_files.ENV_STORE].rpartition(":")
+    if not _answers(host, int(port), STORE_PING_SECONDS):
+        return None
+    return warm_heap.told(CONNECTION.for_generation(timeout), attempt)
 
 
 @contextlib.contextmanager

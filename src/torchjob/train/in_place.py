@@ -45,7 +45,7 @@ import torch.distributed as dist
 from torch import nn
 
 from torchjob import worker_files
-from torchjob.train import channel, generations, local_ranks, peers, preemption, sharded_in_place
+from torchjob.train import channel, generations, local_ranks, peers, preemption, sharded_in_place, warm_heap
 from torchjob.train.context import DistContext
 from torchjob.train.eviction import EvictionHold
 from torchjob.train.group_state import GroupState, ReplicatedState, Restored
@@ -126,6 +126,7 @@ class InPlaceTraining:
         self._settled = False
         self._training_thread: int | None = None  # the thread in run(), whose forwards a left step stops
         self._hooked: tuple[nn.Module | None, list[Any]] = (None, [])  # the model whose gradients stop it too
+        self._steps_here = 0  # steps this process completed: its heap's size is told after a few (warm_heap.py)
         if self.repairable:
             self.watch = generations.MembershipWatch(self._look, self.attempt, self._pause, self._after_look)
         if ctx.joined:
@@ -228,12 +229,22 @@ class InPlaceTraining:
                 else:
                     self.clock.completed(began)
                     self._settled = True
+                    self._tell_heap()
                     if self._unlogged is not None:
                         self._log_repair({**self._unlogged, "first_step_at": time.time()})
         finally:
             if leaving is not None:
                 leaving.remove()
             self._hook_gradients(None)
+
+    def _tell_heap(self) -> None:
+        """Rank 0, after its first few steps: its heap's size, which waiting spares grow theirs to (warm_heap.py)."""
+        self._steps_here += 1
+        if self._steps_here != warm_heap.STEPS_BEFORE_TELLING or not self.repairable or self.ctx.rank != 0:
+            return
+        if warm_heap.enabled():
+            timeout = timedelta(seconds=max(self.repair_timeout, 30.0))
+            warm_heap.tell(generations.CONNECTION.for_generation(timeout), self.attempt)
 
     def _leave_if_left(self, *_: Any) -> None:
         if self.clock.was_left() and threading.get_ident() == self._training_thread:
