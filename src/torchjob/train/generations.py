@@ -337,8 +337,7 @@ def wait_as_spare(ctx_backend: str, device: torch.device, timeout: timedelta) ->
         found = talk.membership()
         if found is not None and found["attempt"] == attempt and spare in found["spares"]:
             break
-        if not heap.warm_a_slice():
-            time.sleep(talk.poll_seconds)
+        time.sleep(talk.poll_seconds + heap.warm_a_slice())
     heap.stop()
     replica = found["spares"][spare]
     os.environ[worker_files.ENV_REPLICA] = replica  # from now on this process is that replica (files, logs)
