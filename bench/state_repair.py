@@ -1,11 +1,11 @@
 """Real-size state, repaired: a rank of the GPT example's ~110M-parameter model SIGKILLed, in place against torchft.
 
-- **in place** (``examples/gpt/job-inplace.yaml`` under ``torchjob run``): HSDP over 4 ranks, 2 replica groups of
-  2, one warm spare. Rank 3 (worker-2) is SIGKILLed once the spare waits and the group has trained
-  ``STEPS_BEFORE`` steps; the spare takes rank 3 and receives its shard (weights and AdamW's moments) from rank 1,
-  which holds the same shard in the other replica group. Timed from the kill to the moment the group is formed again
-  with the shard sent (the replacement holds the lost state: rank 0's repair record, once its sends are done), and to
-  the repaired group's first step.
+- **in place** (``examples/gpt/job-inplace.yaml`` under ``torchjob run``): HSDP over 4 ranks, 2 replica groups of 2,
+  one warm spare. Rank 3 (worker-2) is SIGKILLed once the spare waits with its heap warm (warm_heap.py) and the
+  group has trained ``STEPS_BEFORE`` steps, ``STEADY_STEPS`` + 1 of them since the spare was warm; the spare takes
+  rank 3 and receives its shard (weights and AdamW's moments) from rank 1, which holds the same shard in the other
+  replica group. Timed from the kill to the moment the group is formed again with the shard sent (the replacement
+  holds the lost state: rank 0's repair record, once its sends are done), and to the repaired group's first step.
 - **in place, plain FSDP** (the same job with ``--replicas 1``): FSDP over the 4 ranks, each rank's shard copied to
   its right neighbour's memory after every step; the spare receives rank 3's shard from rank 0's copy. Its steady
   step includes that copy.
@@ -15,7 +15,8 @@
   same model, the same per-rank batch (the same global batch), one group SIGKILLed and restarted at once: the
   survivors' next committed step and the replacement's first (a cold start, then a heal from a live peer).
 
-Both also give their steady step time before the kill (torchjob: rank 0's metrics; torchft: replica 0's commits).
+Both also give their steady step time before the kill (torchjob: rank 0's metrics, the steps after the spare was
+warm, whose warming shares the cores; torchft: replica 0's commits).
 Each torchjob trial also reads the largest rank's peak memory (its RSS high-water mark, ``VmHWM``) just before the
 kill, and ``plain_fsdp_peak`` the same of the plain example (``examples/gpt/job.yaml``: FSDP over the 4 ranks, no
 copies, no checkpoints) after as many steps: what the neighbours' copies cost in memory.
@@ -27,6 +28,7 @@ import contextlib
 import functools
 import itertools
 import json
+import math
 import os
 import shutil
 import signal
@@ -50,6 +52,9 @@ EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "gpt"
 SIZE, RANKS, REPLICAS, BATCH, LENGTH = "100m", 4, 2, 1, 32
 VICTIM = "worker-2"  # rank 3: its shard's copy is rank 1's under HSDP, rank 0's under plain FSDP
 STEPS_BEFORE = 6  # steps the whole group trains before the kill (the first ones are slower)
+# Steps timed before the kill as the steady step, once the spare's heap is warm (its warming shares the cores), and
+# the step by which a spare that has not said it is warm is taken as one (the heap left alone: nothing to wait for).
+STEADY_STEPS, WARM_BY = 3, 14
 TIMEOUT = 900.0
 # Where a failed trial's output is kept (outside the repository: it is every replica's log, tens of MB at worst).
 KEPT = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "torchjob-bench" / "failed-trials"
@@ -123,6 +128,24 @@ def peak_mb(trainers: Iterable[psutil.Process]) -> float | None:
     return max(peaks) if peaks else None
 
 
+class SpareWarmth:
+    """When the waiting spare's heap was warm (torchjob.train.warm_heap: its line in the job's output), counted in the
+    group's steps; a spare that says nothing by ``WARM_BY`` steps is taken as warm (nothing to warm)."""
+
+    LINE = b"the spare's heap grown by"
+
+    def __init__(self, log: Path) -> None:
+        self.log = log
+        self.at = math.inf  # when it was seen (time.time())
+        self.step: int | None = None  # the group's steps done by then
+
+    def steps_since(self, steps: int) -> int:
+        """The group's steps done since the spare was warm (``steps``: done now)."""
+        if self.step is None and (steps >= WARM_BY or self.LINE in self.log.read_bytes()):
+            self.at, self.step = time.time(), steps
+        return -1 if self.step is None else steps - self.step
+
+
 @dataclass
 class JobRun:
     """``torchjob run`` of the GPT example in a folder of its own (its output in ``launcher.log``)."""
@@ -190,10 +213,12 @@ def in_place_trial(replicas: int = REPLICAS, ddp: bool = False) -> InPlace:
         job = run.work / "home" / "jobs" / "gpt-inplace"
         output = job / "output"
         sent_at = None
+        warm = SpareWarmth(run.work / "launcher.log")
         for _ in run.ticks():
             if sent_at is None:
                 stepped = jsonl(output / "metrics" / "rank-3.jsonl")
-                if len(stepped) >= STEPS_BEFORE and (output / "inplace" / "spare-0.json").exists():
+                ready = (output / "inplace" / "spare-0.json").exists() and warm.steps_since(len(stepped)) > STEADY_STEPS
+                if len(stepped) >= STEPS_BEFORE and ready:
                     found = trainers(job, "train_in_place.py")
                     if VICTIM in found:
                         outcome.peak_mb = peak_mb(found.values())
@@ -210,7 +235,8 @@ def in_place_trial(replicas: int = REPLICAS, ddp: bool = False) -> InPlace:
                 run.failed = outcome.first_step is None or outcome.first_step > 60  # not one repair: a second
                 break
         times = [float(r["time"]) for r in jsonl(output / "metrics" / "rank-0.jsonl")]
-        before = [t for t in times if sent_at is None or t < sent_at][2:]  # the first steps warm up
+        # The steps after the spare's heap was warm (the first steps warm up; the spare's warming shares the cores).
+        before = [t for t in times if warm.at <= t and (sent_at is None or t < sent_at)]
         if len(before) >= 3:
             outcome.steady_step = statistics.median(b - a for a, b in itertools.pairwise(before))
     outcome.last_error = run.last_error
