@@ -87,7 +87,7 @@ def _kills(run: Run, trials: int) -> None:
         ours = state_repair.in_place_trial()
         plain = state_repair.in_place_trial(replicas=1)
         whole = state_repair.in_place_trial(ddp=True)
-        samples.setdefault("fsdp plain peak", []).append(state_repair.plain_fsdp_peak())
+        samples.setdefault("fsdp plain peak", []).append(state_repair.plain_fsdp_peak(plain.steps))
         theirs = torchft_runs.trial(
             state_repair.RANKS,
             global_batch,

@@ -69,6 +69,7 @@ class InPlace:
     held: float | None = None  # kill → the same: the replacement holds the lost state, the group is whole again
     steady_step: float | None = None  # median seconds between rank 0's steps before the kill
     peak_mb: float | None = None  # the largest rank's peak RSS before the kill (MB)
+    steps: int = STEPS_BEFORE  # the steps trained before the kill (rank 3's)
     last_error: str = ""
 
 
@@ -196,13 +197,14 @@ def running(
         shutil.rmtree(work, ignore_errors=True)
 
 
-def plain_fsdp_peak() -> float | None:
-    """The largest rank's peak RSS of the plain example (FSDP over ``RANKS``, no copies) after ``STEPS_BEFORE``
-    steps, as the in-place trials read theirs before the kill."""
+def plain_fsdp_peak(steps: int = STEPS_BEFORE) -> float | None:
+    """The largest rank's peak RSS of the plain example (FSDP over ``RANKS``, no copies) after ``steps`` steps (an
+    in-place trial's before its kill: a rank's heap grows over the first steps), as the in-place trials read theirs
+    before the kill."""
     with running(1, example="job.yaml") as run:
         job = run.work / "home" / "jobs" / "gpt"
         for _ in run.ticks():
-            if len(jsonl(job / "output" / "metrics" / f"rank-{RANKS - 1}.jsonl")) >= STEPS_BEFORE:
+            if len(jsonl(job / "output" / "metrics" / f"rank-{RANKS - 1}.jsonl")) >= steps:
                 return peak_mb(trainers(job, "train.py").values())
     return None
 
@@ -222,6 +224,7 @@ def in_place_trial(replicas: int = REPLICAS, ddp: bool = False) -> InPlace:
                     found = trainers(job, "train_in_place.py")
                     if VICTIM in found:
                         outcome.peak_mb = peak_mb(found.values())
+                        outcome.steps = len(stepped)
                         sent_at = time.time()
                         found[VICTIM].send_signal(signal.SIGKILL)
             elif (repairs := jsonl(output / "repairs.jsonl")) or time.time() - sent_at > 300:

@@ -260,6 +260,7 @@ def test_a_member_stuck_in_its_step_after_leaving_it_falls_silent_and_is_replace
     assert run.returncode == 0, stderr[-3000:]
     assert "worker-0 was killed by SIGKILL; spare-0 takes its place" in stderr, stderr
     assert "torchjob: rank 2: its step has not ended" in stdout, stdout[-3000:]
+    assert "its step waits in:" in stdout and "time.sleep(3600)" in stdout, stdout[-3000:]  # where it is stuck
     assert "worker-1 stopped responding (hung); spare-1 takes its place" in stderr, stderr
     assert "spare spare-1 joins as worker-1 (rank 2 of 3)" in stdout
     assert "did not form within" not in stdout + stderr
