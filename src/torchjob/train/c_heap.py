@@ -16,9 +16,11 @@ resident memory then stays at its high-water mark, as PyTorch's CUDA caching all
 from __future__ import annotations
 
 import ctypes
+import functools
 import os
 import platform
 from collections.abc import Mapping
+from typing import Any
 
 ENV_KEEP = "TORCHJOB_KEEP_FREED_MEMORY"
 # mallopt's parameters (malloc.h): the values glibc has had since 2.x.
@@ -38,14 +40,26 @@ def chosen_elsewhere(environ: Mapping[str, str]) -> bool:
     return any(name in environ for name in _GLIBC_SETTINGS)
 
 
+@functools.cache
+def glibc() -> Any:
+    """This process's glibc (``ctypes``), or None on another C library or none to load. Looked up once: finding
+    which C library runs reads the interpreter's binary."""
+    if platform.libc_ver()[0] != "glibc":
+        return None
+    try:
+        return ctypes.CDLL(None)
+    except OSError:
+        return None
+
+
 def keep_freed_memory(environ: Mapping[str, str] = os.environ) -> bool:
     """Set glibc's malloc to keep what is freed (see the module). Whether it was set."""
-    if chosen_elsewhere(environ) or platform.libc_ver()[0] != "glibc":
+    libc = glibc()
+    if chosen_elsewhere(environ) or libc is None:
         return False
     try:
-        libc = ctypes.CDLL(None)
         mallopt = libc.mallopt
-    except (OSError, AttributeError):
+    except AttributeError:
         return False
     mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
     return bool(mallopt(_M_MMAP_THRESHOLD, _MMAP_THRESHOLD_MAX)) and bool(mallopt(_M_TRIM_THRESHOLD, _NEVER))

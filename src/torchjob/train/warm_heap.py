@@ -25,9 +25,9 @@ chosen elsewhere), nor with ``TORCHJOB_WARM_SPARE_HEAP=0``.
 from __future__ import annotations
 
 import ctypes
+import functools
 import math
 import os
-import platform
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -56,13 +56,15 @@ class _MallInfo2(ctypes.Structure):
     ] + [("keepcost", ctypes.c_size_t)]
 
 
+@functools.cache
 def _libc() -> Any:
-    if platform.libc_ver()[0] != "glibc":
+    """glibc (``c_heap.glibc``) with the functions this module calls typed; None without one, or before 2.33."""
+    libc = c_heap.glibc()
+    if libc is None:
         return None
     try:
-        libc = ctypes.CDLL(None)
         libc.mallinfo2.restype = _MallInfo2
-    except (OSError, AttributeError):  # no C library to ask, or a glibc older than 2.33
+    except AttributeError:  # a glibc older than 2.33
         return None
     libc.malloc.argtypes, libc.malloc.restype = [ctypes.c_size_t], ctypes.c_void_p
     libc.free.argtypes, libc.free.restype = [ctypes.c_void_p], None
