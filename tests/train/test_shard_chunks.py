@@ -60,6 +60,25 @@ def test_a_packed_chunk_stays_whole_while_the_next_is_packed() -> None:
     assert torch.equal(in_flight, first)
 
 
+def test_sends_through_kept_staging_reuse_its_two_buffers_and_arrive_whole() -> None:
+    staging = shard_chunks.Staging()
+    used: set[int] = set()
+    for send in range(3):  # the neighbours' copies: the same shard sent after every step, its values changing
+        tensors = [torch.full((100,), float(send * 100 + n)) for n in range(30)]
+        outgoing = shard_chunks.Outgoing(tensors, chunk_bytes=1024, staging=staging)
+        placed = outgoing.layout
+        flat = torch.zeros(placed.total, dtype=torch.uint8)
+        for index, chunk in enumerate(placed.chunks):
+            sent = outgoing.chunk(index)
+            used.add(sent.untyped_storage().data_ptr())
+            flat[chunk.start : chunk.stop].copy_(sent)
+        received = shard_chunks.views(flat, [(t.shape, t.dtype) for t in tensors], placed)
+        assert all(torch.equal(got, want) for got, want in zip(received, tensors, strict=True))
+    assert len(used) == 2  # the same two buffers for every chunk of every send
+    larger = shard_chunks.Outgoing([torch.ones(1000), torch.ones(1000)], chunk_bytes=16_000, staging=staging)
+    assert torch.equal(larger.chunk(0)[:4000].view(torch.float32), torch.ones(1000))  # grown where a chunk is larger
+
+
 def test_a_flat_copy_of_a_layout_is_received_through_its_one_buffer() -> None:
     live = KeptShard(
         world=2,

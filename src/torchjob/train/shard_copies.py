@@ -11,11 +11,11 @@ each rank keeps its own shard as of the last exchange every rank completed. Afte
 one integer says that every rank received its neighbour's shard; only then is the new copy kept in place of the
 old. At a repair the group agrees on the newest step that every survivor still holds (as it is, or as it kept
 it) and each lost rank's copy is of (``agree``): the step it was at, or the step before, retried. The cost: three
-shards of memory per rank (its neighbour's copy, the one being received, its own) and two chunks' staging, and
-after every step the exchange every member waits for: the shard's bytes, sent in a few large chunks
-(shard_chunks.py), and its own shard copied (bench.state). Copies are kept
-on the model's device: CPU memory under gloo (this machine); under NCCL they would take GPU memory, and that path
-has not run on a GPU.
+shards of memory per rank (its neighbour's copy, the one being received, its own) and two chunks' staging (kept
+from one exchange to the next: made anew each time, they fragmented the C heap, which grew by their size every
+step), and after every step the exchange every member waits for: the shard's bytes, sent in a few large chunks
+(shard_chunks.py), and its own shard copied (bench.state). Copies are kept on the model's device: CPU memory
+under gloo (this machine); under NCCL they would take GPU memory, and that path has not run on a GPU.
 """
 
 from __future__ import annotations
@@ -79,6 +79,7 @@ class NeighbourCopies:
         self._layout: KeptShard | None = None  # the left neighbour's layout, as last heard
         self._told: Signature | None = None  # the layout the right neighbour last heard from this rank
         self.due = True  # an exchange is due at the next step, whatever the interval: none since the group formed
+        self._staging = shard_chunks.Staging()  # the sends' two staging buffers, kept from one exchange to the next
 
     def reset(self) -> None:
         """At a re-form: every member tells its layout again (a joiner knows none of its neighbour's), at the
@@ -104,7 +105,7 @@ class NeighbourCopies:
             self._received, self._received_flat = allocate_flat(self._layout, ctx.device)
         flat = self._received_flat
         incoming = shard_chunks.layout_of(tensors_of(self._received)).chunks
-        outgoing = shard_chunks.Outgoing(sent)
+        outgoing = shard_chunks.Outgoing(sent, staging=self._staging)
 
         def exchange() -> None:
             # In chunks of many tensors (shard_chunks.py), one each way at a time, as gloo's own collectives send:
