@@ -140,7 +140,8 @@ class ShardedState:
             senders = _senders(holders, ctx.world_size, shards)
             reporter = min(holders)
         else:
-            step, senders, reporter, kept = self._from_copies(ctx, step if has_state else -1, kept)
+            live = step if has_state else -1
+            step, senders, reporter = self._from_copies(ctx, live)
         mesh = fsdp.mesh_for(ctx, self.replicas)
         # A holder sends what it holds while it builds its new model (nothing of it is needed to send), so that
         # only the joiner's build comes before the bytes: its own model's tensors are what it receives into.
@@ -150,6 +151,8 @@ class ShardedState:
         with state_transfer.sending(ctx, senders, outgoing):
             model = self._built(ctx, mesh)
             new_buffers = dict(model.named_buffers())
+            if has_state and self.copies is not None and live != step:
+                kept = self._gone_back(ctx, kept, step)  # after its sends began: they are of the copy, not of this
             if has_state:
                 assert kept is not None
                 with torch.no_grad():
@@ -179,11 +182,9 @@ class ShardedState:
         model.to_empty(device=ctx.device)
         return model
 
-    def _from_copies(
-        self, ctx: DistContext, live: int, kept: KeptShard | None
-    ) -> tuple[int, dict[int, list[int]], int, KeptShard | None]:
-        """Under plain FSDP: the step the group carries on from (shard_copies.agree), each joiner's keeper, the
-        reporter, and this member's shard as of that step (its own kept one where it had gone a step further)."""
+    def _from_copies(self, ctx: DistContext, live: int) -> tuple[int, dict[int, list[int]], int]:
+        """Under plain FSDP: the step the group carries on from (shard_copies.agree), each joiner's keeper, and the
+        reporter. A member whose live shard is of a later step goes back to it (``_gone_back``)."""
         assert self.copies is not None
         table = state_transfer.gathered(ctx, self.copies.holding(live).steps())
         holdings = {rank: shard_copies.Holding(*row) for rank, row in enumerate(table)}
@@ -191,15 +192,18 @@ class ShardedState:
             step, keepers = shard_copies.agree(holdings, ctx.world_size)
         except shard_copies.CopyError as error:
             raise ShardedRepairError(f"{error}; the group restarts from its checkpoint") from None
-        if 0 <= live != step:
-            assert self.copies.own is not None and self.copies.own_step == step
-            # Its own shard as of the last exchange, copied: the optimizer takes these tensors as its state. Into
-            # its live shard's tensors (of the step the group goes back from) where it has them: no allocation.
-            own = self.copies.own
-            kept = copied_into(kept, own) if kept is not None and shapes_of(kept) == shapes_of(own) else cloned(own)
-            print(f"torchjob: rank {ctx.rank}: back to step {step}, the step its lost peer's copy is of", flush=True)
         reporter = min(rank for rank, holding in holdings.items() if holding.live >= 0)
-        return step, {joiner: [keeper] for joiner, keeper in keepers.items()}, reporter, kept
+        return step, {joiner: [keeper] for joiner, keeper in keepers.items()}, reporter
+
+    def _gone_back(self, ctx: DistContext, kept: KeptShard | None, step: int) -> KeptShard:
+        """This member's shard as of ``step``: its own shard as of the last exchange, copied (the optimizer takes
+        these tensors as its state), into its live shard's tensors where it has them (no allocation). Done once
+        a keeper's sends have begun (the joiner waits for those bytes; going back costs every survivor 0.1 s of
+        CPU on the shared cores, by hand)."""
+        assert self.copies is not None and self.copies.own is not None and self.copies.own_step == step
+        own = self.copies.own
+        print(f"torchjob: rank {ctx.rank}: back to step {step}, the step its lost peer's copy is of", flush=True)
+        return copied_into(kept, own) if kept is not None and shapes_of(kept) == shapes_of(own) else cloned(own)
 
     def _shard(self, model: nn.Module, mesh: Any) -> nn.Module:
         units = list(self._units(model)) if self._units is not None else None
