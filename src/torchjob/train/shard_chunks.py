@@ -115,8 +115,8 @@ class Outgoing:
 class Staging:
     """An ``Outgoing``'s two staging buffers, kept by a sender that sends every step (the neighbours' copies). Made
     anew for every send, two buffers of up to ``CHUNK_BYTES`` came from the C heap each step among tensors that
-    outlive it, and the heap, which keeps what is freed (c_heap.py), grew by about their size every step (bench.state:
-    a plain-FSDP rank's heap from 2.5 to 3.4 GB over 17 steps, what it held in use unchanged)."""
+    outlive it, and the heap, which keeps what is freed (c_heap.py), grew by about their size every step (by hand,
+    bench.state's plain-FSDP job: a rank's heap from 2.5 to 3.4 GB over 17 steps, what it held in use unchanged)."""
 
     def __init__(self) -> None:
         self._buffers: list[torch.Tensor | None] = [None, None]
