@@ -102,17 +102,20 @@ def _kills(run: Run, trials: int) -> None:
         )
         for case, value in (
             ("in place first step", ours.first_step),
-            ("in place state held", ours.held),
+            ("in place group whole", ours.whole),
+            ("in place rank 0 re-formed", ours.rank0_reformed),
             ("in place detection", ours.detected),
             ("in place membership", ours.published),
             ("in place re-form", ours.reformed),
             ("in place steady step", ours.steady_step),
             ("fsdp in place first step", plain.first_step),
-            ("fsdp in place state held", plain.held),
+            ("fsdp in place group whole", plain.whole),
+            ("fsdp in place rank 0 re-formed", plain.rank0_reformed),
             ("fsdp in place re-form", plain.reformed),
             ("fsdp in place steady step", plain.steady_step),
             ("ddp in place first step", whole.first_step),
-            ("ddp in place state held", whole.held),
+            ("ddp in place group whole", whole.whole),
+            ("ddp in place rank 0 re-formed", whole.rank0_reformed),
             ("ddp in place re-form", whole.reformed),
             ("ddp in place steady step", whole.steady_step),
             ("ddp in place peak", whole.peak_mb),
@@ -129,7 +132,7 @@ def _kills(run: Run, trials: int) -> None:
             if trial.first_step is None:
                 failures.append(trial.last_error.replace("|", "/") or "no error printed")
         print(
-            f"  kill {number + 1}: in place {ours.first_step} (held {ours.held}, step {ours.steady_step}); "
+            f"  kill {number + 1}: in place {ours.first_step} (whole {ours.whole}, step {ours.steady_step}); "
             f"plain FSDP {plain.first_step} (re-form {plain.reformed}, step {plain.steady_step}); "
             f"DDP {whole.first_step} (re-form {whole.reformed}, step {whole.steady_step}); "
             f"torchft survivors {theirs.survivors_next} (next commit {theirs.next_commit}), "

@@ -4,8 +4,9 @@
   one warm spare. Rank 3 (worker-2) is SIGKILLed once the spare waits with its heap warm (warm_heap.py) and the
   group has trained ``STEPS_BEFORE`` steps, ``STEADY_STEPS`` + 1 of them since the spare was warm; the spare takes
   rank 3 and receives its shard (weights and AdamW's moments) from rank 1, which holds the same shard in the other
-  replica group. Timed from the kill to the moment the group is formed again with the shard sent (the replacement
-  holds the lost state: rank 0's repair record, once its sends are done), and to the repaired group's first step.
+  replica group. Timed from the kill to the group whole again (every member, the replacement too, holding its
+  state: rank 0's repair record of the group's first collective after the re-form, which each member reaches once
+  its own re-form is done), to rank 0's own re-form done (``reformed_at``), and to the repaired group's first step.
 - **in place, plain FSDP** (the same job with ``--replicas 1``): FSDP over the 4 ranks, each rank's shard copied to
   its right neighbour's memory after every step; the spare receives rank 3's shard from rank 0's copy. Its steady
   step includes that copy.
@@ -65,8 +66,9 @@ class InPlace:
     first_step: float | None = None  # kill → the repaired group's first step (seconds)
     detected: float | None = None  # kill → the survivors' step failed
     published: float | None = None  # the step failed → the controller's next membership read
-    reformed: float | None = None  # the membership read → the group formed again, the shard received
-    held: float | None = None  # kill → the same: the replacement holds the lost state, the group is whole again
+    reformed: float | None = None  # the membership read → rank 0's re-form done (its sends too, where it sends)
+    rank0_reformed: float | None = None  # kill → the same
+    whole: float | None = None  # kill → the group's first collective after the re-form: every member holds its state
     steady_step: float | None = None  # median seconds between rank 0's steps before the kill
     peak_mb: float | None = None  # the largest rank's peak RSS before the kill (MB)
     steps: int = STEPS_BEFORE  # the steps trained before the kill (rank 3's)
@@ -234,7 +236,8 @@ def in_place_trial(replicas: int = REPLICAS, ddp: bool = False) -> InPlace:
                     outcome.detected = float(record["failed_at"]) - sent_at
                     outcome.published = float(record["membership_at"]) - float(record["failed_at"])
                     outcome.reformed = float(record["reformed_at"]) - float(record["membership_at"])
-                    outcome.held = float(record["reformed_at"]) - sent_at
+                    outcome.rank0_reformed = float(record["reformed_at"]) - sent_at
+                    outcome.whole = float(record["whole_at"]) - sent_at
                 run.failed = outcome.first_step is None or outcome.first_step > 60  # not one repair: a second
                 break
         times = [float(r["time"]) for r in jsonl(output / "metrics" / "rank-0.jsonl")]

@@ -14,7 +14,8 @@ In the job's output folder (``TORCHJOB_OUTPUT_DIR``)::
                                 its group can replace a lost member without stopping it (a spare writes one
                                 when it is warm and waiting)
     repairs.jsonl               one line per in-place repair, from rank 0: when the failure was seen, when the
-                                next membership came, when the group was re-formed (bench/ reads it)
+                                next membership came, when rank 0 was re-formed, when every member was (the
+                                group's first collective after it passed), the first step (bench/ reads it)
     membership.json             {"attempt": A, "generation": G, "members": [...], "joined": [...],
                                 "spares": {spare: replica}}: the group as the controller last formed it
                                 (written by the controller, read by the training processes)

@@ -90,6 +90,10 @@ def test_the_sharded_in_place_example_loses_a_rank_and_ends_with_the_model_of_a_
     assert {p["replica"]: p["pid"] for p in state["processes"] if p["replica"] in survivors} == survivors
     repaired = _metrics(home, "gpt-inplace")
     assert repaired["repairs"] == 1
+    # Rank 0's record: its own re-form, then every member's (the group's first collective after it), then a step.
+    (record,) = [json.loads(line) for line in (home / "jobs" / "gpt-inplace" / "output" / "repairs.jsonl").open()]
+    times = [record[key] for key in ("failed_at", "membership_at", "reformed_at", "whole_at", "first_step_at")]
+    assert record["kind"] == "repair" and times == sorted(times), record
     # The spare's weights and AdamW moments are the lost rank's, to the bit: the same model as without the fault.
     assert (repaired["checksum"], repaired["last_loss"]) == (uninterrupted["checksum"], uninterrupted["last_loss"])
     # The repaired group saved on, over a save group of its own: the last two checkpoints, of all 4 ranks.

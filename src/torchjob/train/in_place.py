@@ -208,6 +208,7 @@ class InPlaceTraining:
                 began = self.clock.begin(self.ctx.generation)
                 try:
                     changed = self._membership_changed()
+                    self._note_whole()
                     if not changed:
                         step_fn(self.module, self.step, self.ctx)
                         stepped = True
@@ -370,6 +371,13 @@ class InPlaceTraining:
         newest = torch.tensor([self.watch.newest], dtype=torch.int64, device=self.ctx.device)
         dist.all_reduce(newest, op=dist.ReduceOp.MAX)
         return int(newest.item()) > self.ctx.generation
+
+    def _note_whole(self) -> None:
+        """After a re-form, at its first collective: every member has taken the group's state (a joiner its
+        shard) once it has passed, which the re-form's own record, written when this member alone is done, cannot
+        say (under HSDP rank 0 sends nothing, and the joiner is done after it)."""
+        if self._unlogged is not None and self.watch is not None and "whole_at" not in self._unlogged:
+            self._unlogged["whole_at"] = time.time()
 
     def _repair(self, failed_at: float) -> None:
         started = time.monotonic()
