@@ -84,6 +84,8 @@ def test_the_sharded_in_place_example_loses_a_rank_and_ends_with_the_model_of_a_
     assert "spare spare-0 joins as worker-2 (rank 3 of 4)" in stdout
     # Rank 3 holds shard 1 of replica group 1: its copy is rank 1's, in group 0.
     assert "Rank 0: group repaired in place (generation 1, 4 ranks, rank 3's shard from rank 1)" in stdout, stdout
+    # The survivors' models moved onto the new group (sharded_rebind.py), and their old group was let go of.
+    assert "built anew" not in stdout and "could not close its old group" not in stdout, stdout
     status = job_object(home, "gpt-inplace")["status"]
     assert (status["restartCount"], status["repairs"]) == (0, 1)
     state = json.loads((home / "jobs" / "gpt-inplace" / "local.json").read_text())
@@ -122,6 +124,7 @@ def test_plain_fsdp_in_place_loses_a_rank_and_its_neighbours_copy_makes_the_grou
     # No other rank holds rank 1's shard: rank 2 kept a copy of it, of the 55th step, as every rank kept its own.
     assert "Rank 0: group repaired in place (generation 1, 3 ranks, rank 1's shard from rank 2's copy)" in stdout
     assert "rank 0: back to step 55, the step its lost peer's copy is of" in stdout, stdout[-3000:]
+    assert "built anew" not in stdout, stdout  # the survivors' models moved onto the new group (sharded_rebind.py)
     status = job_object(home, "gpt-inplace")["status"]
     assert (status["restartCount"], status["repairs"]) == (0, 1)
     repaired = _metrics(home, "gpt-inplace")

@@ -85,7 +85,7 @@ def test_a_flat_copy_of_a_layout_is_received_through_its_one_buffer() -> None:
         params={"w": torch.randn(8, 4), "b": torch.randn(3)},
         optimizer={"w": {"step": torch.tensor(3.0), "exp_avg": torch.randn(8, 4), "note": "kept as is"}},
     )
-    kept, flat = allocate_flat(layout_of(live, whole=True), torch.device("cpu"))
+    kept, flat = allocate_flat(layout_of(live), torch.device("cpu"))
     sent = tensors_of(live)
     outgoing = shard_chunks.Outgoing(sent)
     for index, chunk in enumerate(shard_chunks.layout_of(tensors_of(kept)).chunks):

@@ -171,7 +171,8 @@ class InPlaceTraining:
 
     @property
     def model(self) -> nn.Module:
-        """The model, unwrapped (DDP's is the one the script built; a sharded one is rebuilt at each re-form)."""
+        """The model, unwrapped (DDP's is the one the script built; a sharded one is a joiner's own, built when it
+        joined)."""
         return self.state.model
 
     @property
@@ -255,8 +256,8 @@ class InPlaceTraining:
             raise StepLeftError(f"rank {self.ctx.rank}: left its step: the group was repaired around a lost peer")
 
     def _hook_gradients(self, model: nn.Module | None) -> None:
-        """``_leave_if_left`` after each gradient of ``model``'s parameters is accumulated (a sharded model is
-        rebuilt at each re-form; None: after none), and no longer after the last model's."""
+        """``_leave_if_left`` after each gradient of ``model``'s parameters is accumulated (None: after none), and
+        no longer after the last model's."""
         if model is self._hooked[0]:
             return
         for handle in self._hooked[1]:

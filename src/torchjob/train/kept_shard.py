@@ -68,16 +68,14 @@ def shard_of(
     return kept
 
 
-def layout_of(kept: KeptShard, whole: bool = False) -> KeptShard:
-    """What a receiver is told before the tensors: everything but them, placeholders in their places (the
-    parameters' and buffers' too where ``whole``: a joiner receives those into its own model's tensors, a
-    neighbour's copy has none to receive them into)."""
+def layout_of(kept: KeptShard) -> KeptShard:
+    """What a receiver is told before the tensors: everything but them, placeholders in their places."""
     optimizer = {
         name: {key: _placeholder(v) if isinstance(v, torch.Tensor) else v for key, v in state.items()}
         for name, state in kept.optimizer.items()
     }
-    params: dict[str, Any] = {name: _placeholder(t) for name, t in kept.params.items()} if whole else {}
-    buffers: dict[str, Any] = {name: _placeholder(t) for name, t in kept.buffers.items()} if whole else {}
+    params: dict[str, Any] = {name: _placeholder(t) for name, t in kept.params.items()}
+    buffers: dict[str, Any] = {name: _placeholder(t) for name, t in kept.buffers.items()}
     return KeptShard(
         world=kept.world,
         params=params,

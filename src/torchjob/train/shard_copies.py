@@ -136,7 +136,7 @@ class NeighbourCopies:
     def _exchange_layout(self, ctx: DistContext, mine: KeptShard, signature: Signature, right: int, left: int) -> None:
         """Each rank's layout to its right neighbour, where it changed (or was never told since the last
         re-form): a length, then the pickle."""
-        layout = b"" if signature == self._told else pickle.dumps(layout_of(mine, whole=True))
+        layout = b"" if signature == self._told else pickle.dumps(layout_of(mine))
         theirs = torch.zeros(1, dtype=torch.int64)
         wait_all(dist.irecv(theirs, src=left), dist.isend(torch.tensor([len(layout)], dtype=torch.int64), dst=right))
         coming = int(theirs[0])

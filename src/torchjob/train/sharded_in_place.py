@@ -9,10 +9,12 @@ shard comes from that copy; where the lost rank died before its newest copy was 
 to the step before. No checkpoint is read; nothing is sent to the survivors, who keep their own shards
 in memory.
 
-A sharded model is bound to the group it was sharded over, so every member builds it again at each re-form:
-``build()`` on the meta device (nothing initialised), sharded over the new group, then filled with the member's
-own shard (kept in memory across the re-form) or the one it receives. The optimizer stays the same object, its
-parameters and state pointed at the new model's, so that a learning-rate scheduler built on it stays valid.
+A sharded model is bound to the group it was sharded over. A survivor that keeps its rank moves its model onto
+the new group's process groups (sharded_rebind.py), its shard where it was; a joiner (or a survivor whose place
+changed) builds one: ``build()`` on the meta device (nothing initialised), sharded over the new group, then
+filled with the shard it receives (received while it builds) or its own, kept in memory across the re-form. The
+optimizer stays the same object, its parameters and state pointed at the model's again, so that a learning-rate
+scheduler built on it stays valid.
 
 What it cannot repair, it says, and the loop's error ends the member (the controller restarts the group, from a
 checkpoint): every rank of one shard lost at once (no survivor holds it; under plain FSDP, a rank and the
@@ -31,7 +33,7 @@ from torch import nn
 from torch.distributed.tensor import DTensor
 
 from torchjob import worker_files
-from torchjob.train import fsdp, generations, shard_copies, state_transfer
+from torchjob.train import fsdp, generations, shard_copies, sharded_rebind, state_transfer
 from torchjob.train.context import DistContext
 from torchjob.train.group_state import Restored
 from torchjob.train.kept_shard import (
@@ -81,6 +83,8 @@ class ShardedState:
         self._optimizer: torch.optim.Optimizer | None = None
         self._sharded: dict[str, nn.Parameter] = {}  # the model's sharded parameters, by name
         self._world = 0  # the number of ranks the model is sharded over
+        self._mesh: Any = None  # the mesh it is sharded over
+        self._idle: nn.Module | None = None  # the model, let go of its group at a release, to move onto the next
         self._kept: KeptShard | None = None
         if not ctx.joined:  # a joiner builds its model when it joins (restore), and froze its heap as a spare
             generations.freeze_heap()
@@ -110,7 +114,11 @@ class ShardedState:
         for group in optimizer.param_groups:
             group["params"] = []
         optimizer.state.clear()
-        self._model, self._sharded, self._kept = None, {}, kept
+        self._idle = self._model if sharded_rebind.let_go(self._model, self._mesh) else None
+        if self._idle is None:
+            self._sharded, self._mesh = {}, None
+            print("torchjob: its sharded model is built anew at the re-form: FSDP2 could not let go of it", flush=True)
+        self._model, self._kept = None, kept
 
     def after_step(self, ctx: DistContext, step: int) -> None:
         """Under plain FSDP: refresh the neighbours' copies of every shard, as of ``step``, every ``copy_every``
@@ -143,26 +151,27 @@ class ShardedState:
             live = step if has_state else -1
             step, senders, reporter = self._from_copies(ctx, live)
         mesh = fsdp.mesh_for(ctx, self.replicas)
-        # A holder sends what it holds while it builds its new model (nothing of it is needed to send), so that
-        # only the joiner's build comes before the bytes: its own model's tensors are what it receives into.
+        # A holder sends what it holds while it moves or builds its model (nothing of it is needed to send), and a
+        # joiner receives it while it builds its own (into tensors of its own, copied into the model's after).
         outgoing = None
         if state_transfer.sends(ctx.rank, senders):
             outgoing = kept if self.copies is None else self.copies.copy_of(step)
+        incoming = None if has_state else state_transfer.receive_started(senders[ctx.rank], ctx.device, what="shard")
         with state_transfer.sending(ctx, senders, outgoing):
-            model = self._built(ctx, mesh)
+            moved = self._moved(ctx, mesh)
+            model = moved or self._built(ctx, mesh)
             new_buffers = dict(model.named_buffers())
             if has_state and self.copies is not None and live != step:
                 kept = self._gone_back(ctx, kept, step)  # after its sends began: they are of the copy, not of this
-            if has_state:
-                assert kept is not None
+            if incoming is not None:
+                kept = incoming()
+            assert kept is not None
+            if incoming is not None or moved is None:  # a model moved holds its own kept shard already
                 with torch.no_grad():
                     for name, param in self._sharded.items():
                         local(param).copy_(kept.params[name])
                     for name, buffer in new_buffers.items():
                         buffer.copy_(kept.buffers[name])
-            else:
-                params = {name: local(param) for name, param in self._sharded.items()}
-                kept = state_transfer.receive(senders[ctx.rank], ctx.device, params, new_buffers, what="shard")
         if self.copies is not None:
             self.copies.reset()
         if self._optimizer is None:
@@ -181,6 +190,20 @@ class ShardedState:
         model = self._shard(built, mesh)
         model.to_empty(device=ctx.device)
         return model
+
+    def _moved(self, ctx: DistContext, mesh: Any) -> nn.Module | None:
+        """The model let go of at the release, moved onto ``mesh``'s groups (sharded_rebind.py), where this member
+        holds the same place in it (a joiner has none; a survivor whose rank changed builds anew)."""
+        idle, self._idle = self._idle, None
+        if idle is None:
+            return None
+        if self._mesh.get_coordinate() != mesh.get_coordinate() or self._mesh.shape != mesh.shape:
+            print(
+                f"torchjob: rank {ctx.rank}: its sharded model is built anew: its place in the mesh changed", flush=True
+            )
+            return None
+        sharded_rebind.rebind(idle, self._mesh, mesh)
+        return idle
 
     def _from_copies(self, ctx: DistContext, live: int) -> tuple[int, dict[int, list[int]], int]:
         """Under plain FSDP: the step the group carries on from (shard_copies.agree), each joiner's keeper, and the
@@ -209,7 +232,7 @@ class ShardedState:
         units = list(self._units(model)) if self._units is not None else None
         fsdp.shard_on(model, mesh, units, self.reshard_after_forward)
         self._sharded = dict(model.named_parameters())  # sharded now, before any forward gathers them
-        self._world = int(mesh.size())
+        self._world, self._mesh = int(mesh.size()), mesh
         return model
 
 

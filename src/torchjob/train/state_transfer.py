@@ -16,6 +16,7 @@ joiners in the same order, so none waits on another.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -96,28 +97,51 @@ def in_thread(
 def receive(
     holders: list[int],
     device: torch.device,
-    params: dict[str, torch.Tensor],
-    buffers: dict[str, torch.Tensor],
+    params: dict[str, torch.Tensor] | None = None,
+    buffers: dict[str, torch.Tensor] | None = None,
     what: str = "state",
 ) -> KeptShard:
     """As a joiner: the state the ``holders`` hold, received into ``params`` and ``buffers`` (this member's own
-    model's tensors) and into optimizer state allocated from the layout the first holder sends."""
+    model's tensors; where None, tensors allocated for them) and into optimizer state allocated from the layout
+    the first holder sends."""
+    return receive_started(holders, device, params, buffers, what)()
+
+
+def receive_started(
+    holders: list[int],
+    device: torch.device,
+    params: dict[str, torch.Tensor] | None = None,
+    buffers: dict[str, torch.Tensor] | None = None,
+    what: str = "state",
+) -> Callable[[], KeptShard]:
+    """``receive``, its layout received and every receive posted; returns what waits for them and gives the state.
+    gloo receives in threads of its own meanwhile, so a joiner builds its model while its bytes arrive. (A receive
+    in a thread of the joiner's own waited for the GIL at each of its hundreds of tensors while the model was
+    built: HSDP's 0.66 GB took 0.5 s instead of 0.19 s, by hand.)"""
     layout: list[Any] = [None]
     dist.recv_object_list(layout, src=holders[0])
-    kept = allocate(layout[0], device)
-    kept.params, kept.buffers = params, buffers
+    told: KeptShard = layout[0]
+    if params is None or buffers is None:
+        kept = allocate(told, device)
+    else:
+        kept = allocate(dataclasses.replace(told, params={}, buffers={}), device)
+        kept.params, kept.buffers = params, buffers
     began = time.monotonic()
-    with torch.no_grad():
-        tensors = tensors_of(kept)
-        # Every receive posted at once, each from the holder that sends it (``send``'s share): each holder's
-        # sends find their receiver ready, where one receive at a time made each send wait for it.
-        wait_all(*(dist.irecv(t, src=holders[i % len(holders)]) for i, t in enumerate(tensors)))
-    print(
-        f"torchjob: rank {dist.get_rank()}: received its {what} ({size_of(tensors) / 1e9:.2f} GB) from "
-        f"{ranks(holders)} in {time.monotonic() - began:.2f} s",
-        flush=True,
-    )
-    return kept
+    tensors = tensors_of(kept)
+    # Every receive posted at once, each from the holder that sends it (``send``'s share): each holder's sends
+    # find their receiver ready, where one receive at a time made each send wait for it.
+    works = [dist.irecv(t, src=holders[i % len(holders)]) for i, t in enumerate(tensors)]
+
+    def received() -> KeptShard:
+        wait_all(*works)
+        print(
+            f"torchjob: rank {dist.get_rank()}: received its {what} ({size_of(tensors) / 1e9:.2f} GB) from "
+            f"{ranks(holders)} in {time.monotonic() - began:.2f} s",
+            flush=True,
+        )
+        return kept
+
+    return received
 
 
 def said(senders: dict[int, list[int]], what: str, copies: bool = False) -> str:
