@@ -8,8 +8,9 @@ FSDP2 finds them in two places: the DeviceMesh, by group name (``_dim_group_name
 of groups), and each parameter group's mesh info, which looked its groups up once, when it was made.
 
 ``let_go`` puts the model back as before the failed step (FSDP2's own ``reset_iter_state``: resharded, the
-step's gathers and reductions dropped) and drops every reference it holds to the old groups: their connections
-close only once nothing holds them (generations.leave_group). ``rebind`` points the same mesh at the new mesh's
+step's gathers and reductions dropped; it waits on a gather still in flight, which FSDP2 makes only where a script
+asked for asynchronous unshards) and drops every reference it holds to the old groups: their connections close
+only once nothing holds them (generations.leave_group). ``rebind`` points the same mesh at the new mesh's
 groups and has every mesh info look them up again. Both touch attributes of torch's own (as of torch 2.15);
 where they are not found, ``let_go`` says so and the member builds its model anew.
 """
