@@ -32,12 +32,14 @@ def let_go(model: nn.Module, mesh: DeviceMesh) -> bool:
     """``model`` (the root of a ``fully_shard``ed model, over ``mesh``) as before the step that failed, holding no
     reference to its groups; False where that cannot be done (another torch, a reset FSDP2 refused): the model is
     to be dropped and built anew."""
-    infos = _mesh_infos(model)
-    if not isinstance(model, FSDPModule) or not all(hasattr(mesh, name) for name in MESH_GROUPS) or not infos:
+    if not isinstance(model, FSDPModule) or not all(hasattr(mesh, name) for name in MESH_GROUPS):
         return False
     try:
-        model.reset_iter_state()
+        infos = _mesh_infos(model)
+        model.reset_iter_state()  # torch >= 2.15
     except (RuntimeError, AttributeError):
+        return False
+    if not infos:
         return False
     mesh._pg_registry = {}
     for info in infos:
