@@ -25,5 +25,5 @@ def test_a_model_moved_onto_a_new_group_after_a_failed_step_trains_on_as_if_it_n
 ) -> None:
     straight, _ = _checksum(*layout, "--straight")
     moved, said = _checksum(*layout)
-    assert "LET GO True" in said and "OLD GROUP FREED True" in said, said
+    assert "LET GO True" in said and "OLD GROUP FREED True" in said and "MOVED True" in said, said
     assert moved == straight

@@ -100,7 +100,7 @@ class ReplicatedState:
             state_transfer.send(ctx.rank, senders, shard_of(params, self._optimizer, ctx.world_size, buffers))
         else:
             into = {name: param.detach() for name, param in params.items()}  # the parameters' own storage
-            self._attach(params, state_transfer.receive(holders, ctx.device, into, buffers))
+            self._attach(params, state_transfer.receive_started(holders, ctx.device, into, buffers)())
         # Every member now holds the same state: DDP's own check of shapes and broadcast of the model at start
         # would only repeat what was just sent.
         return Restored(self.wrap(ctx, init_sync=False), reporter, at, state_transfer.said(senders, "state"))

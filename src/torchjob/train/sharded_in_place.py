@@ -197,12 +197,11 @@ class ShardedState:
         idle, self._idle = self._idle, None
         if idle is None:
             return None
-        if self._mesh.get_coordinate() != mesh.get_coordinate() or self._mesh.shape != mesh.shape:
+        if not sharded_rebind.rebind(idle, self._mesh, mesh):
             print(
                 f"torchjob: rank {ctx.rank}: its sharded model is built anew: its place in the mesh changed", flush=True
             )
             return None
-        sharded_rebind.rebind(idle, self._mesh, mesh)
         return idle
 
     def _from_copies(self, ctx: DistContext, live: int) -> tuple[int, dict[int, list[int]], int]:

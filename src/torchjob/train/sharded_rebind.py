@@ -36,10 +36,10 @@ def let_go(model: nn.Module, mesh: DeviceMesh) -> bool:
         return False
     try:
         infos = _mesh_infos(model)
+        if not infos:
+            return False
         model.reset_iter_state()  # torch >= 2.15
     except (RuntimeError, AttributeError):
-        return False
-    if not infos:
         return False
     mesh._pg_registry = {}
     for info in infos:
@@ -49,18 +49,16 @@ def let_go(model: nn.Module, mesh: DeviceMesh) -> bool:
     return True
 
 
-def rebind(model: nn.Module, mesh: DeviceMesh, new_mesh: DeviceMesh) -> None:
-    """``model``, let go of (``let_go``) and sharded over ``mesh``, onto ``new_mesh``'s groups: a mesh of the same
-    shape, this rank at the same place in it."""
+def rebind(model: nn.Module, mesh: DeviceMesh, new_mesh: DeviceMesh) -> bool:
+    """``model``, let go of (``let_go``) and sharded over ``mesh``, onto ``new_mesh``'s groups; False (nothing
+    done) where ``new_mesh`` has another shape or this rank another place in it: its shard is not the one held."""
     if mesh.shape != new_mesh.shape or mesh.get_coordinate() != new_mesh.get_coordinate():
-        raise ValueError(
-            f"a sharded model over a {tuple(mesh.shape)} mesh at {mesh.get_coordinate()} cannot move onto a "
-            f"{tuple(new_mesh.shape)} mesh at {new_mesh.get_coordinate()}"
-        )
+        return False
     mesh._dim_group_names = list(new_mesh._dim_group_names)
     mesh._pg_registry = dict(new_mesh._pg_registry)
     for info in _mesh_infos(model):
         info.__post_init__()  # looks its groups up again, through the mesh
+    return True
 
 
 def _mesh_infos(model: nn.Module) -> list[Any]:

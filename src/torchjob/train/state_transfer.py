@@ -94,19 +94,6 @@ def in_thread(
     return thread, failed
 
 
-def receive(
-    holders: list[int],
-    device: torch.device,
-    params: dict[str, torch.Tensor] | None = None,
-    buffers: dict[str, torch.Tensor] | None = None,
-    what: str = "state",
-) -> KeptShard:
-    """As a joiner: the state the ``holders`` hold, received into ``params`` and ``buffers`` (this member's own
-    model's tensors; where None, tensors allocated for them) and into optimizer state allocated from the layout
-    the first holder sends."""
-    return receive_started(holders, device, params, buffers, what)()
-
-
 def receive_started(
     holders: list[int],
     device: torch.device,
@@ -114,10 +101,12 @@ def receive_started(
     buffers: dict[str, torch.Tensor] | None = None,
     what: str = "state",
 ) -> Callable[[], KeptShard]:
-    """``receive``, its layout received and every receive posted; returns what waits for them and gives the state.
-    gloo receives in threads of its own meanwhile, so a joiner builds its model while its bytes arrive. (A receive
-    in a thread of the joiner's own waited for the GIL at each of its hundreds of tensors while the model was
-    built: HSDP's 0.66 GB took 0.5 s instead of 0.19 s, by hand.)"""
+    """As a joiner: the state the ``holders`` hold, received into ``params`` and ``buffers`` (this member's own
+    model's tensors; where None, tensors allocated for them) and into optimizer state allocated from the layout
+    the first holder sends. Returns, once the layout is received and every receive posted, what waits for them
+    and gives the state: gloo receives in threads of its own meanwhile, so a joiner builds its model while its
+    bytes arrive. (A receive in a thread of the joiner's own waited for the GIL at each of its hundreds of tensors
+    while the model was built: HSDP's 0.66 GB took 0.5 s instead of 0.19 s, by hand.)"""
     layout: list[Any] = [None]
     dist.recv_object_list(layout, src=holders[0])
     told: KeptShard = layout[0]

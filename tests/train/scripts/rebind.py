@@ -73,7 +73,7 @@ if not args.straight:
     dist.destroy_process_group()
     print(f"OLD GROUP FREED {old() is None}", flush=True)
     gc.enable()
-    sharded_rebind.rebind(model, mesh, form(1))
+    print(f"MOVED {sharded_rebind.rebind(model, mesh, form(1))}", flush=True)
 for number in (3, 4):
     step(number)
 print(f"CHECKSUM {checksum(model).tolist()}", flush=True)
