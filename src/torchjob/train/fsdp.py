@@ -8,8 +8,9 @@ shard still lives in R − 1 other groups). Each of the model's units (by defaul
 holds parameters: a transformer's blocks, if its root holds them in a ``ModuleList``, are named by ``units``) is
 sharded on its own, so that only one unit's full weights exist at a time, then the root.
 
-Works on gloo (CPU) and NCCL (GPU) alike, not on gloo with the model on a GPU (``check_device``); DDP
-(``torchjob.train.wrap``) stays the default for models that fit. The optimizer is built from the sharded model's
+Works on gloo (CPU: its all-gathers and reduce-scatters sent between peers, ``peer_collectives``) and NCCL
+(GPU) alike, not on gloo with the model on a GPU (``check_device``); DDP (``torchjob.train.wrap``) stays the
+default for models that fit. The optimizer is built from the sharded model's
 parameters, after ``shard_model``. Data is split over every rank as with DDP (``BatchPlan``): each rank trains on
 its own samples.
 """
@@ -25,6 +26,7 @@ from torch.distributed.fsdp import fully_shard
 from torch.distributed.tensor import DTensor
 
 from torchjob.train.context import DistContext
+from torchjob.train.peer_collectives import use_peer_collectives
 
 REPLICATE, SHARD = "replicate", "shard"
 
@@ -92,8 +94,8 @@ def shard_on(
     move to a device, for a model built on the meta device (torchjob.train.sharded_in_place)."""
     chosen = list(units) if units is not None else _default_units(model)
     for unit in chosen:
-        fully_shard(unit, mesh=mesh, reshard_after_forward=reshard_after_forward)
-    fully_shard(model, mesh=mesh, reshard_after_forward=reshard_after_forward)
+        _shard(unit, mesh, reshard_after_forward)
+    _shard(model, mesh, reshard_after_forward)
     return model
 
 
@@ -140,11 +142,19 @@ def build_sharded(
         for child in module.children():
             fill(child)
         if id(module) in pending:
-            fully_shard(module, mesh=mesh, reshard_after_forward=reshard_after_forward)
+            _shard(module, mesh, reshard_after_forward)
 
     fill(model)
-    fully_shard(model, mesh=mesh, reshard_after_forward=reshard_after_forward)
+    _shard(model, mesh, reshard_after_forward)
     return model
+
+
+def _shard(module: nn.Module, mesh: DeviceMesh, reshard_after_forward: bool) -> None:
+    """``fully_shard`` one unit; on the CPU, its all-gathers and reduce-scatters sent between peers
+    (peer_collectives.py), where gloo's own reduce-scatter moves the whole unit."""
+    sharded = fully_shard(module, mesh=mesh, reshard_after_forward=reshard_after_forward)
+    if mesh.device_type == "cpu":
+        use_peer_collectives(sharded)
 
 
 def _holds_own(module: nn.Module) -> bool:
