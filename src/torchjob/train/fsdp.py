@@ -26,7 +26,6 @@ from torch.distributed.fsdp import fully_shard
 from torch.distributed.tensor import DTensor
 
 from torchjob.train.context import DistContext
-from torchjob.train.peer_collectives import use_peer_collectives
 
 REPLICATE, SHARD = "replicate", "shard"
 
@@ -153,7 +152,11 @@ def _shard(module: nn.Module, mesh: DeviceMesh, reshard_after_forward: bool) -> 
     """``fully_shard`` one unit; on the CPU, its all-gathers and reduce-scatters sent between peers
     (peer_collectives.py), where gloo's own reduce-scatter moves the whole unit."""
     sharded = fully_shard(module, mesh=mesh, reshard_after_forward=reshard_after_forward)
-    if mesh.device_type == "cpu":
+    if mesh.device_type == "cpu" and hasattr(sharded, "set_custom_reduce_scatter"):
+        try:
+            from torchjob.train.peer_collectives import use_peer_collectives
+        except ImportError:  # a torch whose FSDP2 names its custom collectives otherwise: gloo's own
+            return
         use_peer_collectives(sharded)
 
 

@@ -10,8 +10,8 @@ through FSDP2's own ``set_custom_all_gather`` and ``set_custom_reduce_scatter``.
 Each peer is sent its part at once and each part received at once (one message each way per pair, the bytes
 gloo's ring would move for a reduce-scatter, none twice); every receive is waited for before any send, so a peer
 that died fails this rank's collective on the receive from it, as gloo's own collectives fail. The parts are
-summed in the group's rank order, the same on every run. An asynchronous collective (FSDP2's calls are synchronous unless
-told otherwise) and any reduction but a sum or a mean are left to gloo's own.
+summed in the group's rank order, the same on every run. An asynchronous collective (FSDP2's calls are
+synchronous unless told otherwise) and any reduction but a sum or a mean are left to gloo's own.
 """
 
 from __future__ import annotations
@@ -22,6 +22,8 @@ import torch
 import torch.distributed as dist
 from torch.distributed.fsdp import FSDPModule
 from torch.distributed.fsdp._fully_shard._fsdp_api import AllGather, ReduceScatter
+
+from torchjob.train.kept_shard import wait_all
 
 # Their own tags, apart from the other sends torchjob makes over the same group (the neighbours' copies use 0).
 _GATHER_TAG, _SCATTER_TAG = 71, 72
@@ -55,7 +57,7 @@ class PeerAllGather(_Empty, AllGather):
         receives = [dist.irecv(parts[peer], group=group, group_src=peer, tag=_GATHER_TAG) for peer in peers]
         sends = [dist.isend(input_tensor, group=group, group_dst=peer, tag=_GATHER_TAG) for peer in peers]
         parts[me].copy_(input_tensor)
-        _wait(receives, sends)
+        wait_all(*receives, *sends)  # the receives first: a dead peer fails one of them
         return None
 
 
@@ -77,7 +79,7 @@ class PeerReduceScatter(_Empty, ReduceScatter):
         received = {peer: torch.empty_like(output_tensor) for peer in range(size) if peer != me}
         receives = [dist.irecv(into, group=group, group_src=peer, tag=_SCATTER_TAG) for peer, into in received.items()]
         sends = [dist.isend(parts[peer], group=group, group_dst=peer, tag=_SCATTER_TAG) for peer in received]
-        _wait(receives, sends)
+        wait_all(*receives, *sends)  # the receives first: a dead peer fails one of them
         for peer in range(size):
             part = parts[me] if peer == me else received[peer]
             if peer == 0:
@@ -87,8 +89,3 @@ class PeerReduceScatter(_Empty, ReduceScatter):
         if op == dist.ReduceOp.AVG:
             output_tensor.div_(size)
         return None
-
-
-def _wait(receives: list[dist.Work], sends: list[dist.Work]) -> None:
-    for work in (*receives, *sends):
-        work.wait()
