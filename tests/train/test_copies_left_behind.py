@@ -1,6 +1,6 @@
-"""The neighbours' copies, exchanged in a thread of their own (shard_copies.done_or_left): a member whose exchange
-gloo never wakes (a send queued when its peer left the step) still leaves the step once its connections are cut,
-as a failed step does; an exchange's own error is raised where it was waited for."""
+"""Waits left behind once cut (peers.done_or_left: the neighbours' copies, a sharded collective's sends): a member
+whose wait gloo never wakes (a send queued when its peer left the step) still leaves the step once its connections
+are cut, as a failed step does; a wait's own error is raised where it was waited for."""
 
 from __future__ import annotations
 
@@ -9,19 +9,19 @@ import threading
 import pytest
 import torch
 
-from torchjob.train import peers, shard_copies
+from torchjob.train import peers
 
 
 def test_an_exchange_that_ends_returns_and_one_that_fails_raises_its_own_error() -> None:
     happened: list[int] = []
-    shard_copies.done_or_left(lambda: happened.append(1), torch.device("cpu"))
+    peers.done_or_left(lambda: happened.append(1), torch.device("cpu"), "the test's wait was")
     assert happened == [1]
 
     def fails() -> None:
         raise RuntimeError("Connection closed by peer")
 
     with pytest.raises(RuntimeError, match="Connection closed by peer"):
-        shard_copies.done_or_left(fails, torch.device("cpu"))
+        peers.done_or_left(fails, torch.device("cpu"), "the test's wait was")
 
 
 def test_an_exchange_stuck_after_the_connections_were_cut_is_left_behind_and_the_step_fails() -> None:
@@ -31,12 +31,12 @@ def test_an_exchange_stuck_after_the_connections_were_cut_is_left_behind_and_the
     cut.start()
     try:
         with pytest.raises(RuntimeError, match="left behind: the group was repaired around a lost peer"):
-            shard_copies.done_or_left(never_woken.wait, torch.device("cpu"))
-        assert shard_copies._LEFT_BEHIND[-1].is_alive()
+            peers.done_or_left(never_woken.wait, torch.device("cpu"), "the test's wait was")
+        assert peers._LEFT_BEHIND[-1].is_alive()
     finally:
         never_woken.set()
         cut.join()
-    shard_copies._LEFT_BEHIND[-1].join(5)
+    peers._LEFT_BEHIND[-1].join(5)
 
 
 def test_an_exchange_that_ends_soon_after_a_cut_raises_its_own_error_not_left_behind() -> None:
@@ -48,8 +48,8 @@ def test_an_exchange_that_ends_soon_after_a_cut_raises_its_own_error_not_left_be
 
     cut = threading.Timer(0.1, lambda: peers.cut_group_connections(set(), only=set()))
     cut.start()
-    left_before = len(shard_copies._LEFT_BEHIND)
+    left_before = len(peers._LEFT_BEHIND)
     with peers.woken_by_cut(cut_seen), pytest.raises(RuntimeError, match="Connection reset by peer"):
-        shard_copies.done_or_left(fails_once_cut, torch.device("cpu"))
+        peers.done_or_left(fails_once_cut, torch.device("cpu"), "the test's wait was")
     cut.join()
-    assert len(shard_copies._LEFT_BEHIND) == left_before
+    assert len(peers._LEFT_BEHIND) == left_before

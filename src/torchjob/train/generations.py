@@ -29,7 +29,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
 from torchjob import worker_files
-from torchjob.train import channel, local_ranks, warm_heap
+from torchjob.train import channel, local_ranks, peers, warm_heap
 from torchjob.train.channel import Channel
 from torchjob.train.context import DistContext
 from torchjob.worker_files import Membership
@@ -235,6 +235,7 @@ def init_generation(
     """Join one generation of the attempt's group at the store torchjob hosts, under its own prefix, through
     ``client`` (this process's kept connection where not given)."""
     store = generation_store(attempt, generation, client if client is not None else CONNECTION.for_generation(timeout))
+    peers.formed()
     dist.init_process_group(backend, store=store, rank=rank, world_size=world, timeout=timeout)
 
 

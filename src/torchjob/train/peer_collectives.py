@@ -8,10 +8,11 @@ gloo's reduce-scatter against 0.24-0.25 s sending each peer its part and summing
 through FSDP2's own ``set_custom_all_gather`` and ``set_custom_reduce_scatter``.
 
 Each peer is sent its part at once and each part received at once (one message each way per pair, the bytes
-gloo's ring would move for a reduce-scatter, none twice); every receive is waited for before any send, so a peer
-that died fails this rank's collective on the receive from it, as gloo's own collectives fail. The parts are
-summed in the group's rank order, the same on every run. An asynchronous collective (FSDP2's calls are
-synchronous unless told otherwise) and any reduction but a sum or a mean are left to gloo's own.
+gloo's ring would move for a reduce-scatter, none twice). They are waited for in a thread a member leaves behind
+once its group's connections are cut (``peers.done_or_left``), as the neighbours' copies are: gloo did not always
+wake them when a peer died (``_wait``). The parts are summed in the group's rank order, the same on every run.
+An asynchronous collective (FSDP2's calls are synchronous unless told otherwise) and any reduction but a sum or a
+mean are left to gloo's own.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import torch.distributed as dist
 from torch.distributed.fsdp import FSDPModule
 from torch.distributed.fsdp._fully_shard._fsdp_api import AllGather, ReduceScatter
 
+from torchjob.train import peers
 from torchjob.train.kept_shard import wait_all
 
 # Their own tags, apart from the other sends torchjob makes over the same group (the neighbours' copies use 0).
@@ -57,7 +59,7 @@ class PeerAllGather(_Empty, AllGather):
         receives = [dist.irecv(parts[peer], group=group, group_src=peer, tag=_GATHER_TAG) for peer in peers]
         sends = [dist.isend(input_tensor, group=group, group_dst=peer, tag=_GATHER_TAG) for peer in peers]
         parts[me].copy_(input_tensor)
-        wait_all(*receives, *sends)  # the receives first: a dead peer fails one of them
+        _wait(receives, sends)
         return None
 
 
@@ -79,7 +81,7 @@ class PeerReduceScatter(_Empty, ReduceScatter):
         received = {peer: torch.empty_like(output_tensor) for peer in range(size) if peer != me}
         receives = [dist.irecv(into, group=group, group_src=peer, tag=_SCATTER_TAG) for peer, into in received.items()]
         sends = [dist.isend(parts[peer], group=group, group_dst=peer, tag=_SCATTER_TAG) for peer in received]
-        wait_all(*receives, *sends)  # the receives first: a dead peer fails one of them
+        _wait(receives, sends)
         for peer in range(size):
             part = parts[me] if peer == me else received[peer]
             if peer == 0:
@@ -89,3 +91,12 @@ class PeerReduceScatter(_Empty, ReduceScatter):
         if op == dist.ReduceOp.AVG:
             output_tensor.div_(size)
         return None
+
+
+def _wait(receives: list[dist.Work | None], sends: list[dist.Work | None]) -> None:
+    """Every receive, then every send, in a thread left behind where the group is repaired around a lost peer
+    (``peers.done_or_left``). gloo did not wake these waits once a peer died: by hand (HSDP, a rank SIGKILLed), a
+    survivor waited in its all-gather's send to the killed rank, whose own part had come, and in another trial
+    every survivor waited in an all-gather's receive after its connections were cut, until spares replaced them
+    (1 repair in ~4); gloo's own collectives are not seen to."""
+    peers.done_or_left(lambda: wait_all(*receives, *sends), torch.device("cpu"), "a collective's waits were")

@@ -21,14 +21,12 @@ under gloo (this machine); under NCCL they would take GPU memory, and that path 
 from __future__ import annotations
 
 import pickle
-import threading
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
 
-from torchjob.train import peers, shard_chunks, state_transfer
+from torchjob.train import peers, shard_chunks
 from torchjob.train.context import DistContext
 from torchjob.train.kept_shard import (
     KeptShard,
@@ -121,7 +119,7 @@ class NeighbourCopies:
                 ready = outgoing.chunk(index + 1) if index + 1 < len(outgoing) else None
                 wait_all(*works)
 
-        done_or_left(exchange, ctx.device)
+        peers.done_or_left(exchange, ctx.device, "the neighbours' copies were")
         self.received_step = step
         # Every rank has received its neighbour's shard: only now may any rank let go of the copy before.
         dist.all_reduce(torch.zeros(1, dtype=torch.int64, device=ctx.device))
@@ -171,44 +169,6 @@ class NeighbourCopies:
         if found is None:
             raise CopyError(f"no copy of step {step} is kept here")
         return found
-
-
-# How long after a cut the exchange may still end by itself (its receive fails at once where gloo wakes it) before
-# it is left behind: the step fails no sooner. Each plain-FSDP kill of bench.state lands in an exchange, and the
-# survivors found their step failed 0.44-0.47 s after it with 0.25 s here, 0.16-0.22 s with 0.05 s (5 trials).
-_GRACE_AFTER_CUT = 0.05
-# Exchanges left behind, stuck in a send: kept, with the tensors they send, for as long as the process lives.
-_LEFT_BEHIND: list[threading.Thread] = []
-
-
-def done_or_left(exchange: Callable[[], None], device: torch.device) -> None:
-    """Run ``exchange`` in a thread of its own and wait for it; its error, if any, is raised here. A chunk of the
-    exchange is a message larger than the socket's buffer, so most of the time some of its bytes are queued; where
-    the peer then leaves the step (its connections cut), gloo never wakes that send (peers.py) and the member
-    would wait where the loop cannot reach it, often the very member keeping the lost rank's copy (seen in
-    bench.state: the group then restarts). So once this process's own connections were cut (the group was
-    repaired around a lost peer: in_place.py) and the exchange has not ended within ``_GRACE_AFTER_CUT``, it is
-    left behind (a daemon thread, blocked in gloo without the GIL) and the step fails here, as a step does.
-
-    The caller sleeps on one event, set by the exchange's end or by the cut: looking every 5 ms instead cost
-    plain FSDP's steady step ~0.5 s (by hand: 5.6-5.7 s against 5.0-5.1 s; why, not traced)."""
-    woken = threading.Event()
-
-    def work() -> None:
-        try:
-            exchange()
-        finally:
-            woken.set()
-
-    with peers.woken_by_cut(woken):
-        thread, failed = state_transfer.in_thread(device, work, "torchjob-neighbour-copies")
-        woken.wait()
-    thread.join(_GRACE_AFTER_CUT)
-    if thread.is_alive():
-        _LEFT_BEHIND.append(thread)
-        raise RuntimeError("the neighbours' copies were left behind: the group was repaired around a lost peer")
-    if failed:
-        raise failed[0]
 
 
 def agree(holdings: dict[int, Holding], world: int) -> tuple[int, dict[int, int]]:
