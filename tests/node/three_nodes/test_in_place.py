@@ -220,13 +220,20 @@ def test_an_elastic_group_shrinks_at_once_when_a_members_node_vanishes_and_grows
     namespace = cluster.namespace(f"elastic-node-lost-{leader}")
     job = elastic_spread(namespace, epochs=60)
     name = job["metadata"]["name"]
-    cluster.apply(job)
     workers = [f"{name}-worker-{i}" for i in range(3)]
-    support.wait_for_log(cluster, namespace, workers[0], "epoch: 2/", timeout=300)
-    before = {p["metadata"]["name"]: p for p in cluster.kubectl_json("get", "pods", "-n", namespace)["items"]}
-    where = {pod: p["spec"]["nodeName"] for pod, p in before.items()}
-    alone = [w for w in workers if [where[o] for o in [*workers, f"{name}-rdzv"]].count(where[w]) == 1]
-    assert alone, f"no Worker has a node to itself, away from the store: {where}"
+    for placing in range(2):
+        cluster.apply(job)
+        support.wait_for_log(cluster, namespace, workers[0], "epoch: 2/", timeout=300)
+        before = {p["metadata"]["name"]: p for p in cluster.kubectl_json("get", "pods", "-n", namespace)["items"]}
+        where = {pod: p["spec"]["nodeName"] for pod, p in before.items()}
+        alone = [w for w in workers if [where[o] for o in [*workers, f"{name}-rdzv"]].count(where[w]) == 1]
+        if alone or placing:
+            break
+        # The Workers only prefer a node each (a spare must still fit beside a survivor), and CI once saw two
+        # Workers on one node, the store and the third on another, a third node Ready and empty: placed again, once.
+        cluster.kubectl("delete", "pytorchjob", name, "-n", namespace, "--wait=true", timeout=180)
+        _wait_for_no_pods(cluster, namespace)
+    assert alone, f"no Worker has a node to itself, away from the store, placed twice: {where}"
     lost = alone[-1]
     survivors = [w for w in workers if w != lost]
     node = cluster.node(where[lost])
@@ -264,3 +271,10 @@ def test_an_elastic_group_shrinks_at_once_when_a_members_node_vanishes_and_grows
     finally:
         cluster.kubectl("delete", "pytorchjob", name, "-n", namespace, "--wait=false", check=False)
         kubelet.start(cluster.state, node)
+
+
+def _wait_for_no_pods(cluster: Cluster, namespace: str, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while left := [p["metadata"]["name"] for p in cluster.kubectl_json("get", "pods", "-n", namespace)["items"]]:
+        assert time.monotonic() < deadline, f"Pods left in {namespace} {timeout:g}s after their job was deleted: {left}"
+        time.sleep(1)
