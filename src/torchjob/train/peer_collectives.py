@@ -55,9 +55,9 @@ class PeerAllGather(_Empty, AllGather):
             return dist.all_gather_into_tensor(output_tensor, input_tensor, group=group, async_op=True)
         parts = output_tensor.chunk(group.size())
         me = group.rank()
-        peers = [peer for peer in range(group.size()) if peer != me]
-        receives = [dist.irecv(parts[peer], group=group, group_src=peer, tag=_GATHER_TAG) for peer in peers]
-        sends = [dist.isend(input_tensor, group=group, group_dst=peer, tag=_GATHER_TAG) for peer in peers]
+        others = [peer for peer in range(group.size()) if peer != me]
+        receives = [dist.irecv(parts[peer], group=group, group_src=peer, tag=_GATHER_TAG) for peer in others]
+        sends = [dist.isend(input_tensor, group=group, group_dst=peer, tag=_GATHER_TAG) for peer in others]
         parts[me].copy_(input_tensor)
         _wait(receives, sends)
         return None
