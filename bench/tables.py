@@ -905,8 +905,9 @@ STATE = Table(
             ratio=over("in place group whole", "torchft replacement"),
         ),
         Row(
-            "the same kill under plain FSDP over the 4 ranks (no replica: each rank's shard copied to its neighbour's "
-            "memory after every step, a warm spare) → the replacement holding the lost state",
+            "the same kill under plain FSDP over the 4 ranks (no replica: a copy of each rank's shard in its "
+            "neighbour's memory, stepped there with the rank's gradients every step; a warm spare) → the replacement "
+            "holding the lost state",
             "state",
             "**{fsdp in place group whole:.2f s}** in place: the lost shard ({fsdp lost shard:.2f} GB) from its "
             "neighbour's copy (rank 0's re-form done at {fsdp in place rank 0 re-formed:.2f s}); training again at "
@@ -983,10 +984,10 @@ STATE = Table(
             ratio=over("fsdp in place peak", "fsdp plain peak"),
         ),
         Row(
-            "a step, steady, under plain FSDP with the neighbours' copies (the copy after every step included)",
+            "a step, steady, under plain FSDP with the neighbours' copies (the copies kept every step included)",
             "state",
-            "**{fsdp in place steady step:.2f s}** (FSDP over 4 ranks; each shard sent to the neighbour in ~32 MB "
-            "chunks)",
+            "**{fsdp in place steady step:.2f s}** (FSDP over 4 ranks; each rank's gradients sent to its neighbour, "
+            "which steps its copy with them)",
             "torchft {torchft steady step:.2f s}",
             "≤ torchft's (throughput ≥ torchft's)",
             lambda cases: over("fsdp in place steady step", "torchft steady step")(cases) <= 1.0,

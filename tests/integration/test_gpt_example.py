@@ -105,9 +105,13 @@ def test_the_sharded_in_place_example_loses_a_rank_and_ends_with_the_model_of_a_
     assert json.loads((checkpoints / "step-000000000400.json").read_text())["world_size"] == 4
 
 
-def test_plain_fsdp_in_place_loses_a_rank_and_its_neighbours_copy_makes_the_group_whole(tmp_path: Path) -> None:
-    # Copies every 11 steps: the kill, after the 60th step, takes the group back to the 55th, the copies' step.
-    plain = ("--size", "tiny", "--steps", "400", "--replicas", "1", "--copy-every", "11")
+@pytest.mark.parametrize("copy_every", [1, 11])
+def test_plain_fsdp_in_place_loses_a_rank_and_its_neighbours_copy_makes_the_group_whole(
+    tmp_path: Path, copy_every: int
+) -> None:
+    # Every step (the default): each copy is stepped with its rank's gradients (replayed_copies.py). Every 11 steps:
+    # sent whole, and the kill, after the 60th step, takes the group back to the 55th, the copies' step.
+    plain = ("--size", "tiny", "--steps", "400", "--replicas", "1", "--copy-every", str(copy_every))
     straight = _job(tmp_path / "straight", 2, *plain, example="job-inplace.yaml", spares=0)
     result = run_cli("run", str(straight), home=tmp_path / "home-straight", timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
@@ -121,9 +125,12 @@ def test_plain_fsdp_in_place_loses_a_rank_and_its_neighbours_copy_makes_the_grou
     finally:
         stdout, stderr = run.communicate(timeout=600)
     assert run.returncode == 0, stderr[-3000:]
-    # No other rank holds rank 1's shard: rank 2 kept a copy of it, of the 55th step, as every rank kept its own.
+    # No other rank holds rank 1's shard: rank 2 kept a copy of it.
     assert "Rank 0: group repaired in place (generation 1, 3 ranks, rank 1's shard from rank 2's copy)" in stdout
-    assert "rank 0: back to step 55, the step its lost peer's copy is of" in stdout, stdout[-3000:]
+    if copy_every == 11:  # of the 55th step, as every rank kept its own
+        assert "rank 0: back to step 55, the step its lost peer's copy is of" in stdout, stdout[-3000:]
+    else:  # of the step every survivor is at
+        assert "back to step" not in stdout, stdout[-3000:]
     assert "built anew" not in stdout, stdout  # the survivors' models moved onto the new group (sharded_rebind.py)
     status = job_object(home, "gpt-inplace")["status"]
     assert (status["restartCount"], status["repairs"]) == (0, 1)

@@ -53,7 +53,7 @@ def test_survivors_with_no_step_that_holds_every_shard_are_one_clear_error() -> 
         _agreed({0: 9, 2: 9}, shards=2)  # ranks 1 and 3 lost together
 
 
-def _group(*holdings: tuple[int, int, int, int]) -> dict[int, Holding]:
+def _group(*holdings: tuple[int, ...]) -> dict[int, Holding]:
     """Each rank's (live step, own kept shard's step, copy's step, step of the copy it was receiving)."""
     return {rank: Holding(*steps) for rank, steps in enumerate(holdings)}
 
@@ -78,6 +78,20 @@ def test_a_rank_lost_before_its_newest_copy_was_whole_takes_the_group_back_a_ste
     assert agree(_group((9, 8, 8, 9), LOST, (9, 8, 8, 9), (9, 8, 8, 9)), world=4) == (9, {1: 2})
     # A survivor that completed a step its peers failed goes back to the step they hold.
     assert agree(_group((10, 9, 9, -1), LOST, (9, 9, 9, -1), (9, 9, 9, -1)), world=4) == (9, {1: 2})
+
+
+def test_replayed_copies_step_on_where_a_peer_stepped_and_never_go_back() -> None:
+    # (live, own, copy, received, ahead): replayed copies keep no shard of their own (replayed_copies.py).
+    # Rank 1 died in the exchange of step 10's gradients after every rank had received (rank 0 was past the
+    # all-reduce): rank 2 holds rank 1's gradients, rank 3 had not stepped and steps on with its own.
+    assert agree(_group((10, -1, 10, -1, -1), LOST, (9, -1, 9, 10, 10), (9, -1, 9, 10, 10)), world=4) == (10, {1: 2})
+    # Where no rank was past it, the group steps on as well when every gradient of the step is held...
+    assert agree(_group((9, -1, 9, 10, 10), LOST, (9, -1, 9, 10, 10), (9, -1, 9, 10, 10)), world=4) == (10, {1: 2})
+    # ... and carries on from the step before when rank 1's keeper had not received all of them.
+    assert agree(_group((9, -1, 9, 10, 10), LOST, (9, -1, 9, -1, -1), (9, -1, 9, 10, 10)), world=4) == (9, {1: 2})
+    # A survivor whose step made optimizer state steps on with no one (it holds no step ahead): no step is common.
+    with pytest.raises(CopyError, match="no step that every survivor holds"):
+        agree(_group((10, -1, 10, -1, -1), LOST, (9, -1, 9, 10, 10), (9, -1, 9, 10, -1)), world=4)
 
 
 def test_a_copy_lost_with_its_rank_or_of_no_common_step_is_one_clear_error() -> None:

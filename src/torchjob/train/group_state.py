@@ -42,6 +42,10 @@ class GroupState(Protocol):
     def wrap(self, ctx: DistContext) -> nn.Module:
         """The module the step function is given, in the group's first generation (every member holds state)."""
 
+    def before_step(self, ctx: DistContext, step: int) -> None:
+        """As step ``step`` (the steps done so far) begins: its optimizer steps are the step's own (a sharded
+        model's replayed copies tell them from those of a checkpoint's load)."""
+
     def after_step(self, ctx: DistContext, step: int) -> None:
         """After each step that completed (``step``: the steps done so far), before the next: whatever keeps a
         lost member's state restorable (a sharded model's neighbour copies). Raises as a step does when a peer
@@ -74,6 +78,9 @@ class ReplicatedState:
 
     def wrap(self, ctx: DistContext, init_sync: bool = True) -> nn.Module:
         return ddp.wrap(self._model, ctx, **{"init_sync": init_sync, **self.ddp_options})
+
+    def before_step(self, ctx: DistContext, step: int) -> None:
+        """Nothing to do: every member holds the whole state."""
 
     def after_step(self, ctx: DistContext, step: int) -> None:
         """Nothing to do: every member holds the whole state."""

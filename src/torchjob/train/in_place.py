@@ -211,6 +211,7 @@ class InPlaceTraining:
                     changed = self._membership_changed()
                     self._note_whole()
                     if not changed:
+                        self.state.before_step(self.ctx, self.step)
                         step_fn(self.module, self.step, self.ctx)
                         stepped = True
                         self.state.after_step(self.ctx, self.step + 1)

@@ -1,9 +1,12 @@
 """A copy of each rank's shard in its neighbour's memory, so that plain FSDP (one replica group) is repaired in place.
 
-Under FSDP over S ranks, no other rank holds rank r's shard. So after every step, rank r sends its shard (its
-weights, buffers and optimizer state) to rank (r + 1) % S, which keeps it as a copy; a spare given rank r's place
-receives the copy from rank r + 1 (sharded_in_place.py). Every ``copy_every`` steps instead, where the exchange
-costs too much: a repair then goes back to the last exchange, up to ``copy_every`` - 1 steps trained again.
+Under FSDP over S ranks, no other rank holds rank r's shard. So rank r sends its shard (its weights, buffers and
+optimizer state) to rank (r + 1) % S, which keeps it as a copy; a spare given rank r's place receives the copy
+from rank r + 1 (sharded_in_place.py). Where the optimizer's step can be replayed and the copy is kept every step,
+the copy is stepped with rank r's gradients instead (replayed_copies.py: one shard of memory, a third of the
+bytes); this module sends it whole, every ``copy_every`` steps (where the exchange costs too much: a repair then
+goes back to the last exchange, up to ``copy_every`` - 1 steps trained again) or after every step (an optimizer
+whose step is not replayed). What both keep and agree on (``Holding``, ``agree``) and how they send is here.
 
 A rank can be lost in the middle of that exchange, or after its step but before it sent: its neighbour then has
 no copy of its newest step, while the survivors went on to it. So a copy is received beside the one before, and
@@ -51,15 +54,18 @@ class CopyError(RuntimeError):
 @dataclass(frozen=True)
 class Holding:
     """What one member of a re-formed group holds, as all-gathered: the step of its live state (-1: a joiner),
-    of its own kept shard, of its neighbour's copy, and of the copy it was receiving (-1: none, or not whole)."""
+    of its own kept shard, of its neighbour's copy, of the copy it was receiving (-1: none, or not whole), and the
+    step it can step its live shard on to (replayed copies, replayed_copies.py: it holds that step's gradients,
+    its own and its neighbour's, and every rank had received its neighbour's; -1: none)."""
 
     live: int
     own: int
     copy: int
     received: int
+    ahead: int = -1
 
-    def steps(self) -> tuple[int, int, int, int]:
-        return self.live, self.own, self.copy, self.received
+    def steps(self) -> tuple[int, int, int, int, int]:
+        return self.live, self.own, self.copy, self.received, self.ahead
 
 
 class NeighbourCopies:
@@ -105,21 +111,7 @@ class NeighbourCopies:
         incoming = shard_chunks.layout_of(tensors_of(self._received)).chunks
         outgoing = shard_chunks.Outgoing(sent, staging=self._staging)
 
-        def exchange() -> None:
-            # In chunks of many tensors (shard_chunks.py), one each way at a time, as gloo's own collectives send:
-            # a send queued behind others to a peer that died mid-exchange was seen to wait forever (no error),
-            # where the one in flight fails. The next chunk is packed while one is in flight.
-            ready = outgoing.chunk(0) if len(outgoing) else None
-            for index in range(max(len(incoming), len(outgoing))):
-                chunk = incoming[index] if index < len(incoming) else None
-                works = (
-                    dist.irecv(flat[chunk.start : chunk.stop], src=left) if chunk is not None else None,
-                    dist.isend(ready, dst=right) if ready is not None else None,
-                )
-                ready = outgoing.chunk(index + 1) if index + 1 < len(outgoing) else None
-                wait_all(*works)
-
-        peers.done_or_left(exchange, ctx.device, "the neighbours' copies were")
+        swap_chunks(ctx, flat, incoming, left, outgoing, right, "the neighbours' copies were")
         self.received_step = step
         # Every rank has received its neighbour's shard: only now may any rank let go of the copy before.
         dist.all_reduce(torch.zeros(1, dtype=torch.int64, device=ctx.device))
@@ -134,21 +126,12 @@ class NeighbourCopies:
     def _exchange_layout(self, ctx: DistContext, mine: KeptShard, signature: Signature, right: int, left: int) -> None:
         """Each rank's layout to its right neighbour, where it changed (or was never told since the last
         re-form): a length, then the pickle."""
-        layout = b"" if signature == self._told else pickle.dumps(layout_of(mine))
-        theirs = torch.zeros(1, dtype=torch.int64)
-        wait_all(dist.irecv(theirs, src=left), dist.isend(torch.tensor([len(layout)], dtype=torch.int64), dst=right))
-        coming = int(theirs[0])
-        if coming or layout:
-            incoming = torch.empty(coming, dtype=torch.uint8)
-            wait_all(
-                dist.irecv(incoming, src=left) if coming else None,
-                dist.isend(torch.frombuffer(bytearray(layout), dtype=torch.uint8), dst=right) if layout else None,
-            )
-            if coming:
-                heard: KeptShard = pickle.loads(incoming.numpy().tobytes())
-                if self._received is not None and shapes_of(self._received) != shapes_of(heard):
-                    self._received = self._received_flat = None
-                self._layout = heard
+        coming = swap_bytes(b"" if signature == self._told else pickle.dumps(layout_of(mine)), right, left)
+        if coming:
+            heard: KeptShard = pickle.loads(coming)
+            if self._received is not None and shapes_of(self._received) != shapes_of(heard):
+                self._received = self._received_flat = None
+            self._layout = heard
         self._told = signature
         if self._layout is None:
             raise RuntimeError(f"rank {ctx.rank}: rank {left} sent its shard without its layout")
@@ -173,7 +156,8 @@ class NeighbourCopies:
 
 def agree(holdings: dict[int, Holding], world: int) -> tuple[int, dict[int, int]]:
     """The step a re-formed group carries on from, and for each joiner the rank keeping its copy: the newest
-    step that every survivor holds (live, or its own kept shard) and each joiner's keeper holds a copy of."""
+    step that every survivor holds (live, its own kept shard, or one it can step on to) and each joiner's keeper
+    holds a copy of."""
     joiners = [rank for rank in range(world) if holdings[rank].live < 0]
     keepers = {joiner: (joiner + 1) % world for joiner in joiners}
     for joiner, keeper in keepers.items():
@@ -184,7 +168,7 @@ def agree(holdings: dict[int, Holding], world: int) -> tuple[int, dict[int, int]
     survivors = [h for h in holdings.values() if h.live >= 0]
     candidates = sorted({s for h in survivors for s in h.steps() if s >= 0}, reverse=True)
     for step in candidates:
-        if all(step in (h.live, h.own) for h in survivors) and all(
+        if all(step in (h.live, h.own, h.ahead) for h in survivors) and all(
             step in (holdings[k].copy, holdings[k].received) for k in keepers.values()
         ):
             return step, keepers
@@ -194,3 +178,57 @@ def agree(holdings: dict[int, Holding], world: int) -> tuple[int, dict[int, int]
         if h.live >= 0
     )
     raise CopyError(f"no step that every survivor holds and the lost ranks' copies are of ({said})")
+
+
+def swap_bytes(payload: bytes | None, right: int | None, left: int | None) -> bytes:
+    """``payload`` to rank ``right`` and what rank ``left`` sends, each side where not None: a length, then the
+    bytes where there are any (b"": nothing new)."""
+    theirs = torch.zeros(1, dtype=torch.int64)
+    wait_all(
+        dist.irecv(theirs, src=left) if left is not None else None,
+        dist.isend(torch.tensor([len(payload or b"")], dtype=torch.int64), dst=right) if right is not None else None,
+    )
+    coming = int(theirs[0])
+    incoming = torch.empty(coming, dtype=torch.uint8)
+    wait_all(
+        dist.irecv(incoming, src=left) if left is not None and coming else None,
+        dist.isend(torch.frombuffer(bytearray(payload), dtype=torch.uint8), dst=right)
+        if right is not None and payload
+        else None,
+    )
+    return incoming.numpy().tobytes() if coming else b""
+
+
+def swap_chunks(
+    ctx: DistContext,
+    flat: torch.Tensor | None,
+    incoming: list[shard_chunks.Chunk],
+    left: int | None,
+    outgoing: shard_chunks.Outgoing | None,
+    right: int | None,
+    what: str,
+) -> None:
+    """``outgoing``'s chunks to rank ``right`` while ``incoming``'s (slices of ``flat``) come from rank ``left``,
+    each side where there is one; left behind once this process's connections are cut (peers.done_or_left)."""
+    sending = len(outgoing) if outgoing is not None and right is not None else 0
+    receiving = incoming if flat is not None and left is not None else []
+
+    def exchange() -> None:
+        # In chunks of many tensors (shard_chunks.py), one each way at a time, as gloo's own collectives send:
+        # a send queued behind others to a peer that died mid-exchange was seen to wait forever (no error),
+        # where the one in flight fails. The next chunk is packed while one is in flight.
+        assert outgoing is not None or not sending
+        ready = outgoing.chunk(0) if outgoing is not None and sending else None
+        for index in range(max(len(receiving), sending)):
+            chunk = receiving[index] if index < len(receiving) else None
+            works = (
+                dist.irecv(flat[chunk.start : chunk.stop], src=left)
+                if chunk is not None and flat is not None
+                else None,
+                dist.isend(ready, dst=right) if ready is not None else None,
+            )
+            ready = outgoing.chunk(index + 1) if outgoing is not None and index + 1 < sending else None
+            wait_all(*works)
+
+    if sending or receiving:
+        peers.done_or_left(exchange, ctx.device, what)

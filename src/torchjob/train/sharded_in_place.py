@@ -4,10 +4,11 @@ Under HSDP over R replica groups of S ranks each, rank ``g * S + s`` holds shard
 its optimizer state, and so does rank ``s`` of every other group. When a rank is lost, its place goes to a spare
 with the same rank, and the spare's shard comes from the survivors that hold shard ``s``: with several of them
 (R > 2), each sends its part of the tensors at once. Under plain FSDP (R = 1) no other rank holds it, so each
-rank keeps a copy of its left neighbour's shard, refreshed after every step (shard_copies.py), and the spare's
-shard comes from that copy; where the lost rank died before its newest copy was whole, the group goes back
-to the step before. No checkpoint is read; nothing is sent to the survivors, who keep their own shards
-in memory.
+rank keeps a copy of its left neighbour's shard, and the spare's shard comes from that copy: stepped with the
+neighbour's gradients in every optimizer step where that step can be replayed (replayed_copies.py; a survivor
+that had not stepped when a peer had steps on), sent whole every ``copy_every`` steps otherwise (shard_copies.py;
+where the lost rank died before its newest copy was whole, the group goes back to the step before). No
+checkpoint is read; nothing is sent to the survivors, who keep their own shards in memory.
 
 A sharded model is bound to the group it was sharded over. A survivor that keeps its rank moves its model onto
 the new group's process groups (sharded_rebind.py), its shard where it was; a joiner (or a survivor whose place
@@ -33,7 +34,7 @@ from torch import nn
 from torch.distributed.tensor import DTensor
 
 from torchjob import worker_files
-from torchjob.train import fsdp, generations, shard_copies, sharded_rebind, state_transfer
+from torchjob.train import copy_replay, fsdp, generations, shard_copies, sharded_rebind, state_transfer
 from torchjob.train.context import DistContext
 from torchjob.train.group_state import Restored
 from torchjob.train.kept_shard import (
@@ -44,6 +45,7 @@ from torchjob.train.kept_shard import (
     shapes_of,
     shard_of,
 )
+from torchjob.train.replayed_copies import ReplayedCopies
 
 
 class ShardedRepairError(RuntimeError):
@@ -74,9 +76,11 @@ class ShardedState:
             )
         fsdp.check_layout(ctx.world_size, replicas)  # without making a mesh: a joiner makes its own when it joins
         self.replicas = replicas
-        # Under plain FSDP no replica holds a rank's shard: its neighbour keeps a copy.
-        self.copies = shard_copies.NeighbourCopies() if replicas == 1 else None
+        # Under plain FSDP no replica holds a rank's shard: its neighbour keeps a copy (made with the optimizer).
+        self.copies: shard_copies.NeighbourCopies | ReplayedCopies | None = None
+        self._settling: tuple[int, dict[int, shard_copies.Holding]] | None = None  # a re-form's step and holdings
         self.copy_every = copy_every
+        self._ctx = ctx
         self.reshard_after_forward = reshard_after_forward
         self._build, self._make_optimizer, self._units = build, make_optimizer, units
         self._model: nn.Module | None = None
@@ -90,6 +94,7 @@ class ShardedState:
             generations.freeze_heap()
             self._model = self._shard(build(), fsdp.mesh_for(ctx, replicas))
             self._optimizer = make_optimizer(self._model)
+            self._keep_copies(self._optimizer)
 
     @property
     def model(self) -> nn.Module:
@@ -120,13 +125,52 @@ class ShardedState:
             print("torchjob: its sharded model is built anew at the re-form: FSDP2 could not let go of it", flush=True)
         self._model, self._kept = None, kept
 
+    def before_step(self, ctx: DistContext, step: int) -> None:
+        if isinstance(self.copies, ReplayedCopies):
+            self.copies.begin_step()
+
     def after_step(self, ctx: DistContext, step: int) -> None:
         """Under plain FSDP: refresh the neighbours' copies of every shard, as of ``step``, every ``copy_every``
         steps and at the first step after a re-form (every member alike)."""
         copies = self.copies
-        if copies is not None and self._model is not None and (copies.due or step % self.copy_every == 0):
-            buffers = dict(self._model.named_buffers())
-            copies.refresh(ctx, shard_of(self._sharded, self.optimizer, self._world, buffers), step)
+        if copies is None or self._model is None or ctx.world_size < 2:
+            return
+        if isinstance(copies, ReplayedCopies):
+            if copies.boundary(step):
+                copies.seed(ctx, self._shard_now(), step)
+        elif copies.due or step % self.copy_every == 0:
+            copies.refresh(ctx, self._shard_now(), step)
+
+    def _shard_now(self) -> KeptShard:
+        assert self._model is not None
+        return shard_of(self._sharded, self.optimizer, self._world, dict(self._model.named_buffers()))
+
+    def _keep_copies(self, optimizer: torch.optim.Optimizer) -> None:
+        """Under plain FSDP, once the optimizer is made: its neighbour's copy of this rank's shard, stepped as the
+        live shard steps where the optimizer's step can be replayed on it and the copy is kept every step
+        (replayed_copies.py), sent whole every ``copy_every`` steps otherwise (shard_copies.py)."""
+        if self.replicas > 1 or self.copies is not None:
+            return
+        if self.copy_every == 1 and copy_replay.replayable(optimizer):
+            self.copies = ReplayedCopies(type(optimizer))
+            optimizer.register_step_pre_hook(self._before_optimizer_step)
+            optimizer.register_step_post_hook(self._after_optimizer_step)
+        else:
+            self.copies = shard_copies.NeighbourCopies()
+
+    def _before_optimizer_step(self, optimizer: torch.optim.Optimizer, *_: Any) -> None:
+        copies = self.copies
+        if not isinstance(copies, ReplayedCopies) or self._model is None:
+            return
+        grouped = {id(p) for group in optimizer.param_groups for p in group["params"]}
+        grads = {n: local(p.grad) for n, p in self._sharded.items() if p.grad is not None and id(p) in grouped}
+        grows = any(not optimizer.state.get(self._sharded[name]) for name in grads)
+        options = [{k: v for k, v in group.items() if k != "params"} for group in optimizer.param_groups]
+        copies.before_step(self._ctx, grads, dict(self._model.named_buffers()), options, grows)
+
+    def _after_optimizer_step(self, *_: Any) -> None:
+        if isinstance(self.copies, ReplayedCopies) and self._model is not None:
+            self.copies.after_optimizer_step()
 
     def restore(self, ctx: DistContext, has_state: bool, step: int) -> Restored:
         kept = self._kept
@@ -135,7 +179,8 @@ class ShardedState:
                 f"the group re-formed with {ctx.world_size} ranks, its model was sharded over {kept.world}: a sharded "
                 "model is repaired in place only in a group of the same size"
             )
-        if self.copies is None:
+        self._ctx = ctx
+        if self.replicas > 1:
             shards = ctx.world_size // self.replicas
             live = step
             holders, step = _holders(ctx, has_state, step, shards)
@@ -148,21 +193,26 @@ class ShardedState:
             senders = _senders(holders, ctx.world_size, shards)
             reporter = min(holders)
         else:
-            live = step if has_state else -1
+            live = (
+                (self.copies.live_step(step) if isinstance(self.copies, ReplayedCopies) else step) if has_state else -1
+            )
             step, senders, reporter = self._from_copies(ctx, live)
         mesh = fsdp.mesh_for(ctx, self.replicas)
         # A holder sends what it holds while it moves or builds its model (nothing of it is needed to send), and a
         # joiner receives it while it builds its own (into tensors of its own, copied into the model's after).
         outgoing = None
         if state_transfer.sends(ctx.rank, senders):
+            assert self.replicas > 1 or self.copies is not None
             outgoing = kept if self.copies is None else self.copies.copy_of(step)
         incoming = None if has_state else state_transfer.receive_started(senders[ctx.rank], ctx.device, what="shard")
         with state_transfer.sending(ctx, senders, outgoing):
             moved = self._moved(ctx, mesh)
             model = moved or self._built(ctx, mesh)
             new_buffers = dict(model.named_buffers())
-            if has_state and self.copies is not None and live != step:
+            if has_state and self.copies is not None and live > step:
                 kept = self._gone_back(ctx, kept, step)  # after its sends began: they are of the copy, not of this
+            elif has_state and self.copies is not None and live < step:
+                kept = self._stepped_on(ctx, kept, step)
             if incoming is not None:
                 kept = incoming()
             assert kept is not None
@@ -172,13 +222,18 @@ class ShardedState:
                         local(param).copy_(kept.params[name])
                     for name, buffer in new_buffers.items():
                         buffer.copy_(kept.buffers[name])
-        if self.copies is not None:
-            self.copies.reset()
         if self._optimizer is None:
             self._optimizer = self._make_optimizer(model)
+            self._keep_copies(self._optimizer)
+        if isinstance(self.copies, ReplayedCopies):
+            assert self._settling is not None
+            self.copies.settle(ctx, *self._settling)
+        elif self.copies is not None:
+            self.copies.reset()
+        self._settling = None
         _attach(self._optimizer, self._sharded, kept)
         self._model, self._kept = model, None
-        return Restored(model, reporter, step, state_transfer.said(senders, "shard", copies=self.copies is not None))
+        return Restored(model, reporter, step, state_transfer.said(senders, "shard", copies=self.replicas == 1))
 
     def _built(self, ctx: DistContext, mesh: Any) -> nn.Module:
         """``build()`` on the meta device, sharded over ``mesh``, given (uninitialised) memory on this rank's
@@ -207,13 +262,14 @@ class ShardedState:
     def _from_copies(self, ctx: DistContext, live: int) -> tuple[int, dict[int, list[int]], int]:
         """Under plain FSDP: the step the group carries on from (shard_copies.agree), each joiner's keeper, and the
         reporter. A member whose live shard is of a later step goes back to it (``_gone_back``)."""
-        assert self.copies is not None
-        table = state_transfer.gathered(ctx, self.copies.holding(live).steps())
+        mine = self.copies.holding(live) if self.copies is not None else shard_copies.Holding(-1, -1, -1, -1)
+        table = state_transfer.gathered(ctx, mine.steps())
         holdings = {rank: shard_copies.Holding(*row) for rank, row in enumerate(table)}
         try:
             step, keepers = shard_copies.agree(holdings, ctx.world_size)
         except shard_copies.CopyError as error:
             raise ShardedRepairError(f"{error}; the group restarts from its checkpoint") from None
+        self._settling = step, holdings
         reporter = min(rank for rank, holding in holdings.items() if holding.live >= 0)
         return step, {joiner: [keeper] for joiner, keeper in keepers.items()}, reporter
 
@@ -222,10 +278,21 @@ class ShardedState:
         these tensors as its state), into its live shard's tensors where it has them (no allocation). Done once
         a keeper's sends have begun (the joiner waits for those bytes; going back costs every survivor 0.1 s of
         CPU on the shared cores, by hand)."""
-        assert self.copies is not None and self.copies.own is not None and self.copies.own_step == step
-        own = self.copies.own
+        copies = self.copies
+        assert isinstance(copies, shard_copies.NeighbourCopies) and copies.own is not None and copies.own_step == step
+        own = copies.own
         print(f"torchjob: rank {ctx.rank}: back to step {step}, the step its lost peer's copy is of", flush=True)
         return copied_into(kept, own) if kept is not None and shapes_of(kept) == shapes_of(own) else cloned(own)
+
+    def _stepped_on(self, ctx: DistContext, kept: KeptShard | None, step: int) -> KeptShard:
+        """This member's shard stepped on to ``step`` with its own gradients of it (replayed_copies.py): it failed
+        in the exchange that ends before any rank steps, after every rank had received its neighbour's gradients,
+        and a peer stepped."""
+        copies = self.copies
+        assert isinstance(copies, ReplayedCopies) and kept is not None
+        print(f"torchjob: rank {ctx.rank}: on to step {step}, the step its peers stepped to", flush=True)
+        copy_replay.replay(kept, copies.own_gradients(), copies.kind, kept.options)
+        return kept
 
     def _shard(self, model: nn.Module, mesh: Any) -> nn.Module:
         units = list(self._units(model)) if self._units is not None else None

@@ -1,0 +1,28 @@
+"""Replayed neighbours' copies (torchjob.train.replayed_copies) in real gloo groups of 4 processes: a rank that failed
+after every rank had received its neighbour's gradients, its peers having stepped, steps on at the re-form, and
+every copy still holds its neighbour's live shard to the bit."""
+
+from __future__ import annotations
+
+import re
+
+from tests.train.conftest import spawn_ranks
+
+
+def _run(*args: str) -> tuple[str, str]:
+    results = spawn_ranks("stepped_on.py", 4, *args)
+    said = "\n".join(r.stdout[-3000:] for r in results)
+    assert [r.returncode for r in results] == [0] * 4, said
+    assert all("COPIES MATCH True" in r.stdout for r in results), said
+    found = re.search(r"CHECKSUM (.+)", results[0].stdout)
+    assert found is not None, said
+    return found[1], said
+
+
+def test_a_rank_that_failed_once_its_peers_could_step_steps_on_and_the_copies_stay_exact() -> None:
+    straight, _ = _run("--straight")
+    repaired, said = _run()
+    assert "RANK 2 FAILED (failed once every rank had received its neighbour's gradients)" in said, said
+    assert "rank 2: on to step 4, the step its peers stepped to" in said, said
+    assert all(f"RANK {rank} AT 4" in said for rank in range(4)), said
+    assert repaired == straight
