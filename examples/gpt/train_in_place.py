@@ -56,7 +56,11 @@ def parse_args() -> argparse.Namespace:
         help="no sharding: the whole model and AdamW's state on every rank (DDP), a spare's from every survivor",
     )
     p.add_argument(
-        "--copy-every", type=int, default=1, help="plain FSDP: steps between neighbours' copies (a repair goes back)"
+        "--copy-every",
+        type=int,
+        default=1,
+        help="plain FSDP: 1, each neighbour's copy stepped with the rank's gradients; N > 1, sent whole every N steps "
+        "(a repair goes back to it)",
     )
     add_reshard_flag(p)
     output = os.environ.get("TORCHJOB_OUTPUT_DIR", "output")
