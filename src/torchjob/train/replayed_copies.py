@@ -132,14 +132,8 @@ class ReplayedCopies:
             flat, incoming = self._received_flat, placed.chunks
             views = shard_chunks.views(flat, specs, placed)
         swap_chunks(
-            ctx,
-            flat,
-            incoming,
-            left if receive else None,
-            outgoing,
-            right if send else None,
-            "the neighbours' gradients were",
-        )
+            ctx, flat, incoming, left, outgoing, right, "the neighbours' gradients were"
+        )  # each side where it has one
         if receive:
             assert heard is not None
             count = len(heard.names)
@@ -192,14 +186,8 @@ class ReplayedCopies:
             incoming = shard_chunks.layout_of(tensors_of(copy)).chunks
         outgoing = shard_chunks.Outgoing(tensors_of(mine), staging=self._staging) if send else None
         swap_chunks(
-            ctx,
-            flat,
-            incoming,
-            left if receive else None,
-            outgoing,
-            right if send else None,
-            "the neighbours' copies were",
-        )
+            ctx, flat, incoming, left, outgoing, right, "the neighbours' copies were"
+        )  # each side where it has one
         if send:
             self.right_holds = True
         if receive:
