@@ -1,6 +1,7 @@
 """Replayed neighbours' copies (torchjob.train.replayed_copies) in real gloo groups of 4 processes: a rank that failed
 after every rank had received its neighbour's gradients, its peers having stepped, steps on at the re-form, and
-every copy still holds its neighbour's live shard to the bit."""
+every copy still holds its neighbour's live shard to the bit (sent whole again where a step made new optimizer
+state)."""
 
 from __future__ import annotations
 
@@ -20,7 +21,9 @@ def _run(*args: str) -> tuple[str, str]:
 
 
 def test_a_rank_that_failed_once_its_peers_could_step_steps_on_and_the_copies_stay_exact() -> None:
-    straight, _ = _run("--straight")
+    straight, whole = _run("--straight")
+    # Sent whole after the first step, and after the 3rd, whose new unit made optimizer state the copies lacked.
+    assert [int(n) for n in re.findall(r"SENT WHOLE AFTER STEP (\d+)", whole)] == [1, 3] * 4, whole
     repaired, said = _run()
     assert "RANK 2 FAILED (failed once every rank had received its neighbour's gradients)" in said, said
     assert "rank 2: on to step 4, the step its peers stepped to" in said, said

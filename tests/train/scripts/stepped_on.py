@@ -2,6 +2,7 @@
 rank keeps a copy of its left neighbour's shard, stepped with that neighbour's gradients. In the 4th step, rank 2
 fails in the all-reduce that ends the exchange of gradients, once it has taken part in it: the others step. The
 group re-forms with the same 4 ranks and carries on from the 4th step, rank 2 stepping on with its own gradients.
+Every copy is sent whole after the 1st step, and again after the 3rd (a unit's first step makes optimizer state).
 Prints the step each rank carries on from, whether every copy holds its neighbour's live shard to the bit, and the
 model's checksum, which must be an uninterrupted run's (--straight). Rank 0 hosts the store."""
 
@@ -32,9 +33,33 @@ def form(generation: int) -> None:
     dist.init_process_group("gloo", store=dist.PrefixStore(f"g{generation}", store), rank=rank, world_size=4)  # type: ignore[attr-defined]
 
 
+class Net(nn.Module):
+    """A small model with a unit first used in the 3rd step: its first step makes optimizer state every copy
+    lacks, so every copy is sent whole again after it (``Header.grows``)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.late = nn.Linear(16, 16)
+        self.body = nn.Sequential(nn.Linear(16, 64), nn.ReLU(), nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 1))
+
+    def forward(self, x: torch.Tensor, late: bool) -> torch.Tensor:
+        return self.body(self.late(x) if late else x)
+
+
 def build() -> nn.Module:
     torch.manual_seed(0)
-    return nn.Sequential(nn.Linear(16, 64), nn.ReLU(), nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 1))
+    return Net()
+
+
+sent_whole = ReplayedCopies.seed
+
+
+def seed(copies: ReplayedCopies, *given: object) -> None:
+    print(f"SENT WHOLE AFTER STEP {given[-1]}", flush=True)
+    sent_whole(copies, *given)  # type: ignore[arg-type]
+
+
+ReplayedCopies.seed = seed  # type: ignore[method-assign]
 
 
 form(0)
@@ -43,7 +68,7 @@ state = ShardedState(
     build,
     lambda model: torch.optim.AdamW(model.parameters(), lr=1e-2, weight_decay=0.1),
     replicas=1,
-    units=lambda model: [model[0], model[2], model[4]],
+    units=lambda model: [model.late, model.body[0], model.body[2], model.body[4]],
 )
 assert isinstance(state.copies, ReplayedCopies)
 real_all_reduce = dist.all_reduce
@@ -59,7 +84,7 @@ def step(done: int) -> None:
     generator = torch.Generator().manual_seed(done)
     x, y = torch.randn(32, 16, generator=generator), torch.randn(32, 1, generator=generator)
     state.optimizer.zero_grad()
-    nn.functional.mse_loss(state.model(x), y).backward()
+    nn.functional.mse_loss(state.model(x, done >= 2), y).backward()
     failing = not args.straight and done == FAILING and rank == 2
     if failing:
         dist.all_reduce = taken_part_then_failed  # the exchange's last collective (the model's own are sends)
