@@ -46,12 +46,21 @@ def spread_job(name: str, namespace: str, steps: int) -> dict[str, Any]:
 
 
 def tainted_unreachable(cluster: Cluster, node: str) -> bool:
-    return _tainted(cluster.kubectl_json("get", "node", node))
-
-
-def _tainted(node: dict[str, Any]) -> bool:
-    taints = node["spec"].get("taints") or []
+    taints = cluster.kubectl_json("get", "node", node)["spec"].get("taints") or []
     return any(t["key"] in ("node.kubernetes.io/unreachable", "node.kubernetes.io/not-ready") for t in taints)
+
+
+def _kept_off(node: dict[str, Any]) -> bool:
+    """Cordoned, or carrying a taint of the node controller's or the kubelet's own (unreachable, not ready,
+    unschedulable, memory, disk or PID pressure, network unavailable): each passes, and each keeps Pods off it."""
+    taints = node["spec"].get("taints") or []
+    return bool(node["spec"].get("unschedulable")) or any(t["key"].startswith("node.kubernetes.io/") for t in taints)
+
+
+# How long every node must stay Ready and untainted, with no earlier Pod going, before a test places its Pods: a
+# node back from an earlier test was seen Ready at one look and tainted a few seconds later (CI: a spare that
+# could not be placed until the job it was warm for had ended).
+SETTLED = 5.0
 
 
 # How long a Pod may stay terminating on a node that is back before it is removed by force. A Pod evicted by the
@@ -75,14 +84,20 @@ def all_nodes_ready(cluster: Cluster, timeout: float) -> None:
     deadline = time.monotonic() + timeout
     first_seen: dict[str, float] = {}
     helped: dict[str, int] = {}
+    settled_since: float | None = None
     while True:
         nodes = {n["metadata"]["name"]: n for n in cluster.kubectl_json("get", "nodes")["items"]}
-        down = {name for name, n in nodes.items() if not ready(n["status"]["conditions"]) or _tainted(n)}
+        down = {name for name, n in nodes.items() if not ready(n["status"]["conditions"]) or _kept_off(n)}
         pods = cluster.kubectl_json("get", "pods", "-A")["items"]
         leaving = [p for p in pods if p["metadata"].get("deletionTimestamp")]
-        if not down and not leaving:  # an earlier test's Pods, still going, skew the placement
-            return
         now = time.monotonic()
+        if not down and not leaving:  # an earlier test's Pods, still going, skew the placement
+            settled_since = now if settled_since is None else settled_since
+            if now - settled_since >= SETTLED:
+                return
+            time.sleep(1)
+            continue
+        settled_since = None
         for name in down:
             if now - first_seen.setdefault(f"node/{name}", now) > NOT_READY_REVIVE:
                 first_seen[f"node/{name}"] = now  # what was started gets the same time again
