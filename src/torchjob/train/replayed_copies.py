@@ -55,7 +55,6 @@ class ReplayedCopies:
         self.right_holds = False  # rank (r + 1) % S holds a copy of this rank's shard, as of its live step
         self.in_step = False  # a training step is under way (its optimizer steps are the step's own)
         self.stepped = False  # this rank's optimizer stepped in the training step under way
-        self._copy_flat: torch.Tensor | None = None  # the buffer the copy's tensors are views of, as seeded
         self._pending: dict[str, torch.Tensor] | None = None  # the left neighbour's gradients of this step, whole
         self._pending_buffers: dict[str, torch.Tensor] = {}
         self._heard: Header | None = None  # the left neighbour's header, as last heard
@@ -66,13 +65,14 @@ class ReplayedCopies:
 
     def holding(self, live: int) -> Holding:
         """What this rank holds, ``live`` being the step its training loop completed."""
-        at = live + int(self.stepped)  # its optimizer stepped in a step that then failed: its shard is of the next
+        at = self.live_step(live)
         copy = self.copy_step if self.copy is not None else -1
         received = copy + 1 if copy >= 0 and self._pending is not None else -1
         ahead = at + 1 if self._mine is not None and self.in_step and not self.stepped else -1
         return Holding(at, -1, copy, received, ahead)
 
     def live_step(self, live: int) -> int:
+        """The step of this rank's live shard: the next, where its optimizer stepped in a step that then failed."""
         return live + int(self.stepped)
 
     def own_gradients(self) -> dict[str, torch.Tensor]:
@@ -113,7 +113,7 @@ class ReplayedCopies:
         if receive and heard is None:
             raise CopyError(f"rank {ctx.rank}: rank {left} sent its gradients without saying which")
         if receive and heard is not None and heard.grows:
-            receive, self.copy, self._copy_flat = False, None, None  # sent whole after the step
+            receive, self.copy = False, None  # sent whole after the step
         outgoing = (
             shard_chunks.Outgoing(
                 [grads[n] for n in header.names] + [buffers[b] for b in header.buffers], staging=self._staging
@@ -131,9 +131,7 @@ class ReplayedCopies:
                 self._received_flat = torch.empty(placed.total, dtype=torch.uint8, device=ctx.device)
             flat, incoming = self._received_flat, placed.chunks
             views = shard_chunks.views(flat, specs, placed)
-        swap_chunks(
-            ctx, flat, incoming, left, outgoing, right, "the neighbours' gradients were"
-        )  # each side where it has one
+        swap_chunks(ctx, flat, incoming, left, outgoing, right, "the neighbours' gradients were")
         if receive:
             assert heard is not None
             count = len(heard.names)
@@ -151,6 +149,11 @@ class ReplayedCopies:
         self._step_copy()
         self._mine = None
         self.stepped = self.stepped or self.in_step
+
+    def _step_copy_to(self, step: int) -> None:
+        """The copy stepped on to ``step`` where the neighbour's gradients it holds take it there."""
+        if self.copy is not None and self._pending is not None and self.copy_step + 1 == step:
+            self._step_copy()
 
     def _step_copy(self) -> None:
         if self._pending is None or self.copy is None:
@@ -185,18 +188,15 @@ class ReplayedCopies:
             copy, flat = allocate_flat(pickle.loads(coming), ctx.device)
             incoming = shard_chunks.layout_of(tensors_of(copy)).chunks
         outgoing = shard_chunks.Outgoing(tensors_of(mine), staging=self._staging) if send else None
-        swap_chunks(
-            ctx, flat, incoming, left, outgoing, right, "the neighbours' copies were"
-        )  # each side where it has one
+        swap_chunks(ctx, flat, incoming, left, outgoing, right, "the neighbours' copies were")
         if send:
             self.right_holds = True
         if receive:
-            self.copy, self._copy_flat, self.copy_step = copy, flat, step
+            self.copy, self.copy_step = copy, step
 
     def copy_of(self, step: int) -> KeptShard:
         """The left neighbour's shard as of ``step`` (``agree`` chose a step this rank holds it at)."""
-        if self.copy is not None and self._pending is not None and self.copy_step + 1 == step:
-            self._step_copy()
+        self._step_copy_to(step)
         if self.copy is None or self.copy_step != step:
             raise CopyError(f"no copy of step {step} is kept here")
         return self.copy
@@ -204,10 +204,9 @@ class ReplayedCopies:
     def settle(self, ctx: DistContext, step: int, holdings: dict[int, Holding]) -> None:
         """At a re-form, the group carrying on from ``step``: the copy stepped on to it or let go of, and what the
         right neighbour holds, as the gathered ``holdings`` say (every member alike)."""
-        if self.copy is not None and self._pending is not None and self.copy_step + 1 == step:
-            self._step_copy()
+        self._step_copy_to(step)
         if self.copy is not None and self.copy_step != step:
-            self.copy, self._copy_flat = None, None
+            self.copy = None
         right = holdings[(ctx.rank + 1) % ctx.world_size]
         self.right_holds = right.live >= 0 and step in (right.copy, right.received)
         self._pending, self._pending_buffers, self._mine = None, {}, None

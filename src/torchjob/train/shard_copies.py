@@ -143,6 +143,10 @@ class NeighbourCopies:
             self.own = cloned(mine)
         self.own_step = step
 
+    def live_step(self, live: int) -> int:
+        """The step of this rank's live shard: the one its training loop completed."""
+        return live
+
     def holding(self, live: int) -> Holding:
         return Holding(live, self.own_step, self.copy_step, self.received_step)
 

@@ -130,8 +130,9 @@ class ShardedState:
             self.copies.begin_step()
 
     def after_step(self, ctx: DistContext, step: int) -> None:
-        """Under plain FSDP: refresh the neighbours' copies of every shard, as of ``step``, every ``copy_every``
-        steps and at the first step after a re-form (every member alike)."""
+        """Under plain FSDP: the neighbours' copies of every shard as of ``step``: sent whole where one is missing
+        (replayed copies, stepped in the optimizer's step otherwise), or every ``copy_every`` steps and at the
+        first step after a re-form (every member alike)."""
         copies = self.copies
         if copies is None or self._model is None or ctx.world_size < 2:
             return
@@ -193,9 +194,7 @@ class ShardedState:
             senders = _senders(holders, ctx.world_size, shards)
             reporter = min(holders)
         else:
-            live = (
-                (self.copies.live_step(step) if isinstance(self.copies, ReplayedCopies) else step) if has_state else -1
-            )
+            live = self.copies.live_step(step) if has_state and self.copies is not None else -1
             step, senders, reporter = self._from_copies(ctx, live)
         mesh = fsdp.mesh_for(ctx, self.replicas)
         # A holder sends what it holds while it moves or builds its model (nothing of it is needed to send), and a
@@ -261,7 +260,8 @@ class ShardedState:
 
     def _from_copies(self, ctx: DistContext, live: int) -> tuple[int, dict[int, list[int]], int]:
         """Under plain FSDP: the step the group carries on from (shard_copies.agree), each joiner's keeper, and the
-        reporter. A member whose live shard is of a later step goes back to it (``_gone_back``)."""
+        reporter. A member whose live shard is of a later step goes back to it (``_gone_back``), of an earlier one
+        steps on to it (``_stepped_on``)."""
         mine = self.copies.holding(live) if self.copies is not None else shard_copies.Holding(-1, -1, -1, -1)
         table = state_transfer.gathered(ctx, mine.steps())
         holdings = {rank: shard_copies.Holding(*row) for rank, row in enumerate(table)}
