@@ -30,6 +30,7 @@ same way for FSDP2, HSDP (``torchjob.train.fsdp``) and DDP models.
 from __future__ import annotations
 
 import concurrent.futures.thread  # noqa: F401 - its exit hook is registered before this module's (below)
+import copy
 import json
 import os
 import re
@@ -39,9 +40,9 @@ from concurrent.futures import Future
 from typing import Any
 
 import fsspec
+import torch
 import torch.distributed as dist
 from torch import nn
-from torch.distributed._state_dict_utils import CompanionMismatch, _copy_state_dict, _create_cpu_state_dict
 from torch.distributed.checkpoint.filesystem import FileSystemReader, FileSystemWriter
 from torch.distributed.checkpoint.planner import SavePlan
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
@@ -49,6 +50,7 @@ from torch.distributed.checkpoint.state_dict_loader import load as dcp_load
 from torch.distributed.checkpoint.state_dict_saver import async_save as dcp_async_save
 from torch.distributed.checkpoint.state_dict_saver import save as dcp_save
 from torch.distributed.checkpoint.storage import StorageReader
+from torch.distributed.tensor import DTensor
 from torch.optim import Optimizer
 
 try:
@@ -305,25 +307,51 @@ class ShardedCheckpointer:
 
 
 class _StagingBuffers:
-    """DCP's ``AsyncStager``: copies the state into buffers made at the first save and kept for the next ones
-    (remade where the state's structure or shapes changed). Staging ends before ``stage`` returns, so DCP need
-    not synchronize after it. Pinned for a model on a GPU, as DCP's own caching stager pins them."""
+    """DCP's ``AsyncStager``: copies the state into CPU buffers made at the first save and kept for the next ones
+    (remade where a tensor's shape or type changed). Staging ends before ``stage`` returns, so DCP need not
+    synchronize after it. Pinned for a model on a GPU, as DCP's own caching stager pins them.
+
+    Only the plain local tensors are kept between saves. The staged DTensors are made at each save around them,
+    with the live tensors' own specs: torch's ``_create_cpu_state_dict`` deep-copies every CPU DTensor, and with it
+    its device mesh and the mesh's process groups, so kept buffers held the training group (under plain FSDP the
+    default one) long after a repair had left it, one reference per tensor, until the next save remade them."""
 
     _synchronize_after_execute = False
     should_synchronize_after_execute = False
 
     def __init__(self, pinned: bool) -> None:
-        self._buffers: dict[str, Any] | None = None
+        self._buffers: dict[tuple[Any, ...], torch.Tensor] = {}  # by the tensor's path in the state
+        self._used: set[tuple[Any, ...]] = set()  # the paths of the save being staged
         self.pinned = pinned
 
     def stage(self, state_dict: dict[str, Any]) -> dict[str, Any]:
-        if self._buffers is not None:
-            try:
-                return _copy_state_dict(state_dict, self._buffers, type_check=False)
-            except (CompanionMismatch, RuntimeError):
-                self._buffers = None  # another structure, or shapes copy_ cannot take: made anew below
-        self._buffers = _create_cpu_state_dict(state_dict, pin_memory=self.pinned)
-        return _copy_state_dict(state_dict, self._buffers, type_check=False)
+        self._used = set()
+        staged: dict[str, Any] = self._staged(state_dict, ())
+        for gone in self._buffers.keys() - self._used:  # a tensor the state no longer has
+            del self._buffers[gone]
+        return staged
+
+    def _staged(self, value: Any, path: tuple[Any, ...]) -> Any:
+        if isinstance(value, DTensor):
+            return DTensor(self._copied(value._local_tensor, path), value._spec, requires_grad=False)
+        if isinstance(value, torch.Tensor):
+            return self._copied(value, path)
+        if isinstance(value, dict):
+            return {key: self._staged(item, (*path, key)) for key, item in value.items()}
+        if isinstance(value, (list, tuple)):
+            items = [self._staged(item, (*path, index)) for index, item in enumerate(value)]
+            return tuple(items) if isinstance(value, tuple) else items
+        return copy.deepcopy(value)  # an option's value (a learning rate...), as the step had it
+
+    def _copied(self, tensor: torch.Tensor, path: tuple[Any, ...]) -> torch.Tensor:
+        """``tensor``'s values in the CPU buffer kept at ``path``."""
+        self._used.add(path)
+        buffer = self._buffers.get(path)
+        if buffer is None or buffer.shape != tensor.shape or buffer.dtype != tensor.dtype:
+            buffer = torch.empty(tensor.shape, dtype=tensor.dtype, pin_memory=self.pinned and tensor.numel() > 0)
+            self._buffers[path] = buffer
+        buffer.copy_(tensor.detach())
+        return buffer
 
     def synchronize_staging(self) -> None:
         """Nothing to wait for: ``stage`` copies before it returns."""

@@ -1,7 +1,8 @@
 """A sharded model (FSDP2, or HSDP with --replicas) moved onto a new group (torchjob.train.sharded_rebind): train,
 fail a step mid-forward on every rank, let go of the group, form another, move the model onto it, and train on.
-Prints whether the old group was freed once left (by reference counting alone: nothing may hold it) and the whole
-model's checksum, which must be an uninterrupted run's (--straight).
+An asynchronous DCP save of step 2 is made (and committed) before: its staging buffers, kept for the next save,
+must not hold the group either. Prints whether the old group was freed once left (by reference counting alone:
+nothing may hold it) and the whole model's checksum, which must be an uninterrupted run's (--straight).
 
 Four ranks; rank 0 hosts the store."""
 
@@ -19,10 +20,12 @@ from torch import nn
 from torchjob.train import fsdp, sharded_rebind
 from torchjob.train.context import DistContext
 from torchjob.train.ddp import checksum
+from torchjob.train.sharded_checkpoint import ShardedCheckpointer
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--replicas", type=int, default=1)
 parser.add_argument("--straight", action="store_true", help="no re-form: the run to compare with")
+parser.add_argument("--checkpoints", required=True, help="where the asynchronous saves go")
 args = parser.parse_args()
 rank, port = int(os.environ["RANK"]), int(os.environ["MASTER_PORT"])
 store = dist.TCPStore("127.0.0.1", port, 4, rank == 0, timeout=timedelta(seconds=60))
@@ -64,6 +67,9 @@ def step(number: int, failing: bool = False) -> None:
 
 for number in (1, 2):
     step(number)
+checkpoints = ShardedCheckpointer(args.checkpoints, ctx, async_save=True)
+checkpoints.save(2, model, optimizer)
+checkpoints.wait()
 if not args.straight:
     with contextlib.suppress(Failed):
         step(3, failing=True)
@@ -76,6 +82,8 @@ if not args.straight:
     print(f"MOVED {sharded_rebind.rebind(model, mesh, form(1))}", flush=True)
 for number in (3, 4):
     step(number)
+checkpoints.save(4, model, optimizer)  # by the new group, into the same buffers
+checkpoints.wait()
 print(f"CHECKSUM {checksum(model).tolist()}", flush=True)
 dist.barrier()
 dist.destroy_process_group()
