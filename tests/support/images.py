@@ -11,7 +11,7 @@ from pathlib import Path
 
 from kuberig import Cluster
 from kuberig.images.load import NODE_PYTHON
-from tests.support.paths import MNIST, ROOT
+from tests.support.paths import GPT, MNIST, ROOT
 from tests.support.servers import etcd_binary
 
 # The image of Kubeflow's classic PyTorchJob example (tests/data/valid/kubeflow-mnist.yaml, unchanged): a
@@ -28,6 +28,8 @@ EXAMPLE_MNIST = "ghcr.io/torchjob/examples-mnist:0.1"
 # speaks.
 EXAMPLE_MNIST_ELASTIC = "ghcr.io/torchjob/examples-mnist-elastic:0.1"
 ETCD = "quay.io/coreos/etcd:v3.5.35"
+# The image examples/gpt/*.yaml name: the sharded example's scripts (its tokens are generated: nothing to fetch).
+EXAMPLE_GPT = "ghcr.io/torchjob/examples-gpt:0.1"
 # The integration tests' training scripts (tests/integration/scripts), with torchjob and torchrun.
 TEST_SCRIPTS = "ghcr.io/torchjob/test-scripts:0.1"
 TORCHRUN = {"/usr/local/bin/torchrun": b"#!/usr/bin/python3\nfrom torch.distributed.run import main\nmain()\n"}
@@ -65,12 +67,13 @@ def push_test_images(cluster: Cluster) -> None:
 
 
 def push_example_images(cluster: Cluster) -> None:
-    """The images ``examples/mnist/*.yaml`` name, so that ``torchjob submit examples/mnist/job.yaml`` runs on the rig
-    (and the ElasticJob example, with its etcd)."""
+    """The images ``examples/mnist/*.yaml`` and ``examples/gpt/*.yaml`` name, so that ``torchjob submit
+    examples/mnist/job.yaml`` runs on the rig (and the ElasticJob example, with its etcd)."""
     # torchrun too, as the image examples/mnist/Dockerfile builds on has it: the TrainJob example runs under it.
     files: dict[str, Path | bytes] = {**NODE_PYTHON, **TORCHJOB, **TORCHRUN, "/workspace": MNIST}
     cluster.push_image(EXAMPLE_MNIST, files, workdir="/workspace")
     launcher = ["python3", "-m", "torch.distributed.run"]
     cluster.push_image(EXAMPLE_MNIST_ELASTIC, files, workdir="/workspace", entrypoint=launcher)
+    cluster.push_image(EXAMPLE_GPT, {**NODE_PYTHON, **TORCHJOB, "/workspace": GPT}, workdir="/workspace")
     if etcd_binary().exists():  # built with the test servers (tools/bootstrap --test-servers)
         cluster.push_image(ETCD, {"/usr/local/bin/etcd": etcd_binary()})

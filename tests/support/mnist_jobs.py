@@ -33,6 +33,12 @@ def in_place_one_per_node(namespace: str, *extra_args: str) -> dict[str, Any]:
     """examples/mnist/job-inplace.yaml with one Worker: master, worker and the warm spare each on a node of their
     own (required anti-affinity; the rendezvous store Pod may share a node: it is none of them)."""
     job: dict[str, Any] = yaml.safe_load((MNIST / "job-inplace.yaml").read_text())
+    return one_per_node(job, namespace, ["--epochs", "8", *extra_args])
+
+
+def one_per_node(job: dict[str, Any], namespace: str, args: list[str]) -> dict[str, Any]:
+    """An in-place example's ``job`` (one spare) with one Worker and the script's ``args``: master, worker and
+    the warm spare each on a node of their own (the rendezvous store Pod may share a node: it is none of them)."""
     name = job["metadata"]["name"]
     job["metadata"]["namespace"] = namespace
     not_the_store = {"key": "torchjob.io/role", "operator": "NotIn", "values": ["rendezvous-store"]}
@@ -41,7 +47,7 @@ def in_place_one_per_node(namespace: str, *extra_args: str) -> dict[str, Any]:
     job["spec"]["pytorchReplicaSpecs"]["Worker"]["replicas"] = 1
     for spec in job["spec"]["pytorchReplicaSpecs"].values():
         pod = spec["template"]["spec"]
-        pod["containers"][0]["args"] = ["--epochs", "8", *extra_args]
+        pod["containers"][0]["args"] = list(args)
         pod["affinity"] = {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [apart]}}
     return job
 

@@ -8,4 +8,5 @@ ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "tests" / "data"
 DEPLOY = ROOT / "deploy"
 MNIST = ROOT / "examples" / "mnist"
+GPT = ROOT / "examples" / "gpt"
 TOOLS = ROOT / "tools"

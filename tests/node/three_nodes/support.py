@@ -220,15 +220,20 @@ def wait_for_a_checkpoint(data: Path, timeout: float) -> None:
 
 
 def wait_for_epoch_2_beside_a_spare(cluster: Cluster, namespace: str, name: str) -> None:
-    """Until the in-place job's worker-0 trains its second epoch and its warm spare is reported ready."""
+    """Until the in-place MNIST job's worker-0 trains its second epoch and its warm spare is reported ready."""
+    wait_beside_a_spare(cluster, namespace, name, f"{name}-worker-0", "epoch: 2/")
+
+
+def wait_beside_a_spare(cluster: Cluster, namespace: str, name: str, pod: str, text: str) -> None:
+    """Until an in-place job's ``pod`` says ``text`` and its warm spare is reported ready."""
     deadline = time.monotonic() + 300
     while True:
         found = cluster.kubectl_json("get", "pytorchjob", name, "-n", namespace)
-        log = cluster.kubectl("logs", "-n", namespace, f"{name}-worker-0", check=False).stdout
-        if "epoch: 2/" in log and (found.get("status") or {}).get("sparesReady") == 1:
+        log = cluster.kubectl("logs", "-n", namespace, pod, check=False).stdout
+        if text in log and (found.get("status") or {}).get("sparesReady") == 1:
             return
         if time.monotonic() > deadline:
             pods = cluster.kubectl("get", "pods", "-n", namespace, "-o", "wide", check=False).stdout
             events = cluster.kubectl("get", "events", "-n", namespace, check=False).stdout
-            pytest.fail(f"worker-0 never reached epoch 2 beside a warm spare:\n{pods}\n{events[-3000:]}\n{log[-1500:]}")
+            pytest.fail(f"{pod} never said {text!r} beside a warm spare:\n{pods}\n{events[-3000:]}\n{log[-1500:]}")
         time.sleep(0.5)

@@ -1,0 +1,69 @@
+"""The sharded example across nodes (#51): examples/gpt's in-place variant under plain FSDP, a rank per node and a
+warm spare on the third, loses a node. No rank but the lost one held its shard: the survivor's copy of it, kept in
+its memory and stepped with the lost rank's gradients every step, goes to the spare, and the job carries on in its
+first attempt, the survivor's Pod never restarted.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from typing import Any
+
+import yaml
+
+from kuberig import Cluster
+from kuberig.node import kubelet
+from tests.node.three_nodes import support
+from tests.support.mnist_jobs import lost_and_survivor, one_per_node
+from tests.support.paths import GPT
+
+STEPS = 3000  # tiny steps: a few minutes in all, the node lost after the 100th
+
+
+def _losses(log: str) -> list[float]:
+    return [float(found) for found in re.findall(r"step \d+/\d+: loss ([0-9.]+)", log)]
+
+
+def test_a_plain_fsdp_rank_lost_with_its_node_comes_back_from_its_neighbours_copy_on_the_spare(
+    three_nodes: Cluster,
+) -> None:
+    cluster = three_nodes
+    support.all_nodes_ready(cluster, timeout=180)
+    namespace = cluster.namespace("sharded-node-lost")
+    example: dict[str, Any] = yaml.safe_load((GPT / "job-inplace.yaml").read_text())
+    args = ["--size", "tiny", "--steps", str(STEPS), "--replicas", "1", "--checkpoint-every", "0"]
+    job = one_per_node(example, namespace, [*args, "--log-interval", "50"])
+    name = job["metadata"]["name"]
+    cluster.apply(job)
+    support.wait_beside_a_spare(cluster, namespace, name, f"{name}-master-0", f"step 100/{STEPS}")
+    before = {p["metadata"]["name"]: p for p in cluster.kubectl_json("get", "pods", "-n", namespace)["items"]}
+    where = {pod: p["spec"]["nodeName"] for pod, p in before.items()}
+    assert len({where[f"{name}-{r}"] for r in ("master-0", "worker-0", "spare-0-0")}) == 3  # a node each
+    lost, survivor = lost_and_survivor(name, where)
+    node = cluster.node(where[f"{name}-{lost}"])
+    assert isinstance(node, kubelet.KubeletNode)
+    kubelet.stop(cluster.state, node)
+    stopped = time.monotonic()
+    try:
+        done = support.succeeded(cluster, namespace, name, timeout=500)
+        print(f"{lost}'s node lost; the job succeeded {time.monotonic() - stopped:.1f}s later")
+        support.fail_unless_in_place(cluster, namespace, done["status"], repairs=1)
+        kept = f"{name}-{survivor}"
+        assert (
+            cluster.kubectl_json("get", "pod", kept, "-n", namespace)["metadata"]["uid"]
+            == before[kept]["metadata"]["uid"]
+        )  # the survivor's Pod carried on: never deleted, never recreated
+        logs = "".join(cluster.kubectl("logs", "-n", namespace, pod).stdout for pod in (kept, f"{name}-spare-0-0"))
+        print(logs[-2500:])
+        # Two ranks: each keeps the other's shard. The lost rank's came from the survivor's copy of it.
+        lost_rank, survivor_rank = (0, 1) if lost == "master-0" else (1, 0)
+        shard = f"rank {lost_rank}'s shard from rank {survivor_rank}'s copy"
+        assert f"group repaired in place (generation 1, 2 ranks, {shard})" in logs, logs[-3000:]
+        assert f"joins as {lost}" in logs, logs[-3000:]
+        assert "could not close its old group" not in logs and "built anew" not in logs, logs[-3000:]
+        assert f"step {STEPS}/{STEPS}" in logs and "training completed" in logs, logs[-3000:]
+        losses = _losses(logs)  # rank 0's: the spare's from the repair on, where the master was lost
+        assert losses and losses[-1] < losses[0], losses  # it learned on after the repair
+    finally:
+        kubelet.start(cluster.state, node)
