@@ -31,12 +31,9 @@ failed step with the same samples, re-sharded over the new world, and no sample 
 from __future__ import annotations
 
 import json
-import math
 import os
-import sys
 import threading
 import time
-import traceback
 from collections.abc import Callable, Iterable
 from dataclasses import replace
 from datetime import timedelta
@@ -47,27 +44,14 @@ import torch.distributed as dist
 from torch import nn
 
 from torchjob import worker_files
-from torchjob.train import channel, generations, local_ranks, peers, preemption, sharded_in_place, warm_heap
+from torchjob.train import channel, generations, preemption, sharded_in_place, warm_heap
 from torchjob.train.context import DistContext
 from torchjob.train.eviction import EvictionHold
 from torchjob.train.group_state import GroupState, ReplicatedState, Restored
+from torchjob.train.presence import Presence
 from torchjob.train.step_clock import StepClock
-from torchjob.worker_files import Membership
 
 StepFunction = Callable[[nn.Module, int, DistContext], Any]
-
-# How long a step may run before this member says it waits on a silent peer: this many times its usual step
-# time (step_clock.py). Saying so costs nothing (the controller replaces a peer only when it too
-# has fallen silent), so it is said early.
-_WAITING_FACTOR = 3.0
-# A step left around a lost peer (its connections cut) fails within milliseconds. One still running this long after
-# (and this many usual steps) waits where no failure reaches it: a gloo send queued on a full socket, or written to a
-# peer that died, is never woken by its pair's failure (peers.py), and a step can block in the script's own I/O.
-# Such a member keeps its peers from forming the next generation, and its watching thread cannot end the wait, so it
-# falls silent: the controller then names it as it names a frozen member, and a spare takes its place.
-_STUCK_AFTER_LEAVING = 5.0
-_STUCK_FACTOR = 3.0
-_STACK_FRAMES = 8  # of the stuck step, said as it falls silent
 
 
 class StepLeftError(RuntimeError):
@@ -111,7 +95,6 @@ class InPlaceTraining:
         self.replica = os.environ.get(worker_files.ENV_REPLICA, "")
         self.attempt = int(os.environ.get(worker_files.ENV_ATTEMPT, "0"))
         self.repairable = bool(os.environ.get(worker_files.ENV_STORE) and self.replica)
-        self.speaks = local_ranks.speaks_for_replica()  # a replica of several processes is one member
         self.module: nn.Module | None = None  # what the step function is given: the DDP, or the sharded model
         # Whether this process holds the group's training state: a joiner gets it from a survivor.
         self.has_state = not ctx.joined
@@ -120,27 +103,24 @@ class InPlaceTraining:
         # A step far past its usual time, while the controller has published the next membership, waits on a
         # silent peer (peers.py).
         self.clock = StepClock()
-        self.watch: generations.MembershipWatch | None = None
+        # What it says to and hears from the controller, in its watching thread (where the controller repairs).
+        self.presence: Presence | None = None
         self.eviction: EvictionHold | None = None  # a notice of eviction held until a spare takes the place
-        self._announced_at = -math.inf
-        self._said_waiting: int | None = None
-        self._fell_silent = False  # its step is stuck after it was left: it no longer announces
-        # Whether this member has trained a step in the current generation (announced: see ANNOUNCE_SETTLED).
-        self._settled = False
         self._training_thread: int | None = None  # the thread in run(), whose forwards a left step stops
         self._hooked: tuple[nn.Module | None, list[Any]] = (None, [])  # the model whose gradients stop it too
         self._steps_here = 0  # steps this process completed: its heap's size is told after a few (warm_heap.py)
         if self.repairable:
-            self.watch = generations.MembershipWatch(self._look, self.attempt, self._pause, self._after_look)
+            self.presence = Presence(self.channel, self.replica, self.attempt, self.clock, lambda: self.ctx)
         if ctx.joined:
             self._restore()
         else:
             self.module = self.state.wrap(ctx)
-        if self.repairable:
-            if self.speaks:
-                self._announce()
+        if self.presence is not None:
+            if self.presence.speaks:
+                self.presence.announce()
             told = (lambda: self.channel.notice_considered) if self.channel.tells_notice_considered else None
             self.eviction = EvictionHold(ctx.rank, lambda: self.ctx.generation, self._newest, self._note_eviction, told)
+            self.presence.eviction = self.eviction
 
     @classmethod
     def sharded(
@@ -198,6 +178,8 @@ class InPlaceTraining:
         # and reduce-scatter, which a cut fails at once: nothing is hooked there (with the hooks, 3 of 9 sharded
         # repairs in three bench.state runs found survivors stalled 14-25 s in the step they left; not traced).
         self._training_thread = threading.get_ident()
+        if self.presence is not None:
+            self.presence.training_thread = self._training_thread
         replicated = isinstance(self.state, ReplicatedState)
         leaving = nn.modules.module.register_module_forward_pre_hook(self._leave_if_left) if replicated else None
         try:
@@ -234,7 +216,8 @@ class InPlaceTraining:
                     self._regroup()
                 else:
                     self.clock.completed(began)
-                    self._settled = True
+                    if self.presence is not None:
+                        self.presence.settled = True
                     self._tell_heap()
                     if self._unlogged is not None:
                         self._log_repair({**self._unlogged, "first_step_at": time.time()})
@@ -268,99 +251,8 @@ class InPlaceTraining:
         handles = [p.register_post_accumulate_grad_hook(hook) for p in parameters]  # type: ignore[no-untyped-call]
         self._hooked = (model, handles)
 
-    def _announce(self, waiting_in: int | None = None) -> Membership | None:
-        """Say that this member runs (every ``alive_seconds``: the beat the controller confirms a silent peer
-        by), and, when its step has outlasted its allowance, the generation it waits in. Returns the
-        membership where the channel answers with it."""
-        self._announced_at = time.monotonic()
-        more: dict[str, Any] = {worker_files.ANNOUNCE_EVERY: self.channel.alive_seconds}
-        if waiting_in is not None:
-            more[worker_files.ANNOUNCE_WAITING] = waiting_in
-        if self._settled:
-            more[worker_files.ANNOUNCE_SETTLED] = True
-        if self.eviction is not None and self.eviction.noticed_at is not None:
-            more[worker_files.ANNOUNCE_NOTICE] = True  # the operator looks at once, and says when it has
-        self._said_waiting = waiting_in
-        return self.channel.announce(worker_files.process_key(self.replica, 0, self.ctx.rank), self.attempt, more)
-
-    def _look(self) -> Membership | None:
-        """In the watching thread: announce when due (also what a new leader hears: only what is sent after it
-        took over), and read the membership, in one call where the channel allows."""
-        if not self.speaks:
-            return self.channel.membership()
-        with self.clock.lock:
-            waiting_in = self.clock.waiting_in(_WAITING_FACTOR)
-            forming = self.clock.forming()
-            stuck_for = self.clock.stuck_for(_STUCK_AFTER_LEAVING, _STUCK_FACTOR)
-        if stuck_for is not None:
-            self._fall_silent(stuck_for)
-            return self.channel.membership()
-        if (
-            waiting_in is None
-            and forming is not None
-            and forming > generations.FORMING_ALLOWANCE
-            and self.watch is not None
-        ):
-            waiting_in = self.watch.newest  # the generation it waits to form: its peers are all it waits for
-        if self.channel.answers_with_membership:
-            return self._announce(waiting_in)
-        if waiting_in != self._said_waiting or time.monotonic() - self._announced_at >= self.channel.alive_seconds:
-            self._announce(waiting_in)
-        return self.channel.membership()
-
-    def _fall_silent(self, left_for: float) -> None:
-        if not self._fell_silent:
-            self._fell_silent = True
-            print(
-                f"torchjob: rank {self.ctx.rank}: its step has not ended {left_for:.1f}s after it left it (its "
-                "group's connections cut): it waits where no failure reaches it, and stops announcing itself so "
-                f"that a spare takes its place; its step waits in:\n{self._training_stack()}",
-                flush=True,
-            )
-
-    def _training_stack(self) -> str:
-        """The innermost frames of the training thread (what a step that will not end waits in: a sharded survivor
-        was seen stuck 15 s in a step it left, 1 in ~15 HSDP repairs of bench.state, not yet traced)."""
-        frame = sys._current_frames().get(self._training_thread or -1)
-        if frame is None:
-            return "  (the training thread is gone)"
-        return "".join(traceback.format_stack(frame)[-_STACK_FRAMES:]).rstrip()
-
-    def _pause(self) -> float:
-        """How long the watching thread waits before its next look: its usual interval, but no later than the
-        moment the step in progress outlasts its allowance (so that it says it waits then), and often while it
-        waits (a repair is on its way: the sooner it is read, the sooner the step is left)."""
-        with self.clock.lock:
-            left = self.clock.time_left(_WAITING_FACTOR)
-        if left is None:
-            return self.channel.watch_seconds
-        return self.channel.poll_seconds if left <= 0 else min(self.channel.watch_seconds, left + 0.001)
-
-    def _after_look(self, lost_in: int) -> None:
-        """In the watching thread, after each read: a hold on notice of eviction may be over (eviction.py). And
-        once a generation made because members were lost (``lost_in``) is newer than this step's, the step can
-        only fail: cut the old group's connections at once, so that it fails now and the group is repaired. A
-        peer that will never answer (stopped, or on a vanished node, which sends no reset) would otherwise hold
-        it for the group's timeout; and in a wide group, a dead rank's reset reaches the ranks far from it only
-        as each neighbour in turn fails and drops its group (1 s at 32 ranks here, against 0.05 s for the
-        controller's word). A generation made by agreement (a handover, a spare joining) waits for the next
-        step: all answer."""
-        if self.eviction is not None:
-            self.eviction.after_read()
-        with self.clock.lock:
-            stepping = self.clock.in_step()
-            if stepping is None or lost_in <= stepping:
-                return  # between steps, or no loss since this step began
-            cut = peers.cut_group_connections(peers.kept_ports())
-            self.clock.leave_step()  # once per step
-        print(
-            f"torchjob: rank {self.ctx.rank}: the group was repaired around a lost peer; left the step "
-            f"({cut} connections cut)",
-            flush=True,
-        )
-
     def _newest(self) -> int:
-        return self.watch.newest if self.watch is not None else -1
+        return self.presence.watch.newest if self.presence is not None else -1
 
     def _note_eviction(self) -> None:
         preemption.record_notice(self.ctx.local_rank, self.ctx.rank)
@@ -368,9 +260,9 @@ class InPlaceTraining:
     def _membership_changed(self) -> bool:
         """Whether any member saw a newer membership (all of them get the same answer): an elastic group grew
         or shrank, or a member on notice of eviction handed its place to a spare."""
-        if self.watch is None:
+        if self.presence is None:
             return False
-        newest = torch.tensor([self.watch.newest], dtype=torch.int64, device=self.ctx.device)
+        newest = torch.tensor([self.presence.watch.newest], dtype=torch.int64, device=self.ctx.device)
         dist.all_reduce(newest, op=dist.ReduceOp.MAX)
         return int(newest.item()) > self.ctx.generation
 
@@ -378,7 +270,7 @@ class InPlaceTraining:
         """After a re-form, at its first collective: every member has taken the group's state (a joiner its
         shard) once it has passed, which the re-form's own record, written when this member alone is done, cannot
         say (under HSDP rank 0 sends nothing, and the joiner is done after it)."""
-        if self._unlogged is not None and self.watch is not None and "whole_at" not in self._unlogged:
+        if self._unlogged is not None and self.presence is not None and "whole_at" not in self._unlogged:
             self._unlogged["whole_at"] = time.time()
 
     def _repair(self, failed_at: float) -> None:
@@ -406,7 +298,8 @@ class InPlaceTraining:
     def _join(self, started: float, record: dict[str, Any], carrying_on: str) -> None:
         """Join the next generation and take the group's state; ``carrying_on`` says how, before the step the
         group carries on from (the state's: a sharded group may go back a step)."""
-        self._settled = False
+        if self.presence is not None:
+            self.presence.settled = False
         timeout = timedelta(seconds=max(self.repair_timeout, 30.0))
         deadline = started + self.repair_timeout
         args = (self.channel, self.ctx.backend, self.replica, self.attempt, self.ctx.generation, deadline, timeout)
