@@ -4,6 +4,7 @@ claim, a job carried on in place or restarted on the surviving nodes."""
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +14,7 @@ from kuberig import Cluster
 from kuberig.node import kubelet
 from tests.node.conftest import wait_for_condition
 from tests.support.images import TEST_SCRIPTS
+from tests.support.mnist_jobs import lost_and_survivor
 from tests.support.operator_pods import operator_logs, ready
 
 
@@ -237,3 +239,29 @@ def wait_beside_a_spare(cluster: Cluster, namespace: str, name: str, pod: str, t
             events = cluster.kubectl("get", "events", "-n", namespace, check=False).stdout
             pytest.fail(f"{pod} never said {text!r} beside a warm spare:\n{pods}\n{events[-3000:]}\n{log[-1500:]}")
         time.sleep(0.5)
+
+
+@dataclass(frozen=True)
+class Spread:
+    """An in-place job's Pods, a replica per node (``mnist_jobs.one_per_node``), and the node to stop."""
+
+    before: dict[str, dict[str, Any]]  # the job's Pods, by name, before the node goes
+    lost: str  # the replica whose node goes ("worker-0", or "master-0" where the store shares the worker's node)
+    survivor: str
+    node: kubelet.KubeletNode
+
+    def carried_on(self, cluster: Cluster, namespace: str, pod: str) -> bool:
+        """Whether ``pod`` is the Pod it was before: never deleted, never recreated."""
+        now = cluster.kubectl_json("get", "pod", pod, "-n", namespace)
+        return bool(now["metadata"]["uid"] == self.before[pod]["metadata"]["uid"])
+
+
+def spread(cluster: Cluster, namespace: str, name: str) -> Spread:
+    """The job ``name``'s Pods, its master, worker and spare each on a node of its own, and the replica to lose."""
+    before = {p["metadata"]["name"]: p for p in cluster.kubectl_json("get", "pods", "-n", namespace)["items"]}
+    where = {pod: p["spec"]["nodeName"] for pod, p in before.items()}
+    assert len({where[f"{name}-{r}"] for r in ("master-0", "worker-0", "spare-0-0")}) == 3, where  # a node each
+    lost, survivor = lost_and_survivor(name, where)
+    node = cluster.node(where[f"{name}-{lost}"])
+    assert isinstance(node, kubelet.KubeletNode)
+    return Spread(before, lost, survivor, node)

@@ -15,7 +15,7 @@ from kuberig import Cluster
 from kuberig.node import kubelet
 from tests.node.three_nodes import support
 from tests.support import operator_pods
-from tests.support.mnist_jobs import elastic_spread, in_place_one_per_node, lost_and_survivor
+from tests.support.mnist_jobs import elastic_spread, in_place_one_per_node
 
 
 def test_in_place_a_spare_on_another_node_takes_the_place_of_a_replica_whose_node_vanished(
@@ -32,12 +32,8 @@ def test_in_place_a_spare_on_another_node_takes_the_place_of_a_replica_whose_nod
     name = job["metadata"]["name"]
     cluster.apply(job)
     support.wait_for_epoch_2_beside_a_spare(cluster, namespace, name)
-    before = {p["metadata"]["name"]: p for p in cluster.kubectl_json("get", "pods", "-n", namespace)["items"]}
-    where = {pod: p["spec"]["nodeName"] for pod, p in before.items()}
-    assert len({where[f"{name}-{r}"] for r in ("master-0", "worker-0", "spare-0-0")}) == 3  # a node each
-    lost, survivor = lost_and_survivor(name, where)
-    node = cluster.node(where[f"{name}-{lost}"])
-    assert isinstance(node, kubelet.KubeletNode)
+    pods = support.spread(cluster, namespace, name)
+    lost, node = pods.lost, pods.node
     kubelet.stop(cluster.state, node)
     stopped = time.monotonic()
     try:
@@ -45,11 +41,8 @@ def test_in_place_a_spare_on_another_node_takes_the_place_of_a_replica_whose_nod
         print(f"{lost}'s node lost; the job succeeded {time.monotonic() - stopped:.1f}s later")
         status = done["status"]
         support.fail_unless_in_place(cluster, namespace, status, repairs=1)
-        kept = f"{name}-{survivor}"
-        assert (
-            cluster.kubectl_json("get", "pod", kept, "-n", namespace)["metadata"]["uid"]
-            == (before[kept]["metadata"]["uid"])
-        )  # the survivor's Pod carried on: never deleted, never recreated
+        kept = f"{name}-{pods.survivor}"
+        assert pods.carried_on(cluster, namespace, kept)  # never deleted, never recreated
         logs = "".join(cluster.kubectl("logs", "-n", namespace, pod).stdout for pod in (kept, f"{name}-spare-0-0"))
         print(logs[-2500:])
         assert "group repaired in place (generation 1, 2 ranks" in logs, logs[-3000:]
@@ -79,20 +72,14 @@ def test_in_place_a_spare_pod_of_four_ranks_takes_the_four_places_of_a_replica_l
     name = job["metadata"]["name"]
     cluster.apply(job)
     support.wait_for_epoch_2_beside_a_spare(cluster, namespace, name)
-    before = {p["metadata"]["name"]: p for p in cluster.kubectl_json("get", "pods", "-n", namespace)["items"]}
-    where = {pod: p["spec"]["nodeName"] for pod, p in before.items()}
-    lost, survivor = lost_and_survivor(name, where)
-    node = cluster.node(where[f"{name}-{lost}"])
-    assert isinstance(node, kubelet.KubeletNode)
+    pods = support.spread(cluster, namespace, name)
+    lost, node = pods.lost, pods.node
     kubelet.stop(cluster.state, node)
     try:
         done = support.succeeded(cluster, namespace, name, timeout=500)
         support.fail_unless_in_place(cluster, namespace, done["status"], repairs=1)
-        kept = f"{name}-{survivor}"
-        assert (
-            cluster.kubectl_json("get", "pod", kept, "-n", namespace)["metadata"]["uid"]
-            == (before[kept]["metadata"]["uid"])
-        )
+        kept = f"{name}-{pods.survivor}"
+        assert pods.carried_on(cluster, namespace, kept)
         spare = f"{name}-spare-0-0"
         spare_log = cluster.kubectl("logs", "-n", namespace, spare).stdout
         first = 0 if lost == "master-0" else 4  # a replica's ranks are adjacent: the master's 0-3
@@ -122,10 +109,8 @@ def test_kubectl_drain_moves_an_in_place_replica_to_the_spare_on_another_node_be
     name = job["metadata"]["name"]
     cluster.apply(job)
     support.wait_for_epoch_2_beside_a_spare(cluster, namespace, name)
-    before = {p["metadata"]["name"]: p for p in cluster.kubectl_json("get", "pods", "-n", namespace)["items"]}
-    where = {pod: p["spec"]["nodeName"] for pod, p in before.items()}
-    drained, survivor = lost_and_survivor(name, where)  # never the node of the rendezvous store
-    node = where[f"{name}-{drained}"]
+    pods = support.spread(cluster, namespace, name)
+    drained, node = pods.lost, pods.node.name  # never the node of the rendezvous store
     try:
         selector = f"training.kubeflow.org/job-name={name},training.kubeflow.org/replica-type"
         cluster.kubectl("drain", node, "--pod-selector", selector, "--timeout=120s", timeout=150)
@@ -138,11 +123,8 @@ def test_kubectl_drain_moves_an_in_place_replica_to_the_spare_on_another_node_be
         handed = re.search(rf"{drained} is being evicted; ({name}-spare-0-\d+) takes its place", events)
         assert handed is not None, events[-3000:]
         spare = handed.group(1)
-        kept = f"{name}-{survivor}"
-        assert (
-            cluster.kubectl_json("get", "pod", kept, "-n", namespace)["metadata"]["uid"]
-            == (before[kept]["metadata"]["uid"])
-        )
+        kept = f"{name}-{pods.survivor}"
+        assert pods.carried_on(cluster, namespace, kept)
         # Rank 0 reports the accuracy: the spare, where the drained replica was the master.
         log = "".join(cluster.kubectl("logs", "-n", namespace, pod).stdout for pod in (kept, spare))
         assert "group re-formed in place (generation 1, 2 ranks" in log, log[-3000:]

@@ -15,7 +15,7 @@ import yaml
 from kuberig import Cluster
 from kuberig.node import kubelet
 from tests.node.three_nodes import support
-from tests.support.mnist_jobs import lost_and_survivor, one_per_node
+from tests.support.mnist_jobs import one_per_node
 from tests.support.paths import GPT
 
 STEPS = 3000  # tiny steps: a few minutes in all, the node lost after the 100th
@@ -37,23 +37,16 @@ def test_a_plain_fsdp_rank_lost_with_its_node_comes_back_from_its_neighbours_cop
     name = job["metadata"]["name"]
     cluster.apply(job)
     support.wait_beside_a_spare(cluster, namespace, name, f"{name}-master-0", f"step 100/{STEPS}")
-    before = {p["metadata"]["name"]: p for p in cluster.kubectl_json("get", "pods", "-n", namespace)["items"]}
-    where = {pod: p["spec"]["nodeName"] for pod, p in before.items()}
-    assert len({where[f"{name}-{r}"] for r in ("master-0", "worker-0", "spare-0-0")}) == 3  # a node each
-    lost, survivor = lost_and_survivor(name, where)
-    node = cluster.node(where[f"{name}-{lost}"])
-    assert isinstance(node, kubelet.KubeletNode)
+    pods = support.spread(cluster, namespace, name)
+    lost, node = pods.lost, pods.node
     kubelet.stop(cluster.state, node)
     stopped = time.monotonic()
     try:
         done = support.succeeded(cluster, namespace, name, timeout=500)
         print(f"{lost}'s node lost; the job succeeded {time.monotonic() - stopped:.1f}s later")
         support.fail_unless_in_place(cluster, namespace, done["status"], repairs=1)
-        kept = f"{name}-{survivor}"
-        assert (
-            cluster.kubectl_json("get", "pod", kept, "-n", namespace)["metadata"]["uid"]
-            == before[kept]["metadata"]["uid"]
-        )  # the survivor's Pod carried on: never deleted, never recreated
+        kept = f"{name}-{pods.survivor}"
+        assert pods.carried_on(cluster, namespace, kept)
         logs = "".join(cluster.kubectl("logs", "-n", namespace, pod).stdout for pod in (kept, f"{name}-spare-0-0"))
         print(logs[-2500:])
         # Two ranks: each keeps the other's shard. The lost rank's came from the survivor's copy of it.
