@@ -9,7 +9,8 @@ committed in the background), each the slowest rank's time. Target: blocked ≤ 
 Then a rank of the same model SIGKILLed, repaired in place from its HSDP replica's memory, under plain FSDP from
 the copy its neighbour keeps, and unsharded under DDP from every survivor at once, beside torchft 0.2.0 on the same
 model (``bench/state_repair.py``), trial by trial. Each also reads the largest rank's peak memory, beside the plain
-example's (no copies).
+example's (no copies); and plain FSDP in place with each block's gathered weights kept through the backward is run
+without a kill, for its steady step and peak (the trade of memory for one all-gather a step).
 
 The ~1B case is a benchmark of its own (``bench/state_large.py``, ``python -m bench --only state-1b``): it
 needs most of this machine's memory for over half an hour, and nothing here depends on it.
@@ -33,6 +34,8 @@ from bench.records import Run
 SCRIPT = Path(__file__).resolve().parent / "scripts" / "sharded_save.py"
 FLOOR = Path(__file__).resolve().parent / "scripts" / "send_floor.py"
 SIZE, RANKS = "100m", 4
+# Plain FSDP in place with each block's gathered weights kept through the backward (one all-gather a step).
+KEPT_GATHERED = ("--reshard-after-forward", "no")
 
 
 def record(run: Run, trials: int) -> None:
@@ -87,6 +90,7 @@ def _kills(run: Run, trials: int) -> None:
         ours = state_repair.in_place_trial()
         plain = state_repair.in_place_trial(replicas=1)
         whole = state_repair.in_place_trial(ddp=True)
+        gathered = state_repair.in_place_trial(replicas=1, extra=KEPT_GATHERED, kill=False)
         samples.setdefault("fsdp plain peak", []).append(state_repair.plain_fsdp_peak(plain.steps))
         theirs = torchft_runs.trial(
             state_repair.RANKS,
@@ -114,6 +118,8 @@ def _kills(run: Run, trials: int) -> None:
             ("fsdp in place re-form", plain.reformed),
             ("fsdp in place detection", plain.detected),
             ("fsdp in place steady step", plain.steady_step),
+            ("fsdp gathered steady step", gathered.steady_step),
+            ("fsdp gathered peak", gathered.peak_mb),
             ("ddp in place first step", whole.first_step),
             ("ddp in place group whole", whole.whole),
             ("ddp in place rank 0 re-formed", whole.rank0_reformed),
@@ -137,6 +143,7 @@ def _kills(run: Run, trials: int) -> None:
             f"  kill {number + 1}: in place {ours.first_step} (whole {ours.whole}, step {ours.steady_step}); "
             f"plain FSDP {plain.first_step} (re-form {plain.reformed}, step {plain.steady_step}); "
             f"DDP {whole.first_step} (re-form {whole.reformed}, step {whole.steady_step}); "
+            f"plain FSDP, gathered weights kept: step {gathered.steady_step}, peak {gathered.peak_mb}; "
             f"torchft survivors {theirs.survivors_next} (next commit {theirs.next_commit}), "
             f"replacement {theirs.replacement_first} (healed {theirs.replacement_healed}, step {theirs.steady_step})",
             flush=True,

@@ -7,9 +7,11 @@
   replica group. Timed from the kill to the group whole again (every member, the replacement too, holding its
   state: rank 0's repair record of the group's first collective after the re-form, which each member reaches once
   its own re-form is done), to rank 0's own re-form done (``reformed_at``), and to the repaired group's first step.
-- **in place, plain FSDP** (the same job with ``--replicas 1``): FSDP over the 4 ranks, each rank's shard copied to
-  its right neighbour's memory after every step; the spare receives rank 3's shard from rank 0's copy. Its steady
-  step includes that copy.
+- **in place, plain FSDP** (the same job with ``--replicas 1``): FSDP over the 4 ranks, a copy of each rank's shard
+  in its right neighbour's memory, stepped there with the rank's gradients every step; the spare receives rank 3's
+  shard from rank 0's copy. Its steady step includes keeping the copies. The same job with each block's gathered
+  weights kept from its forward to its backward (``--reshard-after-forward no``: one all-gather a step, not two,
+  for the whole model's weights held through the backward) is run too, not killed: its steady step and peak.
 - **in place, DDP** (the same job with ``--ddp``): nothing sharded, every rank holds the whole model and AdamW's
   state, as each of torchft's groups does; the spare receives the whole state from the 3 survivors at once.
 - **torchft** 0.2.0 (``bench/torchft_runs.py``): 4 replica groups of one process, each with a whole copy of the
@@ -211,9 +213,14 @@ def plain_fsdp_peak(steps: int = STEPS_BEFORE) -> float | None:
     return None
 
 
-def in_place_trial(replicas: int = REPLICAS, ddp: bool = False) -> InPlace:
+def in_place_trial(
+    replicas: int = REPLICAS, ddp: bool = False, extra: Sequence[str] = (), kill: bool = True
+) -> InPlace:
+    """The in-place example (``extra``: more of its arguments) until its spare is warm and it has trained
+    ``STEPS_BEFORE`` steps, then a rank SIGKILLed and its repair timed (``kill``; otherwise only the steady step
+    and the peak memory until then)."""
     outcome = InPlace()
-    with running(replicas, extra=["--ddp"] if ddp else []) as run:
+    with running(replicas, extra=[*(["--ddp"] if ddp else []), *extra]) as run:
         job = run.work / "home" / "jobs" / "gpt-inplace"
         output = job / "output"
         sent_at = None
@@ -228,6 +235,8 @@ def in_place_trial(replicas: int = REPLICAS, ddp: bool = False) -> InPlace:
                         outcome.peak_mb = peak_mb(found.values())
                         outcome.steps = len(stepped)
                         sent_at = time.time()
+                        if not kill:
+                            break
                         found[VICTIM].send_signal(signal.SIGKILL)
             elif (repairs := jsonl(output / "repairs.jsonl")) or time.time() - sent_at > 300:
                 if repairs:
