@@ -321,31 +321,30 @@ class _StagingBuffers:
 
     def __init__(self, pinned: bool) -> None:
         self._buffers: dict[tuple[Any, ...], torch.Tensor] = {}  # by the tensor's path in the state
-        self._used: set[tuple[Any, ...]] = set()  # the paths of the save being staged
         self.pinned = pinned
 
     def stage(self, state_dict: dict[str, Any]) -> dict[str, Any]:
-        self._used = set()
-        staged: dict[str, Any] = self._staged(state_dict, ())
-        for gone in self._buffers.keys() - self._used:  # a tensor the state no longer has
+        used: set[tuple[Any, ...]] = set()  # the paths of this save's tensors
+        staged: dict[str, Any] = self._staged(state_dict, (), used)
+        for gone in self._buffers.keys() - used:  # a tensor the state no longer has
             del self._buffers[gone]
         return staged
 
-    def _staged(self, value: Any, path: tuple[Any, ...]) -> Any:
+    def _staged(self, value: Any, path: tuple[Any, ...], used: set[tuple[Any, ...]]) -> Any:
         if isinstance(value, DTensor):
-            return DTensor(self._copied(value._local_tensor, path), value._spec, requires_grad=False)
+            return DTensor(self._copied(value._local_tensor, path, used), value._spec, requires_grad=False)
         if isinstance(value, torch.Tensor):
-            return self._copied(value, path)
+            return self._copied(value, path, used)
         if isinstance(value, dict):
-            return {key: self._staged(item, (*path, key)) for key, item in value.items()}
+            return {key: self._staged(item, (*path, key), used) for key, item in value.items()}
         if isinstance(value, (list, tuple)):
-            items = [self._staged(item, (*path, index)) for index, item in enumerate(value)]
+            items = [self._staged(item, (*path, index), used) for index, item in enumerate(value)]
             return tuple(items) if isinstance(value, tuple) else items
         return copy.deepcopy(value)  # an option's value (a learning rate...), as the step had it
 
-    def _copied(self, tensor: torch.Tensor, path: tuple[Any, ...]) -> torch.Tensor:
-        """``tensor``'s values in the CPU buffer kept at ``path``."""
-        self._used.add(path)
+    def _copied(self, tensor: torch.Tensor, path: tuple[Any, ...], used: set[tuple[Any, ...]]) -> torch.Tensor:
+        """``tensor``'s values in the CPU buffer kept at ``path`` (noted in ``used``)."""
+        used.add(path)
         buffer = self._buffers.get(path)
         if buffer is None or buffer.shape != tensor.shape or buffer.dtype != tensor.dtype:
             buffer = torch.empty(tensor.shape, dtype=tensor.dtype, pin_memory=self.pinned and tensor.numel() > 0)
