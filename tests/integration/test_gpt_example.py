@@ -23,7 +23,14 @@ from tests.support.waits import wait_for
 EXAMPLE = ROOT / "examples" / "gpt"
 
 
-def _job(folder: Path, workers: int, *args: str, example: str = "job.yaml", spares: int | None = None) -> Path:
+def _job(
+    folder: Path,
+    workers: int,
+    *args: str,
+    example: str = "job.yaml",
+    spares: int | None = None,
+    per_replica: int = 1,
+) -> Path:
     folder.mkdir()
     for script in EXAMPLE.glob("*.py"):
         shutil.copy(script, folder / script.name)
@@ -33,6 +40,8 @@ def _job(folder: Path, workers: int, *args: str, example: str = "job.yaml", spar
     job["spec"]["pytorchReplicaSpecs"]["Worker"]["replicas"] = workers
     if spares is not None:
         job["metadata"].setdefault("annotations", {})["torchjob.io/spares"] = str(spares)
+    if per_replica > 1:
+        job["spec"]["nprocPerNode"] = str(per_replica)
     path = folder / "job.yaml"
     path.write_text(yaml.safe_dump(job))
     return path
@@ -138,6 +147,35 @@ def test_plain_fsdp_in_place_loses_a_rank_and_its_neighbours_copy_makes_the_grou
     assert (status["restartCount"], status["repairs"]) == (0, 1)
     repaired = _metrics(home, "gpt-inplace")
     assert repaired["repairs"] == 1
+    assert (repaired["checksum"], repaired["last_loss"]) == (uninterrupted["checksum"], uninterrupted["last_loss"])
+
+
+def test_plain_fsdp_in_place_keeps_each_copy_on_another_replica_and_survives_a_replica_lost_whole(
+    tmp_path: Path,
+) -> None:
+    # Two replicas of two processes each (a Pod, a node each on a cluster): ranks 0, 1 and 2, 3. Each rank's copy
+    # is kept one replica over, so worker-0 lost whole (its first process SIGKILLed, its second ends with it) takes
+    # no copy of its shards with it. Kept by the next rank instead, rank 2's copy would have gone with rank 3.
+    plain = ("--size", "tiny", "--steps", "400", "--replicas", "1")
+    straight = _job(tmp_path / "straight", 1, *plain, example="job-inplace.yaml", spares=0, per_replica=2)
+    result = run_cli("run", str(straight), home=tmp_path / "home-straight", timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "sharded over 4 ranks (FSDP, neighbours' copies), repaired in place" in result.stdout, result.stdout[-3000:]
+    uninterrupted = _metrics(tmp_path / "home-straight", "gpt-inplace")
+
+    home = tmp_path / "home"
+    run = start_run(_job(tmp_path / "killed", 1, *plain, example="job-inplace.yaml", per_replica=2), home)
+    try:
+        _kill_when_warm(home, ("worker-0",), spares=1)
+    finally:
+        stdout, stderr = run.communicate(timeout=600)
+    assert run.returncode == 0, stderr[-3000:]
+    assert "spare spare-0 joins as worker-0 (rank 2 of 4)" in stdout and "joins as worker-0 (rank 3 of 4)" in stdout
+    copies = "rank 2's shard from rank 0's copy; rank 3's shard from rank 1's copy"
+    assert f"Rank 0: group repaired in place (generation 1, 4 ranks, {copies})" in stdout, stdout[-3000:]
+    status = job_object(home, "gpt-inplace")["status"]
+    assert (status["restartCount"], status["repairs"]) == (0, 1)
+    repaired = _metrics(home, "gpt-inplace")
     assert (repaired["checksum"], repaired["last_loss"]) == (uninterrupted["checksum"], uninterrupted["last_loss"])
 
 

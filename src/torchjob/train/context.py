@@ -23,6 +23,9 @@ class DistContext:
     generation: int = 0
     joined: bool = False
     holder: int | None = None
+    # The ranks of this rank's replica (its Pod, or its machine under torchrun), adjacent from
+    # rank - local_rank: LOCAL_WORLD_SIZE. Where a copy of a shard lives on another replica (shard_copies.py).
+    local_world_size: int = 1
 
     @property
     def is_main(self) -> bool:

@@ -366,6 +366,7 @@ def wait_as_spare(ctx_backend: str, device: torch.device, timeout: timedelta) ->
         generation=generation,
         joined=True,
         holder=joined.holder,
+        local_world_size=local_ranks.processes_per_replica(),
     )
 
 

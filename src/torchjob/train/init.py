@@ -64,7 +64,12 @@ def init(backend: str | None = None, timeout_seconds: float = 1800.0) -> DistCon
             world_size=info.world_size,
             timeout=timedelta(seconds=timeout_seconds),
         )
-    return DistContext(info.rank, info.local_rank, info.world_size, device, chosen, info.launcher)
+    # A torchjob replica's ranks are adjacent by its process count, as its members and spares place them
+    # (local_ranks.place_in); under other launchers, by LOCAL_WORLD_SIZE.
+    per_replica = local_ranks.processes_per_replica() if info.launcher == "torchjob" else info.local_world_size
+    return DistContext(
+        info.rank, info.local_rank, info.world_size, device, chosen, info.launcher, local_world_size=per_replica
+    )
 
 
 class BackendUnavailable(ValueError):

@@ -30,7 +30,7 @@ import torch.distributed as dist
 from torchjob.train import copy_replay, shard_chunks
 from torchjob.train.context import DistContext
 from torchjob.train.kept_shard import KeptShard, allocate_flat, layout_of, tensors_of
-from torchjob.train.shard_copies import CopyError, Holding, swap_bytes, swap_chunks
+from torchjob.train.shard_copies import CopyError, Holding, neighbours, swap_bytes, swap_chunks
 
 
 @dataclass(frozen=True)
@@ -50,9 +50,9 @@ class ReplayedCopies:
 
     def __init__(self, kind: type[torch.optim.Optimizer]) -> None:
         self.kind = kind  # the optimizer's class, which steps the copy as it steps the live shard
-        self.copy: KeptShard | None = None  # rank (r - 1) % S's shard, as of copy_step
+        self.copy: KeptShard | None = None  # the left neighbour's shard (shard_copies.neighbours), as of copy_step
         self.copy_step = -1
-        self.right_holds = False  # rank (r + 1) % S holds a copy of this rank's shard, as of its live step
+        self.right_holds = False  # the right neighbour holds a copy of this rank's shard, as of its live step
         self.in_step = False  # a training step is under way (its optimizer steps are the step's own)
         self.stepped = False  # this rank's optimizer stepped in the training step under way
         self._pending: dict[str, torch.Tensor] | None = None  # the left neighbour's gradients of this step, whole
@@ -91,10 +91,9 @@ class ReplayedCopies:
     ) -> None:
         """In the optimizer's step, before it changes anything: this rank's gradients to its right neighbour, its
         left neighbour's received; then one all-reduce that every rank is past only once every rank received."""
-        world, rank = ctx.world_size, ctx.rank
-        if world < 2:
+        if ctx.world_size < 2:
             return
-        right, left = (rank + 1) % world, (rank - 1) % world
+        right, left = neighbours(ctx)
         send, receive = self.right_holds, self.copy is not None
         header = Header(grows, tuple(sorted(grads)), tuple(sorted(buffers)), options)
         if send or receive:
@@ -177,8 +176,7 @@ class ReplayedCopies:
     def seed(self, ctx: DistContext, mine: KeptShard, step: int) -> None:
         """This rank's whole shard to its right neighbour, where it holds no copy of it; its left neighbour's
         received, where this rank holds none (each side knows what the other holds: they change together)."""
-        world, rank = ctx.world_size, ctx.rank
-        right, left = (rank + 1) % world, (rank - 1) % world
+        right, left = neighbours(ctx)
         send, receive = not self.right_holds, self.copy is None
         coming = swap_bytes(
             pickle.dumps(layout_of(mine)) if send else None, right if send else None, left if receive else None
@@ -207,7 +205,7 @@ class ReplayedCopies:
         self._step_copy_to(step)
         if self.copy is not None and self.copy_step != step:
             self.copy = None
-        right = holdings[(ctx.rank + 1) % ctx.world_size]
+        right = holdings[neighbours(ctx)[0]]
         self.right_holds = right.live >= 0 and step in (right.copy, right.received)
         self._pending, self._pending_buffers, self._mine = None, {}, None
         self._heard = self._told = None

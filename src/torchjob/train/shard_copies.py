@@ -1,12 +1,15 @@
 """A copy of each rank's shard in its neighbour's memory, so that plain FSDP (one replica group) is repaired in place.
 
 Under FSDP over S ranks, no other rank holds rank r's shard. So rank r sends its shard (its weights, buffers and
-optimizer state) to rank (r + 1) % S, which keeps it as a copy; a spare given rank r's place receives the copy
-from rank r + 1 (sharded_in_place.py). Where the optimizer's step can be replayed and the copy is kept every step,
-the copy is stepped with rank r's gradients instead (replayed_copies.py: one shard of memory, a third of the
-bytes); this module sends it whole, every ``copy_every`` steps (where the exchange costs too much: a repair then
-goes back to the last exchange, up to ``copy_every`` - 1 steps trained again) or after every step (an optimizer
-whose step is not replayed). What both keep and agree on (``Holding``, ``agree``) and how they send is here.
+optimizer state) to its keeper, its "right neighbour", which keeps it as a copy; a spare given rank r's place
+receives the copy from the keeper (sharded_in_place.py). The keeper is one replica over: rank (r + P) % S where
+each replica (a Pod; a machine under torchrun) runs P adjacent ranks, so that a replica lost whole, with its Pod or
+its node, takes no copy of its own shards with it; rank (r + 1) % S where the group is one replica, or each
+replica one rank. Where the optimizer's step can be replayed and the copy is kept every step, the copy is stepped
+with rank r's gradients instead (replayed_copies.py: one shard of memory, a third of the bytes); this module sends
+it whole, every ``copy_every`` steps (where the exchange costs too much: a repair then goes back to the last
+exchange, up to ``copy_every`` - 1 steps trained again) or after every step (an optimizer whose step is not
+replayed). What both keep and agree on (``Holding``, ``agree``), who keeps whose copy and how they send is here.
 
 A rank can be lost in the middle of that exchange, or after its step but before it sent: its neighbour then has
 no copy of its newest step, while the survivors went on to it. So a copy is received beside the one before, and
@@ -72,7 +75,7 @@ class NeighbourCopies:
     """This rank's copies: its left neighbour's shard, and its own (see the module)."""
 
     def __init__(self) -> None:
-        self.copy: KeptShard | None = None  # rank (r - 1) % S's shard, as of copy_step
+        self.copy: KeptShard | None = None  # the left neighbour's shard (neighbours()), as of copy_step
         self.copy_step = -1
         self._copy_flat: torch.Tensor | None = None  # the buffer copy's tensors are views of (shard_chunks.py)
         self._received: KeptShard | None = None  # the next copy, being received; whole as of received_step
@@ -94,10 +97,9 @@ class NeighbourCopies:
     def refresh(self, ctx: DistContext, mine: KeptShard, step: int) -> None:
         """Send this rank's shard, as of ``step``, to its right neighbour and receive the left one's; once every
         rank has, keep both (the copy, and this rank's own shard)."""
-        world, rank = ctx.world_size, ctx.rank
-        if world < 2:
+        if ctx.world_size < 2:
             return
-        right, left = (rank + 1) % world, (rank - 1) % world
+        right, left = neighbours(ctx)
         sent = tensors_of(mine)
         plain = [v for state in mine.optimizer.values() for v in state.values() if not isinstance(v, torch.Tensor)]
         plain.append(repr(mine.options))  # a scheduler's new learning rate is told as the layout is
@@ -158,12 +160,27 @@ class NeighbourCopies:
         return found
 
 
-def agree(holdings: dict[int, Holding], world: int) -> tuple[int, dict[int, int]]:
+def keeper_of(rank: int, world: int, per_replica: int) -> int:
+    """The rank that keeps a copy of ``rank``'s shard: the rank as far on as a replica has ranks, so on another
+    replica, where the group has more than one replica of ``per_replica`` ranks each; the next rank otherwise."""
+    stride = per_replica if 1 < per_replica < world and world % per_replica == 0 else 1
+    return (rank + stride) % world
+
+
+def neighbours(ctx: DistContext) -> tuple[int, int]:
+    """This rank's keeper (it sends its shard there: the "right" neighbour) and the rank whose shard it keeps (it
+    receives from there: the "left" one)."""
+    world, per_replica = ctx.world_size, ctx.local_world_size
+    keeper = keeper_of(ctx.rank, world, per_replica)
+    return keeper, (2 * ctx.rank - keeper) % world
+
+
+def agree(holdings: dict[int, Holding], world: int, per_replica: int) -> tuple[int, dict[int, int]]:
     """The step a re-formed group carries on from, and for each joiner the rank keeping its copy: the newest
     step that every survivor holds (live, its own kept shard, or one it can step on to) and each joiner's keeper
     holds a copy of."""
     joiners = [rank for rank in range(world) if holdings[rank].live < 0]
-    keepers = {joiner: (joiner + 1) % world for joiner in joiners}
+    keepers = {joiner: keeper_of(joiner, world, per_replica) for joiner in joiners}
     for joiner, keeper in keepers.items():
         if holdings[keeper].live < 0:
             raise CopyError(

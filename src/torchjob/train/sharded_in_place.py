@@ -266,7 +266,7 @@ class ShardedState:
         table = state_transfer.gathered(ctx, mine.steps())
         holdings = {rank: shard_copies.Holding(*row) for rank, row in enumerate(table)}
         try:
-            step, keepers = shard_copies.agree(holdings, ctx.world_size)
+            step, keepers = shard_copies.agree(holdings, ctx.world_size, ctx.local_world_size)
         except shard_copies.CopyError as error:
             raise ShardedRepairError(f"{error}; the group restarts from its checkpoint") from None
         self._settling = step, holdings
