@@ -29,3 +29,12 @@ def test_a_rank_that_failed_once_its_peers_could_step_steps_on_and_the_copies_st
     assert "rank 2: on to step 4, the step its peers stepped to" in said, said
     assert all(f"RANK {rank} AT 4" in said for rank in range(4)), said
     assert repaired == straight
+
+
+def test_a_second_optimizer_step_in_one_training_step_is_refused_before_it_changes_anything() -> None:
+    # A repair in between would count the two as one step, the lost rank's copy an optimizer step off its peers'.
+    results = spawn_ranks("stepped_on.py", 4, "--twice")
+    said = "\n".join(r.stdout[-3000:] + r.stderr[-3000:] for r in results)
+    assert [r.returncode for r in results] == [0] * 4, said
+    refused = "REFUSED: the optimizer stepped twice in one training step: plain FSDP's neighbours' copies are stepped"
+    assert all(refused in r.stdout for r in results), said

@@ -14,8 +14,9 @@ the gradients of the step, and a survivor that had not stepped steps on (``Holdi
 own gradients, its copy with its neighbour's). Where the lost rank was keeping a copy, that copy is sent anew,
 whole, after the next step (``seed``), as every copy is after the group's first step.
 
-One optimizer step per training step (``step_fn``) is assumed: a second would be replayed too, but a repair in
-between would count the step once.
+One optimizer step per training step (``step_fn``) is followed: a second would be replayed too, but a repair in
+between would count the step once, and the lost rank's copy would be an optimizer step off its peers' shards. So a
+second is refused (``OptimizerStepsError``) before it changes anything.
 """
 
 from __future__ import annotations
@@ -31,6 +32,10 @@ from torchjob.train import copy_replay, shard_chunks
 from torchjob.train.context import DistContext
 from torchjob.train.kept_shard import KeptShard, allocate_flat, layout_of, tensors_of
 from torchjob.train.shard_copies import CopyError, Holding, neighbours, swap_bytes, swap_chunks
+
+
+class OptimizerStepsError(ValueError):
+    """The optimizer stepped twice in one training step: the copies, stepped with each rank's gradients, follow one."""
 
 
 @dataclass(frozen=True)
@@ -93,6 +98,12 @@ class ReplayedCopies:
         left neighbour's received; then one all-reduce that every rank is past only once every rank received."""
         if ctx.world_size < 2:
             return
+        if self.in_step and self.stepped:
+            raise OptimizerStepsError(
+                "the optimizer stepped twice in one training step: plain FSDP's neighbours' copies are stepped with "
+                "each rank's gradients once a training step (make one optimizer step a step, or send the copies "
+                "whole: copy_every=N, N > 1)"
+            )
         right, left = neighbours(ctx)
         send, receive = self.right_holds, self.copy is not None
         header = Header(grows, tuple(sorted(grads)), tuple(sorted(buffers)), options)

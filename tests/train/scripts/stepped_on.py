@@ -4,7 +4,9 @@ fails in the all-reduce that ends the exchange of gradients, once it has taken p
 group re-forms with the same 4 ranks and carries on from the 4th step, rank 2 stepping on with its own gradients.
 Every copy is sent whole after the 1st step, and again after the 3rd (a unit's first step makes optimizer state).
 Prints the step each rank carries on from, whether every copy holds its neighbour's live shard to the bit, and the
-model's checksum, which must be an uninterrupted run's (--straight). Rank 0 hosts the store."""
+model's checksum, which must be an uninterrupted run's (--straight). With --twice, no failure: the 6th step
+steps the optimizer a second time, which every rank refuses before it changes anything (``OptimizerStepsError``).
+Rank 0 hosts the store."""
 
 import argparse
 import os
@@ -17,11 +19,12 @@ from torch import nn
 from torchjob.train.context import DistContext
 from torchjob.train.ddp import checksum
 from torchjob.train.kept_shard import shard_of, tensors_of
-from torchjob.train.replayed_copies import ReplayedCopies
+from torchjob.train.replayed_copies import OptimizerStepsError, ReplayedCopies
 from torchjob.train.sharded_in_place import ShardedState
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--straight", action="store_true", help="no failure: the run to compare with")
+parser.add_argument("--twice", action="store_true", help="no failure; the 6th step steps the optimizer twice")
 args = parser.parse_args()
 rank, port = int(os.environ["RANK"]), int(os.environ["MASTER_PORT"])
 store = dist.TCPStore("127.0.0.1", port, 4, rank == 0, timeout=timedelta(seconds=60))
@@ -85,17 +88,25 @@ def step(done: int) -> None:
     x, y = torch.randn(32, 16, generator=generator), torch.randn(32, 1, generator=generator)
     state.optimizer.zero_grad()
     nn.functional.mse_loss(state.model(x, done >= 2), y).backward()
-    failing = not args.straight and done == FAILING and rank == 2
+    failing = not (args.straight or args.twice) and done == FAILING and rank == 2
     if failing:
         dist.all_reduce = taken_part_then_failed  # the exchange's last collective (the model's own are sends)
     try:
         state.optimizer.step()
     finally:
         dist.all_reduce = real_all_reduce
+    if args.twice and done == 5:
+        try:
+            state.optimizer.step()
+        except OptimizerStepsError as error:
+            print(f"REFUSED: {error}", flush=True)
+            dist.barrier()
+            dist.destroy_process_group()
+            raise SystemExit(0) from None
     state.after_step(ctx, done + 1)
 
 
-done, reformed = 0, args.straight
+done, reformed = 0, args.straight or args.twice
 while done < STEPS:
     failed = False
     try:
