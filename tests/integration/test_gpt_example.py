@@ -114,28 +114,44 @@ def test_the_sharded_in_place_example_loses_a_rank_and_ends_with_the_model_of_a_
     assert json.loads((checkpoints / "step-000000000400.json").read_text())["world_size"] == 4
 
 
-@pytest.mark.parametrize("copy_every", [1, 11])
-def test_plain_fsdp_in_place_loses_a_rank_and_its_neighbours_copy_makes_the_group_whole(
-    tmp_path: Path, copy_every: int
+@pytest.mark.parametrize(
+    ("copy_every", "per_replica"), [pytest.param(1, 2, id="stepped-two-per-replica"), pytest.param(11, 1, id="whole")]
+)
+def test_plain_fsdp_in_place_loses_a_replica_and_the_neighbours_copies_make_the_group_whole(
+    tmp_path: Path, copy_every: int, per_replica: int
 ) -> None:
-    # Every step (the default): each copy is stepped with its rank's gradients (replayed_copies.py). Every 11 steps:
-    # sent whole, and the kill, after the 60th step, takes the group back to the 55th, the copies' step.
+    # Every step (the default): each copy is stepped with its rank's gradients (replayed_copies.py), in 2 replicas
+    # of 2 processes each (a Pod, a node each on a cluster: ranks 0, 1 and 2, 3). Each rank's copy is kept one
+    # replica over, so worker-0 lost whole (its first process SIGKILLed, its second ends with it) takes no copy of
+    # its shards with it: kept by the next rank instead, rank 2's copy would have gone with rank 3.
+    # Every 11 steps, in 3 replicas of one process: sent whole, and the kill, after the 60th step, takes the group
+    # back to the 55th, the copies' step.
     plain = ("--size", "tiny", "--steps", "400", "--replicas", "1", "--copy-every", str(copy_every))
-    straight = _job(tmp_path / "straight", 2, *plain, example="job-inplace.yaml", spares=0)
+    workers = 1 if per_replica == 2 else 2
+    world = (1 + workers) * per_replica
+    straight = _job(
+        tmp_path / "straight", workers, *plain, example="job-inplace.yaml", spares=0, per_replica=per_replica
+    )
     result = run_cli("run", str(straight), home=tmp_path / "home-straight", timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
-    assert "sharded over 3 ranks (FSDP, neighbours' copies), repaired in place" in result.stdout
+    assert f"sharded over {world} ranks (FSDP, neighbours' copies), repaired in place" in result.stdout
     uninterrupted = _metrics(tmp_path / "home-straight", "gpt-inplace")
 
     home = tmp_path / "home"
-    run = start_run(_job(tmp_path / "killed", 2, *plain, example="job-inplace.yaml"), home)
+    run = start_run(
+        _job(tmp_path / "killed", workers, *plain, example="job-inplace.yaml", per_replica=per_replica), home
+    )
     try:
-        _kill_when_warm(home, ("worker-0",), spares=1, last_rank=2)
+        _kill_when_warm(home, ("worker-0",), spares=1, last_rank=world - 1)
     finally:
         stdout, stderr = run.communicate(timeout=600)
     assert run.returncode == 0, stderr[-3000:]
-    # No other rank holds rank 1's shard: rank 2 kept a copy of it.
-    assert "Rank 0: group repaired in place (generation 1, 3 ranks, rank 1's shard from rank 2's copy)" in stdout
+    if per_replica == 2:
+        assert "spare spare-0 joins as worker-0 (rank 2 of 4)" in stdout and "joins as worker-0 (rank 3 of 4)" in stdout
+        copies = "rank 2's shard from rank 0's copy; rank 3's shard from rank 1's copy"
+    else:  # no other rank holds rank 1's shard: rank 2 kept a copy of it
+        copies = "rank 1's shard from rank 2's copy"
+    assert f"Rank 0: group repaired in place (generation 1, {world} ranks, {copies})" in stdout, stdout[-3000:]
     if copy_every == 11:  # of the 55th step, as every rank kept its own
         assert "rank 0: back to step 55, the step its lost peer's copy is of" in stdout, stdout[-3000:]
     else:  # of the step every survivor is at
@@ -147,35 +163,6 @@ def test_plain_fsdp_in_place_loses_a_rank_and_its_neighbours_copy_makes_the_grou
     assert (status["restartCount"], status["repairs"]) == (0, 1)
     repaired = _metrics(home, "gpt-inplace")
     assert repaired["repairs"] == 1
-    assert (repaired["checksum"], repaired["last_loss"]) == (uninterrupted["checksum"], uninterrupted["last_loss"])
-
-
-def test_plain_fsdp_in_place_keeps_each_copy_on_another_replica_and_survives_a_replica_lost_whole(
-    tmp_path: Path,
-) -> None:
-    # Two replicas of two processes each (a Pod, a node each on a cluster): ranks 0, 1 and 2, 3. Each rank's copy
-    # is kept one replica over, so worker-0 lost whole (its first process SIGKILLed, its second ends with it) takes
-    # no copy of its shards with it. Kept by the next rank instead, rank 2's copy would have gone with rank 3.
-    plain = ("--size", "tiny", "--steps", "400", "--replicas", "1")
-    straight = _job(tmp_path / "straight", 1, *plain, example="job-inplace.yaml", spares=0, per_replica=2)
-    result = run_cli("run", str(straight), home=tmp_path / "home-straight", timeout=600)
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert "sharded over 4 ranks (FSDP, neighbours' copies), repaired in place" in result.stdout, result.stdout[-3000:]
-    uninterrupted = _metrics(tmp_path / "home-straight", "gpt-inplace")
-
-    home = tmp_path / "home"
-    run = start_run(_job(tmp_path / "killed", 1, *plain, example="job-inplace.yaml", per_replica=2), home)
-    try:
-        _kill_when_warm(home, ("worker-0",), spares=1)
-    finally:
-        stdout, stderr = run.communicate(timeout=600)
-    assert run.returncode == 0, stderr[-3000:]
-    assert "spare spare-0 joins as worker-0 (rank 2 of 4)" in stdout and "joins as worker-0 (rank 3 of 4)" in stdout
-    copies = "rank 2's shard from rank 0's copy; rank 3's shard from rank 1's copy"
-    assert f"Rank 0: group repaired in place (generation 1, 4 ranks, {copies})" in stdout, stdout[-3000:]
-    status = job_object(home, "gpt-inplace")["status"]
-    assert (status["restartCount"], status["repairs"]) == (0, 1)
-    repaired = _metrics(home, "gpt-inplace")
     assert (repaired["checksum"], repaired["last_loss"]) == (uninterrupted["checksum"], uninterrupted["last_loss"])
 
 
