@@ -23,8 +23,8 @@ class DistContext:
     generation: int = 0
     joined: bool = False
     holder: int | None = None
-    # The ranks of this rank's replica (its Pod, or its machine under torchrun), adjacent from
-    # rank - local_rank: LOCAL_WORLD_SIZE. Where a copy of a shard lives on another replica (shard_copies.py).
+    # How many ranks this rank's replica runs (its Pod, or its machine under torchrun: LOCAL_WORLD_SIZE), numbered
+    # one after another: a neighbour's copy of a shard is kept on another replica (shard_copies.py).
     local_world_size: int = 1
 
     @property

@@ -163,16 +163,18 @@ class NeighbourCopies:
 def keeper_of(rank: int, world: int, per_replica: int) -> int:
     """The rank that keeps a copy of ``rank``'s shard: the rank as far on as a replica has ranks, so on another
     replica, where the group has more than one replica of ``per_replica`` ranks each; the next rank otherwise."""
-    stride = per_replica if 1 < per_replica < world and world % per_replica == 0 else 1
-    return (rank + stride) % world
+    return (rank + _stride(world, per_replica)) % world
 
 
 def neighbours(ctx: DistContext) -> tuple[int, int]:
     """This rank's keeper (it sends its shard there: the "right" neighbour) and the rank whose shard it keeps (it
     receives from there: the "left" one)."""
-    world, per_replica = ctx.world_size, ctx.local_world_size
-    keeper = keeper_of(ctx.rank, world, per_replica)
-    return keeper, (2 * ctx.rank - keeper) % world
+    stride = _stride(ctx.world_size, ctx.local_world_size)
+    return (ctx.rank + stride) % ctx.world_size, (ctx.rank - stride) % ctx.world_size
+
+
+def _stride(world: int, per_replica: int) -> int:
+    return per_replica if 1 < per_replica < world and world % per_replica == 0 else 1
 
 
 def agree(holdings: dict[int, Holding], world: int, per_replica: int) -> tuple[int, dict[int, int]]:
