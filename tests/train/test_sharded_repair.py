@@ -61,12 +61,17 @@ def _group(*holdings: tuple[int, ...]) -> dict[int, Holding]:
 LOST = (-1, -1, -1, -1)  # a joiner
 
 
+def _agree(*holdings: tuple[int, ...], per_replica: int = 1) -> tuple[int, dict[int, int]]:
+    """``agree`` over a group of one rank's holdings each, its replicas of ``per_replica`` ranks."""
+    return agree(_group(*holdings), world=len(holdings), per_replica=per_replica)
+
+
 def test_under_plain_fsdp_a_joiner_gets_its_shard_from_the_neighbour_keeping_its_copy() -> None:
     # 4 ranks, each keeping a copy of its left neighbour's shard: rank 1's is with rank 2, rank 3's with rank 0.
     at_9 = (9, 9, 9, -1)
-    assert agree(_group(at_9, LOST, at_9, at_9), world=4, per_replica=1) == (9, {1: 2})
-    assert agree(_group(at_9, at_9, at_9, LOST), world=4, per_replica=1) == (9, {3: 0})
-    assert agree(_group(at_9, LOST, at_9, LOST), world=4, per_replica=1) == (9, {1: 2, 3: 0})
+    assert _agree(at_9, LOST, at_9, at_9) == (9, {1: 2})
+    assert _agree(at_9, at_9, at_9, LOST) == (9, {3: 0})
+    assert _agree(at_9, LOST, at_9, LOST) == (9, {1: 2, 3: 0})
     both = "rank 1's shard from rank 2's copy; rank 3's shard from rank 0's copy"
     assert said({1: [2], 3: [0]}, "shard", copies=True) == both
 
@@ -75,8 +80,8 @@ def test_a_copy_is_kept_on_another_replica_so_a_replica_lost_whole_loses_no_shar
     # Two replicas (Pods) of two ranks each, ranks 0, 1 and 2, 3: rank r's copy is kept one replica over, by r + 2.
     assert [keeper_of(rank, 4, 2) for rank in range(4)] == [2, 3, 0, 1]
     at_9 = (9, 9, 9, -1)
-    assert agree(_group(at_9, at_9, LOST, LOST), world=4, per_replica=2) == (9, {2: 0, 3: 1})
-    assert agree(_group(LOST, LOST, at_9, at_9), world=4, per_replica=2) == (9, {0: 2, 1: 3})
+    assert _agree(at_9, at_9, LOST, LOST, per_replica=2) == (9, {2: 0, 3: 1})
+    assert _agree(LOST, LOST, at_9, at_9, per_replica=2) == (9, {0: 2, 1: 3})
     # Each rank sends to its keeper and receives from the rank it keeps for, every rank keeping one copy, on
     # another replica, at any width whose replicas are alike.
     for world, per_replica in ((8, 4), (12, 4), (6, 2), (6, 3), (16, 8), (4, 2)):
@@ -92,49 +97,41 @@ def test_a_copy_is_kept_on_another_replica_so_a_replica_lost_whole_loses_no_shar
     assert [keeper_of(rank, 4, 4) for rank in range(4)] == [1, 2, 3, 0]
     assert [keeper_of(rank, 3, 1) for rank in range(3)] == [1, 2, 0]
     with pytest.raises(CopyError, match="rank 2, which kept its copy, was lost with it"):
-        agree(_group(at_9, LOST, LOST, at_9), world=4, per_replica=1)  # ranks 1 and 2 of one replica each
+        _agree(at_9, LOST, LOST, at_9)  # ranks 1 and 2 of one replica each
 
 
 def test_a_rank_lost_before_its_newest_copy_was_whole_takes_the_group_back_a_step() -> None:
     # Rank 1 died while it sent its shard of step 9: rank 2 holds its copy of step 8, and every survivor its own.
-    assert agree(_group((9, 8, 8, -1), LOST, (9, 8, 8, -1), (9, 8, 8, 9)), world=4, per_replica=1) == (8, {1: 2})
+    assert _agree((9, 8, 8, -1), LOST, (9, 8, 8, -1), (9, 8, 8, 9)) == (8, {1: 2})
     # Every copy of step 9 was received, but the last all-reduce failed: step 9, from the copy just received.
-    assert agree(_group((9, 8, 8, 9), LOST, (9, 8, 8, 9), (9, 8, 8, 9)), world=4, per_replica=1) == (9, {1: 2})
+    assert _agree((9, 8, 8, 9), LOST, (9, 8, 8, 9), (9, 8, 8, 9)) == (9, {1: 2})
     # A survivor that completed a step its peers failed goes back to the step they hold.
-    assert agree(_group((10, 9, 9, -1), LOST, (9, 9, 9, -1), (9, 9, 9, -1)), world=4, per_replica=1) == (9, {1: 2})
+    assert _agree((10, 9, 9, -1), LOST, (9, 9, 9, -1), (9, 9, 9, -1)) == (9, {1: 2})
 
 
 def test_replayed_copies_step_on_where_a_peer_stepped_and_never_go_back() -> None:
     # (live, own, copy, received, ahead): replayed copies keep no shard of their own (replayed_copies.py).
     # Rank 1 died in the exchange of step 10's gradients after every rank had received (rank 0 was past the
     # all-reduce): rank 2 holds rank 1's gradients, rank 3 had not stepped and steps on with its own.
-    assert agree(
-        _group((10, -1, 10, -1, -1), LOST, (9, -1, 9, 10, 10), (9, -1, 9, 10, 10)), world=4, per_replica=1
-    ) == (10, {1: 2})
+    assert _agree((10, -1, 10, -1, -1), LOST, (9, -1, 9, 10, 10), (9, -1, 9, 10, 10)) == (10, {1: 2})
     # Where no rank was past it, the group steps on as well when every gradient of the step is held...
-    assert agree(_group((9, -1, 9, 10, 10), LOST, (9, -1, 9, 10, 10), (9, -1, 9, 10, 10)), world=4, per_replica=1) == (
-        10,
-        {1: 2},
-    )
+    assert _agree((9, -1, 9, 10, 10), LOST, (9, -1, 9, 10, 10), (9, -1, 9, 10, 10)) == (10, {1: 2})
     # ... and carries on from the step before when rank 1's keeper had not received all of them.
-    assert agree(_group((9, -1, 9, 10, 10), LOST, (9, -1, 9, -1, -1), (9, -1, 9, 10, 10)), world=4, per_replica=1) == (
-        9,
-        {1: 2},
-    )
+    assert _agree((9, -1, 9, 10, 10), LOST, (9, -1, 9, -1, -1), (9, -1, 9, 10, 10)) == (9, {1: 2})
     # A survivor whose step made optimizer state steps on with no one (it holds no step ahead): no step is common.
     with pytest.raises(CopyError, match="no step that every survivor holds"):
-        agree(_group((10, -1, 10, -1, -1), LOST, (9, -1, 9, 10, 10), (9, -1, 9, 10, -1)), world=4, per_replica=1)
+        _agree((10, -1, 10, -1, -1), LOST, (9, -1, 9, 10, 10), (9, -1, 9, 10, -1))
 
 
 def test_a_copy_lost_with_its_rank_or_of_no_common_step_is_one_clear_error() -> None:
     with pytest.raises(
         CopyError, match=r"no survivor holds rank 1's shard: rank 2, which kept its copy, was lost with"
     ):
-        agree(_group((9, 9, 9, -1), LOST, LOST, (9, 9, 9, -1)), world=4, per_replica=1)
+        _agree((9, 9, 9, -1), LOST, LOST, (9, 9, 9, -1))
     with pytest.raises(
         CopyError, match=r"no step that every survivor holds and the lost ranks' copies are of \(rank 0"
     ):
-        agree(_group((9, 9, 9, -1), LOST, (9, 9, 7, -1), (9, 9, 9, -1)), world=4, per_replica=1)
+        _agree((9, 9, 9, -1), LOST, (9, 9, 7, -1), (9, 9, 9, -1))
 
 
 def _ctx(world: int) -> DistContext:
