@@ -267,6 +267,31 @@ def test_a_member_stuck_in_its_step_after_leaving_it_falls_silent_and_is_replace
     assert_repaired_exactly(torchjob_home, survivors, uninterrupted, repairs=2)
 
 
+def test_a_member_lost_while_no_spare_is_ready_waits_for_the_next_to_warm_and_is_repaired_from_memory(
+    tmp_path: Path, torchjob_home: Path, uninterrupted: list[list[float]]
+) -> None:
+    """spare-0 is killed, and worker-1 as soon as spare-1 is started in its place, still cold (it takes 5 s longer
+    to warm, as a spare Pod can). The survivors hold the group's state in memory, so the group waits for spare-1 and
+    repairs in place: no restart, no checkpoint, the model of an uninterrupted run."""
+    run = start_run(job_file(tmp_path, in_place_job("mend")), torchjob_home)
+    warm_and_training(torchjob_home)
+    survivors = {r: shim_pid(torchjob_home, "mend", r) for r in ("master-0", "worker-0")}
+    (torchjob_home / "jobs" / "mend" / "output" / "cold-spare-1").write_text("5")
+    psutil.Process(shim_pid(torchjob_home, "mend", "spare-0")).children()[0].send_signal(signal.SIGKILL)
+    state = torchjob_home / "jobs" / "mend" / "local.json"
+    wait_for(lambda: '"spare-1"' in state.read_text(), what="the next spare started")
+    assert not (torchjob_home / "jobs" / "mend" / "output" / "inplace" / "spare-1.json").exists()  # still cold
+    psutil.Process(shim_pid(torchjob_home, "mend", "worker-1")).children()[0].send_signal(signal.SIGKILL)
+    stdout, stderr = run.communicate(timeout=300)
+    assert run.returncode == 0, stderr[-3000:]
+    waits = "worker-1 was killed by SIGKILL; no spare is ready to take its place: the group waits for one, up to 45s"
+    assert waits in stderr, stderr
+    assert "worker-1 was killed by SIGKILL; spare-1 takes its place" in stderr, stderr
+    assert "spare spare-1 joins as worker-1 (rank 2 of 3)" in stdout, stdout[-3000:]
+    assert "group repaired in place (generation 1, 3 ranks, rank 2's state from ranks 0, 1)" in stdout
+    assert_repaired_exactly(torchjob_home, survivors, uninterrupted)
+
+
 def test_a_lost_spare_is_replaced_and_the_group_never_notices(tmp_path: Path, torchjob_home: Path) -> None:
     job = (
         make_job("spareless")

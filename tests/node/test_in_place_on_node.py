@@ -33,6 +33,21 @@ def _uid(cluster: Cluster, namespace: str, pod: str) -> str:
     return cluster.kubectl("get", "pod", pod, "-n", namespace, "-o", "jsonpath={.metadata.uid}").stdout
 
 
+def _next_spare(cluster: Cluster, namespace: str, gone: str) -> str | None:
+    """The name of a spare Pod of the job other than the one of uid ``gone``, and not being deleted."""
+    pods = json.loads(cluster.kubectl("get", "pods", "-n", namespace, "-o", "json").stdout)["items"]
+    return next(
+        (
+            p["metadata"]["name"]
+            for p in pods
+            if p["metadata"]["name"].startswith(f"{JOB}-spare-")
+            and p["metadata"]["uid"] != gone
+            and not p["metadata"].get("deletionTimestamp")
+        ),
+        None,
+    )
+
+
 def _warm_and_training(cluster: Cluster, namespace: str) -> None:
     deadline = time.monotonic() + 300
     while True:
@@ -191,3 +206,38 @@ def test_a_worker_pod_evicted_through_the_eviction_api_hands_its_place_to_the_sp
     assert float(master_log.split("test accuracy=")[1].split()[0]) >= 0.90
     spare_log = cluster.kubectl("logs", "-n", namespace, f"{JOB}-spare-0-0").stdout
     assert f"torchjob: spare {JOB}-spare-0-0 joins as worker-1 (rank 2 of 3)" in spare_log, spare_log[-2000:]
+
+
+def test_a_worker_pod_lost_while_the_next_spare_pod_still_starts_waits_for_it_and_is_repaired_in_place(
+    cluster: Cluster, node_operator: OperatorProcess
+) -> None:
+    """The spare Pod's trainer is SIGKILLed, and worker-1's as soon as the operator has made the next spare Pod,
+    still starting. The survivors hold the group's state in memory: the operator waits for that spare to warm
+    and gives it the place (no group restart from the start), the survivors' Pods carry on."""
+    namespace = cluster.namespace("inplace-spare-awaited")
+    job = yaml.safe_load((ROOT / "examples" / "mnist" / "job-inplace.yaml").read_text())
+    job["metadata"]["namespace"] = namespace
+    cluster.apply(job)
+    _warm_and_training(cluster, namespace)
+    survivors = {pod: _uid(cluster, namespace, pod) for pod in (f"{JOB}-master-0", f"{JOB}-worker-0")}
+    killed = _uid(cluster, namespace, f"{JOB}-spare-0-0")
+    for pid in cluster.container_pids(namespace, f"{JOB}-spare-0-0"):
+        os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + 120
+    while (spare := _next_spare(cluster, namespace, killed)) is None:
+        assert time.monotonic() < deadline, "the operator never made the next spare Pod"
+        time.sleep(0.2)
+    for pid in cluster.container_pids(namespace, f"{JOB}-worker-1"):
+        os.kill(pid, signal.SIGKILL)
+    finished = wait_for_condition(cluster, namespace, JOB, {"Succeeded", "Failed"}, timeout=400)
+    conditions = {c["type"]: c for c in finished["status"]["conditions"]}
+    assert "Failed" not in conditions, conditions["Failed"]["message"]
+    status = finished["status"]
+    events = cluster.kubectl("get", "events", "-n", namespace, "-o", "jsonpath={.items[*].message}").stdout
+    assert "no spare is ready to take its place: the group waits for one" in events, events[-3000:]
+    assert f"{spare} takes its place in the running group" in events, events[-3000:]
+    assert (status["attempt"], status["restartCount"], status["repairs"]) == (0, 0, 1), status["attempts"]
+    assert {pod: _uid(cluster, namespace, pod) for pod in survivors} == survivors
+    master_log = cluster.kubectl("logs", "-n", namespace, f"{JOB}-master-0").stdout
+    assert "group repaired in place (generation 1, 3 ranks" in master_log, master_log[-3000:]
+    assert float(master_log.split("test accuracy=")[1].split()[0]) >= 0.90

@@ -73,13 +73,49 @@ def test_a_lost_member_goes_to_a_ready_spare_and_nothing_else_stops() -> None:
     assert "worker-1 was killed by SIGKILL; spare-0 takes its place" in result.events[0].message
 
 
-def test_without_a_ready_spare_or_repairable_survivors_the_group_restarts() -> None:
+def test_survivors_that_cannot_be_repaired_around_restart_the_group_at_once() -> None:
     job = started(in_place_job())
-    warming = replace(READY, ready=False)
-    for observed, spares in ((group(), [warming]), (group(), []), (group(repairable=False), [READY])):
-        result = plan(job, Observed(observed, store_running=True, spares=spares), SPARES_PLATFORM, at(5))
-        assert result.status.attempt == 1 and result.status.repairs == 0
-        assert any(isinstance(a, DeleteReplica) for a in result.actions)
+    result = plan(job, Observed(group(repairable=False), store_running=True, spares=[READY]), SPARES_PLATFORM, at(5))
+    assert result.status.attempt == 1 and result.status.repairs == 0
+    assert any(isinstance(a, DeleteReplica) for a in result.actions)
+    assert result.status.attempts[0].outcome == "worker-1 was killed by SIGKILL"
+
+
+@pytest.mark.parametrize("spares", [[replace(READY, ready=False)], []], ids=["warming", "none"])
+def test_without_a_ready_spare_the_group_waits_for_one_then_restarts(spares: list[SpareObservation]) -> None:
+    """The survivors hold the group's state in memory: a spare still warming (or one made now, where the job has
+    none) is waited for, up to SPARE_AWAITED after the loss; said once; then the group restarts, saying why."""
+    job = started(in_place_job())
+    waiting = plan(job, Observed(group(), store_running=True, spares=spares), SPARES_PLATFORM, at(5))
+    assert waiting.status.attempt == 0 and not any(isinstance(a, DeleteReplica) for a in waiting.actions)
+    assert [a for a in waiting.actions if isinstance(a, CreateSpare)] == ([] if spares else [CreateSpare(0)])
+    assert [e.reason for e in waiting.events] == ["SpareAwaited"]
+    assert waiting.events[0].message == (
+        "worker-1 was killed by SIGKILL; no spare is ready to take its place: the group waits for one, up to 45s"
+    )
+    assert waiting.requeue_at == at(4 + repair.SPARE_AWAITED)  # from the loss
+    job = job.model_copy(update={"status": waiting.status})
+
+    still = plan(job, Observed(group(), store_running=True, spares=spares), SPARES_PLATFORM, at(20))
+    assert still.status.attempt == 0 and not still.events  # said once
+
+    warm = plan(job, Observed(group(), store_running=True, spares=[READY]), SPARES_PLATFORM, at(20))
+    assert [e.reason for e in warm.events] == ["Repaired"] and warm.status.repairs == 1
+    assert warm.status.attempts[0].spare_awaited_time is None
+
+    late = plan(job, Observed(group(), store_running=True, spares=spares), SPARES_PLATFORM, at(4 + 45))
+    assert late.status.attempt == 1 and late.status.repairs == 0
+    outcome = late.status.attempts[0].outcome
+    assert outcome == "worker-1 was killed by SIGKILL (no spare was ready for its place; waited 44s)", outcome
+
+
+def test_a_group_waits_for_no_spare_the_job_does_not_keep() -> None:
+    """Two lost, one spare kept: the second place could never be filled, so the group restarts at once."""
+    job = started(in_place_job(spares="1"))
+    two = [running("master-0"), failed("worker-0", at=at(4)), failed("worker-1", at=at(4))]
+    two = [replace(o, repairable=True) for o in two]
+    result = plan(job, Observed(two, store_running=True, spares=[READY]), SPARES_PLATFORM, at(5))
+    assert result.status.attempt == 1 and "SpareAwaited" not in [e.reason for e in result.events]
 
 
 def test_repairs_and_restarts_share_the_backoff_limit() -> None:
@@ -95,7 +131,9 @@ def test_two_members_lost_at_once_take_two_spares_or_restart_the_group() -> None
     two = [running("master-0"), failed("worker-0", at=at(4)), failed("worker-1", at=at(4))]
     two = [replace(o, repairable=True) for o in two]
     one_spare = plan(job, Observed(two, store_running=True, spares=[READY]), SPARES_PLATFORM, at(5))
-    assert one_spare.status.attempt == 1 and not any(isinstance(a, RepairReplica) for a in one_spare.actions)
+    # The job keeps two spares: the group waits for the second to warm (and restarts if it does not in time).
+    assert one_spare.status.attempt == 0 and not any(isinstance(a, RepairReplica) for a in one_spare.actions)
+    assert [e.reason for e in one_spare.events] == ["SpareAwaited"]
 
     spares = [READY, SpareObservation("spare-1", 0, ready=True)]
     result = plan(job, Observed(two, store_running=True, spares=spares), SPARES_PLATFORM, at(5))
@@ -111,6 +149,9 @@ def test_two_members_lost_at_once_take_two_spares_or_restart_the_group() -> None
     tight = started(in_place_job(spares="2", backoff=1))
     capped = plan(tight, Observed(two, store_running=True, spares=spares), SPARES_PLATFORM, at(5))
     assert not any(isinstance(a, RepairReplica) for a in capped.actions)
+    # ...nor does it wait for a spare it could not use.
+    waits = plan(tight, Observed(two, store_running=True, spares=[READY]), SPARES_PLATFORM, at(5))
+    assert [e.reason for e in waits.events] == ["Restarting"] and waits.status.attempt == 1
 
 
 def test_a_membership_keeps_every_promotion_of_the_attempt() -> None:

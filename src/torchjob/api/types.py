@@ -184,6 +184,9 @@ class AttemptRecord(_OpenWire):
     # When an elastic group's membership last changed (a Worker lost, added or removed): its launcher (torchrun)
     # restarts every worker then, so hang detection treats the group as starting up again.
     regrouped_time: str | None = None
+    # When the group began to wait for a warm spare to take a lost member's place, none being ready
+    # (``policies/repair.py``); cleared by the repair.
+    spare_awaited_time: str | None = None
 
 
 class GroupMembership(_OpenWire):

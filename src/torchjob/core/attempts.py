@@ -53,6 +53,18 @@ def note_repair(status: JobStatus, now: datetime) -> None:
         record.repaired_time = timestamp(now)
 
 
+def spare_awaited_since(status: JobStatus) -> datetime | None:
+    """When the current attempt's group began to wait for a warm spare (None: it does not wait for one)."""
+    record = _current_record(status)
+    return parse_timestamp(record.spare_awaited_time) if record is not None and record.spare_awaited_time else None
+
+
+def note_spare_awaited(status: JobStatus, since: datetime | None) -> None:
+    record = _current_record(status)
+    if record is not None:
+        record.spare_awaited_time = timestamp(since) if since is not None else None
+
+
 def note_regroup(status: JobStatus, now: datetime) -> None:
     record = _current_record(status)
     if record is not None:

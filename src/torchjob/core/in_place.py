@@ -9,10 +9,11 @@ happens when they decline. The policies themselves are ``policies/repair.py``, `
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
 from torchjob.core import attempts, conditions
 from torchjob.core.actions import Cause, Event, ReformGroup, RepairReplica
-from torchjob.core.observed import ReplicaObservation, SpareObservation, lost_with_node
+from torchjob.core.observed import Phase, ReplicaObservation, SpareObservation, lost_with_node
 from torchjob.core.pass_state import PassState
 from torchjob.core.policies import backoff, elastic, regroup, repair
 from torchjob.core.policies.regroup import Regroup
@@ -47,7 +48,37 @@ def repaired(state: PassState, decisions: list[repair.Repair], counted: bool, ha
     members = repair.members_in_rank_order(state.job, [*places, *(d.lost.replica for d in decisions)])
     reform(state, members, [(d.spare, str(d.lost.replica)) for d in decisions], lost=not handover)
     attempts.note_repair(state.status, state.now)
+    attempts.note_spare_awaited(state.status, None)
     return True
+
+
+def awaits_spare(state: PassState, cause: Cause, counted: bool) -> bool:
+    """Whether the group waits for a spare still warming to take a lost member's place, rather than restart
+    (``repair.spare_awaited_until``); says so once when the wait begins. The pass wakes when it ends."""
+    current, attempt = state.current_replicas(), state.status.attempt
+    lost = sum(o.phase is Phase.FAILED and not o.stopping for o in current)
+    if counted and not backoff.may_restart(state.job, state.status.restart_count + state.status.repairs + lost - 1):
+        return False  # the repairs would pass backoffLimit (as ``repaired`` counts them): the restart path ends the job
+    since = attempts.spare_awaited_since(state.status)
+    until = repair.spare_awaited_until(state.job, attempt, current, spares_of(state), since, state.now)
+    if until is None:
+        return False
+    if since is None:
+        attempts.note_spare_awaited(state.status, state.now)
+        waited = f"{repair.SPARE_AWAITED:g}s"
+        message = f"{cause.text}; no spare is ready to take its place: the group waits for one, up to {waited}"
+        state.events.append(Event("Warning", "SpareAwaited", message, cause))
+    state.wake_at(until)
+    return True
+
+
+def spare_given_up(state: PassState, cause: Cause) -> Cause:
+    """``cause`` of a restart, saying so where the group waited for a spare in vain."""
+    since = attempts.spare_awaited_since(state.status)
+    if since is None:
+        return cause
+    waited = (state.now - since).total_seconds()
+    return replace(cause, text=f"{cause.text} (no spare was ready for its place; waited {waited:.0f}s)")
 
 
 def handed_over(state: PassState, current: list[ReplicaObservation]) -> bool:

@@ -181,6 +181,10 @@ class _Planner(PassState):
         decisions = repair.decide(self.job, self.status.attempt, self.current_replicas(), repairs.spares_of(self))
         if repairs.repaired(self, decisions, counted):
             return
+        if repairs.awaits_spare(self, cause, counted):
+            self._keep_helpers(self.current_replicas())  # the spare it waits for is made, or warms
+            return
+        cause = repairs.spare_given_up(self, cause)
         if counted:
             self._restart_counted(cause)
         else:

@@ -64,6 +64,12 @@ class Slowed(nn.Module):
         return self.last(LongBackward.apply(x) if BACKWARD_SECONDS else x)
 
 
+# A spare whose cold-<replica> file a test wrote in the output folder (before the spare starts) warms that many
+# seconds longer, as a spare Pod that takes long to start does.
+cold = os.path.join(os.environ["TORCHJOB_OUTPUT_DIR"], f"cold-{os.environ.get('TORCHJOB_SPARE')}")
+if os.environ.get("TORCHJOB_SPARE") and os.path.exists(cold):
+    with open(cold) as seconds:
+        time.sleep(float(seconds.read()))
 ctx = tt.init()
 torch.manual_seed(0)
 model = Slowed() if FORWARD_SECONDS or BACKWARD_SECONDS else nn.Linear(8, 1)

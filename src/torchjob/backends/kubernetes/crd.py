@@ -125,6 +125,7 @@ def _status() -> dict[str, Any]:
             "disrupted": {"type": "object", "additionalProperties": {"type": "string"}},
             "repairedTime": _TIME,
             "regroupedTime": _TIME,
+            "spareAwaitedTime": _TIME,
         },
     }
     return {

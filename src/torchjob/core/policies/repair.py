@@ -13,6 +13,11 @@ repairs in place only when all of this holds, and otherwise keeps the group rest
 - a ready spare (warm and waiting) of this attempt for each lost replica;
 - counted failures stay within backoffLimit, repairs and restarts together (a crash loop still ends).
 
+Where a lost replica could be repaired around but no spare is ready yet (the spare went with the same node, or a
+second loss came before the next spare warmed), the group waits for one, up to ``SPARE_AWAITED`` after the loss
+(``spare_awaited_until``): the survivors hold the group's state in memory, and a restart would read it back from
+the last checkpoint, losing the steps since, or start over.
+
 A repair that does not complete, i.e. some member has not finished a step since it within
 ``REPAIR_DEADLINE`` (or three of its steps, if they are longer), is given up: the group restarts.
 """
@@ -45,6 +50,10 @@ REPAIR_DEADLINE = 60.0
 # ranks on 2 loaded cores (about 1 s), short of the silence that names a stalled joiner (3 s), so that a spare
 # is warm by then to take its place...
 SPARE_HELD_AT_MOST = 2.0
+# How long a group that lost a member waits for a spare to warm before it restarts instead: a local spare warms in
+# seconds, a spare Pod in tens of them. Within the survivors' own wait for a membership
+# (``InPlaceTraining.repair_timeout``, 60 s by default), leaving the spare time to read its place and form.
+SPARE_AWAITED = 45.0
 # ...or this many of the group's usual steps, where that is longer: the retried step of a model whose steps take
 # seconds (a sharded one also gathers every unit again) must not share its cores with a spare's start either. A
 # spare of such a model takes longer to warm than a stalled joiner takes to be named, whenever it starts.
@@ -74,6 +83,34 @@ def decide(
         return []
     lost = [(o, Cause(o.describe(), restart.kind_of(o), o.failure_onset)) for o in failed]
     return _replace(job, attempt, current, spares, lost)
+
+
+def spare_awaited_until(
+    job: PyTorchJob,
+    attempt: int,
+    current: list[ReplicaObservation],
+    spares: list[SpareObservation],
+    since: datetime | None,
+    now: datetime,
+) -> datetime | None:
+    """Until when the attempt's failed replicas wait for warm spares to take their places (``decide`` found too
+    few ready): where every failed replica ran the in-place loop, every other runs and can be
+    repaired around, and the job keeps as many spares as were lost, for ``SPARE_AWAITED`` from the loss (``since``:
+    when the wait began, where it began earlier). None: nothing to wait for, or waited long enough."""
+    if not in_place(job) or job.spec.elastic_policy is not None:
+        return None
+    failed = [o for o in current if o.phase is Phase.FAILED and not o.stopping]
+    if not failed or not all(trained_in_place(o) for o in failed) or len(failed) <= len(_ready(spares, attempt)):
+        return None
+    others = [o for o in current if o not in failed]
+    if not others or not all(o.phase is Phase.RUNNING and o.repairable and not o.stopping for o in others):
+        return None
+    if len(failed) > spares_wanted(job):
+        return None  # more places than the job keeps spares for: they cannot all come
+    onsets = [o.failure_onset for o in failed if o.failure_onset is not None]
+    began = min([*onsets, *([since] if since is not None else []), now])
+    until = began + timedelta(seconds=SPARE_AWAITED)
+    return until if now < until else None
 
 
 def trained_in_place(lost: ReplicaObservation) -> bool:
@@ -133,10 +170,15 @@ def _replace(
     others = [o for o in current if o.replica not in gone]
     if not others or not all(o.phase is Phase.RUNNING and o.repairable and not o.stopping for o in others):
         return []
-    ready = sorted(s.name for s in spares if s.attempt == attempt and s.ready and not s.stopping)
+    ready = _ready(spares, attempt)
     if len(ready) < len(lost):
         return []
     return [Repair(o, spare, cause) for (o, cause), spare in zip(lost, ready, strict=False)]
+
+
+def _ready(spares: list[SpareObservation], attempt: int) -> list[str]:
+    """The attempt's spares that are warm and waiting, by name."""
+    return sorted(s.name for s in spares if s.attempt == attempt and s.ready and not s.stopping and not s.failed)
 
 
 def overdue(
