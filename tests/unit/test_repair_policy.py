@@ -81,6 +81,14 @@ def test_survivors_that_cannot_be_repaired_around_restart_the_group_at_once() ->
     assert result.status.attempts[0].outcome == "worker-1 was killed by SIGKILL"
 
 
+def test_a_member_that_ended_with_its_scripts_error_is_not_waited_for() -> None:
+    """Exit code 1 (an exception: a spare would meet it again, or the script asks for the restart, as a sharded
+    group that lost every copy of a shard does) restarts the group at once where no spare is ready."""
+    job = started(in_place_job())
+    errored = plan(job, Observed(group(lost_signal=None), store_running=True, spares=[]), SPARES_PLATFORM, at(5))
+    assert errored.status.attempt == 1 and "SpareAwaited" not in [e.reason for e in errored.events]
+
+
 @pytest.mark.parametrize("spares", [[replace(READY, ready=False)], []], ids=["warming", "none"])
 def test_without_a_ready_spare_the_group_waits_for_one_then_restarts(spares: list[SpareObservation]) -> None:
     """The survivors hold the group's state in memory: a spare still warming (or one made now, where the job has
@@ -112,7 +120,11 @@ def test_without_a_ready_spare_the_group_waits_for_one_then_restarts(spares: lis
 def test_a_group_waits_for_no_spare_the_job_does_not_keep() -> None:
     """Two lost, one spare kept: the second place could never be filled, so the group restarts at once."""
     job = started(in_place_job(spares="1"))
-    two = [running("master-0"), failed("worker-0", at=at(4)), failed("worker-1", at=at(4))]
+    two = [
+        running("master-0"),
+        failed("worker-0", signal=signal.SIGKILL, at=at(4)),
+        failed("worker-1", signal=signal.SIGKILL, at=at(4)),
+    ]
     two = [replace(o, repairable=True) for o in two]
     result = plan(job, Observed(two, store_running=True, spares=[READY]), SPARES_PLATFORM, at(5))
     assert result.status.attempt == 1 and "SpareAwaited" not in [e.reason for e in result.events]
@@ -128,7 +140,11 @@ def test_repairs_and_restarts_share_the_backoff_limit() -> None:
 
 def test_two_members_lost_at_once_take_two_spares_or_restart_the_group() -> None:
     job = started(in_place_job(spares="2"))
-    two = [running("master-0"), failed("worker-0", at=at(4)), failed("worker-1", at=at(4))]
+    two = [
+        running("master-0"),
+        failed("worker-0", signal=signal.SIGKILL, at=at(4)),
+        failed("worker-1", signal=signal.SIGKILL, at=at(4)),
+    ]
     two = [replace(o, repairable=True) for o in two]
     one_spare = plan(job, Observed(two, store_running=True, spares=[READY]), SPARES_PLATFORM, at(5))
     # The job keeps two spares: the group waits for the second to warm (and restarts if it does not in time).

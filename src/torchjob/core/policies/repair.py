@@ -94,13 +94,15 @@ def spare_awaited_until(
     now: datetime,
 ) -> datetime | None:
     """Until when the attempt's failed replicas wait for warm spares to take their places (``decide`` found too
-    few ready): where every failed replica ran the in-place loop, every other runs and can be
+    few ready): where every failed replica ran the in-place loop and was lost (``_lost``), every other runs and can be
     repaired around, and the job keeps as many spares as were lost, for ``SPARE_AWAITED`` from the loss (``since``:
     when the wait began, where it began earlier). None: nothing to wait for, or waited long enough."""
     if not in_place(job) or job.spec.elastic_policy is not None:
         return None
     failed = [o for o in current if o.phase is Phase.FAILED and not o.stopping]
-    if not failed or not all(trained_in_place(o) for o in failed) or len(failed) <= len(_ready(spares, attempt)):
+    if not failed or not all(trained_in_place(o) and _lost(o) for o in failed):
+        return None
+    if len(failed) <= len(_ready(spares, attempt)):
         return None
     others = [o for o in current if o not in failed]
     if not others or not all(o.phase is Phase.RUNNING and o.repairable and not o.stopping for o in others):
@@ -111,6 +113,16 @@ def spare_awaited_until(
     began = min([*onsets, *([since] if since is not None else []), now])
     until = began + timedelta(seconds=SPARE_AWAITED)
     return until if now < until else None
+
+
+def _lost(failed: ReplicaObservation) -> bool:
+    """Whether a failed replica was lost (killed by a signal, gone with its Pod or node, evicted, preempted), not
+    ended by its own script's error: a spare would meet that error again, or the script asked for the group's
+    restart (``ShardedRepairError``: no survivor holds a shard), so nobody waits for one."""
+    if failed.reason is not None or failed.signal is not None:
+        return True
+    code = failed.effective_exit_code
+    return code is None or code > 128  # 128 + N: killed by signal N, as a container reports it
 
 
 def trained_in_place(lost: ReplicaObservation) -> bool:
