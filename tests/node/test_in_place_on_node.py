@@ -48,6 +48,15 @@ def _next_spare(cluster: Cluster, namespace: str, gone: str) -> str | None:
     )
 
 
+def _succeeded(cluster: Cluster, namespace: str, name: str) -> tuple[dict[str, Any], str]:
+    """Once the job has finished, which it must have done without failing: its status, and its events' messages."""
+    finished = wait_for_condition(cluster, namespace, name, {"Succeeded", "Failed"}, timeout=400)
+    conditions = {c["type"]: c for c in finished["status"]["conditions"]}
+    assert "Failed" not in conditions, conditions["Failed"]["message"]
+    events = cluster.kubectl("get", "events", "-n", namespace, "-o", "jsonpath={.items[*].message}").stdout
+    return finished["status"], events
+
+
 def _warm_and_training(cluster: Cluster, namespace: str) -> None:
     deadline = time.monotonic() + 300
     while True:
@@ -74,11 +83,7 @@ def test_a_lost_worker_pod_is_replaced_by_a_warm_spare_and_the_survivors_pods_ca
     survivors = {pod: _uid(cluster, namespace, pod) for pod in (f"{JOB}-master-0", f"{JOB}-worker-0")}
     for pid in cluster.container_pids(namespace, f"{JOB}-worker-1"):
         os.kill(pid, fault)
-    finished = wait_for_condition(cluster, namespace, JOB, {"Succeeded", "Failed"}, timeout=400)
-    conditions = {c["type"]: c for c in finished["status"]["conditions"]}
-    assert "Failed" not in conditions, conditions["Failed"]["message"]
-    status = finished["status"]
-    events = cluster.kubectl("get", "events", "-n", namespace, "-o", "jsonpath={.items[*].message}").stdout
+    status, events = _succeeded(cluster, namespace, JOB)
     if fault is signal.SIGSTOP:
         assert f"worker-1 stopped responding (hung); {JOB}-spare-0-0 takes its place" in events, events[-3000:]
     assert f"{JOB}-spare-0-0 takes its place in the running group" in events, events[-3000:]
@@ -154,11 +159,7 @@ def test_an_elastic_group_on_pods_shrinks_at_once_and_grows_back_when_the_spare_
     else:
         for pid in cluster.container_pids(namespace, f"{name}-worker-1"):
             os.kill(pid, signal.SIGKILL)
-    finished = wait_for_condition(cluster, namespace, name, {"Succeeded", "Failed"}, timeout=400)
-    conditions = {c["type"]: c for c in finished["status"]["conditions"]}
-    assert "Failed" not in conditions, conditions["Failed"]["message"]
-    status = finished["status"]
-    events = cluster.kubectl("get", "events", "-n", namespace, "-o", "jsonpath={.items[*].message}").stdout
+    status, events = _succeeded(cluster, namespace, name)
     if fault == "evicted":
         assert "worker-1 is being evicted: it leaves the group at its next step" in events, events[-3000:]
     else:
@@ -191,11 +192,7 @@ def test_a_worker_pod_evicted_through_the_eviction_api_hands_its_place_to_the_sp
     _warm_and_training(cluster, namespace)
     survivors = {pod: _uid(cluster, namespace, pod) for pod in (f"{JOB}-master-0", f"{JOB}-worker-0")}
     said = _evict(cluster, namespace, f"{JOB}-worker-1", tmp_path / "worker-1.log")
-    finished = wait_for_condition(cluster, namespace, JOB, {"Succeeded", "Failed"}, timeout=400)
-    conditions = {c["type"]: c for c in finished["status"]["conditions"]}
-    assert "Failed" not in conditions, conditions["Failed"]["message"]
-    status = finished["status"]
-    events = cluster.kubectl("get", "events", "-n", namespace, "-o", "jsonpath={.items[*].message}").stdout
+    status, events = _succeeded(cluster, namespace, JOB)
     assert f"worker-1 is being evicted; {JOB}-spare-0-0 takes its place in the running group" in events, events[-3000:]
     assert (status["attempt"], status["restartCount"], status["repairs"]) == (0, 0, 1), status["attempts"]
     assert {pod: _uid(cluster, namespace, pod) for pod in survivors} == survivors
@@ -229,11 +226,7 @@ def test_a_worker_pod_lost_while_the_next_spare_pod_still_starts_waits_for_it_an
         time.sleep(0.2)
     for pid in cluster.container_pids(namespace, f"{JOB}-worker-1"):
         os.kill(pid, signal.SIGKILL)
-    finished = wait_for_condition(cluster, namespace, JOB, {"Succeeded", "Failed"}, timeout=400)
-    conditions = {c["type"]: c for c in finished["status"]["conditions"]}
-    assert "Failed" not in conditions, conditions["Failed"]["message"]
-    status = finished["status"]
-    events = cluster.kubectl("get", "events", "-n", namespace, "-o", "jsonpath={.items[*].message}").stdout
+    status, events = _succeeded(cluster, namespace, JOB)
     assert "no spare is ready to take its place: the group waits for one" in events, events[-3000:]
     assert f"{spare} takes its place in the running group" in events, events[-3000:]
     assert (status["attempt"], status["restartCount"], status["repairs"]) == (0, 0, 1), status["attempts"]

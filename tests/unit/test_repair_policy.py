@@ -39,6 +39,12 @@ def group(lost_signal: int | None = signal.SIGKILL, repairable: bool = True) -> 
     return [replace(o, repairable=repairable) for o in members]
 
 
+def two_killed() -> list[ReplicaObservation]:
+    """The master running, both workers killed at once; all three in the in-place loop."""
+    members = [running("master-0"), *(failed(w, signal=signal.SIGKILL, at=at(4)) for w in ("worker-0", "worker-1"))]
+    return [replace(o, repairable=True) for o in members]
+
+
 def told(
     generation: int, members: tuple[str, ...], promoted: dict[str, str] | None = None, lost_in: int | None = None
 ) -> ReformGroup:
@@ -120,12 +126,7 @@ def test_without_a_ready_spare_the_group_waits_for_one_then_restarts(spares: lis
 def test_a_group_waits_for_no_spare_the_job_does_not_keep() -> None:
     """Two lost, one spare kept: the second place could never be filled, so the group restarts at once."""
     job = started(in_place_job(spares="1"))
-    two = [
-        running("master-0"),
-        failed("worker-0", signal=signal.SIGKILL, at=at(4)),
-        failed("worker-1", signal=signal.SIGKILL, at=at(4)),
-    ]
-    two = [replace(o, repairable=True) for o in two]
+    two = two_killed()
     result = plan(job, Observed(two, store_running=True, spares=[READY]), SPARES_PLATFORM, at(5))
     assert result.status.attempt == 1 and "SpareAwaited" not in [e.reason for e in result.events]
 
@@ -140,12 +141,7 @@ def test_repairs_and_restarts_share_the_backoff_limit() -> None:
 
 def test_two_members_lost_at_once_take_two_spares_or_restart_the_group() -> None:
     job = started(in_place_job(spares="2"))
-    two = [
-        running("master-0"),
-        failed("worker-0", signal=signal.SIGKILL, at=at(4)),
-        failed("worker-1", signal=signal.SIGKILL, at=at(4)),
-    ]
-    two = [replace(o, repairable=True) for o in two]
+    two = two_killed()
     one_spare = plan(job, Observed(two, store_running=True, spares=[READY]), SPARES_PLATFORM, at(5))
     # The job keeps two spares: the group waits for the second to warm (and restarts if it does not in time).
     assert one_spare.status.attempt == 0 and not any(isinstance(a, RepairReplica) for a in one_spare.actions)
