@@ -93,6 +93,10 @@ def test_a_member_that_ended_with_its_scripts_error_is_not_waited_for() -> None:
     job = started(in_place_job())
     errored = plan(job, Observed(group(lost_signal=None), store_running=True, spares=[]), SPARES_PLATFORM, at(5))
     assert errored.status.attempt == 1 and "SpareAwaited" not in [e.reason for e in errored.events]
+    # Nor one over its memory limit: a spare would be too.
+    oom = [*group()[:2], replace(failed("worker-1", exit_code=137, reason="OOMKilled", at=at(4)), repairable=True)]
+    greedy = plan(job, Observed(oom, store_running=True, spares=[]), SPARES_PLATFORM, at(5))
+    assert greedy.status.attempt == 1 and "SpareAwaited" not in [e.reason for e in greedy.events]
 
 
 @pytest.mark.parametrize("spares", [[replace(READY, ready=False)], []], ids=["warming", "none"])

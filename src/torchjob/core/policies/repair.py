@@ -50,14 +50,14 @@ REPAIR_DEADLINE = 60.0
 # ranks on 2 loaded cores (about 1 s), short of the silence that names a stalled joiner (3 s), so that a spare
 # is warm by then to take its place...
 SPARE_HELD_AT_MOST = 2.0
-# How long a group that lost a member waits for a spare to warm before it restarts instead: a local spare warms in
-# seconds, a spare Pod in tens of them. Within the survivors' own wait for a membership
-# (``InPlaceTraining.repair_timeout``, 60 s by default), leaving the spare time to read its place and form.
-SPARE_AWAITED = 45.0
 # ...or this many of the group's usual steps, where that is longer: the retried step of a model whose steps take
 # seconds (a sharded one also gathers every unit again) must not share its cores with a spare's start either. A
 # spare of such a model takes longer to warm than a stalled joiner takes to be named, whenever it starts.
 SPARE_HELD_STEPS = 2.0
+# How long a group that lost a member waits for a spare to warm before it restarts instead: a local spare warms in
+# seconds, a spare Pod in tens of them. Within the survivors' own wait for a membership
+# (``InPlaceTraining.repair_timeout``, 60 s by default), leaving the spare time to read its place and form.
+SPARE_AWAITED = 45.0
 
 
 @dataclass(frozen=True)
@@ -94,9 +94,9 @@ def spare_awaited_until(
     now: datetime,
 ) -> datetime | None:
     """Until when the attempt's failed replicas wait for warm spares to take their places (``decide`` found too
-    few ready): where every failed replica ran the in-place loop and was lost (``_lost``), every other runs and can be
-    repaired around, and the job keeps as many spares as were lost, for ``SPARE_AWAITED`` from the loss (``since``:
-    when the wait began, where it began earlier). None: nothing to wait for, or waited long enough."""
+    few ready): where every failed replica ran the in-place loop and was lost (``_lost``), every other runs and
+    can be repaired around, and the job keeps as many spares as were lost; for ``SPARE_AWAITED`` from the loss
+    (``since``: when the wait began, where earlier). None: nothing to wait for, or waited long enough."""
     if not in_place(job) or job.spec.elastic_policy is not None:
         return None
     failed = [o for o in current if o.phase is Phase.FAILED and not o.stopping]
@@ -117,8 +117,10 @@ def spare_awaited_until(
 
 def _lost(failed: ReplicaObservation) -> bool:
     """Whether a failed replica was lost (killed by a signal, gone with its Pod or node, evicted, preempted), not
-    ended by its own script's error: a spare would meet that error again, or the script asked for the group's
-    restart (``ShardedRepairError``: no survivor holds a shard), so nobody waits for one."""
+    ended by its own program: an error or its memory limit (OOMKilled) a spare would meet again, or the script
+    asking for the group's restart (``ShardedRepairError``: no survivor holds a shard). Nobody waits for those."""
+    if failed.reason is PlatformReason.OOM_KILLED:
+        return False
     if failed.reason is not None or failed.signal is not None:
         return True
     code = failed.effective_exit_code
