@@ -13,7 +13,7 @@ from dataclasses import replace
 
 from torchjob.core import attempts, conditions
 from torchjob.core.actions import Cause, Event, ReformGroup, RepairReplica
-from torchjob.core.observed import Phase, ReplicaObservation, SpareObservation, lost_with_node
+from torchjob.core.observed import ReplicaObservation, SpareObservation, lost_with_node
 from torchjob.core.pass_state import PassState
 from torchjob.core.policies import backoff, elastic, regroup, repair
 from torchjob.core.policies.regroup import Regroup
@@ -30,8 +30,7 @@ def repaired(state: PassState, decisions: list[repair.Repair], counted: bool, ha
     (``handover``: members on notice of eviction, which still run and leave the group by themselves)."""
     if not decisions:
         return False
-    retries = state.status.restart_count + state.status.repairs + len(decisions) - 1
-    if counted and not backoff.may_restart(state.job, retries):
+    if counted and not _room_for(state, len(decisions)):
         return False  # a crash loop: the group restart path ends the job at the backoff limit
     current = state.current_replicas()
     others = len(current) - len(decisions)
@@ -52,13 +51,17 @@ def repaired(state: PassState, decisions: list[repair.Repair], counted: bool, ha
     return True
 
 
+def _room_for(state: PassState, repairs: int) -> bool:
+    """Whether ``repairs`` more repairs stay within backoffLimit, which repairs and restarts share."""
+    return backoff.may_restart(state.job, state.status.restart_count + state.status.repairs + repairs - 1)
+
+
 def awaits_spare(state: PassState, cause: Cause, counted: bool) -> bool:
     """Whether the group waits for a spare still warming to take a lost member's place, rather than restart
     (``repair.spare_awaited_until``); says so once when the wait begins. The pass wakes when it ends."""
     current, attempt = state.current_replicas(), state.status.attempt
-    lost = sum(o.phase is Phase.FAILED and not o.stopping for o in current)
-    if counted and not backoff.may_restart(state.job, state.status.restart_count + state.status.repairs + lost - 1):
-        return False  # the repairs would pass backoffLimit (as ``repaired`` counts them): the restart path ends the job
+    if counted and not _room_for(state, len(repair.failed_replicas(current))):
+        return False  # the repairs would pass backoffLimit: the group restart path ends the job
     since = attempts.spare_awaited_since(state.status)
     until = repair.spare_awaited_until(state.job, attempt, current, spares_of(state), since, state.now)
     if until is None:

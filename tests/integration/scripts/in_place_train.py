@@ -66,8 +66,9 @@ class Slowed(nn.Module):
 
 # A spare whose cold-<replica> file a test wrote in the output folder (before the spare starts) warms that many
 # seconds longer, as a spare Pod that takes long to start does.
-cold = os.path.join(os.environ["TORCHJOB_OUTPUT_DIR"], f"cold-{os.environ.get('TORCHJOB_SPARE')}")
-if os.environ.get("TORCHJOB_SPARE") and os.path.exists(cold):
+spare = os.environ.get("TORCHJOB_SPARE")
+cold = os.path.join(os.environ["TORCHJOB_OUTPUT_DIR"], f"cold-{spare}")
+if spare and os.path.exists(cold):
     with open(cold) as seconds:
         time.sleep(float(seconds.read()))
 ctx = tt.init()

@@ -78,7 +78,7 @@ def decide(
 ) -> list[Repair]:
     """The repairs to make for the attempt's lost replicas, a ready spare each; none when the group must restart
     (a lost replica that cannot be repaired around, a survivor that cannot, or too few ready spares)."""
-    failed = [o for o in current if o.phase is Phase.FAILED and not o.stopping]
+    failed = failed_replicas(current)
     if not failed or not all(trained_in_place(o) for o in failed):
         return []
     lost = [(o, Cause(o.describe(), restart.kind_of(o), o.failure_onset)) for o in failed]
@@ -99,13 +99,12 @@ def spare_awaited_until(
     (``since``: when the wait began, where earlier). None: nothing to wait for, or waited long enough."""
     if not in_place(job) or job.spec.elastic_policy is not None:
         return None
-    failed = [o for o in current if o.phase is Phase.FAILED and not o.stopping]
+    failed = failed_replicas(current)
     if not failed or not all(trained_in_place(o) and _lost(o) for o in failed):
         return None
     if len(failed) <= len(_ready(spares, attempt)):
         return None
-    others = [o for o in current if o not in failed]
-    if not others or not all(o.phase is Phase.RUNNING and o.repairable and not o.stopping for o in others):
+    if not _carry_on([o for o in current if o not in failed]):
         return None
     if len(failed) > spares_wanted(job):
         return None  # more places than the job keeps spares for: they cannot all come
@@ -181,13 +180,23 @@ def _replace(
     if not in_place(job):
         return []
     gone = {o.replica for o, _ in lost}
-    others = [o for o in current if o.replica not in gone]
-    if not others or not all(o.phase is Phase.RUNNING and o.repairable and not o.stopping for o in others):
+    if not _carry_on([o for o in current if o.replica not in gone]):
         return []
     ready = _ready(spares, attempt)
     if len(ready) < len(lost):
         return []
     return [Repair(o, spare, cause) for (o, cause), spare in zip(lost, ready, strict=False)]
+
+
+def failed_replicas(current: list[ReplicaObservation]) -> list[ReplicaObservation]:
+    """The attempt's replicas that failed and are not being stopped: those a repair replaces."""
+    return [o for o in current if o.phase is Phase.FAILED and not o.stopping]
+
+
+def _carry_on(others: list[ReplicaObservation]) -> bool:
+    """Whether the group's other replicas can be repaired around: there are some, and every one runs the in-place
+    loop and is not being stopped."""
+    return bool(others) and all(o.phase is Phase.RUNNING and o.repairable and not o.stopping for o in others)
 
 
 def _ready(spares: list[SpareObservation], attempt: int) -> list[str]:
