@@ -160,7 +160,7 @@ def test_plain_fsdp_in_place_loses_a_replica_and_the_neighbours_copies_make_the_
     # held it, the async checkpoint's staging buffers of step 50 included.
     assert "built anew" not in stdout and "could not close its old group" not in stdout, stdout[-6000:]
     status = job_object(home, "gpt-inplace")["status"]
-    assert (status["restartCount"], status["repairs"]) == (0, 1)
+    assert (status["restartCount"], status["repairs"]) == (0, 1), (json.dumps(status["attempts"]), stdout[-6000:])
     repaired = _metrics(home, "gpt-inplace")
     assert repaired["repairs"] == 1
     assert (repaired["checksum"], repaired["last_loss"]) == (uninterrupted["checksum"], uninterrupted["last_loss"])

@@ -7,6 +7,7 @@ first attempt's output survives the deletion of its Pods. The local twins are in
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import signal
@@ -122,3 +123,29 @@ def test_a_deadlock_in_a_plain_script_in_pods_is_found_by_a_learned_deadline(
     expected = f"Hung: no progress for {learned['progressSeconds']}s (progress deadline: learned, 5x the longest"
     assert outcome.startswith(expected) and "stopped at step 30" in outcome, outcome
     assert (found["status"]["attempt"], found["status"]["restartCount"]) == (1, 1)
+
+
+def test_a_process_that_finished_is_not_hung_while_its_pod_still_runs(
+    cluster: Cluster, node_operator: OperatorProcess
+) -> None:
+    """worker-0's trainer finishes and says so in its last report, but its Pod stays Running (a second container
+    here; a loaded node's kubelet reports an exit seconds late alike) while master-0 stays alive after training,
+    beating: worker-0's silence is not a hang. Under the default liveness deadline, with backoffLimit 0."""
+    namespace = cluster.namespace("finishing")
+    job = _job("finishing", namespace)
+    del job["metadata"]["annotations"]
+    job["spec"]["runPolicy"] = {"backoffLimit": 0}
+    specs = job["spec"]["pytorchReplicaSpecs"]
+    specs["Worker"]["template"] = copy.deepcopy(specs["Worker"]["template"])
+    plain = ["python3", "plain_deadlock.py", "--steps", "20", "--stop-rank", "-1"]
+    # Alive 15 s after training: past the liveness deadline (10 s), within the progress deadline's floor (20 s).
+    lingers = ["--linger-rank", "0", "--linger-seconds", "15"]
+    specs["Master"]["template"]["spec"]["containers"][0]["command"] = [*plain, *lingers]
+    worker = specs["Worker"]["template"]["spec"]["containers"]
+    worker[0]["command"] = plain
+    worker.append({"name": "after", "image": TEST_SCRIPTS, "command": ["sleep", "90"]})
+    cluster.apply(job)
+    found = wait_for_condition(cluster, namespace, "finishing", {"Succeeded", "Failed"}, timeout=300)
+    conditions = {c["type"]: c for c in found["status"]["conditions"]}
+    assert "Failed" not in conditions, conditions["Failed"]["message"]
+    assert (found["status"]["attempt"], found["status"]["restartCount"]) == (0, 0), found["status"]["attempts"]

@@ -167,3 +167,19 @@ def test_while_an_elastic_group_forms_again_a_member_at_the_rendezvous_is_not_hu
     late = at(20 + progress.REFORM_ALLOWANCE + 1)
     stuck = [beating("master-0", 200.5), beating("worker-0", 200.5), beating("worker-1", 25)]
     assert progress.check(JOB, stuck, at(20), late, started=at(20), regrouped=True).hung
+
+
+def test_a_process_that_said_it_is_exiting_is_not_silent() -> None:
+    """A process that finished said so in its last report; its Pod may look Running for seconds more (a loaded
+    node's kubelet reports the exit late) while its peer, finishing too, still beats: not a hang."""
+
+    def finished(exiting: bool) -> ReplicaObservation:
+        return replace(running("worker-0"), progress=Progress(at(20), 60, alive_at=at(20), exiting=exiting))
+
+    for one_host in (False, True):
+        group = [beating("master-0", 29), finished(exiting=True)]
+        verdict = progress.check(JOB, group, at(1), at(30.5), started=at(1), one_host=one_host)
+        assert not verdict.hung and verdict.check_at != at(20 + 10 + progress.SILENCE_CHECK_MARGIN)
+    # Without its last words, the same silence is a hang.
+    verdict = progress.check(JOB, [beating("master-0", 29), finished(exiting=False)], at(1), at(30.5), started=at(1))
+    assert verdict.hung and verdict.culprit is not None and str(verdict.culprit.replica) == "worker-0"

@@ -3,6 +3,7 @@
 That rank stays alive (it sleeps, so its process beats), and the others wait for it in the next all-reduce:
 nobody progresses, everyone is alive (a deadlock). ``--marker`` names a file that says the first run is over;
 without it, the first run is attempt 0 (``TORCHJOB_ATTEMPT``, which torchjob sets in a Pod as locally).
+``--linger-rank`` stays alive (beating) for ``--linger-seconds`` after training, while the others exit.
 """
 
 import argparse
@@ -20,6 +21,8 @@ p.add_argument("--steps", type=int, default=60)
 p.add_argument("--stop-rank", type=int, default=1)
 p.add_argument("--stop-step", type=int, default=30)
 p.add_argument("--marker")
+p.add_argument("--linger-rank", type=int, default=-1)
+p.add_argument("--linger-seconds", type=float, default=0.0)
 args = p.parse_args()
 
 dist.init_process_group("gloo")
@@ -39,4 +42,6 @@ for step in range(1, args.steps + 1):
     time.sleep(0.05)
 print(f"rank {rank}: done", flush=True)
 dist.destroy_process_group()
+if rank == args.linger_rank:
+    time.sleep(args.linger_seconds)
 sys.exit(0)

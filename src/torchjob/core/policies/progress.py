@@ -127,18 +127,26 @@ def check(
     reforming_until = later(started, REFORM_ALLOWANCE) if restarting and started is not None else None
     if reforming_until is not None and now >= reforming_until:
         reforming_until = None
+    beating = _not_exiting(running)
     verdict = (
-        (_waited_on(job, running, since, now) if one_host and reforming_until is None else None)
-        or (_silent_while_others_beat(job, running, since, now) if reforming_until is None else None)
+        (_waited_on(job, beating, since, now) if one_host and reforming_until is None else None)
+        or (_silent_while_others_beat(job, beating, since, now) if reforming_until is None else None)
         or _progress(job, running, since, now, started, learned, restarting)
     )
     if verdict.hung:
         return verdict
     # Looked at again when the next of these is due: the end of a re-forming, a silent member to confirm, and the
     # moment the quietest process would pass its liveness deadline (not whenever reports next wake the job).
-    silence = _silence_due(job, running, now) if reforming_until is None else None
+    silence = _silence_due(job, beating, now) if reforming_until is None else None
     due = [d for d in (reforming_until, confirm_at, silence, verdict.check_at) if d is not None]
     return replace(verdict, check_at=min(due)) if due else verdict
+
+
+def _not_exiting(running: list[ReplicaObservation]) -> list[ReplicaObservation]:
+    """The processes whose silence can mean a hang: not one that said it is exiting (its last report). That one
+    went silent on purpose, and its Pod may look Running for seconds more (a loaded node's kubelet reports the
+    exit late) while a peer, finishing too, still beats."""
+    return [o for o in running if o.progress is None or not o.progress.exiting]
 
 
 def _silence_due(job: PyTorchJob, running: list[ReplicaObservation], now: datetime) -> datetime | None:
@@ -208,7 +216,7 @@ def _progress(
             detail += f", the others at step {', '.join(map(str, ahead))}"
     else:
         detail = "no rank reported any progress"
-    culprit = _stopped_beating(running, since, now, seconds / 2)
+    culprit = _stopped_beating(_not_exiting(running), since, now, seconds / 2)
     if culprit is not None:
         detail += f"; {culprit.replica} stopped responding, the others wait for it"
     message = f"Hung: no progress for {seconds:g}s (progress deadline: {_origin(source, learned)}); {detail}"
