@@ -38,6 +38,10 @@ def test_a_replica_is_alive_only_as_recently_as_its_quietest_process() -> None:
     frozen = Progress(utc(T + 3.1), 12, alive_at=utc(T + 4))
     gone = Progress(utc(T + 3.2), 12, alive_at=utc(T + 3.5), exiting=True)
     assert slowest([first, frozen, gone]) == Progress(utc(T + 3), 12, alive_at=utc(T + 4))
+    # The slowest said it is exiting, the other still runs: the replica is not exiting; once both said so, it is.
+    assert slowest([replace(first, exiting=True), frozen]) == Progress(utc(T + 3), 12, alive_at=utc(T + 4))
+    done = replace(frozen, exiting=True)
+    assert slowest([replace(first, exiting=True), done]) == replace(first, exiting=True)
 
 
 def test_a_replica_witnesses_only_since_the_last_of_its_processes_beats_steadily_again() -> None:

@@ -26,6 +26,7 @@ import sys
 from types import TracebackType
 from typing import Any, NoReturn
 
+from torchjob import forked
 from torchjob.launch import proctitle
 
 # The hooks Python's site module runs at start-up, looked up again on the replica's own PYTHONPATH.
@@ -79,10 +80,8 @@ def _fresh_seeds() -> None:
 
 
 def _threads_from_environment() -> None:
-    torch = sys.modules.get("torch")
     threads = os.environ.get("OMP_NUM_THREADS", "")
-    if torch is not None and threads.isdigit() and int(threads) > 0:
-        torch.set_num_threads(int(threads))
+    forked.settle_threads(int(threads) if threads.isdigit() and int(threads) > 0 else None)
 
 
 def _run_start_up_hooks(pythonpath: list[str]) -> None:

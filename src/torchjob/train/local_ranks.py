@@ -28,7 +28,7 @@ import threading
 import time
 from types import TracebackType
 
-from torchjob import autoreport, worker_files
+from torchjob import autoreport, forked, worker_files
 from torchjob.signal_names import signal_name
 
 _PR_SET_PDEATHSIG = 1
@@ -172,6 +172,7 @@ def _become(local_rank: int, per_replica: int, parent: int) -> None:
     if rank is not None and rank.isdigit():  # a spare has no rank until it is given a place
         os.environ["RANK"] = str(global_rank(int(rank), local_rank, per_replica))
     if local_rank > 0:
+        forked.settle_threads()  # before any thread of its own starts
         autoreport.restart_in_child()
 
 

@@ -35,7 +35,8 @@ def slowest(reports: list[Progress]) -> Progress | None:
     since the latest of its processes' steady runs began."""
     if not reports:
         return None
-    progress = min(reports, key=lambda p: (p.at, p.step))
+    # Exiting only once every process of it said so: one that still runs can still be its silence.
+    progress = replace(min(reports, key=lambda p: (p.at, p.step)), exiting=all(p.exiting for p in reports))
     live = [p for p in reports if p.alive_at is not None and not p.exiting]
     if not live or progress.alive_at is None:
         return progress
