@@ -53,6 +53,12 @@ ENV_SPARE = "TORCHJOB_SPARE"
 ENV_REPLICA_PROCESSES = "TORCHJOB_REPLICA_PROCESSES"
 # Set for the members of an elastic group under in-place repair: they look for a new membership at each step.
 ENV_ELASTIC = "TORCHJOB_ELASTIC"
+# How long the survivors of a lost member wait for their new membership (a spare in its place) before they give up
+# and the group restarts: set by torchjob for a group that repairs in place, as long as the job waits for a spare
+# (``torchjob.io/spare-wait-seconds``) and REPAIR_MARGIN more, DEFAULT_REPAIR_TIMEOUT at least.
+ENV_REPAIR_TIMEOUT = "TORCHJOB_REPAIR_TIMEOUT"
+DEFAULT_REPAIR_TIMEOUT = 60.0
+REPAIR_MARGIN = 15.0
 ENV_REPORT_URL = "TORCHJOB_REPORT_URL"
 ENV_REPORT_TOKEN_FILE = "TORCHJOB_REPORT_TOKEN_FILE"
 # The CA (PEM) an https report URL is verified with, and the only one: the operator's own (controller/report_tls.py).
@@ -256,3 +262,12 @@ def parse_membership(found: object) -> Membership | None:
         spares={str(k): str(v) for k, v in spares.items()},
         lost_in=lost_in,
     )
+
+
+def repair_timeout() -> float:
+    """The survivors' wait for a new membership: ``TORCHJOB_REPAIR_TIMEOUT`` where torchjob set it, else 60 s."""
+    try:
+        seconds = float(os.environ.get(ENV_REPAIR_TIMEOUT, ""))
+    except ValueError:
+        return DEFAULT_REPAIR_TIMEOUT
+    return seconds if 0 < seconds < float("inf") else DEFAULT_REPAIR_TIMEOUT

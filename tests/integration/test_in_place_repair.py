@@ -272,8 +272,10 @@ def test_a_member_lost_while_no_spare_is_ready_waits_for_the_next_to_warm_and_is
 ) -> None:
     """spare-0 is killed, and worker-1 as soon as spare-1 is started in its place, still cold (it takes 5 s longer
     to warm, as a spare Pod can). The survivors hold the group's state in memory, so the group waits for spare-1 and
-    repairs in place: no restart, no checkpoint, the model of an uninterrupted run."""
-    run = start_run(job_file(tmp_path, in_place_job("mend")), torchjob_home)
+    repairs in place: no restart, no checkpoint, the model of an uninterrupted run. The job sets its own wait (50 s),
+    and the survivors outwait it by 15 s."""
+    job = in_place_job("mend", **{"torchjob.io/spare-wait-seconds": "50"})
+    run = start_run(job_file(tmp_path, job), torchjob_home)
     warm_and_training(torchjob_home)
     survivors = {r: shim_pid(torchjob_home, "mend", r) for r in ("master-0", "worker-0")}
     (torchjob_home / "jobs" / "mend" / "output" / "cold-spare-1").write_text("5")
@@ -284,8 +286,9 @@ def test_a_member_lost_while_no_spare_is_ready_waits_for_the_next_to_warm_and_is
     psutil.Process(shim_pid(torchjob_home, "mend", "worker-1")).children()[0].send_signal(signal.SIGKILL)
     stdout, stderr = run.communicate(timeout=300)
     assert run.returncode == 0, stderr[-3000:]
-    waits = "worker-1 was killed by SIGKILL; no spare is ready to take its place: the group waits for one, up to 45s"
+    waits = "worker-1 was killed by SIGKILL; no spare is ready to take its place: the group waits for one, up to 50s"
     assert waits in stderr, stderr
+    assert (torchjob_home / "jobs" / "mend" / "output" / "repair-timeout-0").read_text() == "65"
     assert "worker-1 was killed by SIGKILL; spare-1 takes its place" in stderr, stderr
     assert "spare spare-1 joins as worker-1 (rank 2 of 3)" in stdout, stdout[-3000:]
     assert "group repaired in place (generation 1, 3 ranks, rank 2's state from ranks 0, 1)" in stdout

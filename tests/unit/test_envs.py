@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 
+from torchjob import worker_files
 from torchjob.api.loading import job_from_mapping
 from torchjob.api.types import ReplicaType
 from torchjob.backends.kubernetes.mapping import pod_manifest
@@ -52,6 +53,27 @@ def test_integer_nproc_per_node_multiplies_world_size() -> None:
     job = make_job("n").master().workers(1).spec(nprocPerNode=4).build()
     env = dict(replica_env(job, W0, 0, kube_addressing("n", "master-0")))
     assert env["WORLD_SIZE"] == "8" and env["PET_NPROC_PER_NODE"] == "4"
+
+
+def test_an_in_place_group_is_told_how_long_its_survivors_wait_for_a_spare(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The survivors outwait the planner's wait for a spare (``torchjob.io/spare-wait-seconds``) by 15 s, and never
+    wait less than 60 s; a group that does not repair in place is told nothing, and its scripts keep the default."""
+    addressing = kube_addressing("m", "master-0")
+
+    def told(**annotations: str) -> str | None:
+        job = make_job("m").master().workers(1).annotate(**annotations).build()
+        return dict(replica_env(job, W0, 0, addressing)).get(worker_files.ENV_REPAIR_TIMEOUT)
+
+    assert told(**{"torchjob.io/spares": "1"}) == "60"
+    assert told(**{"torchjob.io/spares": "1", "torchjob.io/spare-wait-seconds": "300"}) == "315"
+    assert told(**{"torchjob.io/spares": "1", "torchjob.io/spare-wait-seconds": "0"}) == "60"
+    assert told() is None
+    for value, seconds in (("315", 315.0), (None, 60.0), ("nan", 60.0), ("-1", 60.0), ("x", 60.0)):
+        if value is None:
+            monkeypatch.delenv(worker_files.ENV_REPAIR_TIMEOUT, raising=False)
+        else:
+            monkeypatch.setenv(worker_files.ENV_REPAIR_TIMEOUT, value)
+        assert worker_files.repair_timeout() == seconds, value
 
 
 def test_elastic_env() -> None:

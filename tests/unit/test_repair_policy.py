@@ -24,8 +24,8 @@ SPARES_PLATFORM = Platform(repairs_in_place=True)  # a cluster with report endpo
 READY = SpareObservation("spare-0", 0, ready=True)
 
 
-def in_place_job(spares: str = "1", backoff: int = 3) -> PyTorchJob:
-    builder = make_job("mend").master().workers(2).annotate(**{"torchjob.io/spares": spares})
+def in_place_job(spares: str = "1", backoff: int = 3, **annotations: str) -> PyTorchJob:
+    builder = make_job("mend").master().workers(2).annotate(**{"torchjob.io/spares": spares, **annotations})
     return builder.run_policy(backoffLimit=backoff).build()
 
 
@@ -102,7 +102,8 @@ def test_a_member_that_ended_with_its_scripts_error_is_not_waited_for() -> None:
 @pytest.mark.parametrize("spares", [[replace(READY, ready=False)], []], ids=["warming", "none"])
 def test_without_a_ready_spare_the_group_waits_for_one_then_restarts(spares: list[SpareObservation]) -> None:
     """The survivors hold the group's state in memory: a spare still warming (or one made now, where the job has
-    none) is waited for, up to SPARE_AWAITED after the loss; said once; then the group restarts, saying why."""
+    none) is waited for, up to the job's spare wait (45 s by default) after the loss; said once; then the group
+    restarts, saying why."""
     job = started(in_place_job())
     waiting = plan(job, Observed(group(), store_running=True, spares=spares), SPARES_PLATFORM, at(5))
     assert waiting.status.attempt == 0 and not any(isinstance(a, DeleteReplica) for a in waiting.actions)
@@ -111,7 +112,7 @@ def test_without_a_ready_spare_the_group_waits_for_one_then_restarts(spares: lis
     assert waiting.events[0].message == (
         "worker-1 was killed by SIGKILL; no spare is ready to take its place: the group waits for one, up to 45s"
     )
-    assert waiting.requeue_at == at(4 + repair.SPARE_AWAITED)  # from the loss
+    assert waiting.requeue_at == at(4 + 45)  # from the loss
     job = job.model_copy(update={"status": waiting.status})
 
     still = plan(job, Observed(group(), store_running=True, spares=spares), SPARES_PLATFORM, at(20))
@@ -125,6 +126,21 @@ def test_without_a_ready_spare_the_group_waits_for_one_then_restarts(spares: lis
     assert late.status.attempt == 1 and late.status.repairs == 0
     outcome = late.status.attempts[0].outcome
     assert outcome == "worker-1 was killed by SIGKILL (no spare was ready for its place; waited 44s)", outcome
+
+
+def test_the_spare_wait_is_the_jobs_own_and_zero_restarts_at_once() -> None:
+    """A cluster whose spare Pods take minutes to start waits longer (``torchjob.io/spare-wait-seconds``); "0"
+    restarts the group at once, as without the wait."""
+    patient = started(in_place_job(**{"torchjob.io/spare-wait-seconds": "300"}))
+    waiting = plan(patient, Observed(group(), store_running=True, spares=[]), SPARES_PLATFORM, at(5))
+    assert waiting.events[0].message.endswith("the group waits for one, up to 300s") and waiting.requeue_at == at(304)
+    patient = patient.model_copy(update={"status": waiting.status})
+    still = plan(patient, Observed(group(), store_running=True, spares=[]), SPARES_PLATFORM, at(250))
+    assert still.status.attempt == 0
+    hasty = started(in_place_job(**{"torchjob.io/spare-wait-seconds": "0"}))
+    restarted = plan(hasty, Observed(group(), store_running=True, spares=[]), SPARES_PLATFORM, at(5))
+    assert restarted.status.attempt == 1 and "SpareAwaited" not in [e.reason for e in restarted.events]
+    assert restarted.status.attempts[0].outcome == "worker-1 was killed by SIGKILL"
 
 
 def test_a_group_waits_for_no_spare_the_job_does_not_keep() -> None:

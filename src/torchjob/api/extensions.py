@@ -62,6 +62,13 @@ REPLACEMENT_DELAY = PREFIX + "replacement-delay-seconds"
 SPARES = PREFIX + "spares"
 MAX_SPARES = 8
 
+# Seconds a group that repairs in place waits for a spare to warm, where a member was lost while none was ready
+# (a second loss before the next spare warmed, a spare Pod still starting), before it restarts instead: a local
+# spare warms in seconds, a spare Pod in tens of them, one on a node still pulling its image in minutes. "0"
+# restarts at once. The survivors wait for their new membership this long and 15 s more (torchjob.train).
+SPARE_WAIT = PREFIX + "spare-wait-seconds"
+DEFAULT_SPARE_WAIT = 45.0
+
 # Who may run a job (spec.runPolicy.managedBy): Kubeflow's two values, as its webhook allows, plus torchjob's own
 # controller names (``torchjob.io/...``: the torchjob operator, or one started with ``--managed-by``). Immutable.
 KUBEFLOW_MANAGERS = ("kubeflow.org/training-operator", "kueue.x-k8s.io/multikueue")
@@ -139,6 +146,7 @@ ANNOTATION_RULES: dict[str, Callable[[str], str | None]] = {
     WARM_PRELOAD: _module_names,
     REPLACEMENT_DELAY: _non_negative_number,
     SPARES: _spare_count,
+    SPARE_WAIT: _non_negative_number,
     ENTRYPOINT: _command_line,
     RESTART_BACKOFF: _non_negative_number,
     RESTART_BACKOFF_MAX: _non_negative_number,

@@ -69,6 +69,17 @@ def in_place(job: PyTorchJob) -> bool:
     return job.spec.elastic_policy is not None or int(value) > 0
 
 
+def spare_wait(job: PyTorchJob) -> float:
+    """How long a group that lost a member with no spare ready waits for one (``torchjob.io/spare-wait-seconds``)."""
+    value = job.annotation(extensions.SPARE_WAIT)
+    return float(value) if value else extensions.DEFAULT_SPARE_WAIT
+
+
+def repair_timeout(job: PyTorchJob) -> float:
+    """``TORCHJOB_REPAIR_TIMEOUT``: the survivors outwait the planner's wait for a spare, and that spare's joining."""
+    return max(worker_files.DEFAULT_REPAIR_TIMEOUT, spare_wait(job) + worker_files.REPAIR_MARGIN)
+
+
 def world_size(job: PyTorchJob) -> int:
     return total_replicas(job) * processes_per_replica(job)
 
@@ -129,6 +140,8 @@ def replica_env(job: PyTorchJob, replica: ReplicaId, attempt: int, addressing: A
         # after a membership change can then wait forever for keys the new rank 0 never writes
         # (pytorch/pytorch#135712). The per-round store of earlier releases has no such problem.
         env.append(("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "1"))
+    if in_place(job):
+        env.append((worker_files.ENV_REPAIR_TIMEOUT, f"{repair_timeout(job):g}"))
     nproc = job.spec.nproc_per_node
     if nproc is None and elastic is not None and elastic.n_proc_per_node is not None:
         nproc = str(elastic.n_proc_per_node)

@@ -13,6 +13,7 @@ from dataclasses import replace
 
 from torchjob.core import attempts, conditions
 from torchjob.core.actions import Cause, Event, ReformGroup, RepairReplica
+from torchjob.core.envs import spare_wait
 from torchjob.core.observed import ReplicaObservation, SpareObservation, lost_with_node
 from torchjob.core.pass_state import PassState
 from torchjob.core.policies import backoff, elastic, regroup, repair
@@ -68,7 +69,7 @@ def awaits_spare(state: PassState, cause: Cause, counted: bool) -> bool:
         return False
     if since is None:
         attempts.note_spare_awaited(state.status, state.now)
-        waited = f"{repair.SPARE_AWAITED:g}s"
+        waited = f"{spare_wait(state.job):g}s"
         message = f"{cause.text}; no spare is ready to take its place: the group waits for one, up to {waited}"
         state.events.append(Event("Warning", "SpareAwaited", message, cause))
     state.wake_at(until)

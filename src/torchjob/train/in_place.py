@@ -74,19 +74,21 @@ class InPlaceTraining:
         ctx: DistContext,
         model: nn.Module | None = None,
         optimizer: torch.optim.Optimizer | None = None,
-        repair_timeout: float = 60.0,
+        repair_timeout: float | None = None,
         *,
         state: GroupState | None = None,
         **ddp_options: Any,
     ) -> None:
-        """``model`` and ``optimizer`` are DDP's; a sharded model's state comes from ``sharded``."""
+        """``model`` and ``optimizer`` are DDP's; a sharded model's state comes from ``sharded``. ``repair_timeout``:
+        how long the survivors of a lost peer wait for their new membership before they give up (the group restarts);
+        by default as long as torchjob waits for a spare, and 15 s more (``TORCHJOB_REPAIR_TIMEOUT``), else 60 s."""
         self.ctx = ctx
         if state is None:
             if model is None or optimizer is None:
                 raise TypeError("InPlaceTraining needs a model and its optimizer (or use InPlaceTraining.sharded)")
             state = ReplicatedState(model.to(ctx.device), optimizer, ddp_options)
         self.state: GroupState = state
-        self.repair_timeout = repair_timeout
+        self.repair_timeout = repair_timeout if repair_timeout is not None else worker_files.repair_timeout()
         self.step = 0
         self.repairs = 0  # re-forms after a lost peer
         self.regroups = 0  # re-forms of an elastic group that grew or shrank by decision
@@ -130,7 +132,7 @@ class InPlaceTraining:
         make_optimizer: Callable[[nn.Module], torch.optim.Optimizer],
         replicas: int,
         units: Callable[[nn.Module], Iterable[nn.Module]] | None = None,
-        repair_timeout: float = 60.0,
+        repair_timeout: float | None = None,
         copy_every: int = 1,
         reshard_after_forward: bool = True,
     ) -> InPlaceTraining:

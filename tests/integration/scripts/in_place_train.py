@@ -76,6 +76,8 @@ torch.manual_seed(0)
 model = Slowed() if FORWARD_SECONDS or BACKWARD_SECONDS else nn.Linear(8, 1)
 optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
 trainer = InPlaceTraining(ctx, model, optimizer)
+with open(os.path.join(os.environ["TORCHJOB_OUTPUT_DIR"], f"repair-timeout-{ctx.rank}"), "w") as waits:
+    waits.write(f"{trainer.repair_timeout:g}")  # how long it would wait for a new membership
 output = os.environ["TORCHJOB_OUTPUT_DIR"]
 replica = os.environ["TORCHJOB_REPLICA"]
 records = open(os.path.join(output, f"trained-{replica}.jsonl"), "a")  # noqa: SIM115

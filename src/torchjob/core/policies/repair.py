@@ -14,9 +14,10 @@ repairs in place only when all of this holds, and otherwise keeps the group rest
 - counted failures stay within backoffLimit, repairs and restarts together (a crash loop still ends).
 
 Where a lost replica could be repaired around but no spare is ready yet (the spare went with the same node, or a
-second loss came before the next spare warmed), the group waits for one, up to ``SPARE_AWAITED`` after the loss
-(``spare_awaited_until``): the survivors hold the group's state in memory, and a restart would read it back from
-the last checkpoint, losing the steps since, or start over.
+second loss came before the next spare warmed), the group waits for one (``spare_awaited_until``), up to the
+job's spare wait after the loss (``torchjob.io/spare-wait-seconds``, 45 s by default): the survivors hold the
+group's state in memory, and a restart would read it back from the last checkpoint, losing the steps since, or
+start over.
 
 A repair that does not complete, i.e. some member has not finished a step since it within
 ``REPAIR_DEADLINE`` (or three of its steps, if they are longer), is given up: the group restarts.
@@ -31,7 +32,7 @@ from datetime import datetime, timedelta
 from torchjob.api import extensions
 from torchjob.api.types import GroupMembership, PyTorchJob
 from torchjob.core.actions import Action, Cause, CreateSpare, DeleteSpare
-from torchjob.core.envs import in_place
+from torchjob.core.envs import in_place, spare_wait
 from torchjob.core.observed import Phase, PlatformReason, ReplicaObservation, SpareObservation
 from torchjob.core.policies import restart
 from torchjob.core.replicas import ReplicaId, node_rank
@@ -54,10 +55,6 @@ SPARE_HELD_AT_MOST = 2.0
 # seconds (a sharded one also gathers every unit again) must not share its cores with a spare's start either. A
 # spare of such a model takes longer to warm than a stalled joiner takes to be named, whenever it starts.
 SPARE_HELD_STEPS = 2.0
-# How long a group that lost a member waits for a spare to warm before it restarts instead: a local spare warms in
-# seconds, a spare Pod in tens of them. Within the survivors' own wait for a membership
-# (``InPlaceTraining.repair_timeout``, 60 s by default), leaving the spare time to read its place and form.
-SPARE_AWAITED = 45.0
 
 
 @dataclass(frozen=True)
@@ -95,7 +92,7 @@ def spare_awaited_until(
 ) -> datetime | None:
     """Until when the attempt's failed replicas wait for warm spares to take their places (``decide`` found too
     few ready): where every failed replica ran the in-place loop and was lost (``_lost``), every other runs and
-    can be repaired around, and the job keeps as many spares as were lost; for ``SPARE_AWAITED`` from the loss
+    can be repaired around, and the job keeps as many spares as were lost; for the job's spare wait from the loss
     (``since``: when the wait began, where earlier). None: nothing to wait for, or waited long enough."""
     if not in_place(job) or job.spec.elastic_policy is not None:
         return None
@@ -110,7 +107,7 @@ def spare_awaited_until(
         return None  # more places than the job keeps spares for: they cannot all come
     onsets = [o.failure_onset for o in failed if o.failure_onset is not None]
     began = min([*onsets, *([since] if since is not None else []), now])
-    until = began + timedelta(seconds=SPARE_AWAITED)
+    until = began + timedelta(seconds=spare_wait(job))
     return until if now < until else None
 
 
