@@ -135,6 +135,9 @@ def test_plain_fsdp_in_place_loses_a_replica_and_the_neighbours_copies_make_the_
     result = run_cli("run", str(straight), home=tmp_path / "home-straight", timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     assert f"sharded over {world} ranks (FSDP, neighbours' copies), repaired in place" in result.stdout
+    # Uninterrupted indeed: a replica's second process, forked after import torch, once aborted in its first backward
+    # pass (torchjob/forked.py), and the group restarted from its checkpoint, unseen by the model's checksum.
+    assert job_object(tmp_path / "home-straight", "gpt-inplace")["status"]["restartCount"] == 0, result.stderr[-3000:]
     uninterrupted = _metrics(tmp_path / "home-straight", "gpt-inplace")
 
     home = tmp_path / "home"
