@@ -166,6 +166,22 @@ def test_a_report_of_the_same_step_proves_the_pod_alive_but_not_progress() -> No
     assert progress is not None and progress.at == progress.alive_at == first + timedelta(seconds=10)
 
 
+def test_a_pod_is_exiting_once_every_process_it_reported_from_said_so() -> None:
+    """Its last words end a process's reports; a Pod of two processes whose first said them still has the other's
+    silence to be judged by (it may be the frozen one), until that one says them too."""
+    board, at = ReportBoard(), datetime(2026, 12, 6, tzinfo=timezone.utc)
+    board.put(POD, {"step": 60, "process": "a"}, now=at)
+    board.put(POD, {"step": 60, "process": "b"}, now=at)
+    board.put(POD, {"step": 60, "process": "a", "exiting": True}, now=at + timedelta(seconds=1))
+    assert (progress := board.latest(POD.uid)) is not None and not progress.exiting
+    board.put(POD, {"step": 60, "process": "b", "exiting": True}, now=at + timedelta(seconds=2))
+    assert (progress := board.latest(POD.uid)) is not None and progress.exiting
+    # A report that names no process (an older torchjob) says it for the Pod.
+    other = PodIdentity("team-a", "mnist-worker-1", "uid-2")
+    board.put(other, {"step": 60, "exiting": True}, now=at)
+    assert (progress := board.latest(other.uid)) is not None and progress.exiting
+
+
 def test_an_announcement_after_a_silence_is_news() -> None:
     board, start = ReportBoard(), datetime(2026, 11, 25, tzinfo=timezone.utc)
     assert board.announce(POD, MemberAnnouncement(0, start, every=0.15, waiting_in=2))  # heard first

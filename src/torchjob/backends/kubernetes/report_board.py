@@ -44,6 +44,7 @@ class ReportBoard:
         self.notices = Notices()  # members on notice of eviction, and whether a pass has looked since
         self._orders: dict[str, RestartOrder] = {}  # by Pod uid: the attempt its launcher is to start
         self._processes: dict[str, set[str]] = {}  # by Pod uid: the processes it has reported from
+        self._exited: dict[str, set[str]] = {}  # by Pod uid: those of them that said they are exiting
         self._leaving: dict[str, tuple[frozenset[str], str]] = {}  # by Pod uid: processes ordered out, and why
 
     def announce(self, pod: PodIdentity, announcement: MemberAnnouncement) -> bool:
@@ -158,6 +159,11 @@ class ReportBoard:
         with self._lock:
             if isinstance(process, str) and len(process) <= _MAX_PROCESS_NAME:
                 self._processes.setdefault(pod.uid, set()).add(process)
+                if progress.exiting:
+                    self._exited.setdefault(pod.uid, set()).add(process)
+                # The Pod is exiting once every process it reported from said so: one still running (nprocPerNode)
+                # can still be its silence.
+                progress = replace(progress, exiting=self._exited.get(pod.uid, set()) >= self._processes[pod.uid])
             before = self._latest.get(pod.uid)
             if before is not None and before[1].step == progress.step:
                 # Still the same step: the Pod is alive, but its progress dates from the step's first report.
@@ -182,4 +188,5 @@ class ReportBoard:
             if (now - heard(entry[1])).total_seconds() < _FORGET_SECONDS
         }
         self._processes = {uid: processes for uid, processes in self._processes.items() if uid in self._latest}
+        self._exited = {uid: processes for uid, processes in self._exited.items() if uid in self._latest}
         self._leaving = {uid: order for uid, order in self._leaving.items() if uid in self._latest}
