@@ -19,7 +19,8 @@ beats every second, even while its main thread waits in a collective) while ever
 beats is named within seconds, by a liveness deadline of its own (``torchjob.io/liveness-deadline-seconds``,
 10 s by default): SIGSTOPped, frozen, or on a node that vanished. Only beats since the group last started
 training count, so a process of an earlier attempt, or the lost member a spare replaced, is never taken for a
-silent one. "Nobody progresses but everyone is alive" (a deadlock) is the progress deadline's job.
+silent one; nor is one that said it is exiting (its last report), whose Pod may look Running a while longer.
+"Nobody progresses but everyone is alive" (a deadlock) is the progress deadline's job.
 
 Where every replica runs on the controller's machine (locally: no silence there is a lost host), two witnesses
 find it sooner, under the default liveness deadline only: the process has missed its beats for
