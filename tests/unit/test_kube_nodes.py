@@ -274,12 +274,16 @@ def test_what_would_hold_a_job_up_for_good_is_observed_as_stuck_and_stuck_helper
     spare = pod("job-spare-0-0", "", "spare", annotations={KEPT_OFF: "n2"})  # kept off n2, which reports again
     spare["status"] = {"phase": "Pending", "conditions": [{"type": "PodScheduled", "reason": "Unschedulable"}]}
     going = pod("job-worker-1", "n3", deletionTimestamp="2026-01-01T00:00:00Z")  # deleted, its kubelet gone
-    stuck, left = find_stuck([replica, store, spare, going], silent, silent, "job-rdzv")
-    assert sorted((s.name, s.left_out) for s in stuck) == [
-        ("job-rdzv", True),
-        ("job-spare-0-0", True),
-        ("job-worker-1", False),  # the one being deleted is still observed (stopping) until it is gone
+    lost_spare = pod("job-spare-0-1", "n3", "spare")  # still Running as far as the API server knows
+    stuck, left = find_stuck([replica, store, spare, going, lost_spare], silent, silent, "job-rdzv")
+    assert sorted((s.name, s.left_out, s.why) for s in stuck) == [
+        ("job-rdzv", True, "the rendezvous store's node stopped reporting"),
+        ("job-spare-0-0", True, "it was kept off a node that reports again, and fits nowhere else"),
+        ("job-spare-0-1", True, "the spare's node stopped reporting: it can take no place"),  # never given a place
+        ("job-worker-1", False, "its deletion was decided and its node stopped reporting"),  # observed until gone
     ]
     assert left == [replica, going]
+    # A spare on a node that reports is a spare.
+    assert find_stuck([pod("job-spare-0-1", "n1", "spare")], silent, silent, "job-rdzv")[0] == []
     # A replica on a silent node is no stuck Pod: the planner decides about replicas (node_loss).
     assert find_stuck([pod("job-master-0", "n3")], silent, silent, "job-rdzv") == ([], [pod("job-master-0", "n3")])

@@ -13,11 +13,11 @@ from torchjob.api.errors import ValidationError
 from torchjob.api.types import ElasticPolicy, GroupMembership, PyTorchJob, ReplicaType
 from torchjob.core.actions import CreateReplica, CreateSpare, DeleteReplica, DeleteSpare, ReformGroup, RepairReplica
 from torchjob.core.envs import Addressing, holds_a_place, replica_env
-from torchjob.core.observed import Observed, Platform, PlatformReason, ReplicaObservation, SpareObservation
+from torchjob.core.observed import Observed, Platform, PlatformReason, ReplicaObservation, SilentNode, SpareObservation
 from torchjob.core.planning import plan
 from torchjob.core.policies import repair
 from torchjob.core.replicas import ReplicaId
-from torchjob.core.reported import Progress
+from torchjob.core.reported import MemberAnnouncement, Progress
 from torchjob.testing import failed, make_job, running
 
 SPARES_PLATFORM = Platform(repairs_in_place=True)  # a cluster with report endpoints, or this machine
@@ -126,6 +126,26 @@ def test_without_a_ready_spare_the_group_waits_for_one_then_restarts(spares: lis
     assert late.status.attempt == 1 and late.status.repairs == 0
     outcome = late.status.attempts[0].outcome
     assert outcome == "worker-1 was killed by SIGKILL (no spare was ready for its place; waited 44s)", outcome
+
+
+def test_a_member_lost_with_its_node_is_still_waited_for_while_the_platform_evicts_its_pod() -> None:
+    """A silent node's Pods are evicted after their toleration (30 s on some clusters), which can come within the
+    wait for a spare: the lost member's place stays empty all the same, and the spare that warms takes it (the
+    lost Pod removed by force: no kubelet will confirm its stop)."""
+
+    def lost(evicted: bool) -> list[ReplicaObservation]:
+        gone = failed("worker-1", signal=None, reason="NodeLost", at=at(4), stopping=evicted)
+        return [replace(o, repairable=True) for o in (running("master-0"), running("worker-0"), gone)]
+
+    job = started(in_place_job())
+    waiting = plan(job, Observed(lost(False), store_running=True, spares=[]), SPARES_PLATFORM, at(5))
+    assert [e.reason for e in waiting.events] == ["SpareAwaited"]
+    job = job.model_copy(update={"status": waiting.status})
+    evicted = plan(job, Observed(lost(True), store_running=True, spares=[]), SPARES_PLATFORM, at(35))
+    assert evicted.status.attempt == 0 and not evicted.events  # still waiting
+    warm = plan(job, Observed(lost(True), store_running=True, spares=[READY]), SPARES_PLATFORM, at(40))
+    assert [e.reason for e in warm.events] == ["Repaired"] and warm.status.attempt == 0
+    assert RepairReplica(ReplicaId(ReplicaType.WORKER, 1), 0, "spare-0", force=True) in warm.actions
 
 
 def test_the_spare_wait_is_the_jobs_own_and_zero_restarts_at_once() -> None:
@@ -285,6 +305,39 @@ def test_a_hung_group_whose_one_silent_rank_is_known_replaces_it_with_a_spare() 
     assert not any(e.reason == "Hung" for e in again.events)
     later = plan(repaired, Observed(after, store_running=True), SPARES_PLATFORM, at(76))
     assert any(e.reason == "Hung" for e in later.events)  # 30 s after the repair at second 45, still at step 7
+
+
+def test_a_hung_member_whose_node_is_gone_is_left_to_its_nodes_loss_and_its_place_waits_for_a_spare() -> None:
+    """worker-1's node stopped reporting and does not answer, and worker-1 missed three announcements while the
+    others wait for it: a hang, 0.45 s in, before its node's loss (1.5 s of silence). With a spare ready it is
+    replaced at once; with none (the spare went with the node), the hang is left to the node's loss, and the group
+    then waits for a spare as for any member lost, rather than restart now, counted."""
+    node = SilentNode("n2", at(9), unreachable=True)
+
+    def group(spoke: float) -> list[ReplicaObservation]:
+        def member(name: str, heard: float, waiting: int | None) -> ReplicaObservation:
+            said = MemberAnnouncement(attempt=0, heard_at=at(heard), every=0.15, waiting_in=waiting, settled=True)
+            return replace(running(name), progress=Progress(at(8), 7, alive_at=at(heard)), repairable=True, member=said)
+
+        gone = replace(member("worker-1", spoke, None), silent_node=node)
+        return [member("master-0", spoke + 0.5, 0), member("worker-0", spoke + 0.5, 0), gone]
+
+    job = started(in_place_job())
+    quick = plan(job, Observed(group(10), store_running=True, spares=[READY]), SPARES_PLATFORM, at(10.5))
+    assert [e.reason for e in quick.events] == ["Hung", "Repaired"]  # a ready spare: at once
+    held = plan(job, Observed(group(10), store_running=True, spares=[]), SPARES_PLATFORM, at(10.5))
+    assert held.status.attempt == 0 and not held.events and not held.actions
+    assert held.requeue_at == at(11.5)  # when its loss is due (node_loss.look_again_at)
+    due = plan(job, Observed(group(10), store_running=True, spares=[]), SPARES_PLATFORM, at(11.5))
+    assert not due.events and due.status.attempt == 0  # silent for 1.5 s, not yet more: still held
+    lost = plan(job, Observed(group(10), store_running=True, spares=[]), SPARES_PLATFORM, at(11.6))
+    assert lost.status.attempt == 0 and [e.reason for e in lost.events] == ["SpareAwaited"]
+    assert "worker-1 was lost with its node" in lost.events[0].message
+    # Where the loss is not declared by a second after it was due (no other member's beat heard for the liveness
+    # deadline: silence proves nothing then), the hang stands.
+    quiet = [replace(o, progress=replace(o.progress, alive_at=at(1))) if o.progress else o for o in group(11.9)]
+    late = plan(job, Observed(quiet, store_running=True, spares=[]), SPARES_PLATFORM, at(12.6))
+    assert late.status.attempt == 1 and [e.reason for e in late.events][:1] == ["Hung"]
 
 
 def test_a_hang_without_one_known_silent_rank_or_a_spare_restarts_the_group() -> None:

@@ -10,15 +10,21 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import replace
+from datetime import timedelta
 
 from torchjob.core import attempts, conditions
 from torchjob.core.actions import Cause, Event, ReformGroup, RepairReplica
 from torchjob.core.envs import spare_wait
 from torchjob.core.observed import ReplicaObservation, SpareObservation, lost_with_node
 from torchjob.core.pass_state import PassState
-from torchjob.core.policies import backoff, elastic, regroup, repair
+from torchjob.core.policies import backoff, elastic, node_loss, regroup, repair
 from torchjob.core.policies.regroup import Regroup
 from torchjob.core.times import timestamp
+
+# How long after a hung member's node loss is due the hang waits for it to be declared (``awaits_node_loss``), and
+# when the pass looks: just after it is due (a pass at the very instant may find the silence not yet past it).
+NODE_LOSS_GRACE = timedelta(seconds=1)
+NODE_LOSS_LOOK = timedelta(seconds=0.1)
 
 
 def spares_of(state: PassState) -> list[SpareObservation]:
@@ -73,6 +79,19 @@ def awaits_spare(state: PassState, cause: Cause, counted: bool) -> bool:
         message = f"{cause.text}; no spare is ready to take its place: the group waits for one, up to {waited}"
         state.events.append(Event("Warning", "SpareAwaited", message, cause))
     state.wake_at(until)
+    return True
+
+
+def awaits_node_loss(state: PassState, culprit: ReplicaObservation) -> bool:
+    """Whether a hung member that no ready spare can replace is left to the verdict of its node's loss, due within
+    a second or two (``node_loss.lost_by``: its node stopped reporting and does not answer). A hang restarts the
+    group at once, counted; a member lost with its node is waited for (``awaits_spare``: the spare that went with
+    it is no spare, and a new one warms elsewhere), and a restart for it is the platform's, not counted. The pass
+    wakes when it is due; past it (the loss never declared), the hang stands."""
+    due = node_loss.lost_by(state.job, culprit) if state.helpers.in_place else None
+    if due is None or state.now >= due + NODE_LOSS_GRACE:
+        return False
+    state.wake_at(due + NODE_LOSS_LOOK if state.now < due + NODE_LOSS_LOOK else due + NODE_LOSS_GRACE)
     return True
 
 

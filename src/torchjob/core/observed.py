@@ -148,7 +148,8 @@ class SpareObservation:
 class StuckPod:
     """A Pod of the job that would hold it up for good, which only a forced delete removes: one whose deletion
     was decided on a node that stopped reporting (no kubelet will confirm it), a spare or the rendezvous store
-    kept off a node that reports again and that the scheduler cannot place elsewhere, the store on a silent node.
+    kept off a node that reports again and that the scheduler cannot place elsewhere, the store or a spare on a
+    silent node.
     ``left_out``: not among the pass's replicas, spares or store (the planner treats it as gone already)."""
 
     name: str

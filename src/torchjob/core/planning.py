@@ -191,13 +191,17 @@ class _Planner(PassState):
             self._restart(cause, counted=False)
 
     def _on_hang(self, hang: progress.HangVerdict) -> None:
-        self.events.append(Event("Warning", "Hung", hang.message))
+        said = Event("Warning", "Hung", hang.message)
+        self.events.append(said)
         if hang.culprit is not None:
             if self.helpers.regroups and repairs.regrouped(self, self.current_replicas(), hang.culprit) is not None:
                 return
             spares = repairs.spares_of(self)
             decisions = repair.decide_hung(self.job, self.status.attempt, self.current_replicas(), spares, hang.culprit)
             if repairs.repaired(self, decisions, counted=True):
+                return
+            if repairs.awaits_node_loss(self, hang.culprit):
+                self.events.remove(said)  # not a hang: the loss of its node, declared in a moment, is the verdict
                 return
         self._restart_counted(Cause(hang.message, progress.HUNG, hang.began_at))
 

@@ -183,6 +183,66 @@ def test_in_place_the_job_carries_on_when_the_node_of_its_rendezvous_store_vanis
         kubelet.start(cluster.state, node)
 
 
+def test_in_place_a_spare_lost_with_the_members_node_is_replaced_and_the_group_waits_for_the_new_one(
+    three_nodes: Cluster,
+) -> None:
+    """The in-place MNIST job with its worker, its warm spare and its rendezvous store on one node (the third
+    node cordoned while they start), the master on another. That node vanishes: the spare on it, still Running as
+    far as the API server knows, is no spare any more. It goes by force and a new one is made on a node that
+    reports; the group waits for it (``SpareAwaited``) rather than give the worker's place to the lost spare (which
+    would never arrive: the group would restart), and the master carries on with it at the store made again."""
+    cluster = three_nodes
+    support.all_nodes_ready(cluster, timeout=180)
+    namespace = cluster.namespace("spare-node-lost")
+    job = in_place_one_per_node(namespace)
+    name = job["metadata"]["name"]
+    job["metadata"]["annotations"]["torchjob.io/spare-wait-seconds"] = "150"  # a new spare Pod starts on a loaded node
+    first, second, third = sorted(n.name for n in cluster.nodes)
+    specs = job["spec"]["pytorchReplicaSpecs"]
+    specs["Master"]["template"]["spec"]["nodeSelector"] = {"kubernetes.io/hostname": first}
+    term = {"matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "NotIn", "values": [first]}]}
+    # The Workers' template (the worker's, the spare's and the store's): off the master's node, beside each other.
+    specs["Worker"]["template"]["spec"]["affinity"] = {
+        "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [term]}}
+    }
+    # The operator's leader elsewhere: one that took over would have heard no spare's announcement yet.
+    operator_pods.move_operator_off(cluster, second)
+    cluster.kubectl("cordon", third)
+    try:
+        cluster.apply(job)
+        support.wait_for_epoch_2_beside_a_spare(cluster, namespace, name)
+    finally:
+        cluster.kubectl("uncordon", third, check=False)
+    before = {p["metadata"]["name"]: p for p in cluster.kubectl_json("get", "pods", "-n", namespace)["items"]}
+    where = {pod: p["spec"]["nodeName"] for pod, p in before.items()}
+    lost_spare = f"{name}-spare-0-0"
+    assert where[f"{name}-worker-0"] == where[lost_spare] == second and where[f"{name}-master-0"] == first, where
+    node = cluster.node(second)
+    assert isinstance(node, kubelet.KubeletNode)
+    kubelet.stop(cluster.state, node)
+    stopped = time.monotonic()
+    try:
+        done = support.succeeded(cluster, namespace, name, timeout=500)
+        print(f"worker-0's node lost with the spare; the job succeeded {time.monotonic() - stopped:.1f}s later")
+        support.fail_unless_in_place(cluster, namespace, done["status"], repairs=1)
+        events = cluster.kubectl("get", "events", "-n", namespace, check=False).stdout
+        assert "SpareAwaited" in events, events[-3000:]
+        pods = {p["metadata"]["name"]: p for p in cluster.kubectl_json("get", "pods", "-n", namespace)["items"]}
+        master = f"{name}-master-0"
+        assert pods[master]["metadata"]["uid"] == before[master]["metadata"]["uid"]  # never restarted
+        # worker-0 is now the new spare, promoted (a Pod keeps its name), on the node that was cordoned.
+        labels = {"training.kubeflow.org/replica-type": "worker", "training.kubeflow.org/replica-index": "0"}
+        worker = [p for p in pods.values() if labels.items() <= p["metadata"].get("labels", {}).items()]
+        assert [p["spec"]["nodeName"] for p in worker] == [third], worker
+        assert worker[0]["metadata"]["uid"] != before[lost_spare]["metadata"]["uid"]
+        logs = "".join(cluster.kubectl("logs", "-n", namespace, pod, check=False).stdout for pod in pods)
+        assert "group repaired in place (generation 1, 2 ranks" in logs, logs[-3000:]
+        assert float(logs.split("test accuracy=")[1].split()[0]) >= 0.90
+        support.wait_until_gone_from(cluster, namespace, second)
+    finally:
+        kubelet.start(cluster.state, node)
+
+
 @pytest.mark.parametrize("leader", ["elsewhere", "on-its-node"])
 def test_an_elastic_group_shrinks_at_once_when_a_members_node_vanishes_and_grows_back_on_another_node(
     three_nodes: Cluster, leader: str

@@ -7,6 +7,9 @@
   cannot place elsewhere (``nodes.kept_off_needlessly``): nobody waits on it yet, so a new one is made.
 - The rendezvous store on a node that stopped reporting: a formed group trains without it, but its next
   re-forming needs one that answers; the planner creates it again, elsewhere, under its name.
+- A warm spare on a node that stopped reporting: its Pod still looks Running, and a lost member's place given to
+  it would wait for a joiner that never comes (the group restarts once it is named hung). Left out, it is no
+  spare: a member lost with that node waits for a new one, made on a node that reports.
 """
 
 from __future__ import annotations
@@ -35,12 +38,14 @@ def find_stuck(
     for pod in owned:
         name = pod["metadata"]["name"]
         helper = observing.role_of(pod) in (replicas.ROLE_STORE, replicas.ROLE_SPARE)
-        on_silent_node = (pod.get("spec") or {}).get("nodeName") in silent
-        lost_store = name == store_name and on_silent_node and not pod["metadata"].get("deletionTimestamp")
+        # One being deleted already is a Pod whose deletion was decided (above, once its grace period is over).
+        lost = (pod.get("spec") or {}).get("nodeName") in silent and not pod["metadata"].get("deletionTimestamp")
         if helper and kept_off_needlessly(pod, avoided):
             why = "it was kept off a node that reports again, and fits nowhere else"
-        elif lost_store:
+        elif lost and name == store_name:
             why = "the rendezvous store's node stopped reporting"
+        elif lost and observing.role_of(pod) == replicas.ROLE_SPARE:
+            why = "the spare's node stopped reporting: it can take no place"
         else:
             left.append(pod)
             continue

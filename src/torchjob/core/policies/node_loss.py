@@ -68,6 +68,17 @@ def look_again_at(job: PyTorchJob, observed: list[ReplicaObservation]) -> dateti
     return min(due) if due else None
 
 
+def lost_by(job: PyTorchJob, seen: ReplicaObservation) -> datetime | None:
+    """When a live replica on a node that stopped reporting and that the operator cannot reach either is declared
+    lost with it, if it stays silent (``UNREACHABLE_SILENCE`` after its last beat); None for any other replica. A
+    hang verdict that comes sooner (an in-place member missed three announcements) can wait for this one."""
+    node = seen.silent_node
+    beat = seen.last_beat if seen.progress is not None else seen.unheard_since
+    if node is None or not node.unreachable or not seen.phase.live or beat is None:
+        return None
+    return later(beat, _silence_allowed(job, unreachable=True))
+
+
 def _silence_allowed(job: PyTorchJob, unreachable: bool) -> float:
     """How long a process on a silent node may be silent before it is lost with it."""
     allowed = liveness_deadline(job)

@@ -33,7 +33,7 @@ from torchjob.api import extensions
 from torchjob.api.types import GroupMembership, PyTorchJob
 from torchjob.core.actions import Action, Cause, CreateSpare, DeleteSpare
 from torchjob.core.envs import in_place, spare_wait
-from torchjob.core.observed import Phase, PlatformReason, ReplicaObservation, SpareObservation
+from torchjob.core.observed import Phase, PlatformReason, ReplicaObservation, SpareObservation, lost_with_node
 from torchjob.core.policies import restart
 from torchjob.core.replicas import ReplicaId, node_rank
 
@@ -186,8 +186,11 @@ def _replace(
 
 
 def failed_replicas(current: list[ReplicaObservation]) -> list[ReplicaObservation]:
-    """The attempt's replicas that failed and are not being stopped: those a repair replaces."""
-    return [o for o in current if o.phase is Phase.FAILED and not o.stopping]
+    """The attempt's replicas that failed and are not being stopped: those a repair replaces. One lost with its
+    node counts while its Pod is being deleted too: the platform evicts a silent node's Pods after their
+    toleration (30 s on some clusters, within a wait for a spare), and its place is no less empty (once a spare
+    holds it, the spare's Pod is the replica's observation: ``one_per_replica``)."""
+    return [o for o in current if o.phase is Phase.FAILED and (not o.stopping or lost_with_node(o))]
 
 
 def _carry_on(others: list[ReplicaObservation]) -> bool:

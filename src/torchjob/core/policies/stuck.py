@@ -1,8 +1,9 @@
 """What nothing else will ever finish, done again on every pass while it is observed.
 
 - A Pod that would hold the job up for good (``observed.StuckPod``: its deletion decided on a silent node, a
-  helper kept off a node that reports again, the store on a silent node) is removed by force, before anything
-  else the pass decides: the store is made again under the same name in the same pass.
+  helper kept off a node that reports again, the store or a spare on a silent node) is removed by force, before
+  anything else the pass decides: the store is made again under the same name in the same pass, a spare as the
+  job's spares are kept (a lost member's place waits for it).
 - A replica's stop ordered by an operator that has since lost the lead (``observed.UnorderedStop``) is ordered
   again: its launcher would otherwise run the earlier attempt's trainer beside the group's next attempt.
 """
