@@ -9,8 +9,9 @@ committed in the background), each the slowest rank's time. Target: blocked ≤ 
 Then a rank of the same model SIGKILLed, repaired in place from its HSDP replica's memory, under plain FSDP from
 the copy its neighbour keeps, and unsharded under DDP from every survivor at once, beside torchft 0.2.0 on the same
 model (``bench/state_repair.py``), trial by trial. Each also reads the largest rank's peak memory, beside the plain
-example's (no copies); and plain FSDP in place with each block's gathered weights kept through the backward is run
-without a kill, for its steady step and peak (the trade of memory for one all-gather a step).
+example's (no copies, no spare), whose steady step it reads too; and plain FSDP in place with each block's gathered
+weights kept through the backward is run without a kill, for its steady step and peak (the trade of memory for one
+all-gather a step).
 
 The ~1B case is a benchmark of its own (``bench/state_large.py``, ``python -m bench --only state-1b``): it
 needs most of this machine's memory for over half an hour, and nothing here depends on it.
@@ -91,7 +92,7 @@ def _kills(run: Run, trials: int) -> None:
         plain = state_repair.in_place_trial(replicas=1)
         whole = state_repair.in_place_trial(ddp=True)
         gathered = state_repair.in_place_trial(replicas=1, extra=KEPT_GATHERED, kill=False)
-        samples.setdefault("fsdp plain peak", []).append(state_repair.plain_fsdp_peak(plain.steps))
+        bare = state_repair.plain_fsdp(plain.steps)
         theirs = torchft_runs.trial(
             state_repair.RANKS,
             global_batch,
@@ -119,6 +120,8 @@ def _kills(run: Run, trials: int) -> None:
             ("fsdp in place detection", plain.detected),
             ("fsdp in place steady step", plain.steady_step),
             ("fsdp gathered steady step", gathered.steady_step),
+            ("fsdp plain peak", bare.peak_mb),
+            ("fsdp plain steady step", bare.steady_step),
             ("fsdp gathered peak", gathered.peak_mb),
             ("ddp in place first step", whole.first_step),
             ("ddp in place group whole", whole.whole),

@@ -21,8 +21,9 @@
 Both also give their steady step time before the kill (torchjob: rank 0's metrics, the steps after the spare was
 warm, whose warming shares the cores; torchft: replica 0's commits).
 Each torchjob trial also reads the largest rank's peak memory (its RSS high-water mark, ``VmHWM``) just before the
-kill, and ``plain_fsdp_peak`` the same of the plain example (``examples/gpt/job.yaml``: FSDP over the 4 ranks, no
-copies, no checkpoints) after as many steps: what the neighbours' copies cost in memory.
+kill, and ``plain_fsdp`` the same of the plain example (``examples/gpt/job.yaml``: FSDP over the 4 ranks, no
+copies, no spare, no checkpoints) after as many steps, and its steady step: what the neighbours' copies cost in memory
+and in time.
 """
 
 from __future__ import annotations
@@ -201,16 +202,28 @@ def running(
         shutil.rmtree(work, ignore_errors=True)
 
 
-def plain_fsdp_peak(steps: int = STEPS_BEFORE) -> float | None:
-    """The largest rank's peak RSS of the plain example (FSDP over ``RANKS``, no copies) after ``steps`` steps (an
-    in-place trial's before its kill: a rank's heap grows over the first steps), as the in-place trials read theirs
-    before the kill."""
+@dataclass
+class Plain:
+    peak_mb: float | None = None  # the largest rank's peak RSS (MB)
+    steady_step: float | None = None  # median seconds between rank 0's last steps
+
+
+def plain_fsdp(steps: int = STEPS_BEFORE) -> Plain:
+    """The plain example (FSDP over ``RANKS``: no copies, no spare) after ``steps`` steps (an in-place trial's before
+    its kill: a rank's heap grows over the first steps): its largest rank's peak RSS, read as the in-place trials
+    read theirs before the kill, and its steady step, the median of rank 0's last ``STEADY_STEPS`` steps by then
+    (what the neighbours' copies add to a step is the in-place trial's over this)."""
+    outcome = Plain()
     with running(1, example="job.yaml") as run:
-        job = run.work / "home" / "jobs" / "gpt"
+        output = run.work / "home" / "jobs" / "gpt" / "output"
         for _ in run.ticks():
-            if len(jsonl(job / "output" / "metrics" / f"rank-{RANKS - 1}.jsonl")) >= steps:
-                return peak_mb(trainers(job, "train.py").values())
-    return None
+            if len(jsonl(output / "metrics" / f"rank-{RANKS - 1}.jsonl")) >= steps:
+                outcome.peak_mb = peak_mb(trainers(output.parent, "train.py").values())
+                break
+        times = [float(r["time"]) for r in jsonl(output / "metrics" / "rank-0.jsonl")][-(STEADY_STEPS + 1) :]
+        if outcome.peak_mb is not None and len(times) == STEADY_STEPS + 1:
+            outcome.steady_step = statistics.median(b - a for a, b in itertools.pairwise(times))
+    return outcome
 
 
 def in_place_trial(
