@@ -58,13 +58,7 @@ def declare_lost(
 
 def look_again_at(job: PyTorchJob, observed: list[ReplicaObservation]) -> datetime | None:
     """When a replica on a silent node, not (yet) lost, would have been silent for the liveness deadline."""
-    due = [
-        later(beat, _silence_allowed(job, o.silent_node.unreachable))
-        for o in observed
-        if o.silent_node is not None and o.phase.live
-        for beat in [o.last_beat if o.progress is not None else o.unheard_since]
-        if beat is not None
-    ]
+    due = [found for o in observed if (found := _lost_at(job, o)) is not None]
     return min(due) if due else None
 
 
@@ -72,11 +66,15 @@ def lost_by(job: PyTorchJob, seen: ReplicaObservation) -> datetime | None:
     """When a live replica on a node that stopped reporting and that the operator cannot reach either is declared
     lost with it, if it stays silent (``UNREACHABLE_SILENCE`` after its last beat); None for any other replica. A
     hang verdict that comes sooner (an in-place member missed three announcements) can wait for this one."""
-    node = seen.silent_node
+    return _lost_at(job, seen) if seen.silent_node is not None and seen.silent_node.unreachable else None
+
+
+def _lost_at(job: PyTorchJob, seen: ReplicaObservation) -> datetime | None:
+    """When a live replica on a silent node is lost with it if it stays silent; None for any other replica."""
     beat = seen.last_beat if seen.progress is not None else seen.unheard_since
-    if node is None or not node.unreachable or not seen.phase.live or beat is None:
+    if seen.silent_node is None or not seen.phase.live or beat is None:
         return None
-    return later(beat, _silence_allowed(job, unreachable=True))
+    return later(beat, _silence_allowed(job, seen.silent_node.unreachable))
 
 
 def _silence_allowed(job: PyTorchJob, unreachable: bool) -> float:
