@@ -37,14 +37,15 @@ def find_stuck(
     left = []
     for pod in owned:
         name = pod["metadata"]["name"]
-        helper = observing.role_of(pod) in (replicas.ROLE_STORE, replicas.ROLE_SPARE)
+        role = observing.role_of(pod)
+        helper = role in (replicas.ROLE_STORE, replicas.ROLE_SPARE)
         # One being deleted already is a Pod whose deletion was decided (above, once its grace period is over).
         lost = (pod.get("spec") or {}).get("nodeName") in silent and not pod["metadata"].get("deletionTimestamp")
         if helper and kept_off_needlessly(pod, avoided):
             why = "it was kept off a node that reports again, and fits nowhere else"
         elif lost and name == store_name:
             why = "the rendezvous store's node stopped reporting"
-        elif lost and observing.role_of(pod) == replicas.ROLE_SPARE:
+        elif lost and role == replicas.ROLE_SPARE:
             why = "the spare's node stopped reporting: it can take no place"
         else:
             left.append(pod)
