@@ -1,6 +1,6 @@
 """``python -m bench report [--check]``: every published table made again from ``bench/results/`` alone.
 
-The tables (``bench/tables.py``) fill the blocks marked ``<!-- bench-table: NAME -->`` … ``<!-- /bench-table -->`` in
+The tables (``bench/tables/``) fill the blocks marked ``<!-- bench-table: NAME -->`` … ``<!-- /bench-table -->`` in
 the README and the docs pages, and the whole of ``bench/RESULTS.md``. A row takes its numbers from the newest run
 of its benchmark that measured every case it shows, so a row and its anchor always come from the same run, and it
 names that run (date, commit). ``--check`` changes nothing and fails, naming the file, where a page differs from
@@ -227,7 +227,7 @@ def fill(text: str, tables: Mapping[str, Table], shelf: Shelf, page: Path) -> st
     def replaced(match: re.Match[str]) -> str:
         name = match["name"]
         if name not in tables:
-            raise KeyError(f"{page.relative_to(ROOT)}: no table named {name!r} in bench/tables.py")
+            raise KeyError(f"{page.relative_to(ROOT)}: no table named {name!r} in bench/tables/")
         return match.group(1) + render_table(tables[name], shelf, page) + match.group(4)
 
     return BLOCK.sub(replaced, text)
