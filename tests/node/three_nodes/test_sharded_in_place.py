@@ -20,7 +20,7 @@ from tests.node.three_nodes import support
 from tests.support.mnist_jobs import one_per_node
 from tests.support.paths import GPT
 
-STEPS = 1000  # tiny steps (~0.1 s across the nodes): the node lost after the 100th, the repair long before the end
+STEPS = 400  # tiny steps (0.1–0.5 s across the nodes): the node lost after the 100th, the repair long before the end
 PER_POD = 2
 
 
