@@ -6,6 +6,9 @@ Started by the local backend as the leader of a new process group, it:
 - adopts every orphan of that command (PR_SET_CHILD_SUBREAPER): torchrun starts its workers in sessions of
   their own, so a process-group signal does not reach them, and a killed agent would leave them running;
 - once the command has ended, kills whatever it left behind, in its group or below it in the process tree;
+- takes a command killed (or failing) as ended once the kernel has begun to end it (``dying``): a process of a
+  few GB SIGKILLed is torn down for 0.1-0.4 s before it can be reaped, its sockets still open, and its peers
+  waiting on them meanwhile would wait for nothing (the controller hears of the failure once the shim exits);
 - when the controller is gone, passes SIGTERM to the whole group, then SIGKILL after the grace period;
 - writes how the command ended (exit code or signal, and when) to a status file, atomically.
 
@@ -20,6 +23,7 @@ import ctypes
 import dataclasses
 import json
 import os
+import select
 import signal
 import sys
 import time
@@ -27,6 +31,12 @@ from collections.abc import Callable
 
 PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
+PF_EXITING = 0x4  # a task's flag (/proc/PID/stat, field 9): the kernel is ending it, past any return to user space
+# How often the shim looks for its command being ended (seconds), where ending it takes the kernel a while (its
+# resident memory at least LARGE_RSS bytes: ~0.1 s a GB here), and where it does not (the reap comes first). A
+# look costs ~0.1 ms of a core.
+DYING_POLL, IDLE_POLL, LARGE_RSS = 0.05, 1.0, 512 << 20
+_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
 
 @dataclasses.dataclass(frozen=True)
@@ -122,12 +132,7 @@ def supervise(status_file: str, grace: float, parent: int, run_child: Callable[[
     signal.pthread_sigmask(signal.SIG_UNBLOCK, stops)
 
     _write_json(status_file + ".pid", {"pid": pid})
-    while True:
-        try:
-            _, wait_status = os.waitpid(pid, 0)
-            break
-        except InterruptedError:
-            continue
+    wait_status = _ended(pid)
     if os.WIFSIGNALED(wait_status):
         ended = ExitRecord(time.time(), signal=os.WTERMSIG(wait_status))
         code = 128 + os.WTERMSIG(wait_status)
@@ -138,6 +143,46 @@ def supervise(status_file: str, grace: float, parent: int, run_child: Callable[[
     # Leave nothing behind: a command's own children, in its group or in sessions of their own.
     _kill_everything_below()
     return code
+
+
+def _ended(pid: int) -> int:
+    """``pid``'s wait status, once it is reaped or once it is ``dying`` of a failure; then it is left to whoever
+    adopts it (this shim exits: the nearest subreaper above, or init, reaps it once the kernel is done)."""
+    try:
+        watch = os.pidfd_open(pid)
+    except (OSError, AttributeError):
+        watch = None  # no pidfd (an old kernel): wait for the reap alone
+    try:
+        while True:
+            reaped, wait_status = os.waitpid(pid, os.WNOHANG if watch is not None else 0)
+            if reaped:
+                return wait_status
+            failed, large = dying(pid)
+            if failed:
+                time.sleep(0.001)  # the status is set just after the flag: read twice, a moment apart
+                if dying(pid)[0] == failed:
+                    return failed
+            assert watch is not None
+            select.select([watch], [], [], DYING_POLL if large else IDLE_POLL)  # readable once it can be reaped
+    finally:
+        if watch is not None:
+            os.close(watch)
+
+
+def dying(pid: int) -> tuple[int, bool]:
+    """The wait status ``pid`` is ending with, where the kernel is ending it (PF_EXITING: SIGKILLed, or its last
+    thread gone) with a failure (a signal or a nonzero code), else 0 (alive, gone, or ending with 0: left to the
+    reap, as a status not yet set reads 0 too); and whether its resident memory is large (``LARGE_RSS``). The
+    status is the task's exit_code (field 52 of /proc/PID/stat, shown to its parent), set as the kernel begins
+    to end it, before its memory is freed; a multi-threaded process's first thread is a zombie by then, not yet
+    reaped."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()
+        flags, rss, status = int(fields[6]), int(fields[21]), int(fields[49])
+    except (OSError, IndexError, ValueError):
+        return 0, False
+    return (status if flags & PF_EXITING else 0), rss * _PAGE >= LARGE_RSS
 
 
 def descendants(root: int) -> list[int]:
