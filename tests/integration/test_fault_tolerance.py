@@ -40,8 +40,8 @@ def test_a_hung_rank_is_detected_named_and_the_group_recovers(tmp_path: Path, to
 
 def test_a_hung_process_of_a_replica_with_two_processes_is_named(tmp_path: Path, torchjob_home: Path) -> None:
     """nprocPerNode 2: replica worker-0 runs global ranks 2 and 3 under torchrun. Rank 3 hangs; the heartbeat
-    files are keyed by replica and local rank, so the controller sees worker-0 stall and names it. (The
-    deadline is long because four processes importing torch on a loaded 2-core machine start slowly.)"""
+    files are keyed by replica and local rank, so the controller sees worker-0 stall and names it. (Start-up is not
+    judged by the progress deadline, policies/progress.py: the four processes' slow imports count against nothing.)"""
     job = (
         make_job("hang2")
         .master()
@@ -55,7 +55,7 @@ def test_a_hung_process_of_a_replica_with_two_processes_is_named(tmp_path: Path,
             "--hang-step",
             "5",
         )
-        .annotate(**{"torchjob.io/progress-deadline-seconds": "90", "torchjob.io/termination-grace-seconds": "2"})
+        .annotate(**{"torchjob.io/progress-deadline-seconds": "30", "torchjob.io/termination-grace-seconds": "2"})
     )
     data = job.wire()
     data["spec"]["nprocPerNode"] = "2"
@@ -66,7 +66,7 @@ def test_a_hung_process_of_a_replica_with_two_processes_is_named(tmp_path: Path,
     status = job_object(torchjob_home, "hang2")["status"]
     assert status["restartCount"] == 1
     outcome = status["attempts"][0]["outcome"]
-    assert outcome.startswith("Hung: no progress for 90s")
+    assert outcome.startswith("Hung: no progress for 30s")
     assert "worker-0 stopped at step 4 (silent for " in outcome and "the others at step 5" in outcome
 
 

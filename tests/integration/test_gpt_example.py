@@ -52,7 +52,10 @@ def _metrics(home: Path, job: str = "gpt") -> dict[str, Any]:
     return found
 
 
-IN_PLACE = ("--size", "tiny", "--steps", "400", "--replicas", "2")
+# 200 steps: the kill comes once the spares are warm and the last rank has trained 60 (by step ~45 on a quiet
+# machine, by 60 in CI: the copies-every-11 case asserts the group goes back to step 55), with room to spare.
+STEPS = 200
+IN_PLACE = ("--size", "tiny", "--steps", str(STEPS), "--replicas", "2")
 
 
 def _kill_when_warm(home: Path, victims: tuple[str, ...], spares: int, last_rank: int = 3) -> None:
@@ -110,8 +113,8 @@ def test_the_sharded_in_place_example_loses_a_rank_and_ends_with_the_model_of_a_
     # The repaired group saved on, over a save group of its own: the last two checkpoints, of all 4 ranks.
     checkpoints = home / "jobs" / "gpt-inplace" / "output" / "checkpoints"
     manifests = sorted(path.name for path in checkpoints.glob("step-*.json"))
-    assert manifests == ["step-000000000396.json", "step-000000000400.json"], manifests
-    assert json.loads((checkpoints / "step-000000000400.json").read_text())["world_size"] == 4
+    assert manifests == [f"step-{STEPS - 4:012d}.json", f"step-{STEPS:012d}.json"], manifests
+    assert json.loads((checkpoints / f"step-{STEPS:012d}.json").read_text())["world_size"] == 4
 
 
 @pytest.mark.parametrize(
@@ -126,7 +129,7 @@ def test_plain_fsdp_in_place_loses_a_replica_and_the_neighbours_copies_make_the_
     # its shards with it: kept by the next rank instead, rank 2's copy would have gone with rank 3.
     # Every 11 steps, in 3 replicas of one process: sent whole, and the kill, after the 60th step, takes the group
     # back to the 55th, the copies' step.
-    plain = ("--size", "tiny", "--steps", "400", "--replicas", "1", "--copy-every", str(copy_every))
+    plain = ("--size", "tiny", "--steps", str(STEPS), "--replicas", "1", "--copy-every", str(copy_every))
     workers = 1 if per_replica == 2 else 2
     world = (1 + workers) * per_replica
     straight = _job(
@@ -170,7 +173,7 @@ def test_plain_fsdp_in_place_loses_a_replica_and_the_neighbours_copies_make_the_
 
 
 def test_under_ddp_a_spare_gets_the_whole_state_from_every_survivor_at_once(tmp_path: Path) -> None:
-    ddp = ("--size", "tiny", "--steps", "400", "--ddp", "--checkpoint-every", "40")
+    ddp = ("--size", "tiny", "--steps", str(STEPS), "--ddp", "--checkpoint-every", "40")
     straight = _job(tmp_path / "straight", 3, *ddp, example="job-inplace.yaml", spares=0)
     result = run_cli("run", str(straight), home=tmp_path / "home-straight", timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
@@ -204,7 +207,7 @@ def test_under_ddp_a_spare_gets_the_whole_state_from_every_survivor_at_once(tmp_
     assert repaired["checksum"] == pytest.approx(uninterrupted["checksum"], rel=1e-4)
     assert repaired["last_loss"] == pytest.approx(uninterrupted["last_loss"], rel=1e-3)
     # DCP checkpoints of a DDP model: the last one, of the repaired group's 4 ranks.
-    manifest = home / "jobs" / "gpt-inplace" / "output" / "checkpoints" / "step-000000000400.json"
+    manifest = home / "jobs" / "gpt-inplace" / "output" / "checkpoints" / f"step-{STEPS:012d}.json"
     assert json.loads(manifest.read_text())["world_size"] == 4
 
 
