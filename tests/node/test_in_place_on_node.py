@@ -25,7 +25,11 @@ JOB = "mnist-inplace"
 
 
 def _status(cluster: Cluster, namespace: str) -> dict[str, Any]:
-    found = json.loads(cluster.kubectl("get", "pytorchjob", JOB, "-n", namespace, "-o", "json").stdout)
+    return _status_of(cluster, namespace, JOB)
+
+
+def _status_of(cluster: Cluster, namespace: str, name: str) -> dict[str, Any]:
+    found = json.loads(cluster.kubectl("get", "pytorchjob", name, "-n", namespace, "-o", "json").stdout)
     return dict(found.get("status") or {})
 
 
@@ -132,50 +136,70 @@ def _evict(cluster: Cluster, namespace: str, pod: str, followed: Path) -> Callab
     return said
 
 
+def _grown_back(cluster: Cluster, namespace: str, name: str, said: Callable[[], str]) -> tuple[str, str]:
+    """Until the elastic job's worker-0 has logged its progress at 3 ranks' batch after its group re-formed at 3
+    (generation 2) and the operator has said the spare joined: worker-0's log and the events' messages. Fails
+    at once if the job ends first (its long run is not what is tested) or is restarted."""
+    deadline = time.monotonic() + 300
+    log = events = ""
+    while True:
+        log = cluster.kubectl("logs", "-n", namespace, f"{name}-worker-0", check=False).stdout
+        events = cluster.kubectl("get", "events", "-n", namespace, "-o", "jsonpath={.items[*].message}").stdout
+        _, grown, after = log.partition("group re-formed in place (generation 2, 3 ranks")
+        if grown and "mini-batch size: 32" in after and f"{name}-spare-0-0 joins the running group" in events:
+            return log, events
+        found = cluster.kubectl_json("get", "pytorchjob", name, "-n", namespace)
+        ended = [c["type"] for c in found["status"].get("conditions") or [] if c["type"] in ("Succeeded", "Failed")]
+        if ended or found["status"].get("restartCount") or time.monotonic() > deadline:
+            pytest.fail(f"never trained at 3 again ({ended}):\n{events[-3000:]}\n{log[-3000:]}{said()}")
+        time.sleep(1)
+
+
 @pytest.mark.parametrize("fault", ["killed", "evicted"])
 def test_an_elastic_group_on_pods_shrinks_at_once_and_grows_back_when_the_spare_pod_is_warm(
     cluster: Cluster, node_operator: OperatorProcess, fault: str, tmp_path: Path
 ) -> None:
     """The elastic in-place MNIST job (3 Workers, at least 2, no idle spare): worker-1's trainer is SIGKILLed, or
     its Pod evicted; the two other Pods carry on as a group of 2 at once (an evicted member leaves at a step
-    boundary: no step fails), a spare Pod started for the place joins as worker-1, and the group trains at 3
-    again. No Pod but the lost one is recreated, and nothing restarts."""
+    boundary: no step fails), a spare Pod started for the place joins as worker-1, and the group trains at 3 again
+    (a progress line at 3 ranks' batch after the re-form). No Pod but the lost one is recreated, and nothing
+    restarts. The job is long, and deleted then: its end is not what is tested (the other tests here train to an
+    accuracy), and the spare's cold start must come well before it under any load."""
     name = "mnist-elastic-inplace"
     namespace = cluster.namespace(f"inplace-elastic-{fault}")
     job = yaml.safe_load((ROOT / "examples" / "mnist" / "job-elastic-inplace.yaml").read_text())
     job["metadata"]["namespace"] = namespace
-    # Long enough after the kill for a spare Pod to start, import torch and join while the others train.
     job["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]["args"] = ["--epochs", "40"]
     cluster.apply(job)
-    deadline = time.monotonic() + 300
-    while "epoch: 2/" not in cluster.kubectl("logs", "-n", namespace, f"{name}-worker-1", check=False).stdout:
-        pods = cluster.kubectl("get", "pods", "-n", namespace, check=False).stdout
-        assert time.monotonic() < deadline, f"worker-1 never reached epoch 2:\n{pods}"
-        time.sleep(0.5)
-    survivors = {pod: _uid(cluster, namespace, pod) for pod in (f"{name}-worker-0", f"{name}-worker-2")}
-    said: Callable[[], str] = str
-    if fault == "evicted":
-        said = _evict(cluster, namespace, f"{name}-worker-1", tmp_path / "worker-1.log")
-    else:
-        for pid in cluster.container_pids(namespace, f"{name}-worker-1"):
-            os.kill(pid, signal.SIGKILL)
-    status, events = _succeeded(cluster, namespace, name)
-    if fault == "evicted":
-        assert "worker-1 is being evicted: it leaves the group at its next step" in events, events[-3000:]
-    else:
-        assert "the group carries on in place with 2 Worker(s)" in events, events[-3000:]
-    assert f"{name}-spare-0-0 joins the running group as worker-1" in events, events[-3000:]
-    assert (status["attempt"], status["restartCount"], status["membershipChanges"]) == (0, 0, 2), status
-    assert {pod: _uid(cluster, namespace, pod) for pod in survivors} == survivors
-    log = cluster.kubectl("logs", "-n", namespace, f"{name}-worker-0").stdout
-    shrunk = "re-formed" if fault == "evicted" else "repaired"
-    assert f"group {shrunk} in place (generation 1, 2 ranks" in log, log[-3000:] + said()
-    assert "group re-formed in place (generation 2, 3 ranks" in log, log[-3000:]
-    if fault == "evicted":
-        assert "group repaired in place" not in log, log[-3000:] + said()  # no step failed
-    assert float(log.split("test accuracy=")[1].split()[0]) >= 0.90
-    spare_log = cluster.kubectl("logs", "-n", namespace, f"{name}-spare-0-0").stdout
-    assert f"spare {name}-spare-0-0 joins as worker-1 (rank 1 of 3)" in spare_log, spare_log[-2000:]
+    try:
+        deadline = time.monotonic() + 300
+        while "epoch: 2/" not in cluster.kubectl("logs", "-n", namespace, f"{name}-worker-1", check=False).stdout:
+            pods = cluster.kubectl("get", "pods", "-n", namespace, check=False).stdout
+            assert time.monotonic() < deadline, f"worker-1 never reached epoch 2:\n{pods}"
+            time.sleep(0.5)
+        survivors = {pod: _uid(cluster, namespace, pod) for pod in (f"{name}-worker-0", f"{name}-worker-2")}
+        said: Callable[[], str] = str
+        if fault == "evicted":
+            said = _evict(cluster, namespace, f"{name}-worker-1", tmp_path / "worker-1.log")
+        else:
+            for pid in cluster.container_pids(namespace, f"{name}-worker-1"):
+                os.kill(pid, signal.SIGKILL)
+        log, events = _grown_back(cluster, namespace, name, said)
+        if fault == "evicted":
+            assert "worker-1 is being evicted: it leaves the group at its next step" in events, events[-3000:]
+        else:
+            assert "the group carries on in place with 2 Worker(s)" in events, events[-3000:]
+        status = _status_of(cluster, namespace, name)
+        assert (status["attempt"], status["restartCount"], status["membershipChanges"]) == (0, 0, 2), status
+        assert {pod: _uid(cluster, namespace, pod) for pod in survivors} == survivors
+        shrunk = "re-formed" if fault == "evicted" else "repaired"
+        assert f"group {shrunk} in place (generation 1, 2 ranks" in log, log[-3000:] + said()
+        if fault == "evicted":
+            assert "group repaired in place" not in log, log[-3000:] + said()  # no step failed
+        spare_log = cluster.kubectl("logs", "-n", namespace, f"{name}-spare-0-0").stdout
+        assert f"spare {name}-spare-0-0 joins as worker-1 (rank 1 of 3)" in spare_log, spare_log[-2000:]
+    finally:
+        cluster.kubectl("delete", "pytorchjob", name, "-n", namespace, "--wait=false", check=False)
 
 
 def test_a_worker_pod_evicted_through_the_eviction_api_hands_its_place_to_the_spare_before_it_goes(

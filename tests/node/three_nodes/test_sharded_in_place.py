@@ -20,12 +20,17 @@ from tests.node.three_nodes import support
 from tests.support.mnist_jobs import one_per_node
 from tests.support.paths import GPT
 
-STEPS = 400  # tiny steps (0.1–0.5 s across the nodes): the node lost after the 100th, the repair long before the end
+# Tiny steps (0.1–0.5 s across the nodes), the node lost after the 100th. The survivors cannot step without the lost
+# ranks until the spare holds their shards, so the repair always comes before the end: the 100 steps after the 100th
+# need only outlast the time between the test reading step 100 in the log and stopping the node (seconds).
+STEPS = 200
 PER_POD = 2
 
 
-def _losses(log: str) -> list[float]:
-    return [float(found) for found in re.findall(r"step \d+/\d+: loss ([0-9.]+)", log)]
+def _losses_above_the_floor(log: str) -> list[float]:
+    """What each progress line of rank 0 says its loss is above the least the generated language allows."""
+    lines = re.findall(r"step \d+/\d+: loss ([0-9.]+) \(floor ([0-9.]+)\)", log)
+    return [float(loss) - float(floor) for loss, floor in lines]
 
 
 def test_a_plain_fsdp_pod_lost_with_its_node_comes_back_from_the_copies_one_pod_over_on_the_spare(
@@ -64,7 +69,11 @@ def test_a_plain_fsdp_pod_lost_with_its_node_comes_back_from_the_copies_one_pod_
         assert f"joins as {lost}" in logs, logs[-3000:]
         assert "could not close its old group" not in logs and "built anew" not in logs, logs[-3000:]
         assert f"step {STEPS}/{STEPS}" in logs and "training completed" in logs, logs[-3000:]
-        losses = _losses(logs)  # rank 0's: the spare's from the repair on, where the master was lost
-        assert losses and losses[-1] < losses[0], losses  # it learned on after the repair
+        # The group went on from the state it had, not from a fresh model's: rank 0 (the spare, where the master was
+        # lost) says from the repair on (every 50 steps) a loss within 0.5 of the floor, as an uninterrupted run does
+        # from step 150 on; a fresh model is still ~1.9 above it 50 steps in.
+        after = logs[logs.index(said) :]
+        above = _losses_above_the_floor(after)
+        assert len(above) >= 2 and max(above) < 0.5, after[-3000:]
     finally:
         kubelet.start(cluster.state, node)
