@@ -86,6 +86,11 @@ def wait_for_condition(cluster: Cluster, namespace: str, job: str, kinds: set[st
         time.sleep(1)
 
 
+def event_messages(cluster: Cluster, namespace: str) -> str:
+    """Every event's message in ``namespace``, space-separated: what the operator and the kubelet said."""
+    return cluster.kubectl("get", "events", "-n", namespace, "-o", "jsonpath={.items[*].message}").stdout
+
+
 def wait_for_pod_phase(cluster: Cluster, namespace: str, pod: str, phase: str, timeout: float) -> None:
     """Waits for the Pod's phase; a Pod that ends in the other terminal phase fails at once, with its log."""
     deadline = time.monotonic() + timeout

@@ -17,18 +17,14 @@ import pytest
 import yaml
 
 from kuberig import Cluster, toolchain
-from tests.node.conftest import wait_for_condition
+from tests.node.conftest import event_messages, wait_for_condition
 from tests.support.operator import OperatorProcess
 
 ROOT = Path(__file__).resolve().parents[2]
 JOB = "mnist-inplace"
 
 
-def _status(cluster: Cluster, namespace: str) -> dict[str, Any]:
-    return _status_of(cluster, namespace, JOB)
-
-
-def _status_of(cluster: Cluster, namespace: str, name: str) -> dict[str, Any]:
+def _status(cluster: Cluster, namespace: str, name: str = JOB) -> dict[str, Any]:
     found = json.loads(cluster.kubectl("get", "pytorchjob", name, "-n", namespace, "-o", "json").stdout)
     return dict(found.get("status") or {})
 
@@ -57,7 +53,7 @@ def _succeeded(cluster: Cluster, namespace: str, name: str) -> tuple[dict[str, A
     finished = wait_for_condition(cluster, namespace, name, {"Succeeded", "Failed"}, timeout=400)
     conditions = {c["type"]: c for c in finished["status"]["conditions"]}
     assert "Failed" not in conditions, conditions["Failed"]["message"]
-    events = cluster.kubectl("get", "events", "-n", namespace, "-o", "jsonpath={.items[*].message}").stdout
+    events = event_messages(cluster, namespace)
     return finished["status"], events
 
 
@@ -141,17 +137,18 @@ def _grown_back(cluster: Cluster, namespace: str, name: str, said: Callable[[], 
     (generation 2) and the operator has said the spare joined: worker-0's log and the events' messages. Fails
     at once if the job ends first (its long run is not what is tested) or is restarted."""
     deadline = time.monotonic() + 300
-    log = events = ""
     while True:
         log = cluster.kubectl("logs", "-n", namespace, f"{name}-worker-0", check=False).stdout
-        events = cluster.kubectl("get", "events", "-n", namespace, "-o", "jsonpath={.items[*].message}").stdout
         _, grown, after = log.partition("group re-formed in place (generation 2, 3 ranks")
-        if grown and "mini-batch size: 32" in after and f"{name}-spare-0-0 joins the running group" in events:
-            return log, events
-        found = cluster.kubectl_json("get", "pytorchjob", name, "-n", namespace)
-        ended = [c["type"] for c in found["status"].get("conditions") or [] if c["type"] in ("Succeeded", "Failed")]
-        if ended or found["status"].get("restartCount") or time.monotonic() > deadline:
-            pytest.fail(f"never trained at 3 again ({ended}):\n{events[-3000:]}\n{log[-3000:]}{said()}")
+        if grown and "mini-batch size: 32" in after:
+            events = event_messages(cluster, namespace)
+            if f"{name}-spare-0-0 joins the running group" in events:
+                return log, events
+        status = _status(cluster, namespace, name)
+        ended = [c["type"] for c in status.get("conditions") or [] if c["type"] in ("Succeeded", "Failed")]
+        if ended or status.get("restartCount") or time.monotonic() > deadline:
+            told = event_messages(cluster, namespace)
+            pytest.fail(f"never trained at 3 again ({ended}):\n{told[-3000:]}\n{log[-3000:]}{said()}")
         time.sleep(1)
 
 
@@ -189,7 +186,7 @@ def test_an_elastic_group_on_pods_shrinks_at_once_and_grows_back_when_the_spare_
             assert "worker-1 is being evicted: it leaves the group at its next step" in events, events[-3000:]
         else:
             assert "the group carries on in place with 2 Worker(s)" in events, events[-3000:]
-        status = _status_of(cluster, namespace, name)
+        status = _status(cluster, namespace, name)
         assert (status["attempt"], status["restartCount"], status["membershipChanges"]) == (0, 0, 2), status
         assert {pod: _uid(cluster, namespace, pod) for pod in survivors} == survivors
         shrunk = "re-formed" if fault == "evicted" else "repaired"

@@ -13,7 +13,7 @@ import yaml
 
 from kuberig import Cluster
 from kuberig.node import kubelet
-from tests.node.conftest import wait_for_pod_phase
+from tests.node.conftest import event_messages, wait_for_pod_phase
 from tests.node.three_nodes import support
 from tests.support import operator_pods
 from tests.support.paths import MNIST
@@ -56,7 +56,7 @@ def test_an_elasticjob_carries_on_when_a_workers_node_vanishes_and_grows_back(th
         finished = support.succeeded(cluster, namespace, "mnist-elastic", timeout=600)
         print(f"node of {lost} lost; the ElasticJob succeeded {time.monotonic() - stopped:.1f}s later")
         status = finished["status"]
-        events = cluster.kubectl("get", "events", "-n", namespace, "-o", "jsonpath={.items[*].message}").stdout
+        events = event_messages(cluster, namespace)
         if (status["attempt"], status.get("restartCount", 0)) != (0, 0):
             said = {w: cluster.kubectl("logs", "-n", namespace, w, check=False).stdout[-1500:] for w in workers}
             pytest.fail(f"the group restarted: {status.get('attempts')}\n{events[-3000:]}\n{said}")

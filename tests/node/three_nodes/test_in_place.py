@@ -13,6 +13,7 @@ import pytest
 
 from kuberig import Cluster
 from kuberig.node import kubelet
+from tests.node.conftest import event_messages
 from tests.node.three_nodes import support
 from tests.support import operator_pods
 from tests.support.mnist_jobs import elastic_spread, in_place_one_per_node
@@ -117,7 +118,7 @@ def test_kubectl_drain_moves_an_in_place_replica_to_the_spare_on_another_node_be
         done = support.succeeded(cluster, namespace, name, timeout=400)
         status = done["status"]
         assert (status["attempt"], status["restartCount"], status["repairs"]) == (0, 0, 1), status.get("attempts")
-        events = cluster.kubectl("get", "events", "-n", namespace, "-o", "jsonpath={.items[*].message}").stdout
+        events = event_messages(cluster, namespace)
         # The spare that was warm: spare-0-0, or the one made anew when spare-0-0 had been kept off the node that
         # an earlier test stopped and that came back (nodes.kept_off_needlessly; seen once as spare-0-1).
         handed = re.search(rf"{drained} is being evicted; ({name}-spare-0-\d+) takes its place", events)
@@ -295,7 +296,7 @@ def test_an_elastic_group_shrinks_at_once_when_a_members_node_vanishes_and_grows
             found = cluster.kubectl_json("get", "pytorchjob", name, "-n", namespace)
             ended = [c for c in found["status"].get("conditions") or [] if c["type"] in ("Succeeded", "Failed")]
             if ended or time.monotonic() > deadline:
-                told = cluster.kubectl("get", "events", "-n", namespace, "-o", "jsonpath={.items[*].message}").stdout
+                told = event_messages(cluster, namespace)
                 operator = support.operator_logs(cluster)
                 pytest.fail(f"never grew back: {ended}\n{told[-3000:]}\n{log[-2000:]}\n{operator[-6000:]}")
             log = cluster.kubectl("logs", "-n", namespace, survivors[0], check=False).stdout
@@ -303,7 +304,7 @@ def test_an_elastic_group_shrinks_at_once_when_a_members_node_vanishes_and_grows
         assert "group repaired in place (generation 1, 2 ranks" in log, log[-3000:]
         status = cluster.kubectl_json("get", "pytorchjob", name, "-n", namespace)["status"]
         assert (status["attempt"], status["restartCount"]) == (0, 0), status.get("attempts")
-        events = cluster.kubectl("get", "events", "-n", namespace, "-o", "jsonpath={.items[*].message}").stdout
+        events = event_messages(cluster, namespace)
         assert "the group carries on in place with 2 Worker(s)" in events, events[-3000:]
         now = {p["metadata"]["name"]: p for p in cluster.kubectl_json("get", "pods", "-n", namespace)["items"]}
         assert all(now[w]["metadata"]["uid"] == before[w]["metadata"]["uid"] for w in survivors)
