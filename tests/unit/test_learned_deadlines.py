@@ -165,3 +165,15 @@ def test_a_progress_deadline_of_zero_turns_it_off_even_when_learned() -> None:
     assert progress.check(JOB, beating, at(1), at(5000), started=at(1), learned=known).hung  # the same, on
     wire = off.model_dump(by_alias=True, exclude_none=True, mode="json")
     assert "progress off (torchjob.io/progress-deadline-seconds)" in summary(wire)
+
+
+def test_a_group_whose_every_process_said_it_is_exiting_has_finished_not_hung() -> None:
+    """Both ranks stepped their last step and exited (their last reports say so) while their Pods still look
+    Running (a loaded node's kubelet reports the exits late): the progress deadline does not judge them. While
+    one of them still runs without stepping, it does."""
+    known = LearnedDeadlines(progress_seconds=20, longest_step_gap_seconds=0.1)
+    done = [stepping("master-0", 10, 60, exiting=True), stepping("worker-0", 10, 60, exiting=True)]
+    assert not progress.check(JOB, done, at(1), at(100), started=at(1), learned=known).hung
+    lingering = [stepping("master-0", 10, 60), stepping("worker-0", 10, 60, exiting=True)]
+    verdict = progress.check(JOB, lingering, at(1), at(30.5), started=at(1), learned=known)
+    assert verdict.hung and "master-0, worker-0 stopped at step 60" in verdict.message, verdict.message

@@ -19,7 +19,8 @@ beats every second, even while its main thread waits in a collective) while ever
 beats is named within seconds, by a liveness deadline of its own (``torchjob.io/liveness-deadline-seconds``,
 10 s by default): SIGSTOPped, frozen, or on a node that vanished. Only beats since the group last started
 training count, so a process of an earlier attempt, or the lost member a spare replaced, is never taken for a
-silent one; nor is one that said it is exiting (its last report), whose Pod may look Running a while longer.
+silent one; nor is one that said it is exiting (its last report), whose Pod may look Running a while longer, and
+a group whose every process said so has finished: it is not judged by the progress deadline either.
 "Nobody progresses but everyone is alive" (a deadlock) is the progress deadline's job.
 
 Where every replica runs on the controller's machine (locally: no silence there is a lost host), two witnesses
@@ -190,7 +191,9 @@ def _progress(
     """Nobody progresses: the progress deadline (learned or set), with phases and start-up allowed for
     (``restarting``: the group is still starting up again after a membership change)."""
     seconds, source = learned_deadlines.progress_deadline(job.metadata.annotations or {}, learned)
-    if source == learned_deadlines.OFF:
+    if source == learned_deadlines.OFF or not _not_exiting(running):
+        # Every process still seen running said it is exiting: the group finished training, and its Pods may
+        # look Running a while longer (a loaded node's kubelet reports the exits late).
         return HangVerdict(False)
     first = started or since
     if restarting or not any(o.progress is not None and o.progress.at > first for o in running):
