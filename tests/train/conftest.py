@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
 import secrets
 import socket
 import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -16,7 +14,9 @@ from pathlib import Path
 
 import pytest
 
+from tests.support import warm_ranks
 from tests.support.servers import build, free_port, versitygw
+from tests.support.warm_ranks import WarmRank
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPTS = Path(__file__).resolve().parent / "scripts"
@@ -25,43 +25,41 @@ _FAILED_RANK_GRACE = 20.0
 
 
 def spawn_ranks(
-    script: str, world: int, *args: str, env: dict[str, str] | None = None, timeout: float = 180
+    script: str,
+    world: int,
+    *args: str,
+    env: dict[str, str] | None = None,
+    timeout: float = 180,
 ) -> list[subprocess.CompletedProcess[str]]:
     """Run ``world`` ranks of ``scripts/<script>`` with the Kubeflow env set by hand; wait for all.
 
-    A rank that fails while others still run (they would wait for it in the store or a collective for the
-    group's whole timeout) gets the others stopped soon after, and so does the timeout: no rank outlives the call,
-    and a timeout fails with every rank's exit code and the end of its output."""
+    The ranks are forked from a warm interpreter that imported torch once (tests/support/warm_ranks.py), as
+    torchjob starts local replicas: a cold start's imports cost more CPU than most of these scripts run. A rank
+    that fails while others still run (they would wait for it in the store or a collective for the group's whole
+    timeout) gets the others stopped soon after, and so does the timeout: no rank outlives the call, and a timeout
+    fails with every rank's exit code and the end of its output."""
     port = str(free_port())
-    with contextlib.ExitStack() as files:
-        outputs = [files.enter_context(tempfile.TemporaryFile(mode="w+")) for _ in range(world)]
-        procs = [
-            subprocess.Popen(
-                [sys.executable, str(SCRIPTS / script), *args],
-                env={
-                    **os.environ,
-                    "MASTER_ADDR": "127.0.0.1",
-                    "MASTER_PORT": port,
-                    "RANK": str(rank),
-                    "WORLD_SIZE": str(world),
-                    "OMP_NUM_THREADS": "1",
-                    **(env or {}),
-                },
-                stdout=outputs[rank],
-                stderr=subprocess.STDOUT,
-                text=True,
-            )
-            for rank in range(world)
-        ]
+    argv = [str(SCRIPTS / script), *args]
+    with tempfile.TemporaryDirectory(prefix="ranks-") as folder:
+        outputs = [os.path.join(folder, f"rank-{rank}.log") for rank in range(world)]
+        procs = []
+        for rank, output in enumerate(outputs):
+            rank_env = {
+                **os.environ,
+                "MASTER_ADDR": "127.0.0.1",
+                "MASTER_PORT": port,
+                "RANK": str(rank),
+                "WORLD_SIZE": str(world),
+                "OMP_NUM_THREADS": "1",
+                **(env or {}),
+            }
+            procs.append(warm_ranks.shared().spawn(argv, rank_env, output))
         timed_out = _wait_or_stop(procs, timeout)
-        texts = []
-        for output in outputs:
-            output.seek(0)
-            texts.append(output.read())
+        texts = [Path(output).read_text(errors="replace") for output in outputs]
     if timed_out:
         said = "\n".join(f"rank {r} (exit {p.returncode}): ...{texts[r][-1500:]}" for r, p in enumerate(procs))
         raise AssertionError(f"ranks {timed_out} of {script} still ran after {timeout:g}s, and were stopped:\n{said}")
-    return [subprocess.CompletedProcess(p.args, p.returncode, texts[r], "") for r, p in enumerate(procs)]
+    return [subprocess.CompletedProcess(p.args, p.wait(), texts[r], "") for r, p in enumerate(procs)]
 
 
 def run_sharded(
@@ -76,7 +74,7 @@ def run_sharded(
     return found[1], found[2], results
 
 
-def _wait_or_stop(procs: list[subprocess.Popen[str]], timeout: float) -> list[int]:
+def _wait_or_stop(procs: list[WarmRank], timeout: float) -> list[int]:
     """Wait for every rank; kill those still running at the timeout, or ``_FAILED_RANK_GRACE`` after one failed.
     Returns the ranks the timeout stopped (none when a failed rank is what ended the wait)."""
     deadline = time.monotonic() + timeout
