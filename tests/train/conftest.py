@@ -25,11 +25,7 @@ _FAILED_RANK_GRACE = 20.0
 
 
 def spawn_ranks(
-    script: str,
-    world: int,
-    *args: str,
-    env: dict[str, str] | None = None,
-    timeout: float = 180,
+    script: str, world: int, *args: str, env: dict[str, str] | None = None, timeout: float = 180
 ) -> list[subprocess.CompletedProcess[str]]:
     """Run ``world`` ranks of ``scripts/<script>`` with the Kubeflow env set by hand; wait for all.
 
