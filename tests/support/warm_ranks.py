@@ -6,7 +6,7 @@ what they import once, then forks one process per rank on request, which becomes
 rank's environment and working directory through torchjob's own warm start (``torchjob.launch.warm_start``: the
 same ``sys.argv``, ``sys.path``, seeds, thread count, and a normal interpreter shutdown with atexit hooks and
 non-daemon threads joined). The ranks are real processes running real ``torch.distributed``; only the imports
-are shared. A test that is about a cold start (a process's memory, its first import) starts its ranks cold.
+are shared. Tests about a process's own start (its C heap, its first imports) start their processes themselves.
 
 Protocol, one JSON object a line: the test writes ``{"argv", "env", "cwd", "output"}`` to its stdin and reads
 ``{"pid"}``; every ended rank is told as ``{"exited": pid, "code": returncode}`` (negative: the signal), as
