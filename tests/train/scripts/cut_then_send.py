@@ -48,6 +48,13 @@ for trial in range(trials):
     while store.add(f"done-{trial}", 0) < 2:  # neither leaves the group while the other still uses it
         time.sleep(0.01)
     dist.destroy_process_group()
+# Rank 0 hosts the store: it leaves only after rank 1's last use of it has been answered.
+if rank == 1:
+    store.add("left", 1)
+else:
+    while store.add("left", 0) < 1:
+        time.sleep(0.01)
+    time.sleep(0.5)
 if waited:
     print(f"sends after the cut waited out the group's timeout in trials {waited}", flush=True)
     sys.exit(1)
