@@ -234,10 +234,6 @@ class WarmRanks:
         message: dict[str, Any] = json.loads(line)
         return message
 
-    def close(self) -> None:
-        self.requests.close()
-        self.process.wait(30)
-
 
 _SHARED: list[WarmRanks] = []
 
