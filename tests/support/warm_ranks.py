@@ -17,7 +17,6 @@ it (PR_SET_PDEATHSIG), and it dies with its test process.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import json
 import os
 import select
@@ -28,18 +27,12 @@ import time
 from pathlib import Path
 from typing import IO, Any
 
-PR_SET_PDEATHSIG = 1
-# What the rank scripts import, beyond torchjob's warm-start preload: DCP and FSDP2.
-PRELOAD = (
-    "torch",
-    "torch.distributed",
-    "torch.nn.parallel",
-    "torch.utils.data",
-    "torch.optim",
-    "torch.distributed.checkpoint",
-    "torch.distributed.fsdp",
-    "torchjob.train",
-)
+from torchjob import parent_death
+from torchjob.launch import preload
+
+# What the local backend's warm interpreter imports for a job's replicas, and what the rank scripts import beyond
+# it: DCP and FSDP2.
+PRELOAD = (*preload.TORCH, *preload.LIBRARY, "torch.distributed.checkpoint", "torch.distributed.fsdp")
 READY_SECONDS = 300.0
 
 
@@ -51,15 +44,11 @@ class _BecomeRank(BaseException):
         self.request = request
 
 
-def _die_with_parent() -> None:
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-
-
 def main() -> None:
-    from torchjob.launch import preload, warm_start
+    from torchjob.launch import warm_start
 
-    _die_with_parent()
+    if not parent_death.die_with_parent(int(sys.argv[1])):
+        sys.exit(1)  # the test process ended before this could watch it
     base_path = list(sys.path[1:])
     preload.preload(list(PRELOAD))
     requests, replies = sys.stdin.fileno(), os.dup(sys.stdout.fileno())
@@ -97,10 +86,10 @@ def _serve(requests: int, replies: int) -> None:
             while b"\n" in pending:
                 line, pending = pending.split(b"\n", 1)
                 request = json.loads(line)
-                pid = os.fork()
+                interpreter, pid = os.getpid(), os.fork()
                 if pid == 0:
                     forked.clear()  # the siblings are not the child's to end (the finally below)
-                    _become(request, requests, replies)
+                    _become(request, interpreter, requests, replies)
                 forked.add(pid)
                 _say(replies, {"pid": pid})
     finally:
@@ -109,8 +98,9 @@ def _serve(requests: int, replies: int) -> None:
                 os.kill(pid, signal.SIGKILL)
 
 
-def _become(request: dict[str, Any], *inherited: int) -> None:
-    _die_with_parent()
+def _become(request: dict[str, Any], interpreter: int, *inherited: int) -> None:
+    if not parent_death.die_with_parent(interpreter):
+        os._exit(1)  # the interpreter ended first: nobody is left to tell this rank's exit to
     # Opened before the inherited descriptors close, so that neither takes the number of one (stdin's among them).
     out = os.open(request["output"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     null = os.open(os.devnull, os.O_RDONLY)
@@ -175,7 +165,7 @@ class WarmRanks:
     def __init__(self) -> None:
         root = Path(__file__).resolve().parents[2]
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "tests.support.warm_ranks"],
+            [sys.executable, "-m", "tests.support.warm_ranks", str(os.getpid())],
             cwd=root,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import ctypes
 import json
 import os
 import signal
@@ -28,10 +27,9 @@ import threading
 import time
 from types import TracebackType
 
-from torchjob import autoreport, forked, worker_files
+from torchjob import autoreport, forked, parent_death, worker_files
 from torchjob.signal_names import signal_name
 
-_PR_SET_PDEATHSIG = 1
 # How long a failing first process waits for its watchers to see another process of the replica that ended: the
 # kernel closes a killed process's sockets a moment before it can be reaped.
 _ECHO_GRACE_SECONDS = 0.5
@@ -161,11 +159,8 @@ def start() -> None:
 
 
 def _become(local_rank: int, per_replica: int, parent: int) -> None:
-    if local_rank > 0:
-        with contextlib.suppress(OSError, AttributeError):
-            ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-        if os.getppid() != parent:  # the first process died before the line above took effect
-            os._exit(128 + signal.SIGKILL)
+    if local_rank > 0 and not parent_death.die_with_parent(parent):  # the first process died first
+        os._exit(128 + signal.SIGKILL)
     os.environ["LOCAL_RANK"] = str(local_rank)
     os.environ["LOCAL_WORLD_SIZE"] = str(per_replica)
     rank = os.environ.get("RANK")

@@ -29,7 +29,8 @@ import sys
 import time
 from collections.abc import Callable
 
-PR_SET_PDEATHSIG = 1
+from torchjob import parent_death
+
 PR_SET_CHILD_SUBREAPER = 36
 PF_EXITING = 0x4  # a task's flag (/proc/PID/stat, field 9): the kernel is ending it, past any return to user space
 # How often the shim looks for its command being ended (seconds), where ending it takes the kernel a while (its
@@ -94,10 +95,8 @@ def supervise(status_file: str, grace: float, parent: int, run_child: Callable[[
     (cold start), or the job's warm interpreter, itself bound to the controller (warm start, warm_interpreter.py)."""
     # Not on Linux there is no prctl: the controller's own cleanup still applies.
     with contextlib.suppress(OSError, AttributeError):
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
-        libc.prctl(PR_SET_CHILD_SUBREAPER, 1)
-    if os.getppid() != parent:
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1)
+    if not parent_death.die_with_parent(parent, signal.SIGTERM):
         return 1  # the controller died before we could watch it
 
     forwarded = False

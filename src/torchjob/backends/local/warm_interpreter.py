@@ -22,22 +22,19 @@ Usage: ``python -m torchjob.backends.local.warm_interpreter FD CONTROLLER_PID PR
 
 from __future__ import annotations
 
-import contextlib
-import ctypes
 import json
 import os
 import select
-import signal
 import sys
 import time
 import traceback
 from typing import Any
 
+from torchjob import parent_death
 from torchjob.backends.local import shim
 from torchjob.backends.local.shim import ExitRecord
 from torchjob.launch import preload, proctitle, reaping, warm_start
 
-PR_SET_PDEATHSIG = 1
 # How often finished shims are reaped while no request comes.
 REAP_SECONDS = 0.2
 
@@ -53,9 +50,7 @@ class BecomeReplica(BaseException):
 
 def main() -> None:
     fd, controller, plan = int(sys.argv[1]), int(sys.argv[2]), json.loads(sys.argv[3])
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-    if os.getppid() != controller:
+    if not parent_death.die_with_parent(controller):
         sys.exit(1)  # the controller died before we could watch it
     proctitle.set_command_line([sys.executable, "-m", __spec__.name if __spec__ else "zygote", "(warm interpreter)"])
     base_path = list(sys.path[1:])  # without this process's own sys.path[0] (its working directory)
