@@ -91,6 +91,30 @@ def event_messages(cluster: Cluster, namespace: str) -> str:
     return cluster.kubectl("get", "events", "-n", namespace, "-o", "jsonpath={.items[*].message}").stdout
 
 
+def wait_for_log(cluster: Cluster, namespace: str, pod: str, text: str, timeout: float) -> None:
+    """Until ``pod``'s output says ``text`` (the job's Pods shown if it never does)."""
+    deadline = time.monotonic() + timeout
+    while text not in cluster.kubectl("logs", "-n", namespace, pod, check=False).stdout:
+        pods = cluster.kubectl("get", "pods", "-n", namespace, "-o", "wide", check=False).stdout
+        assert time.monotonic() < deadline, f"{pod} never said {text!r}:\n{pods}"
+        time.sleep(0.5)
+
+
+def wait_beside_a_spare(cluster: Cluster, namespace: str, name: str, pod: str, text: str) -> None:
+    """Until an in-place job's ``pod`` says ``text`` and its warm spare is reported ready."""
+    deadline = time.monotonic() + 300
+    while True:
+        found = cluster.kubectl_json("get", "pytorchjob", name, "-n", namespace)
+        log = cluster.kubectl("logs", "-n", namespace, pod, check=False).stdout
+        if text in log and (found.get("status") or {}).get("sparesReady") == 1:
+            return
+        if time.monotonic() > deadline:
+            pods = cluster.kubectl("get", "pods", "-n", namespace, "-o", "wide", check=False).stdout
+            events = cluster.kubectl("get", "events", "-n", namespace, check=False).stdout
+            pytest.fail(f"{pod} never said {text!r} beside a warm spare:\n{pods}\n{events[-3000:]}\n{log[-1500:]}")
+        time.sleep(0.5)
+
+
 def wait_for_pod_phase(cluster: Cluster, namespace: str, pod: str, phase: str, timeout: float) -> None:
     """Waits for the Pod's phase; a Pod that ends in the other terminal phase fails at once, with its log."""
     deadline = time.monotonic() + timeout

@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from kuberig import Cluster, toolchain
-from tests.node.conftest import event_messages, wait_for_condition
+from tests.node.conftest import event_messages, wait_beside_a_spare, wait_for_condition, wait_for_log
 from tests.support.operator import OperatorProcess
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -57,17 +57,6 @@ def _succeeded(cluster: Cluster, namespace: str, name: str) -> tuple[dict[str, A
     return finished["status"], events
 
 
-def _warm_and_training(cluster: Cluster, namespace: str) -> None:
-    deadline = time.monotonic() + 300
-    while True:
-        log = cluster.kubectl("logs", "-n", namespace, f"{JOB}-worker-1", check=False).stdout
-        if "epoch: 2/" in log and _status(cluster, namespace).get("sparesReady") == 1:
-            return
-        pods = cluster.kubectl("get", "pods", "-n", namespace, check=False).stdout
-        assert time.monotonic() < deadline, f"worker-1 never reached epoch 2 beside a warm spare:\n{pods}"
-        time.sleep(0.5)
-
-
 @pytest.mark.parametrize("fault", [signal.SIGKILL, signal.SIGSTOP], ids=["killed", "hung"])
 def test_a_lost_worker_pod_is_replaced_by_a_warm_spare_and_the_survivors_pods_carry_on(
     cluster: Cluster, node_operator: OperatorProcess, fault: signal.Signals
@@ -79,7 +68,7 @@ def test_a_lost_worker_pod_is_replaced_by_a_warm_spare_and_the_survivors_pods_ca
         # 60 s: the deadline also bounds start-up (four Pods importing torch on two busy cores took over 30 s in CI).
         job["metadata"]["annotations"]["torchjob.io/progress-deadline-seconds"] = "60"
     cluster.apply(job)  # the example's 8 epochs: the fault comes in epoch 2, well before the end
-    _warm_and_training(cluster, namespace)
+    wait_beside_a_spare(cluster, namespace, JOB, f"{JOB}-worker-1", "epoch: 2/")
     survivors = {pod: _uid(cluster, namespace, pod) for pod in (f"{JOB}-master-0", f"{JOB}-worker-0")}
     for pid in cluster.container_pids(namespace, f"{JOB}-worker-1"):
         os.kill(pid, fault)
@@ -169,11 +158,7 @@ def test_an_elastic_group_on_pods_shrinks_at_once_and_grows_back_when_the_spare_
     job["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]["args"] = ["--epochs", "40"]
     cluster.apply(job)
     try:
-        deadline = time.monotonic() + 300
-        while "epoch: 2/" not in cluster.kubectl("logs", "-n", namespace, f"{name}-worker-1", check=False).stdout:
-            pods = cluster.kubectl("get", "pods", "-n", namespace, check=False).stdout
-            assert time.monotonic() < deadline, f"worker-1 never reached epoch 2:\n{pods}"
-            time.sleep(0.5)
+        wait_for_log(cluster, namespace, f"{name}-worker-1", "epoch: 2/", timeout=300)
         survivors = {pod: _uid(cluster, namespace, pod) for pod in (f"{name}-worker-0", f"{name}-worker-2")}
         said: Callable[[], str] = str
         if fault == "evicted":
@@ -210,7 +195,7 @@ def test_a_worker_pod_evicted_through_the_eviction_api_hands_its_place_to_the_sp
     job = yaml.safe_load((ROOT / "examples" / "mnist" / "job-inplace.yaml").read_text())
     job["metadata"]["namespace"] = namespace
     cluster.apply(job)  # the example's 8 epochs: the fault comes in epoch 2, well before the end
-    _warm_and_training(cluster, namespace)
+    wait_beside_a_spare(cluster, namespace, JOB, f"{JOB}-worker-1", "epoch: 2/")
     survivors = {pod: _uid(cluster, namespace, pod) for pod in (f"{JOB}-master-0", f"{JOB}-worker-0")}
     said = _evict(cluster, namespace, f"{JOB}-worker-1", tmp_path / "worker-1.log")
     status, events = _succeeded(cluster, namespace, JOB)
@@ -236,7 +221,7 @@ def test_a_worker_pod_lost_while_the_next_spare_pod_still_starts_waits_for_it_an
     job = yaml.safe_load((ROOT / "examples" / "mnist" / "job-inplace.yaml").read_text())
     job["metadata"]["namespace"] = namespace
     cluster.apply(job)
-    _warm_and_training(cluster, namespace)
+    wait_beside_a_spare(cluster, namespace, JOB, f"{JOB}-worker-1", "epoch: 2/")
     survivors = {pod: _uid(cluster, namespace, pod) for pod in (f"{JOB}-master-0", f"{JOB}-worker-0")}
     killed = _uid(cluster, namespace, f"{JOB}-spare-0-0")
     for pid in cluster.container_pids(namespace, f"{JOB}-spare-0-0"):

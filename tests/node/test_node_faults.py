@@ -6,7 +6,7 @@ import json
 import time
 
 from kuberig import Cluster
-from tests.node.conftest import wait_for_condition
+from tests.node.conftest import wait_for_condition, wait_for_log
 from tests.support.images import KUBEFLOW_MNIST
 from tests.support.operator import OperatorProcess
 
@@ -37,13 +37,6 @@ def _reported_step(cluster: Cluster, namespace: str, name: str) -> int | None:
     return next((int(m["value"]) for m in metrics if m["name"] == "step"), None)
 
 
-def _wait_for_log_line(cluster: Cluster, namespace: str, pod: str, text: str, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while text not in cluster.kubectl("logs", "-n", namespace, pod, check=False).stdout:
-        assert time.monotonic() < deadline, f"{pod} never printed {text!r}"
-        time.sleep(0.5)
-
-
 def test_an_eviction_restarts_the_group_without_counting_against_backoff_limit(
     cluster: Cluster, node_operator: OperatorProcess
 ) -> None:
@@ -56,7 +49,7 @@ def test_an_eviction_restarts_the_group_without_counting_against_backoff_limit(
     # itself is tested in tests/integration/test_progress.py and tests/node/test_progress_on_node.py.
     liveness = {"torchjob.io/liveness-deadline-seconds": "60"}
     cluster.apply(_job("evicted", namespace, epochs=6, annotations=liveness, backoffLimit=0))
-    _wait_for_log_line(cluster, namespace, "evicted-worker-0", "Rank 1: epoch: 1/6, batch: 5/", timeout=240)
+    wait_for_log(cluster, namespace, "evicted-worker-0", "Rank 1: epoch: 1/6, batch: 5/", timeout=240)
     eviction = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": "evicted-worker-0"}}
     cluster.kubectl(
         "create",
@@ -85,7 +78,7 @@ def test_a_lost_node_is_named_in_the_status_and_the_job_carries_on_when_it_retur
     # Sixty epochs (over a minute on a quiet machine): the job must still train when the status is read with the
     # kubelet gone, and after it returns; exited processes, which no kubelet reports, would look silent.
     cluster.apply(_job("stranded", namespace, epochs=60))
-    _wait_for_log_line(cluster, namespace, "stranded-worker-0", "Rank 1: epoch: 1/60, batch: 5/", timeout=240)
+    wait_for_log(cluster, namespace, "stranded-worker-0", "Rank 1: epoch: 1/60, batch: 5/", timeout=240)
     deadline = time.monotonic() + 60
     while not _reported_step(cluster, namespace, "stranded"):
         assert time.monotonic() < deadline, "the plain script's steps never reached the operator"

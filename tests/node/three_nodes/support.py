@@ -12,7 +12,7 @@ import pytest
 
 from kuberig import Cluster
 from kuberig.node import kubelet
-from tests.node.conftest import wait_for_condition
+from tests.node.conftest import wait_beside_a_spare, wait_for_condition
 from tests.support.images import TEST_SCRIPTS
 from tests.support.mnist_jobs import lost_and_survivor
 from tests.support.operator_pods import operator_logs, ready
@@ -205,15 +205,6 @@ def wait_until_gone_from(
         time.sleep(1)
 
 
-def wait_for_log(cluster: Cluster, namespace: str, pod: str, text: str, timeout: float) -> None:
-    """Until ``pod``'s output says ``text`` (the job's Pods shown if it never does)."""
-    deadline = time.monotonic() + timeout
-    while text not in cluster.kubectl("logs", "-n", namespace, pod, check=False).stdout:
-        pods = cluster.kubectl("get", "pods", "-n", namespace, "-o", "wide", check=False).stdout
-        assert time.monotonic() < deadline, f"{pod} never said {text!r}:\n{pods}"
-        time.sleep(0.5)
-
-
 def wait_for_a_checkpoint(data: Path, timeout: float) -> None:
     deadline = time.monotonic() + timeout
     while not list((data / "checkpoints").glob("*")):
@@ -224,21 +215,6 @@ def wait_for_a_checkpoint(data: Path, timeout: float) -> None:
 def wait_for_epoch_2_beside_a_spare(cluster: Cluster, namespace: str, name: str) -> None:
     """Until the in-place MNIST job's worker-0 trains its second epoch and its warm spare is reported ready."""
     wait_beside_a_spare(cluster, namespace, name, f"{name}-worker-0", "epoch: 2/")
-
-
-def wait_beside_a_spare(cluster: Cluster, namespace: str, name: str, pod: str, text: str) -> None:
-    """Until an in-place job's ``pod`` says ``text`` and its warm spare is reported ready."""
-    deadline = time.monotonic() + 300
-    while True:
-        found = cluster.kubectl_json("get", "pytorchjob", name, "-n", namespace)
-        log = cluster.kubectl("logs", "-n", namespace, pod, check=False).stdout
-        if text in log and (found.get("status") or {}).get("sparesReady") == 1:
-            return
-        if time.monotonic() > deadline:
-            pods = cluster.kubectl("get", "pods", "-n", namespace, "-o", "wide", check=False).stdout
-            events = cluster.kubectl("get", "events", "-n", namespace, check=False).stdout
-            pytest.fail(f"{pod} never said {text!r} beside a warm spare:\n{pods}\n{events[-3000:]}\n{log[-1500:]}")
-        time.sleep(0.5)
 
 
 @dataclass(frozen=True)

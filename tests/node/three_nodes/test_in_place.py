@@ -13,7 +13,7 @@ import pytest
 
 from kuberig import Cluster
 from kuberig.node import kubelet
-from tests.node.conftest import event_messages
+from tests.node.conftest import event_messages, wait_for_log
 from tests.node.three_nodes import support
 from tests.support import operator_pods
 from tests.support.mnist_jobs import elastic_spread, in_place_one_per_node
@@ -266,7 +266,7 @@ def test_an_elastic_group_shrinks_at_once_when_a_members_node_vanishes_and_grows
     workers = [f"{name}-worker-{i}" for i in range(3)]
     for placing in range(2):
         cluster.apply(job)
-        support.wait_for_log(cluster, namespace, workers[0], "epoch: 2/", timeout=300)
+        wait_for_log(cluster, namespace, workers[0], "epoch: 2/", timeout=300)
         before = {p["metadata"]["name"]: p for p in cluster.kubectl_json("get", "pods", "-n", namespace)["items"]}
         where = {pod: p["spec"]["nodeName"] for pod, p in before.items()}
         alone = [w for w in workers if [where[o] for o in [*workers, f"{name}-rdzv"]].count(where[w]) == 1]
@@ -287,7 +287,7 @@ def test_an_elastic_group_shrinks_at_once_when_a_members_node_vanishes_and_grows
         operator_pods.lead_from(cluster, node.name)
     leading = operator_pods.leader(cluster)
     # The group trains on under the leader it has now (which hears every member's announcements within a second).
-    support.wait_for_log(cluster, namespace, workers[0], "epoch: 3/", timeout=300)
+    wait_for_log(cluster, namespace, workers[0], "epoch: 3/", timeout=300)
     kubelet.stop(cluster.state, node)
     try:
         deadline = time.monotonic() + 300

@@ -16,6 +16,7 @@ import yaml
 
 from kuberig import Cluster
 from kuberig.node import kubelet
+from tests.node.conftest import wait_beside_a_spare
 from tests.node.three_nodes import support
 from tests.support.mnist_jobs import one_per_node
 from tests.support.paths import GPT
@@ -45,7 +46,7 @@ def test_a_plain_fsdp_pod_lost_with_its_node_comes_back_from_the_copies_one_pod_
     job["spec"]["nprocPerNode"] = str(PER_POD)
     name = job["metadata"]["name"]
     cluster.apply(job)
-    support.wait_beside_a_spare(cluster, namespace, name, f"{name}-master-0", f"step 100/{STEPS}")
+    wait_beside_a_spare(cluster, namespace, name, f"{name}-master-0", f"step 100/{STEPS}")
     pods = support.spread(cluster, namespace, name)
     lost, node = pods.lost, pods.node
     kubelet.stop(cluster.state, node)
