@@ -95,8 +95,9 @@ def wait_for_log(cluster: Cluster, namespace: str, pod: str, text: str, timeout:
     """Until ``pod``'s output says ``text`` (the job's Pods shown if it never does)."""
     deadline = time.monotonic() + timeout
     while text not in cluster.kubectl("logs", "-n", namespace, pod, check=False).stdout:
-        pods = cluster.kubectl("get", "pods", "-n", namespace, "-o", "wide", check=False).stdout
-        assert time.monotonic() < deadline, f"{pod} never said {text!r}:\n{pods}"
+        if time.monotonic() >= deadline:
+            pods = cluster.kubectl("get", "pods", "-n", namespace, "-o", "wide", check=False).stdout
+            raise AssertionError(f"{pod} never said {text!r}:\n{pods}")
         time.sleep(0.5)
 
 
