@@ -246,6 +246,9 @@ def test_a_node_found_silent_by_the_probe_is_kept_off_until_its_kubelet_renews_i
         def unreachable(self, names: Any) -> set[str]:
             return set(names) & {"n2"}
 
+        def try_again(self, names: Any) -> None:
+            pass
+
     reader = NodeReader(Leases(), lambda _verb: None)  # type: ignore[arg-type]
     reader.reach = Probe()  # type: ignore[assignment]
     reader.suspect([{"spec": {"nodeName": "n2"}, "status": {"phase": "Running"}}])
@@ -258,6 +261,45 @@ def test_a_node_found_silent_by_the_probe_is_kept_off_until_its_kubelet_renews_i
     renewals["n2"] = datetime.now(timezone.utc) + timedelta(seconds=1)  # its kubelet renews: it reports again
     reader.for_pods([], lambda _pod: None)
     assert "n2" not in reader.avoided
+
+
+def test_a_leader_that_began_while_a_node_was_gone_probes_it_once_it_reports_again() -> None:
+    """An operator that takes the lead while a node is gone cannot reach it, and tries a node it never reached only a
+    minute later. When that node comes back and vanishes again within the minute (seen on three nodes: a test ran
+    just after another had stopped the same node), its loss must still be known by the probe at once, not only when
+    its Lease is overdue: a hung member waits for that verdict (``in_place.awaits_node_loss``)."""
+    from datetime import timedelta
+
+    from torchjob.backends.kubernetes.nodes import NodeReader
+    from torchjob.backends.kubernetes.reachability import Address, Reachability
+    from torchjob.core.reported import Progress
+
+    now = datetime.now(timezone.utc)
+    renewals = {"n1": now - timedelta(seconds=60)}
+    answering: set[Address] = set()  # n1's kubelet port answers nothing: the node is gone
+
+    class Api:
+        def get(self, kind: type[Any], name: str, namespace: str | None = None) -> dict[str, Any]:
+            if kind.__name__ == "Lease":
+                return {"spec": {"renewTime": renewals[name].isoformat(), "leaseDurationSeconds": 40}}
+            addresses = [{"type": "InternalIP", "address": "10.0.0.1"}]
+            return {"metadata": {"name": name}, "status": {"addresses": addresses}}
+
+    reader = NodeReader(Api(), lambda _verb: None)  # type: ignore[arg-type]
+    reader.reach = Reachability(reader.reach.read_node, lambda address, _timeout: address in answering)
+    pod = {"metadata": {"name": "w"}, "spec": {"nodeName": "n1"}, "status": {"phase": "Running"}}
+    quiet = Progress(now - timedelta(seconds=30), 12, alive_at=now - timedelta(seconds=30))
+    _, silent = reader.for_pods([pod], lambda _pod: quiet)
+    assert list(silent) == ["n1"] and not silent["n1"].unreachable  # its Lease says so; the probe cannot
+    renewals["n1"] = datetime.now(timezone.utc) + timedelta(seconds=1)  # it comes back: its kubelet renews
+    answering.add(("10.0.0.1", 10250))
+    beating = Progress(datetime.now(timezone.utc), 13, alive_at=datetime.now(timezone.utc))
+    reader.for_pods([pod], lambda _pod: beating)  # it reports again: tried at the next pass
+    reader.for_pods([pod], lambda _pod: beating)
+    assert "n1" not in reader.avoided
+    answering.clear()  # it vanishes again, its Lease renewed a moment ago
+    _, silent = reader.for_pods([pod], lambda _pod: quiet)
+    assert list(silent) == ["n1"] and silent["n1"].unreachable
 
 
 def test_what_would_hold_a_job_up_for_good_is_observed_as_stuck_and_stuck_helpers_are_left_out() -> None:

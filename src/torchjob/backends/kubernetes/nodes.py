@@ -94,14 +94,19 @@ class NodeReader:
             if found is not None:
                 silent[name] = found
         with self._lock:
-            for name in set(leases) - set(silent):
-                if name in self.avoided and self._reports_again(name, leases[name]):
-                    del self.avoided[name]
+            back = [n for n in set(leases) - set(silent) if n in self.avoided and self._reports_again(n, leases[n])]
+            for name in back:
+                del self.avoided[name]
             new = sorted(set(silent) - set(self.avoided))
             for name in new:
                 self._found_silent_at[name] = now
             self.avoided.update(silent)
             self._found_silent_at = {name: at for name, at in self._found_silent_at.items() if name in self.avoided}
+        # A node that reports again is tried at the next pass: an operator that began to lead while it was gone never
+        # reached it, and would not count it unreachable if it vanished again within RETRY_SECONDS.
+        self.reach.try_again(back)
+        for name in sorted(back):
+            log.info("node %s reports again: Pods may be placed there", name)
         for name in new:
             beats = {p["metadata"]["name"]: _last_beat(progress_of(p)) for p in pods if _node_of(p) == name}
             unanswered = " and answers nothing at its kubelet's port" if silent[name].unreachable else ""

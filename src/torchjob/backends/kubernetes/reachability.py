@@ -87,6 +87,12 @@ class Reachability:
             else:
                 self._tried[name] = now
 
+    def try_again(self, names: Iterable[str]) -> None:
+        """Nodes that report again (their kubelet renewed its Lease since they were found silent): the next ``learn``
+        tries them at once rather than ``RETRY_SECONDS`` after the try that failed while they were gone."""
+        for name in names:
+            self._tried.pop(name, None)
+
     def unreachable(self, names: Iterable[str]) -> set[str]:
         """Among ``names``, the nodes reached before that answer nothing now (probed at once, in parallel)."""
         known = sorted(set(names) & self._reached)
