@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.cli import run_cli
-from tests.train.conftest import run_sharded, spawn_ranks
+from tests.support.ranks import run_sharded, spawn_ranks
 
 torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")

@@ -49,15 +49,3 @@ def etcd_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     yield client
     server.terminate()
     server.wait(10)
-
-
-def etcd_v2_keys(client: str) -> list[str]:
-    """Every key etcd's v2 store holds, recursively."""
-    tree = json.loads(urllib.request.urlopen(client + "/v2/keys/?recursive=true", timeout=5).read())
-    keys: list[str] = []
-    todo = [tree["node"]]
-    while todo:
-        node = todo.pop()
-        keys.append(node.get("key", "/"))
-        todo += node.get("nodes", [])
-    return keys

@@ -17,7 +17,7 @@ import yaml
 
 from tests.support.cli import run_cli
 from tests.support.local_runs import job_object, write_job
-from tests.support.waits import wait_for
+from tests.support.waits import wait_until
 
 
 def _finished_job(tmp_path: Path, home: Path, name: str) -> Path:
@@ -105,7 +105,7 @@ def test_replace_refuses_a_job_that_still_runs(tmp_path: Path, torchjob_home: Pa
     path = write_job(tmp_path, "busy", "--sleep", "300", workers=1)
     assert run_cli("run", "--detach", str(path), home=torchjob_home).returncode == 0
     try:
-        wait_for(lambda: (torchjob_home / "jobs" / "busy" / "output" / "worker-0-0.json").exists(), what="start")
+        wait_until(lambda: (torchjob_home / "jobs" / "busy" / "output" / "worker-0-0.json").exists(), what="start")
         refused = run_cli("run", "--replace", str(path), home=torchjob_home)
         assert refused.returncode == 3
         assert "still running; stop it with `torchjob delete busy`" in refused.stderr

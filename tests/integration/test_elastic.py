@@ -13,10 +13,10 @@ import psutil
 import pytest
 import yaml
 
-from tests.integration.conftest import etcd_v2_keys
 from tests.support.cli import run_cli
 from tests.support.local_runs import alive, job_object, start_run
-from tests.support.waits import wait_for
+from tests.support.servers import etcd_v2_keys
+from tests.support.waits import wait_until
 from torchjob.testing import make_job
 
 SCRIPT = Path(__file__).resolve().parent / "scripts" / "elastic_train.py"
@@ -68,8 +68,8 @@ def test_an_elastic_job_loses_a_worker_and_carries_on_at_min_size(tmp_path: Path
     data["metadata"]["annotations"]["torchjob.io/replacement-delay-seconds"] = "600"
     path.write_text(yaml.safe_dump(data))
     run = start_run(path, torchjob_home)
-    wait_for(lambda: world_formed(torchjob_home, "shrinks", 2), what="a group of 2")
-    wait_for(lambda: newest_checkpoint_step(torchjob_home, "shrinks") >= 3, what="a few steps trained and saved")
+    wait_until(lambda: world_formed(torchjob_home, "shrinks", 2), what="a group of 2")
+    wait_until(lambda: newest_checkpoint_step(torchjob_home, "shrinks") >= 3, what="a few steps trained and saved")
     state = json.loads((torchjob_home / "jobs" / "shrinks" / "local.json").read_text())
     shim = next(p["pid"] for p in state["processes"] if p["replica"] == "worker-1")
     agent = psutil.Process(shim).children()[0]
@@ -95,7 +95,7 @@ def test_an_elastic_job_loses_a_worker_and_carries_on_at_min_size(tmp_path: Path
 def test_scale_up_and_down_of_a_running_elastic_job(tmp_path: Path, torchjob_home: Path) -> None:
     path = elastic_job(tmp_path, "scales", workers=1, low=1, high=2, steps=150)
     run = start_run(path, torchjob_home)
-    wait_for(lambda: world_formed(torchjob_home, "scales", 1), what="a group of 1")
+    wait_until(lambda: world_formed(torchjob_home, "scales", 1), what="a group of 1")
 
     refused = run_cli("scale", "scales", "--workers", "3", home=torchjob_home)
     assert refused.returncode == 3
@@ -104,10 +104,10 @@ def test_scale_up_and_down_of_a_running_elastic_job(tmp_path: Path, torchjob_hom
     seen = len(rounds(torchjob_home, "scales"))
     scaled = run_cli("scale", "scales", "--workers", "2", home=torchjob_home)
     assert scaled.returncode == 0, scaled.stderr
-    wait_for(lambda: world_formed(torchjob_home, "scales", 2, after=seen), what="a group of 2 after scale-up")
+    wait_until(lambda: world_formed(torchjob_home, "scales", 2, after=seen), what="a group of 2 after scale-up")
     seen = len(rounds(torchjob_home, "scales"))
     assert run_cli("scale", "scales", "--workers", "1", home=torchjob_home).returncode == 0
-    wait_for(lambda: world_formed(torchjob_home, "scales", 1, after=seen), what="a group of 1 after scale-down")
+    wait_until(lambda: world_formed(torchjob_home, "scales", 1, after=seen), what="a group of 1 after scale-down")
 
     finish(run)
     job = job_object(torchjob_home, "scales")

@@ -13,10 +13,10 @@ from pathlib import Path
 import psutil
 import yaml
 
-from tests.integration.conftest import etcd_v2_keys
 from tests.support.cli import run_cli
 from tests.support.local_runs import job_object, start_run
-from tests.support.waits import wait_for
+from tests.support.servers import etcd_v2_keys
+from tests.support.waits import wait_until
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "mnist"
 
@@ -35,7 +35,7 @@ def _finish(run: subprocess.Popen[str]) -> str:
 def test_the_elasticjob_example_loses_a_worker_whole_carries_on_and_grows_back(torchjob_home: Path) -> None:
     run = start_run(EXAMPLE / "elasticjob.yaml", torchjob_home)
     # Three launchers and their trainers start under whatever else CI runs beside them: a loose bound.
-    wait_for(lambda: _steps(torchjob_home, "mnist-elastic", 2) >= 10, timeout=420, what="three ranks training")
+    wait_until(lambda: _steps(torchjob_home, "mnist-elastic", 2) >= 10, timeout=420, what="three ranks training")
     state = json.loads((torchjob_home / "jobs" / "mnist-elastic" / "local.json").read_text())
     shim = next(p["pid"] for p in state["processes"] if p["replica"] == "worker-1")
     agent = psutil.Process(shim).children()[0]

@@ -11,7 +11,7 @@ import yaml
 from tests.support.cli import run_cli
 from tests.support.local_runs import condition, job_file, job_object, start_run
 from tests.support.paths import ROOT
-from tests.support.waits import wait_for
+from tests.support.waits import wait_until
 from torchjob.testing import make_job
 
 SCRIPTS = Path(__file__).resolve().parent / "scripts"
@@ -103,7 +103,7 @@ def test_preemption_checkpoints_restarts_and_is_not_counted(tmp_path: Path, torc
     path.write_text(yaml.safe_dump(job))
     run = start_run(path, torchjob_home)
     log = torchjob_home / "jobs" / "preempted" / "logs" / "0" / "worker-0.log"
-    wait_for(lambda: log.exists() and "batch: 15/" in log.read_text(), what="worker-0 at batch 15")
+    wait_until(lambda: log.exists() and "batch: 15/" in log.read_text(), what="worker-0 at batch 15")
     trainer_of(torchjob_home, "preempted", "worker-0").send_signal(signal.SIGTERM)  # an eviction
     stdout, stderr = run.communicate(timeout=300)
     assert run.returncode == 0, stderr[-2000:]

@@ -18,7 +18,7 @@ import yaml
 from tests.support.cli import run_cli
 from tests.support.local_runs import job_object, shim_pid, start_run
 from tests.support.paths import ROOT
-from tests.support.waits import wait_for
+from tests.support.waits import wait_until
 
 EXAMPLE = ROOT / "examples" / "gpt"
 
@@ -70,7 +70,7 @@ def _kill_when_warm(home: Path, victims: tuple[str, ...], spares: int, last_rank
     def warm() -> bool:
         return all(p.exists() for p in ready) and progress.exists() and len(progress.read_text().splitlines()) >= 60
 
-    wait_for(warm, timeout=180, what="warm spares and 60 steps")
+    wait_until(warm, timeout=180, what="warm spares and 60 steps")
     trainers = [psutil.Process(shim_pid(home, "gpt-inplace", victim)).children()[0] for victim in victims]
     for trainer in trainers:
         trainer.send_signal(signal.SIGKILL)

@@ -13,10 +13,10 @@ import psutil
 import pytest
 import torch
 
-from tests.integration.test_in_place_repair import GLOBAL_BATCH, SCRIPTS, trained
 from tests.support.cli import run_cli
-from tests.support.local_runs import job_file, job_object, shim_pid, start_run
-from tests.support.waits import wait_for
+from tests.support.local_runs import IN_PLACE_GLOBAL_BATCH, job_file, job_object, shim_pid, start_run, trained
+from tests.support.paths import INTEGRATION_SCRIPTS
+from tests.support.waits import wait_until
 from torchjob.testing import JobBuilder, make_job
 
 STEPS = 400  # long enough (0.1 s a step) for a cold spare to start and join while the group trains on
@@ -28,7 +28,7 @@ def elastic_job(name: str, **annotations: str) -> JobBuilder:
         make_job(name)
         .workers(3)
         .elastic(minReplicas=2, maxReplicas=3)
-        .command("python", str(SCRIPTS / "in_place_train.py"))
+        .command("python", str(INTEGRATION_SCRIPTS / "in_place_train.py"))
         .env(STEPS=str(STEPS))
         # Elastic and in place, with no idle spare: a lost member leaves, and a spare is started for its place.
         .annotate(**{"torchjob.io/spares": "0", **annotations})
@@ -42,7 +42,7 @@ def reference_parameters() -> list[float]:
     model = torch.nn.Linear(8, 1)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
     for number in range(STEPS):
-        samples = [number * GLOBAL_BATCH + i for i in range(GLOBAL_BATCH)]
+        samples = [number * IN_PLACE_GLOBAL_BATCH + i for i in range(IN_PLACE_GLOBAL_BATCH)]
         x = torch.stack([torch.full((8,), float(s % 5)) for s in samples])
         y = torch.tensor([[float(s % 3)] for s in samples])
         optimizer.zero_grad()
@@ -66,7 +66,7 @@ def test_a_lost_member_leaves_at_once_and_its_replacement_joins_when_warm(
 ) -> None:
     deadline = {"torchjob.io/progress-deadline-seconds": "60"} if fault is signal.SIGSTOP else {}
     run = start_run(job_file(tmp_path, elastic_job("flex", **deadline)), torchjob_home)
-    wait_for(lambda: len(trained(torchjob_home, "flex", "worker-1")) >= 5, what="training")
+    wait_until(lambda: len(trained(torchjob_home, "flex", "worker-1")) >= 5, what="training")
     survivors = {r: shim_pid(torchjob_home, "flex", r) for r in ("worker-0", "worker-2")}
     psutil.Process(shim_pid(torchjob_home, "flex", "worker-1")).children()[0].send_signal(fault)
     stdout, stderr = run.communicate(timeout=400)
@@ -90,10 +90,10 @@ def test_a_lost_member_leaves_at_once_and_its_replacement_joins_when_warm(
 
 def test_scaling_down_and_up_changes_the_running_group_in_place(tmp_path: Path, torchjob_home: Path) -> None:
     run = start_run(job_file(tmp_path, elastic_job("flex")), torchjob_home)
-    wait_for(lambda: len(trained(torchjob_home, "flex", "worker-2")) >= 5, what="training")
+    wait_until(lambda: len(trained(torchjob_home, "flex", "worker-2")) >= 5, what="training")
     staying = {r: shim_pid(torchjob_home, "flex", r) for r in ("worker-0", "worker-1")}
     assert run_cli("scale", "flex", "--workers", "2", home=torchjob_home).returncode == 0
-    wait_for(lambda: membership(torchjob_home).get("members") == ["worker-0", "worker-1"], what="scaled down")
+    wait_until(lambda: membership(torchjob_home).get("members") == ["worker-0", "worker-1"], what="scaled down")
     assert run_cli("scale", "flex", "--workers", "3", home=torchjob_home).returncode == 0
     stdout, stderr = run.communicate(timeout=400)
     assert run.returncode == 0, stderr[-3000:]
@@ -138,7 +138,7 @@ def assert_trained_exactly(home: Path, generations: set[int]) -> None:
     for step, (generation, _) in newest.items():
         last_step_of[generation] = max(step, last_step_of.get(generation, step))
     for step, (generation, samples) in newest.items():
-        expected = list(range(step * GLOBAL_BATCH, (step + 1) * GLOBAL_BATCH))
+        expected = list(range(step * IN_PLACE_GLOBAL_BATCH, (step + 1) * IN_PLACE_GLOBAL_BATCH))
         if step == last_step_of[generation] and sorted(samples) != expected:
             # As in test_in_place_repair: a member killed after the step's collective, before it wrote its record,
             # trained the step (the others could not have completed it without it) but never said so; the

@@ -13,19 +13,14 @@ import psutil
 import pytest
 
 from tests.support.cli import run_cli
-from tests.support.local_runs import job_file, job_object, shim_pid, start_run
-from tests.support.waits import wait_for
+from tests.support.local_runs import IN_PLACE_GLOBAL_BATCH, job_file, job_object, shim_pid, start_run, trained
+from tests.support.waits import wait_until
 from torchjob import worker_files
 from torchjob.testing import JobBuilder, make_job
 
 SCRIPTS = Path(__file__).resolve().parent / "scripts"
-STEPS, GLOBAL_BATCH = 60, 6
+STEPS, GLOBAL_BATCH = 60, IN_PLACE_GLOBAL_BATCH
 REPLICAS = ("master-0", "worker-0", "worker-1")
-
-
-def trained(home: Path, job: str, replica: str) -> list[dict[str, object]]:
-    path = home / "jobs" / job / "output" / f"trained-{replica}.jsonl"
-    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
 
 
 def final_parameters(home: Path, job: str) -> list[list[float]]:
@@ -58,7 +53,7 @@ def uninterrupted(tmp_path_factory: pytest.TempPathFactory) -> list[list[float]]
 
 def warm_and_training(home: Path, spares: int = 1) -> None:
     ready = [home / "jobs" / "mend" / "output" / "inplace" / f"spare-{k}.json" for k in range(spares)]
-    wait_for(lambda: len(trained(home, "mend", "worker-1")) >= 5 and all(p.exists() for p in ready), what="warm")
+    wait_until(lambda: len(trained(home, "mend", "worker-1")) >= 5 and all(p.exists() for p in ready), what="warm")
 
 
 def assert_repaired_exactly(
@@ -206,7 +201,7 @@ def test_a_member_lost_during_a_repair_is_repaired_around_too(
     frozen.send_signal(signal.SIGSTOP)
     psutil.Process(shim_pid(torchjob_home, "mend", "worker-1")).children()[0].send_signal(signal.SIGKILL)
     membership = torchjob_home / "jobs" / "mend" / "output" / "membership.json"
-    wait_for(lambda: membership.exists() and json.loads(membership.read_text())["generation"] == 1, what="repair 1")
+    wait_until(lambda: membership.exists() and json.loads(membership.read_text())["generation"] == 1, what="repair 1")
     frozen.send_signal(signal.SIGKILL)
     stdout, stderr = run.communicate(timeout=300)
     assert run.returncode == 0, stderr[-3000:]
@@ -254,7 +249,7 @@ def test_a_member_stuck_in_its_step_after_leaving_it_falls_silent_and_is_replace
     survivors = {"master-0": shim_pid(torchjob_home, "mend", "master-0")}
     output = torchjob_home / "jobs" / "mend" / "output"
     (output / "stick-worker-1").touch()
-    wait_for(lambda: (output / "stuck-worker-1").exists(), what="worker-1 stuck in its step")
+    wait_until(lambda: (output / "stuck-worker-1").exists(), what="worker-1 stuck in its step")
     psutil.Process(shim_pid(torchjob_home, "mend", "worker-0")).children()[0].send_signal(signal.SIGKILL)
     stdout, stderr = run.communicate(timeout=300)
     assert run.returncode == 0, stderr[-3000:]
@@ -281,7 +276,7 @@ def test_a_member_lost_while_no_spare_is_ready_waits_for_the_next_to_warm_and_is
     (torchjob_home / "jobs" / "mend" / "output" / "cold-spare-1").write_text("5")
     psutil.Process(shim_pid(torchjob_home, "mend", "spare-0")).children()[0].send_signal(signal.SIGKILL)
     state = torchjob_home / "jobs" / "mend" / "local.json"
-    wait_for(lambda: '"spare-1"' in state.read_text(), what="the next spare started")
+    wait_until(lambda: '"spare-1"' in state.read_text(), what="the next spare started")
     assert not (torchjob_home / "jobs" / "mend" / "output" / "inplace" / "spare-1.json").exists()  # still cold
     psutil.Process(shim_pid(torchjob_home, "mend", "worker-1")).children()[0].send_signal(signal.SIGKILL)
     stdout, stderr = run.communicate(timeout=300)
@@ -307,9 +302,9 @@ def test_a_lost_spare_is_replaced_and_the_group_never_notices(tmp_path: Path, to
     path = job_file(tmp_path, job)
     run = start_run(path, torchjob_home)
     output = torchjob_home / "jobs" / "spareless" / "output"
-    wait_for(lambda: (output / "inplace" / "spare-0.json").exists(), what="a warm spare")
+    wait_until(lambda: (output / "inplace" / "spare-0.json").exists(), what="a warm spare")
     psutil.Process(shim_pid(torchjob_home, "spareless", "spare-0")).children()[0].send_signal(signal.SIGKILL)
-    wait_for(lambda: (output / "inplace" / "spare-1.json").exists(), timeout=180, what="the next spare")
+    wait_until(lambda: (output / "inplace" / "spare-1.json").exists(), timeout=180, what="the next spare")
     _, stderr = run.communicate(timeout=300)
     assert run.returncode == 0, stderr[-3000:]
     status = job_object(torchjob_home, "spareless")["status"]
@@ -328,7 +323,7 @@ def test_a_plain_script_with_spares_still_gets_a_group_restart(tmp_path: Path, t
     path = job_file(tmp_path, job)
     run = start_run(path, torchjob_home)
     output = torchjob_home / "jobs" / "plainspares" / "output"
-    wait_for(lambda: (output / "inplace" / "spare-0.json").exists(), timeout=180, what="a warm spare")
+    wait_until(lambda: (output / "inplace" / "spare-0.json").exists(), timeout=180, what="a warm spare")
     psutil.Process(shim_pid(torchjob_home, "plainspares", "worker-0")).children()[0].send_signal(signal.SIGKILL)
     _, stderr = run.communicate(timeout=300)
     assert run.returncode == 0, stderr[-3000:]
@@ -377,10 +372,10 @@ def test_a_survivor_computing_when_a_peer_is_lost_leaves_its_step_at_its_next_mo
     run = start_run(job_file(tmp_path, job), torchjob_home)
     output = torchjob_home / "jobs" / "mend" / "output"
     spare = output / "inplace" / "spare-0.json"
-    wait_for(lambda: len(trained(torchjob_home, "mend", "worker-1")) >= 2 and spare.exists(), what="warm")
+    wait_until(lambda: len(trained(torchjob_home, "mend", "worker-1")) >= 2 and spare.exists(), what="warm")
     began = output / f"{where}-worker-1"
     began.unlink()
-    wait_for(began.exists, what=where)  # every member is in the same step's sleep
+    wait_until(began.exists, what=where)  # every member is in the same step's sleep
     psutil.Process(shim_pid(torchjob_home, "mend", "worker-1")).children()[0].send_signal(signal.SIGKILL)
     stdout, stderr = run.communicate(timeout=300)
     assert run.returncode == 0, stderr[-3000:]

@@ -9,7 +9,7 @@ import pytest
 
 from tests.support.cli import run_cli
 from tests.support.local_runs import alive, all_pids, condition, job_object, replica_records, start_run, write_job
-from tests.support.waits import wait_for
+from tests.support.waits import wait_until
 
 
 def wait_until_all_started(home: Path, name: str, replicas: int) -> None:
@@ -17,7 +17,7 @@ def wait_until_all_started(home: Path, name: str, replicas: int) -> None:
         records = replica_records(home, name)
         return len(records) == replicas and all("child_pid" in r for r in records.values())
 
-    wait_for(started, what=f"{replicas} replicas of {name} to start")
+    wait_until(started, what=f"{replicas} replicas of {name} to start")
 
 
 @pytest.mark.parametrize(("signum", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
@@ -45,7 +45,7 @@ def test_a_killed_controller_takes_its_replicas_with_it(tmp_path: Path, torchjob
     run.kill()  # SIGKILL: no chance to clean up
     run.communicate(timeout=30)
     pids = all_pids(torchjob_home, "orphan")
-    wait_for(lambda: not any(alive(p) for p in pids), timeout=30, what="the orphaned replicas to die")
+    wait_until(lambda: not any(alive(p) for p in pids), timeout=30, what="the orphaned replicas to die")
     # The record is settled on the next read: the job failed, and says why.
     result = run_cli("get", "orphan", "-o", "json", home=torchjob_home)
     assert result.returncode == 0

@@ -11,7 +11,7 @@ import textwrap
 from pathlib import Path
 
 from tests.support.local_runs import alive
-from tests.support.waits import wait_for
+from tests.support.waits import wait_until
 
 # The child: binds itself to the pid it is given, says whether that is still its parent, then waits to be ended.
 CHILD = textwrap.dedent(
@@ -40,7 +40,7 @@ def _start(when: str, tmp_path: Path) -> tuple[subprocess.Popen[bytes], Path]:
     said = tmp_path / "said"
     with said.open("wb") as out:
         parent = subprocess.Popen([sys.executable, "-c", PARENT, CHILD, when], stdout=out)
-    wait_for(lambda: said.read_text().strip() != "", timeout=60, what="the child's line")
+    wait_until(lambda: said.read_text().strip() != "", timeout=60, what="the child's line")
     return parent, said
 
 
@@ -52,7 +52,7 @@ def test_a_bound_process_is_killed_when_its_parent_is(tmp_path: Path) -> None:
         assert alive(int(pid))
         parent.kill()
         parent.wait()
-        wait_for(lambda: not alive(int(pid)), timeout=10, what="the bound child to end with its parent")
+        wait_until(lambda: not alive(int(pid)), timeout=10, what="the bound child to end with its parent")
     finally:
         if alive(int(pid)):
             os.kill(int(pid), signal.SIGKILL)

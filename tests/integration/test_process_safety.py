@@ -23,7 +23,7 @@ import pytest
 
 from tests.support.cli import run_cli
 from tests.support.local_runs import alive, condition, job_object
-from tests.support.waits import wait_for
+from tests.support.waits import wait_until
 from torchjob.backends.local import processes
 from torchjob.backends.local.store import JobStore, LocalState, ProcessRecord
 from torchjob.core.times import timestamp
@@ -203,7 +203,7 @@ def test_a_group_restarts_kill_reaches_every_survivors_tree_and_nothing_else(
         for leader in (first, second):
             assert leader.wait(timeout=10) == -signal.SIGKILL
         for pid in first_below + second_below:  # reaped by init once their parent is gone
-            wait_for(lambda pid=pid: not alive(pid), timeout=10, what=f"process {pid} to go")
+            wait_until(lambda pid=pid: not alive(pid), timeout=10, what=f"process {pid} to go")
         assert alive(kept.pid) and all(alive(pid) for pid in kept_below) and alive(stranger.pid)
     finally:
         for pid in first_below + second_below + kept_below:

@@ -24,7 +24,7 @@ from tests.support.cli import run_cli
 from tests.support.load import cpu_hogs
 from tests.support.local_runs import job_file, job_object, shim_pid, start_run
 from tests.support.paths import ROOT
-from tests.support.waits import wait_for
+from tests.support.waits import wait_until
 from torchjob.testing import make_job
 
 SCRIPTS = Path(__file__).resolve().parent / "scripts"
@@ -62,7 +62,7 @@ def test_a_sigstopped_process_is_named_as_hung_and_the_group_restarts(tmp_path: 
     run = start_run(path, torchjob_home)
     try:
         stepping = lambda: run.poll() is not None or heartbeat_step(torchjob_home, "frozen", "worker-0-0") >= 5  # noqa: E731
-        wait_for(stepping, timeout=180, what="five steps")
+        wait_until(stepping, timeout=180, what="five steps")
         assert run.poll() is None, run.communicate()[1][-2000:]
         os.kill(training_process(torchjob_home, "frozen", "worker-0").pid, signal.SIGSTOP)
         _, stderr = run.communicate(timeout=180)
@@ -96,7 +96,7 @@ def test_a_stall_of_the_machine_names_nobody_when_its_processes_resume_one_by_on
     run = start_run(job_file(tmp_path, job), torchjob_home)
     try:
         stepping = lambda: run.poll() is not None or heartbeat_step(torchjob_home, "stall", "master-0-0") >= 5  # noqa: E731
-        wait_for(stepping, timeout=180, what="five steps")
+        wait_until(stepping, timeout=180, what="five steps")
         assert run.poll() is None, run.communicate()[1][-2000:]
         master, worker = (training_process(torchjob_home, "stall", r) for r in ("master-0", "worker-0"))
         stalled = [psutil.Process(run.pid), master, worker] if controller_too else [master, worker]
@@ -161,7 +161,7 @@ def test_a_plain_script_reports_its_steps_and_a_sigstopped_rank_is_named_within_
     run = start_run(job_file(tmp_path, job), torchjob_home)
     try:
         stepping = lambda: run.poll() is not None or heartbeat_step(torchjob_home, "plain", "worker-0-0") >= 10  # noqa: E731
-        wait_for(stepping, timeout=180, what="ten optimizer steps reported by a script that knows nothing of them")
+        wait_until(stepping, timeout=180, what="ten optimizer steps reported by a script that knows nothing of them")
         assert run.poll() is None, run.communicate()[1][-2000:]
         training_process(torchjob_home, "plain", "worker-0", "train_plain.py").send_signal(signal.SIGSTOP)
         _, stderr = run.communicate(timeout=300)

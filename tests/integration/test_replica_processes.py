@@ -12,8 +12,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tests.support.local_runs import job_file, job_object, shim_pid, start_run
-from tests.support.waits import wait_for
+from tests.support.local_runs import job_file, job_object, shim_pid, start_run, trained
+from tests.support.waits import wait_until
 from torchjob.testing import JobBuilder, make_job
 
 SCRIPTS = Path(__file__).resolve().parent / "scripts"
@@ -32,11 +32,6 @@ def two_per_replica(name: str, spares: int) -> JobBuilder:
         .annotate(**{"torchjob.io/spares": str(spares)})
         .run_policy(backoffLimit=1)
     )
-
-
-def trained_steps(home: Path, name: str, replica: str) -> list[dict[str, object]]:
-    path = home / "jobs" / name / "output" / f"trained-{replica}.jsonl"
-    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
 
 
 def processes_of(home: Path, name: str, replica: str) -> list[psutil.Process]:
@@ -63,7 +58,7 @@ def test_a_replica_of_two_processes_is_replaced_in_place_by_a_spare_of_two(
     master's two processes (ranks 0 and 1) carry on in their own processes."""
     run = start_run(job_file(tmp_path, two_per_replica("pair", spares=1)), torchjob_home)
     spare_ready = torchjob_home / "jobs" / "pair" / "output" / "inplace" / "spare-0.json"
-    wait_for(lambda: len(trained_steps(torchjob_home, "pair", "worker-0")) >= 20 and spare_ready.exists(), what="warm")
+    wait_until(lambda: len(trained(torchjob_home, "pair", "worker-0")) >= 20 and spare_ready.exists(), what="warm")
     master = [p.pid for p in processes_of(torchjob_home, "pair", "master-0")]
     assert len(master) == 2
     worker = processes_of(torchjob_home, "pair", "worker-0")
@@ -88,7 +83,7 @@ def test_a_replica_of_two_processes_is_replaced_in_place_by_a_spare_of_two(
     assert (status["attempt"], status["restartCount"], status["repairs"]) == (0, 0, 1), status["attempts"]
     # The master's two processes trained every step, in their own processes, with ranks 0 and 1.
     by_step: dict[int, set[int]] = {}
-    for record in trained_steps(torchjob_home, "pair", "master-0"):
+    for record in trained(torchjob_home, "pair", "master-0"):
         by_step.setdefault(int(record["step"]), set()).update(record["samples"])  # type: ignore[call-overload, arg-type]
     assert sorted(by_step) == list(range(STEPS))
     final = json.loads((torchjob_home / "jobs" / "pair" / "output" / "final-master-0.json").read_text())
@@ -101,7 +96,7 @@ def test_a_replica_of_two_processes_without_spares_restarts_with_the_group(tmp_p
     """No spare: the same replica lost restarts the group (both replicas' two processes start again), and the job
     ends Succeeded with 4 ranks."""
     run = start_run(job_file(tmp_path, two_per_replica("pairs", spares=0)), torchjob_home)
-    wait_for(lambda: len(trained_steps(torchjob_home, "pairs", "worker-0")) >= 20, what="training")
+    wait_until(lambda: len(trained(torchjob_home, "pairs", "worker-0")) >= 20, what="training")
     processes_of(torchjob_home, "pairs", "worker-0")[1].send_signal(signal.SIGKILL)
     stdout, stderr = run.communicate(timeout=300)
     assert run.returncode == 0, stderr[-3000:]
@@ -109,7 +104,7 @@ def test_a_replica_of_two_processes_without_spares_restarts_with_the_group(tmp_p
     assert (status["attempt"], status["restartCount"]) == (1, 1), status["attempts"]
     assert "worker-0 exited with code 137" in status["attempts"][0]["outcome"], status["attempts"]
     assert "Rank 0: done: 120 steps" in stdout, stdout[-3000:]
-    sizes = {len(record["samples"]) for record in trained_steps(torchjob_home, "pairs", "worker-0")}  # type: ignore[arg-type]
+    sizes = {len(record["samples"]) for record in trained(torchjob_home, "pairs", "worker-0")}  # type: ignore[arg-type]
     assert sizes == {1}  # ranks 2 and 3 of 4: 6 samples a step, ranks 0 and 1 take the other 4
     # The first attempt's replicas are each recorded gone, when the backend saw them go (the restart's split reads it).
     state = json.loads((torchjob_home / "jobs" / "pairs" / "local.json").read_text())
@@ -176,9 +171,7 @@ def test_a_frozen_second_process_of_a_replica_is_found_and_its_replica_replaced_
     spare of two, and the job ends Succeeded."""
     run = start_run(job_file(tmp_path, two_per_replica("frozen", spares=1)), torchjob_home)
     spare_ready = torchjob_home / "jobs" / "frozen" / "output" / "inplace" / "spare-0.json"
-    wait_for(
-        lambda: len(trained_steps(torchjob_home, "frozen", "worker-0")) >= 20 and spare_ready.exists(), what="warm"
-    )
+    wait_until(lambda: len(trained(torchjob_home, "frozen", "worker-0")) >= 20 and spare_ready.exists(), what="warm")
     worker = processes_of(torchjob_home, "frozen", "worker-0")
     worker[1].send_signal(signal.SIGSTOP)
     try:
@@ -202,9 +195,7 @@ def test_a_replica_of_two_processes_on_notice_of_eviction_hands_both_places_to_a
     leave with it, the replica with exit code 0."""
     run = start_run(job_file(tmp_path, two_per_replica("notice", spares=1)), torchjob_home)
     spare_ready = torchjob_home / "jobs" / "notice" / "output" / "inplace" / "spare-0.json"
-    wait_for(
-        lambda: len(trained_steps(torchjob_home, "notice", "worker-0")) >= 20 and spare_ready.exists(), what="warm"
-    )
+    wait_until(lambda: len(trained(torchjob_home, "notice", "worker-0")) >= 20 and spare_ready.exists(), what="warm")
     leaving = shim_pid(torchjob_home, "notice", "worker-0")
     worker = processes_of(torchjob_home, "notice", "worker-0")
     worker[0].send_signal(signal.SIGTERM)

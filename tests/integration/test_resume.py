@@ -19,7 +19,7 @@ import yaml
 from tests.support.cli import run_cli
 from tests.support.local_runs import job_object, start_run
 from tests.support.paths import ROOT
-from tests.support.waits import wait_for
+from tests.support.waits import wait_until
 
 INTERVAL = 10
 
@@ -61,7 +61,7 @@ def test_kill_and_resume_ends_with_the_same_model(
     run = start_run(mnist_job(tmp_path, "killed"), torchjob_home)
     log = torchjob_home / "jobs" / "killed" / "logs" / "0" / f"{victim}.log"
     # Past the first checkpoint and mid-epoch (63 batches an epoch on 2 ranks).
-    wait_for(lambda: log.exists() and "epoch: 1/2, batch: 25/" in log.read_text(), what=f"{victim} at batch 25")
+    wait_until(lambda: log.exists() and "epoch: 1/2, batch: 25/" in log.read_text(), what=f"{victim} at batch 25")
     records = (torchjob_home / "jobs" / "killed" / "local.json").read_text()
     shim = next(p for p in yaml.safe_load(records)["processes"] if p["replica"] == victim)["pid"]
     trainer = psutil.Process(shim).children()[0]

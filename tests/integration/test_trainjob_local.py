@@ -13,7 +13,7 @@ import yaml
 
 from tests.support.cli import run_cli
 from tests.support.local_runs import condition, job_object, replica_records, shim_pid, start_run
-from tests.support.waits import wait_for
+from tests.support.waits import wait_until
 
 SCRIPTS = Path(__file__).resolve().parent / "scripts"
 
@@ -88,7 +88,7 @@ def test_a_member_of_a_trainjob_is_repaired_in_place_by_a_warm_spare(tmp_path: P
     run = start_run(path, torchjob_home)
     spare_ready = torchjob_home / "jobs" / "mend" / "output" / "inplace" / "spare-0.json"
     trained = torchjob_home / "jobs" / "mend" / "output" / "trained-worker-1.jsonl"
-    wait_for(lambda: spare_ready.exists() and trained.exists() and len(trained.read_text().splitlines()) >= 5)
+    wait_until(lambda: spare_ready.exists() and trained.exists() and len(trained.read_text().splitlines()) >= 5)
     psutil.Process(shim_pid(torchjob_home, "mend", "worker-1")).children()[0].send_signal(signal.SIGKILL)
     stdout, stderr = run.communicate(timeout=300)
     assert run.returncode == 0, stderr[-3000:]

@@ -14,7 +14,7 @@ import yaml
 
 from tests.support.cli import run_cli
 from tests.support.local_runs import alive, all_pids, condition, job_object, start_run
-from tests.support.waits import wait_for
+from tests.support.waits import wait_until
 from torchjob.testing import make_job
 
 SCRIPTS = Path(__file__).resolve().parent / "scripts"
@@ -145,7 +145,7 @@ def test_ctrl_c_during_a_warm_run_leaves_no_process_and_no_warm_interpreter(
     path = probe_job(tmp_path, "stopwarm", "python", str(SCRIPTS / "worker.py"), "--sleep", "300", "--spawn-child")
     run = start_run(path, torchjob_home)
     out = torchjob_home / "jobs" / "stopwarm" / "output"
-    wait_for(lambda: len(list(out.glob("*-0.json"))) == 2, what="both replicas to start")
+    wait_until(lambda: len(list(out.glob("*-0.json"))) == 2, what="both replicas to start")
     marker = json.loads((torchjob_home / "jobs" / "stopwarm" / "local.json").read_text())["job_uid"]
     interpreters = [p for p in _marked(marker) if "(warm interpreter)" in " ".join(p.cmdline())]
     assert len(interpreters) == 1
@@ -153,7 +153,7 @@ def test_ctrl_c_during_a_warm_run_leaves_no_process_and_no_warm_interpreter(
     run.communicate(timeout=60)
     assert run.returncode == 130
     assert [p for p in all_pids(torchjob_home, "stopwarm") if alive(p)] == []
-    wait_for(
+    wait_until(
         lambda: _marked(marker) == [], timeout=10, what="every process of the job, its warm interpreter too, to end"
     )
 

@@ -12,7 +12,7 @@ import yaml
 from kubeflow.training import TrainingClient
 
 from kuberig import Cluster
-from tests.kube.test_operator import job_manifest
+from tests.support.cluster_jobs import job_manifest
 from tests.support.operator import OperatorProcess
 from tests.support.paths import DATA
 

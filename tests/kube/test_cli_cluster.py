@@ -15,22 +15,13 @@ import yaml
 from kubeflow.training import TrainingClient
 
 from kuberig import Cluster, append_log_lines
-from tests.kube.test_operator import all_pods, get_job, job_manifest, pods, running_pods
-from tests.kube.test_rig import wait_until
+from tests.support.cli import run_cli_on_cluster
+from tests.support.cluster_jobs import all_pods, get_job, job_manifest, pods, running_pods
 from tests.support.operator import OperatorProcess
+from tests.support.waits import wait_until
 from torchjob.testing import make_job
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def torchjob(cluster: Cluster, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "torchjob.cli.main", *args],
-        env={**cluster.env(), "TORCHJOB_HOME": "/nonexistent-local-home"},
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
 
 
 def test_submit_follow_streams_every_replica_and_exits_with_the_jobs_outcome(
@@ -52,7 +43,7 @@ def test_submit_follow_streams_every_replica_and_exits_with_the_jobs_outcome(
 
     helper = threading.Thread(target=finish)
     helper.start()
-    result = torchjob(cluster, "submit", str(path), "-n", namespace, "--follow")
+    result = run_cli_on_cluster(cluster, "submit", str(path), "-n", namespace, "--follow")
     helper.join()
     assert result.returncode == 0, result.stderr
     assert "[master-0] follow-master-0 starting" in result.stdout
@@ -66,16 +57,16 @@ def test_get_list_logs_delete_with_cluster(
 ) -> None:
     path = tmp_path / "job.yaml"
     path.write_text(yaml.safe_dump(job_manifest("cli", workers=1)))
-    submitted = torchjob(cluster, "submit", str(path), "-n", namespace)
+    submitted = run_cli_on_cluster(cluster, "submit", str(path), "-n", namespace)
     assert submitted.returncode == 0, submitted.stderr
     assert f"pytorchjob.kubeflow.org/cli created in namespace {namespace}" in submitted.stderr
     wait_until(lambda: len(running_pods(cluster, namespace, "cli")) == 2, what="two running pods")
     cluster.serve_logs(namespace, "cli-worker-0", "pytorch", ["step 1", "step 2"], tmp_path / "w.log")
 
-    listed = torchjob(cluster, "list", "--cluster", "-n", namespace)
+    listed = run_cli_on_cluster(cluster, "list", "--cluster", "-n", namespace)
     row = listed.stdout.splitlines()[1].split() if listed.returncode == 0 else []
     assert row[:3] == ["cli", "Running", "-"] and row[-2:] == ["0", "-"], listed.stdout  # no repairs, no spares
-    got = torchjob(cluster, "get", "--cluster", "-n", namespace, "cli")
+    got = run_cli_on_cluster(cluster, "get", "--cluster", "-n", namespace, "cli")
     assert "State:     Running" in got.stdout and "Worker:    1 active" in got.stdout, got.stdout
     logs = subprocess.run(
         [sys.executable, "-m", "torchjob.cli.main", "logs", "cli", "-n", namespace, "--replica", "worker-0"],
@@ -86,19 +77,21 @@ def test_get_list_logs_delete_with_cluster(
     )
     assert logs.stdout.splitlines() == ["step 1", "step 2"], logs.stderr
 
-    again = torchjob(cluster, "submit", str(path), "-n", namespace)
+    again = run_cli_on_cluster(cluster, "submit", str(path), "-n", namespace)
     assert again.returncode == 3 and "already exists" in again.stderr
-    deleted = torchjob(cluster, "delete", "--cluster", "-n", namespace, "cli")
+    deleted = run_cli_on_cluster(cluster, "delete", "--cluster", "-n", namespace, "cli")
     assert deleted.returncode == 0
     wait_until(lambda: not pods(cluster, namespace, "cli"), what="the job's pods to be garbage-collected")
-    missing = torchjob(cluster, "get", "--cluster", "-n", namespace, "cli")
+    missing = run_cli_on_cluster(cluster, "get", "--cluster", "-n", namespace, "cli")
     assert missing.returncode == 3 and "not found" in missing.stderr
 
 
 def test_submit_reports_the_api_servers_own_refusal(
     cluster: Cluster, namespace: str, operator: OperatorProcess
 ) -> None:
-    result = torchjob(cluster, "submit", str(ROOT / "examples" / "mnist" / "job.yaml"), "-n", "no-such-namespace")
+    result = run_cli_on_cluster(
+        cluster, "submit", str(ROOT / "examples" / "mnist" / "job.yaml"), "-n", "no-such-namespace"
+    )
     assert result.returncode == 3
     assert 'namespaces "no-such-namespace" not found' in result.stderr
     assert "Traceback" not in result.stderr
@@ -109,7 +102,7 @@ def test_submit_rejects_a_bad_file_before_reaching_the_cluster(cluster: Cluster,
     manifest = job_manifest("bad", workers=1)
     manifest["spec"]["pytorchReplicaSpecs"]["Worker"]["replicas"] = "two"
     path.write_text(yaml.safe_dump(manifest))
-    result = torchjob(cluster, "submit", str(path))
+    result = run_cli_on_cluster(cluster, "submit", str(path))
     assert result.returncode == 2
     assert result.stderr.startswith(f"torchjob: {path}: spec.pytorchReplicaSpecs.Worker.replicas")
     assert os.linesep.join(result.stderr.splitlines()[1:]) == ""
@@ -147,19 +140,23 @@ def test_scale_cluster_grows_and_shrinks_an_elastic_job_without_a_restart(
     assert store["spec"]["containers"][0]["image"] == "example/train:1"
     assert cluster.kubectl_json("get", "-n", namespace, "service", "stretch-rdzv")["spec"]["clusterIP"] == "None"
 
-    refused = torchjob(cluster, "scale", "stretch", "--workers", "4", "--cluster", "-n", namespace)
+    refused = run_cli_on_cluster(cluster, "scale", "stretch", "--workers", "4", "--cluster", "-n", namespace)
     assert refused.returncode == 3 and "bounds [1, 3], got 4" in refused.stderr
-    grown = torchjob(cluster, "scale", "stretch", "--workers", "3", "--cluster", "-n", namespace)
+    grown = run_cli_on_cluster(cluster, "scale", "stretch", "--workers", "3", "--cluster", "-n", namespace)
     assert grown.returncode == 0, grown.stderr
     wait_until(lambda: len(running_pods(cluster, namespace, "stretch")) == 3, what="a third worker")
-    assert torchjob(cluster, "scale", "stretch", "--workers", "1", "--cluster", "-n", namespace).returncode == 0
+    assert (
+        run_cli_on_cluster(cluster, "scale", "stretch", "--workers", "1", "--cluster", "-n", namespace).returncode == 0
+    )
     wait_until(
         lambda: sorted(all_pods(cluster, namespace, "stretch")) == ["stretch-rdzv", "stretch-worker-0"],
         what="one worker left",
     )
 
     # A lost member while at least minReplicas remain: the group carries on, and a replacement joins.
-    assert torchjob(cluster, "scale", "stretch", "--workers", "2", "--cluster", "-n", namespace).returncode == 0
+    assert (
+        run_cli_on_cluster(cluster, "scale", "stretch", "--workers", "2", "--cluster", "-n", namespace).returncode == 0
+    )
     wait_until(lambda: len(running_pods(cluster, namespace, "stretch")) == 2, what="two workers again")
     cluster.end_pod(namespace, "stretch-worker-1", 137)
     wait_until(

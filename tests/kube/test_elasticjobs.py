@@ -12,11 +12,11 @@ from typing import Any
 import yaml
 
 from kuberig import Cluster
-from tests.kube.test_cli_cluster import torchjob
-from tests.kube.test_operator import get_job, running_pods
-from tests.kube.test_rig import wait_until
+from tests.support.cli import run_cli_on_cluster
+from tests.support.cluster_jobs import get_job, running_pods
 from tests.support.operator import OperatorProcess
 from tests.support.paths import MNIST
+from tests.support.waits import wait_until
 
 
 def example(name: str) -> dict[str, Any]:
@@ -72,7 +72,7 @@ def test_an_elasticjob_runs_as_a_pytorchjob_it_owns_meeting_at_its_etcd(
     cluster.kubectl("scale", "-n", namespace, "elasticjob", "ej", "--replicas=2")
     wait_until(lambda: len(running_pods(cluster, namespace, "ej")) == 2, what="the group shrunk to 2")
     assert get_job(cluster, namespace, "ej")["spec"]["pytorchReplicaSpecs"]["Worker"]["replicas"] == 2
-    assert torchjob(cluster, "scale", "--cluster", "-n", namespace, "ej", "--workers", "3").returncode == 0
+    assert run_cli_on_cluster(cluster, "scale", "--cluster", "-n", namespace, "ej", "--workers", "3").returncode == 0
     wait_until(lambda: len(running_pods(cluster, namespace, "ej")) == 3, what="the group grown back to 3")
     assert get_elasticjob(cluster, namespace, "ej")["spec"]["replicaSpecs"]["Worker"]["replicas"] == 3
     status = get_job(cluster, namespace, "ej")["status"]
@@ -111,7 +111,7 @@ def test_torchjob_submit_creates_the_elasticjob_as_written(
 ) -> None:
     path = tmp_path / "job.yaml"
     path.write_text(yaml.safe_dump(example("submitted")))
-    submitted = torchjob(cluster, "submit", str(path), "-n", namespace)
+    submitted = run_cli_on_cluster(cluster, "submit", str(path), "-n", namespace)
     assert submitted.returncode == 0, submitted.stderr
     assert f"elasticjob.elastic.pytorch.org/submitted created in namespace {namespace}" in submitted.stderr
     written = get_elasticjob(cluster, namespace, "submitted")

@@ -7,9 +7,9 @@ from pathlib import Path
 from kubeflow.training import TrainingClient
 
 from kuberig import Cluster
-from tests.kube.test_operator import pods
-from tests.kube.test_rig import wait_until
+from tests.support.cluster_jobs import pods
 from tests.support.operator import OperatorProcess
+from tests.support.waits import wait_until
 
 
 def test_training_client_creates_waits_for_and_reads_logs_of_a_job(

@@ -5,9 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from kuberig import Cluster
-from tests.kube.test_operator import job_manifest, running_pods
-from tests.kube.test_rig import wait_until
+from tests.support.cluster_jobs import job_manifest, running_pods
 from tests.support.operator import OperatorProcess
+from tests.support.waits import wait_until
 
 # Jobs of this test name this value, so the session's own operator (which does not answer to it) ignores them.
 MANAGED_BY = "torchjob.io/election-test"

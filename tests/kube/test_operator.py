@@ -13,29 +13,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from kuberig import Cluster
 from kuberig.node.resources import GPU, advertise
-from tests.kube.test_rig import wait_until
+from tests.support.cluster_jobs import get_job, job_manifest, pods, running_pods
 from tests.support.operator import OperatorProcess
-from torchjob.testing import make_job
-
-
-def job_manifest(
-    name: str,
-    workers: int = 2,
-    master: bool = True,
-    restart_policy: str = "ExitCode",
-    run_policy: dict[str, Any] | None = None,
-) -> dict[str, Any]:
-    builder = make_job(name)
-    if master:
-        builder.master()
-    builder.workers(workers).restart_policy(restart_policy)
-    if run_policy:
-        builder.run_policy(**run_policy)
-    return builder.wire()
-
-
-def get_job(cluster: Cluster, namespace: str, name: str) -> dict[str, Any]:
-    return dict(cluster.kubectl_json("get", "-n", namespace, "pytorchjob", name))
+from tests.support.waits import wait_until
 
 
 def state(cluster: Cluster, namespace: str, name: str) -> str:
@@ -46,26 +26,6 @@ def state(cluster: Cluster, namespace: str, name: str) -> str:
 def condition(cluster: Cluster, namespace: str, name: str, ctype: str) -> dict[str, Any] | None:
     conditions = get_job(cluster, namespace, name).get("status", {}).get("conditions", [])
     return next((c for c in conditions if c["type"] == ctype and c["status"] == "True"), None)
-
-
-def pods(cluster: Cluster, namespace: str, job: str, label: str = "training.kubeflow.org/job-name") -> dict[str, Any]:
-    """The job's replica Pods, as Kubeflow's label selects them (``label``: torchjob's, for its helpers too)."""
-    items = cluster.kubectl_json("get", "-n", namespace, "pods", "-l", f"{label}={job}")["items"]
-    return {p["metadata"]["name"]: p for p in items if not p["metadata"].get("deletionTimestamp")}
-
-
-def all_pods(cluster: Cluster, namespace: str, job: str) -> dict[str, Any]:
-    """Every Pod torchjob made for the job: replicas, the rendezvous store, warm spares."""
-    return pods(cluster, namespace, job, label="torchjob.io/job-name")
-
-
-def running_pods(cluster: Cluster, namespace: str, job: str, attempt: int = 0) -> dict[str, dict[str, Any]]:
-    return {
-        name: p
-        for name, p in pods(cluster, namespace, job).items()
-        if p.get("status", {}).get("phase") == "Running"
-        and p["metadata"]["labels"].get("torchjob.io/attempt") == str(attempt)
-    }
 
 
 def wait_state(cluster: Cluster, namespace: str, name: str, wanted: str, timeout: float = 60) -> None:

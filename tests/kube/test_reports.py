@@ -12,10 +12,10 @@ import pytest
 from lightkube import Client, KubeConfig
 
 from kuberig import Cluster
-from tests.kube.test_operator import get_job, job_manifest, pods
-from tests.kube.test_rig import wait_until
+from tests.support.cluster_jobs import get_job, job_manifest, pods
 from tests.support.operator import OperatorProcess
 from tests.support.servers import free_port
+from tests.support.waits import wait_until
 from torchjob.backends.kubernetes.token_review import ApiTokenReviewer, PodIdentity
 from torchjob.reporting import Refused, call_operator
 

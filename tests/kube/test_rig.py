@@ -3,22 +3,12 @@
 from __future__ import annotations
 
 import subprocess
-import time
 from pathlib import Path
 from typing import Any
 
 from kuberig import Cluster, append_log_lines
 from kuberig.toolchain import control_plane_bin
-
-
-def wait_until(check: Any, timeout: float = 60, what: str = "condition") -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
+from tests.support.waits import wait_until
 
 
 def pod(name: str, **metadata: Any) -> dict[str, Any]:

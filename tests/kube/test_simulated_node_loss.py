@@ -21,10 +21,10 @@ import pytest
 
 from kuberig import Cluster
 from kuberig.node.kwok import KwokNode
-from tests.kube.test_operator import get_job, pods
-from tests.kube.test_rig import wait_until
+from tests.support.cluster_jobs import get_job, pods
 from tests.support.operator import OperatorProcess
 from tests.support.servers import free_port
+from tests.support.waits import wait_until
 from torchjob import worker_files
 from torchjob.api import extensions
 from torchjob.backends.kubernetes.reachability import connect, kubelet_address

@@ -12,11 +12,11 @@ from typing import Any
 import yaml
 
 from kuberig import Cluster
-from tests.kube.test_cli_cluster import torchjob
-from tests.kube.test_operator import get_job, pods, running_pods
-from tests.kube.test_rig import wait_until
+from tests.support.cli import run_cli_on_cluster
+from tests.support.cluster_jobs import get_job, pods, running_pods
 from tests.support.operator import OperatorProcess
 from tests.support.trainer import TORCH_DISTRIBUTED
+from tests.support.waits import wait_until
 
 TOLERATION = {"key": "team", "operator": "Equal", "value": "ml", "effect": "NoSchedule"}
 
@@ -144,7 +144,7 @@ def test_torchjob_submit_creates_the_trainjob_itself_where_the_cluster_serves_th
     cluster.apply(TORCH_DISTRIBUTED)
     path = tmp_path / "trainjob.yaml"
     path.write_text(yaml.safe_dump(trainjob("sent", nodes=1)))
-    submitted = torchjob(cluster, "submit", str(path), "-n", namespace)
+    submitted = run_cli_on_cluster(cluster, "submit", str(path), "-n", namespace)
     assert submitted.returncode == 0, submitted.stderr
     assert f"trainjob.trainer.kubeflow.org/sent created in namespace {namespace}" in submitted.stderr
     wait_until(lambda: len(running(cluster, namespace, "sent")) == 1, what="the submitted TrainJob's Pod")

@@ -12,10 +12,11 @@ from typing import Any
 import yaml
 
 from kuberig import Cluster
-from tests.node.conftest import wait_for_condition, wait_for_pod_phase
+from tests.support.cluster_waits import wait_for_condition, wait_for_pod_phase
 from tests.support.images import TEST_SCRIPTS
 from tests.support.operator import OperatorProcess
 from tests.support.paths import MNIST
+from tests.support.waits import wait_until
 
 
 def test_an_elastic_job_loses_a_pod_and_carries_on(cluster: Cluster, node_operator: OperatorProcess) -> None:
@@ -46,10 +47,7 @@ def test_an_elastic_job_loses_a_pod_and_carries_on(cluster: Cluster, node_operat
     def joined() -> list[dict[str, object]]:
         return [json.loads(line) for line in rounds.read_text().splitlines()] if rounds.exists() else []
 
-    deadline = time.monotonic() + 240
-    while not any(r["world"] == 2 for r in joined()):
-        assert time.monotonic() < deadline, f"the two agents never formed a group: {joined()}"
-        time.sleep(0.5)
+    wait_until(lambda: any(r["world"] == 2 for r in joined()), 240, "the two agents' group", every=0.5, detail=joined)
     # The rendezvous really goes through the store Pod: both agents were told to meet there.
     worker = cluster.kubectl_json("get", "pod", "stretchy-worker-0", "-n", namespace)
     env = {e["name"]: e.get("value") for e in worker["spec"]["containers"][0]["env"]}
@@ -89,10 +87,13 @@ def test_the_elasticjob_example_meets_at_its_etcd_in_the_cluster_loses_a_pod_and
         return str(cluster.kubectl("logs", "-n", namespace, pod, check=False).stdout)
 
     workers = [f"mnist-elastic-worker-{i}" for i in range(3)]
-    deadline = time.monotonic() + 300
-    while "world size 3" not in "".join(map(logs, workers)) or not all("batch: " in logs(pod) for pod in workers):
-        assert time.monotonic() < deadline, {pod: logs(pod)[-800:] for pod in workers}
-        time.sleep(1)
+    wait_until(
+        lambda: "world size 3" in "".join(map(logs, workers)) and all("batch: " in logs(pod) for pod in workers),
+        300,
+        "every Worker training in a group of 3",
+        every=1,
+        detail=lambda: {pod: logs(pod)[-800:] for pod in workers},
+    )
     cluster.kubectl("delete", "pod", "mnist-elastic-worker-2", "-n", namespace, "--grace-period=0", "--force")
     try:
         job = wait_for_condition(cluster, namespace, "mnist-elastic", {"Succeeded", "Failed"}, timeout=400)

@@ -16,11 +16,11 @@ import yaml
 
 from kuberig import Cluster, ClusterConfig, NodeConfig, create, delete
 from kuberig.images.load import NODE_PYTHON
-from tests.kube.test_rig import wait_until
 from tests.support.incluster import IMAGE_NAME, push_operator_image
 from tests.support.operator_pods import leader, operator_pods, report_endpoints
 from tests.support.paths import DEPLOY
 from tests.support.servers import build, helm_binary
+from tests.support.waits import wait_until
 
 CHART = DEPLOY / "chart"
 NAMESPACE = "torchjob-system"

@@ -17,8 +17,9 @@ import pytest
 import yaml
 
 from kuberig import Cluster, toolchain
-from tests.node.conftest import event_messages, wait_beside_a_spare, wait_for_condition, wait_for_log
+from tests.support.cluster_waits import event_messages, wait_beside_a_spare, wait_for_condition, wait_for_log
 from tests.support.operator import OperatorProcess
+from tests.support.waits import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 JOB = "mnist-inplace"
@@ -226,10 +227,7 @@ def test_a_worker_pod_lost_while_the_next_spare_pod_still_starts_waits_for_it_an
     killed = _uid(cluster, namespace, f"{JOB}-spare-0-0")
     for pid in cluster.container_pids(namespace, f"{JOB}-spare-0-0"):
         os.kill(pid, signal.SIGKILL)
-    deadline = time.monotonic() + 120
-    while (spare := _next_spare(cluster, namespace, killed)) is None:
-        assert time.monotonic() < deadline, "the operator never made the next spare Pod"
-        time.sleep(0.2)
+    spare = wait_until(lambda: _next_spare(cluster, namespace, killed), 120, "the operator to make the next spare Pod")
     for pid in cluster.container_pids(namespace, f"{JOB}-worker-1"):
         os.kill(pid, signal.SIGKILL)
     status, events = _succeeded(cluster, namespace, JOB)

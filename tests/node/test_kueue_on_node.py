@@ -16,10 +16,10 @@ import yaml
 
 from kuberig import Cluster
 from kuberig.addons import kueue
-from tests.kube.test_rig import wait_until
 from tests.support.operator import OperatorProcess
 from tests.support.paths import MNIST
 from tests.support.trainer import TORCH_DISTRIBUTED
+from tests.support.waits import wait_until
 
 QUEUE = "team"
 HOSTNAME = "kubernetes.io/hostname"

@@ -21,7 +21,7 @@ import pytest
 import yaml
 
 from kuberig import Cluster
-from tests.node.conftest import wait_for_condition
+from tests.support.cluster_waits import wait_for_a_checkpoint, wait_for_condition
 from tests.support.mnist_jobs import mnist_on_a_claim
 from tests.support.operator import OperatorProcess
 
@@ -141,10 +141,7 @@ def test_sigkill_of_a_training_process_restarts_the_group_from_the_claims_checkp
         job["metadata"]["annotations"] = {"torchjob.io/warm-start": "true"}
     submitted = _submit(cluster, job, tmp_path, follow=False)
     assert submitted.wait(timeout=60) == 0, submitted.stdout.read() if submitted.stdout else ""
-    deadline = time.monotonic() + 300
-    while not list((data / "checkpoints").glob("*")):
-        assert time.monotonic() < deadline, "no checkpoint was written to the claim"
-        time.sleep(0.5)
+    wait_for_a_checkpoint(data, timeout=300)
     pods_before = _pod_uids(cluster, namespace)
     victims = cluster.container_pids(namespace, "mnist-worker-1")
     if start == "warm":  # the training process, as the OOM killer or a crash ends it: not its Pod's launcher

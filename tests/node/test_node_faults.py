@@ -6,9 +6,10 @@ import json
 import time
 
 from kuberig import Cluster
-from tests.node.conftest import wait_for_condition, wait_for_log
+from tests.support.cluster_waits import reported_step, wait_for_condition, wait_for_log
 from tests.support.images import KUBEFLOW_MNIST
 from tests.support.operator import OperatorProcess
+from tests.support.waits import wait_until
 
 
 def _job(
@@ -29,12 +30,6 @@ def _job(
             },
         },
     }
-
-
-def _reported_step(cluster: Cluster, namespace: str, name: str) -> int | None:
-    found = cluster.kubectl_json("get", "pytorchjob", name, "-n", namespace)
-    metrics = (found["status"].get("trainerStatus") or {}).get("metrics") or []
-    return next((int(m["value"]) for m in metrics if m["name"] == "step"), None)
 
 
 def test_an_eviction_restarts_the_group_without_counting_against_backoff_limit(
@@ -79,10 +74,12 @@ def test_a_lost_node_is_named_in_the_status_and_the_job_carries_on_when_it_retur
     # kubelet gone, and after it returns; exited processes, which no kubelet reports, would look silent.
     cluster.apply(_job("stranded", namespace, epochs=60))
     wait_for_log(cluster, namespace, "stranded-worker-0", "Rank 1: epoch: 1/60, batch: 5/", timeout=240)
-    deadline = time.monotonic() + 60
-    while not _reported_step(cluster, namespace, "stranded"):
-        assert time.monotonic() < deadline, "the plain script's steps never reached the operator"
-        time.sleep(1)
+    wait_until(
+        lambda: reported_step(cluster, namespace, "stranded") > 0,
+        60,
+        "the plain script's steps at the operator",
+        every=1,
+    )
     containers = _container_ids(cluster, namespace)
     kubelet = cluster.kubelet_nodes()[0].process_name("kubelet")
     argv = cluster.stop_process(kubelet)
@@ -110,11 +107,13 @@ def test_a_lost_node_is_named_in_the_status_and_the_job_carries_on_when_it_retur
             break
         assert time.monotonic() < deadline, f"the lost node is still named after it returned: {running}"
         time.sleep(1)
-    back_at = _reported_step(cluster, namespace, "stranded") or 0
-    deadline = time.monotonic() + 120
-    while (_reported_step(cluster, namespace, "stranded") or 0) <= back_at:
-        assert time.monotonic() < deadline, f"no step reported after step {back_at}, the node back"
-        time.sleep(1)
+    back_at = max(reported_step(cluster, namespace, "stranded"), 0)
+    wait_until(
+        lambda: reported_step(cluster, namespace, "stranded") > back_at,
+        120,
+        f"a step reported after step {back_at}, the node back",
+        every=1,
+    )
     assert _container_ids(cluster, namespace) == containers
     job = cluster.kubectl_json("get", "pytorchjob", "stranded", "-n", namespace)
     assert job["status"].get("restartCount", 0) == 0

@@ -11,15 +11,15 @@ import os
 import secrets
 import signal
 import subprocess
-import time
 from datetime import datetime, timezone
 from pathlib import Path
 
 from kuberig import Cluster, ClusterConfig, NodeConfig, create, delete
 from kuberig.images.load import NODE_PYTHON
 from kuberig.node import kubelet
-from tests.node.conftest import wait_for_pod_phase
+from tests.support.cluster_waits import wait_for_pod_phase
 from tests.support.images import KUBEFLOW_MNIST
+from tests.support.waits import wait_until
 
 
 def _processes_mentioning(text: str) -> list[str]:
@@ -167,25 +167,19 @@ def test_a_second_cluster_of_three_nodes_connects_their_pods_serves_exec_and_log
         assert _link_up(node.slot.host_veth)
         assert f"{node.slot.pod_subnet} via {node.slot.node_ip}" in _routes()  # its Pods are reachable again
         assert f"blackhole {node.slot.pod_subnet}" not in _routes()
-        deadline = time.monotonic() + 120
-        while _node_ready(second, node.name) != "True":
-            assert time.monotonic() < deadline, "the node never came back Ready"
-            time.sleep(1)
+        wait_until(lambda: _node_ready(second, node.name) == "True", 120, "the node Ready again", every=1)
 
         # Its kubelet dies alone: the rig names it exited, and revives it (as a node's init system would), and
         # the revived kubelet renews the node's Lease again.
         os.kill(second.state.process(node.process_name("kubelet")).pid, signal.SIGKILL)
-        deadline = time.monotonic() + 30
-        while kubelet.exited(second.state, node) != ["kubelet"]:
-            assert time.monotonic() < deadline, kubelet.exited(second.state, node)
-            time.sleep(0.2)
+        exited = lambda: kubelet.exited(second.state, node)  # noqa: E731
+        wait_until(lambda: exited() == ["kubelet"], 30, "the rig to name the kubelet exited", detail=exited)
         revived_at = datetime.now(timezone.utc)
         assert kubelet.revive(second.state, node) == ["kubelet"]
         assert kubelet.exited(second.state, node) == [] and kubelet.revive(second.state, node) == []
-        deadline = time.monotonic() + 120
-        while _lease_renewed(second, node.name) <= revived_at:
-            assert time.monotonic() < deadline, "the revived kubelet never renewed its node's Lease"
-            time.sleep(1)
+        wait_until(
+            lambda: _lease_renewed(second, node.name) > revived_at, 120, "the revived kubelet's renewal", every=1
+        )
     finally:
         (directory / "state.json").unlink(missing_ok=True)  # delete must find everything by the name alone
         delete(name, directory)

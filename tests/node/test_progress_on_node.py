@@ -8,20 +8,19 @@ first attempt's output survives the deletion of its Pods. The local twins are in
 from __future__ import annotations
 
 import copy
-import json
 import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 from kuberig import Cluster
-from tests.node.conftest import wait_for_condition
+from tests.support.cluster_waits import reported_step, wait_for_condition
 from tests.support.images import TEST_SCRIPTS
 from tests.support.load import cpu_hogs
 from tests.support.operator import OperatorProcess
+from tests.support.waits import wait_until
 
 # It bounds a Pod's start-up too: 30 s was seen to pass before the first report on a loaded node (every attempt
 # was then judged hung at start-up), so 60, as the other real-node hang tests use.
@@ -52,12 +51,6 @@ def _job(name: str, namespace: str) -> dict[str, Any]:
     }
 
 
-def _reported_step(cluster: Cluster, namespace: str, name: str) -> int:
-    found = json.loads(cluster.kubectl("get", "pytorchjob", name, "-n", namespace, "-o", "json").stdout)
-    metrics = ((found.get("status") or {}).get("trainerStatus") or {}).get("metrics") or []
-    return next((int(m["value"]) for m in metrics if m["name"] == "step"), -1)
-
-
 def _cli(cluster: Cluster, home: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "torchjob.cli.main", *args],
@@ -73,10 +66,13 @@ def test_a_sigstopped_pod_is_named_as_hung_and_its_attempts_output_is_kept(
 ) -> None:
     namespace = cluster.namespace("frozen")
     cluster.apply(_job("frozen", namespace))
-    deadline = time.monotonic() + 240
-    while _reported_step(cluster, namespace, "frozen") < 5:  # the Pods' reports reach the operator
-        assert time.monotonic() < deadline, cluster.kubectl("get", "pods", "-n", namespace, check=False).stdout
-        time.sleep(1)
+    wait_until(  # the Pods' reports reach the operator
+        lambda: reported_step(cluster, namespace, "frozen") >= 5,
+        240,
+        "step 5 reported",
+        every=1,
+        detail=lambda: cluster.kubectl("get", "pods", "-n", namespace, check=False).stdout,
+    )
     for pid in cluster.container_pids(namespace, "frozen-worker-0"):  # from the host: frozen, not ended
         os.kill(pid, signal.SIGSTOP)
     job = wait_for_condition(cluster, namespace, "frozen", {"Succeeded", "Failed"}, timeout=300)

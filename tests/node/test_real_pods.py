@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from kuberig import Cluster
-from tests.node.conftest import wait_for_condition, wait_for_pod_phase
+from tests.support.cluster_waits import wait_for_condition, wait_for_pod_phase
 from tests.support.images import KUBEFLOW_MNIST, TEST_SCRIPTS
 from tests.support.operator import OperatorProcess
 from tests.support.paths import DATA

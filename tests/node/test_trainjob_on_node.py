@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +17,7 @@ from kuberig import Cluster
 from tests.support.operator import OperatorProcess
 from tests.support.paths import MNIST
 from tests.support.trainer import TORCH_DISTRIBUTED
+from tests.support.waits import wait_until
 
 
 def test_the_trainjob_example_trains_in_pods_and_completes(
@@ -48,10 +48,10 @@ def test_the_trainjob_example_trains_in_pods_and_completes(
         return dict(json.loads(found).get("status") or {})
 
     # The TrainJob's status follows its PyTorchJob's (which --follow waited for) within a pass.
-    deadline = time.monotonic() + 60
-    while not any(c["type"] == "Complete" for c in trainjob_status().get("conditions") or []):
-        assert time.monotonic() < deadline, trainjob_status()
-        time.sleep(0.5)
+    def complete() -> bool:
+        return any(c["type"] == "Complete" for c in trainjob_status().get("conditions") or [])
+
+    wait_until(complete, 60, "the TrainJob Complete", every=0.5, detail=trainjob_status)
     status = trainjob_status()
     assert {c["type"]: c["status"] for c in status["conditions"]}["Complete"] == "True", status
     assert status["jobsStatus"][0]["succeeded"] == 1

@@ -1,4 +1,4 @@
-"""Running ``torchjob`` as a user would: its own process, against a private state directory."""
+"""Running ``torchjob`` as a user would: its own process, against a private state directory or a cluster."""
 
 from __future__ import annotations
 
@@ -6,6 +6,10 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from kuberig import Cluster
 
 
 def run_cli(*args: str, home: Path, timeout: float = 300, **kwargs: object) -> subprocess.CompletedProcess[str]:
@@ -18,4 +22,15 @@ def run_cli(*args: str, home: Path, timeout: float = 300, **kwargs: object) -> s
         timeout=timeout,
         env=env,
         **kwargs,
+    )
+
+
+def run_cli_on_cluster(cluster: Cluster, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    """Run ``torchjob ARGS`` against ``cluster`` (its kubeconfig), with no local state directory to fall back on."""
+    return subprocess.run(
+        [sys.executable, "-m", "torchjob.cli.main", *args],
+        env={**cluster.env(), "TORCHJOB_HOME": "/nonexistent-local-home"},
+        capture_output=True,
+        text=True,
+        timeout=timeout,
     )

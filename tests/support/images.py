@@ -11,7 +11,7 @@ from pathlib import Path
 
 from kuberig import Cluster
 from kuberig.images.load import NODE_PYTHON
-from tests.support.paths import GPT, MNIST, ROOT
+from tests.support.paths import GPT, INTEGRATION_SCRIPTS, MNIST, ROOT
 from tests.support.servers import etcd_binary
 
 # The image of Kubeflow's classic PyTorchJob example (tests/data/valid/kubeflow-mnist.yaml, unchanged): a
@@ -60,9 +60,8 @@ def push_test_images(cluster: Cluster) -> None:
         workdir="/opt/mnist",
     )
     push_example_images(cluster)
-    scripts = ROOT / "tests" / "integration" / "scripts"
     cluster.push_image(
-        TEST_SCRIPTS, {**NODE_PYTHON, **TORCHJOB, **TORCHRUN, "/workspace": scripts}, workdir="/workspace"
+        TEST_SCRIPTS, {**NODE_PYTHON, **TORCHJOB, **TORCHRUN, "/workspace": INTEGRATION_SCRIPTS}, workdir="/workspace"
     )
 
 

@@ -12,10 +12,13 @@ from typing import Any
 
 import yaml
 
-from tests.support.paths import ROOT
+from tests.support.paths import INTEGRATION_SCRIPTS
 from torchjob.testing import make_job
 
-WORKER = ROOT / "tests" / "integration" / "scripts" / "worker.py"
+WORKER = INTEGRATION_SCRIPTS / "worker.py"
+# The in-place test script's global batch (in_place_train.py): step s trains on samples 6s to 6s + 5, whatever the
+# group's size.
+IN_PLACE_GLOBAL_BATCH = 6
 
 
 def write_job(
@@ -98,3 +101,9 @@ def shim_pid(home: Path, job: str, replica: str) -> int:
     """The pid of the shim that runs ``replica`` now (its training process is the shim's child)."""
     state = json.loads((home / "jobs" / job / "local.json").read_text())
     return int(next(p["pid"] for p in state["processes"] if p["replica"] == replica and p.get("gone_at") is None))
+
+
+def trained(home: Path, job: str, replica: str) -> list[dict[str, object]]:
+    """The steps a replica of the in-place test script recorded, in order (``trained-REPLICA.jsonl``)."""
+    path = home / "jobs" / job / "output" / f"trained-{replica}.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []

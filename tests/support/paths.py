@@ -10,3 +10,5 @@ DEPLOY = ROOT / "deploy"
 MNIST = ROOT / "examples" / "mnist"
 GPT = ROOT / "examples" / "gpt"
 TOOLS = ROOT / "tools"
+TRAIN_SCRIPTS = ROOT / "tests" / "train" / "scripts"  # the worker-library tests' rank scripts
+INTEGRATION_SCRIPTS = ROOT / "tests" / "integration" / "scripts"  # the test scripts jobs run, locally and in images

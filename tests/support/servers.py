@@ -3,8 +3,10 @@ built (``tools/*-build.sh``, versions pinned in ``tools/versions.env``), and fre
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
+import urllib.request
 from pathlib import Path
 
 from kuberig import ports
@@ -42,3 +44,15 @@ def build(script: str) -> str | None:
     """Run ``tools/SCRIPT`` (a no-op when the server is built); the tail of its errors if it failed."""
     result = subprocess.run(["bash", str(TOOLS / script)], capture_output=True, text=True)
     return None if result.returncode == 0 else result.stderr[-3000:]
+
+
+def etcd_v2_keys(client: str) -> list[str]:
+    """Every key etcd's v2 store holds, recursively."""
+    tree = json.loads(urllib.request.urlopen(client + "/v2/keys/?recursive=true", timeout=5).read())
+    keys: list[str] = []
+    todo = [tree["node"]]
+    while todo:
+        node = todo.pop()
+        keys.append(node.get("key", "/"))
+        todo += node.get("nodes", [])
+    return keys

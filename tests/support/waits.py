@@ -1,15 +1,29 @@
-"""Waiting for what a scenario expects, with a deadline and a message naming what never came."""
+"""Waiting for what a scenario expects: one poll with a deadline, and a message naming what never came. Every tier's
+tests wait through it (a Kubernetes test's check is a ``kubectl`` call: a fifth of a second between calls keeps a
+long wait from loading the machine)."""
 
 from __future__ import annotations
 
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import TypeVar
+
+T = TypeVar("T")
 
 
-def wait_for(predicate: Any, timeout: float = 120, what: str = "condition") -> None:
+def wait_until(
+    check: Callable[[], T],
+    timeout: float = 120,
+    what: str = "condition",
+    every: float = 0.2,
+    detail: Callable[[], object] | None = None,
+) -> T:
+    """Call ``check`` every ``every`` seconds until it returns something true, and return that; fail after
+    ``timeout`` seconds, naming ``what`` and, where given, what ``detail`` says then (the state that explains it)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
+        value = check()
+        if value:
+            return value
+        time.sleep(every)
+    raise AssertionError(f"timed out waiting for {what}" + (f": {detail()}" if detail is not None else ""))

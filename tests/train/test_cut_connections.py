@@ -3,7 +3,7 @@ send that the collective posts just after the cut must not wait out the group's 
 
 from __future__ import annotations
 
-from tests.train.conftest import spawn_ranks
+from tests.support.ranks import spawn_ranks
 
 # Shutting both halves of the connections made 1 in 8 to 1 in 15 such sends wait: 40 trials catch that with ~95% odds.
 _TRIALS = 40

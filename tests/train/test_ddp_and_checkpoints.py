@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 import torch
 
+from tests.support.paths import TRAIN_SCRIPTS
+from tests.support.ranks import spawn_ranks
 from tests.support.servers import free_port
-from tests.train.conftest import SCRIPTS, spawn_ranks
 from torchjob import sections, worker_files
 from torchjob.train import Checkpointer, DistContext
 
@@ -50,7 +51,7 @@ def test_save_and_load_round_trip_with_rng(tmp_path: Path) -> None:
 
 def test_a_save_killed_mid_write_leaves_the_previous_checkpoint_usable(tmp_path: Path) -> None:
     writer = subprocess.Popen(
-        [sys.executable, str(SCRIPTS / "slow_save.py"), str(tmp_path)], stdout=subprocess.PIPE, text=True
+        [sys.executable, str(TRAIN_SCRIPTS / "slow_save.py"), str(tmp_path)], stdout=subprocess.PIPE, text=True
     )
     deadline = time.monotonic() + 60
     while not list(tmp_path.glob(".ckpt-000000000002.pt.tmp-*")):
@@ -143,7 +144,7 @@ def test_sigterm_saves_a_final_checkpoint_on_the_same_step_and_exits_143(tmp_pat
     port = str(free_port())
     procs = [
         subprocess.Popen(
-            [sys.executable, str(SCRIPTS / "preempt.py"), str(tmp_path)],
+            [sys.executable, str(TRAIN_SCRIPTS / "preempt.py"), str(tmp_path)],
             env={
                 **os.environ,
                 "MASTER_ADDR": "127.0.0.1",

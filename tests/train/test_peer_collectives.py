@@ -4,7 +4,7 @@ as FSDP2 alone trains it, and a peer's death fails the collective on the others 
 
 from __future__ import annotations
 
-from tests.train.conftest import spawn_ranks
+from tests.support.ranks import spawn_ranks
 
 
 def test_peer_collectives_give_gloos_numbers_and_a_sharded_model_trains_as_with_fsdp2_alone() -> None:

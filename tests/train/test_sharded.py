@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tests.train.conftest import run_sharded, spawn_ranks
+from tests.support.ranks import run_sharded, spawn_ranks
 
 
 def _run(world: int, *args: str, env: dict[str, str] | None = None) -> tuple[str, str]:

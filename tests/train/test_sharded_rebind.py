@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.train.conftest import spawn_ranks
+from tests.support.ranks import spawn_ranks
 
 
 def _checksum(checkpoints: Path, *args: str) -> tuple[str, str]:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 
-from tests.train.conftest import spawn_ranks
+from tests.support.ranks import spawn_ranks
 
 
 def _run(*args: str) -> tuple[str, str]:

@@ -6,13 +6,13 @@ from __future__ import annotations
 import subprocess
 import sys
 
+from tests.support.paths import TRAIN_SCRIPTS
 from tests.support.servers import free_port
-from tests.train.conftest import SCRIPTS
 
 
 def test_a_member_waits_for_a_store_that_is_not_there_yet_without_logging_torchs_connection_errors() -> None:
     ran = subprocess.run(
-        [sys.executable, str(SCRIPTS / "late_store.py"), str(free_port()), "4"],
+        [sys.executable, str(TRAIN_SCRIPTS / "late_store.py"), str(free_port()), "4"],
         capture_output=True,
         text=True,
         timeout=120,

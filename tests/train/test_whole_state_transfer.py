@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.train.conftest import spawn_ranks
+from tests.support.ranks import spawn_ranks
 from torchjob.train.group_state import whole_state_senders
 
 

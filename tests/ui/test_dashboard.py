@@ -16,10 +16,9 @@ from playwright.sync_api import Browser, expect
 from tests.support.cli import run_cli
 from tests.support.dashboard import Dashboard
 from tests.support.local_runs import job_file
-from tests.support.waits import wait_for
+from tests.support.paths import INTEGRATION_SCRIPTS
+from tests.support.waits import wait_until
 from torchjob.testing import make_job
-
-SCRIPTS = Path(__file__).resolve().parents[1] / "integration" / "scripts"
 
 
 @pytest.fixture(scope="module")
@@ -29,17 +28,17 @@ def home(tmp_path_factory: pytest.TempPathFactory) -> Path:
     restarted = (
         make_job("restarted")
         .workers(1)
-        .command("python", str(SCRIPTS / "worker.py"), "--act", "worker-0:0:exit:3")
+        .command("python", str(INTEGRATION_SCRIPTS / "worker.py"), "--act", "worker-0:0:exit:3")
         .restart_policy("OnFailure")
     )
     done = run_cli("run", str(job_file(home, restarted)), home=home)
     assert done.returncode == 0, done.stderr[-2000:]
-    script = str(SCRIPTS / "hang_train.py")
+    script = str(INTEGRATION_SCRIPTS / "hang_train.py")
     training = make_job("training").master().workers(1).command("python", script, "--steps", "1500", "--log-every", "9")
     started = run_cli("run", str(job_file(home, training)), "--detach", home=home)
     assert started.returncode == 0, started.stderr[-2000:]
     metrics = home / "jobs" / "training" / "output" / "metrics" / "rank-1.jsonl"
-    wait_for(lambda: metrics.exists() and len(metrics.read_text().splitlines()) >= 5, timeout=180, what="training")
+    wait_until(lambda: metrics.exists() and len(metrics.read_text().splitlines()) >= 5, timeout=180, what="training")
     return home
 
 
@@ -84,7 +83,7 @@ def test_the_charts_have_points_and_the_log_grows_while_the_job_runs(browser: Br
     log = page.locator("#log")
     expect(log).to_contain_text("rank 0: step", timeout=15_000)
     before = len(log.inner_text())
-    wait_for(lambda: len(log.inner_text()) > before, timeout=30, what="the log to grow")
+    wait_until(lambda: len(log.inner_text()) > before, timeout=30, what="the log to grow")
     page.locator('button.replica[data-replica="worker-0"]').click()
     expect(log).to_contain_text("rank 1: step", timeout=15_000)
 

@@ -5,17 +5,17 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from kuberig import Cluster
 from kuberig.node import kubelet
-from tests.node.conftest import wait_beside_a_spare, wait_for_condition
+from tests.support.cluster_waits import wait_beside_a_spare, wait_for_condition
 from tests.support.images import TEST_SCRIPTS
 from tests.support.mnist_jobs import lost_and_survivor
 from tests.support.operator_pods import operator_logs, ready
+from tests.support.waits import wait_until
 
 
 def spread_job(name: str, namespace: str, steps: int) -> dict[str, Any]:
@@ -199,17 +199,7 @@ def wait_until_gone_from(
         pods = cluster.kubectl_json("get", "pods", "-n", namespace)["items"]
         return {p["metadata"]["name"] for p in pods if p["spec"].get("nodeName") == node} - set(keeping)
 
-    deadline = time.monotonic() + 120
-    while on_the_node():
-        assert time.monotonic() < deadline, on_the_node()
-        time.sleep(1)
-
-
-def wait_for_a_checkpoint(data: Path, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while not list((data / "checkpoints").glob("*")):
-        assert time.monotonic() < deadline, "no checkpoint was written to the claim"
-        time.sleep(0.5)
+    wait_until(lambda: not on_the_node(), 120, f"no Pod of {namespace} left on {node}", every=1, detail=on_the_node)
 
 
 def wait_for_epoch_2_beside_a_spare(cluster: Cluster, namespace: str, name: str) -> None:

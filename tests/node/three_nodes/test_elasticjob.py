@@ -13,9 +13,9 @@ import yaml
 
 from kuberig import Cluster
 from kuberig.node import kubelet
-from tests.node.conftest import event_messages, wait_for_pod_phase
 from tests.node.three_nodes import support
 from tests.support import operator_pods
+from tests.support.cluster_waits import event_messages, wait_for_a_checkpoint, wait_for_pod_phase
 from tests.support.paths import MNIST
 
 
@@ -41,7 +41,7 @@ def test_an_elasticjob_carries_on_when_a_workers_node_vanishes_and_grows_back(th
     pod["affinity"] = {"podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": apart}}
     cluster.apply(job, namespace)
     workers = [f"mnist-elastic-worker-{i}" for i in range(3)]
-    support.wait_for_a_checkpoint(data, timeout=300)
+    wait_for_a_checkpoint(data, timeout=300)
     pods = {p["metadata"]["name"]: p for p in cluster.kubectl_json("get", "pods", "-n", namespace)["items"]}
     where = {name: p["spec"]["nodeName"] for name, p in pods.items()}
     # A Worker alone on its node, away from the etcd (losing the rendezvous server is another story).

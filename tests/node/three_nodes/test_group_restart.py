@@ -15,6 +15,7 @@ from kuberig import Cluster
 from kuberig.node import kubelet
 from tests.node.three_nodes import support
 from tests.support import operator_pods
+from tests.support.cluster_waits import wait_for_a_checkpoint
 from tests.support.mnist_jobs import mnist_on_a_claim
 
 
@@ -39,7 +40,7 @@ def test_a_node_lost_mid_training_restarts_the_group_on_the_survivors_from_the_c
     if start == "warm-4-per-pod":
         job["spec"]["nprocPerNode"] = "4"
     cluster.apply(job)
-    support.wait_for_a_checkpoint(data, timeout=300)
+    wait_for_a_checkpoint(data, timeout=300)
     first = {p["metadata"]["name"]: p for p in cluster.kubectl_json("get", "pods", "-n", namespace)["items"]}
     # A worker away from the operator's leader where it can be (a new leader never reached the lost node, so it
     # has only the node's Lease for a witness: another scenario, the leader's node test's), alone on its node
@@ -95,7 +96,7 @@ def test_a_node_lost_with_the_operators_leader_and_a_replica_restarts_the_group_
     namespace = cluster.namespace("leader-node-lost")
     data = cluster.claim(namespace, "data")
     cluster.apply(mnist_on_a_claim(namespace, "--checkpoint-every", "10", spread=True))
-    support.wait_for_a_checkpoint(data, timeout=300)
+    wait_for_a_checkpoint(data, timeout=300)
     first = {p["metadata"]["name"]: p for p in cluster.kubectl_json("get", "pods", "-n", namespace)["items"]}
     held = Counter(p["spec"]["nodeName"] for p in first.values())
     leader = operator_pods.leader(cluster)

@@ -13,10 +13,11 @@ import pytest
 
 from kuberig import Cluster
 from kuberig.node import kubelet
-from tests.node.conftest import event_messages, wait_for_log
 from tests.node.three_nodes import support
 from tests.support import operator_pods
+from tests.support.cluster_waits import event_messages, wait_for_log
 from tests.support.mnist_jobs import elastic_spread, in_place_one_per_node
+from tests.support.waits import wait_until
 
 
 def test_in_place_a_spare_on_another_node_takes_the_place_of_a_replica_whose_node_vanished(
@@ -317,7 +318,9 @@ def test_an_elastic_group_shrinks_at_once_when_a_members_node_vanishes_and_grows
 
 
 def _wait_for_no_pods(cluster: Cluster, namespace: str, timeout: float = 120) -> None:
-    deadline = time.monotonic() + timeout
-    while left := [p["metadata"]["name"] for p in cluster.kubectl_json("get", "pods", "-n", namespace)["items"]]:
-        assert time.monotonic() < deadline, f"Pods left in {namespace} {timeout:g}s after their job was deleted: {left}"
-        time.sleep(1)
+    def left() -> list[str]:
+        return [p["metadata"]["name"] for p in cluster.kubectl_json("get", "pods", "-n", namespace)["items"]]
+
+    wait_until(
+        lambda: not left(), timeout, f"no Pod left in {namespace} after its job was deleted", every=1, detail=left
+    )

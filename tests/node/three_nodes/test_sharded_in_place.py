@@ -16,8 +16,8 @@ import yaml
 
 from kuberig import Cluster
 from kuberig.node import kubelet
-from tests.node.conftest import wait_beside_a_spare
 from tests.node.three_nodes import support
+from tests.support.cluster_waits import wait_beside_a_spare
 from tests.support.mnist_jobs import one_per_node
 from tests.support.paths import GPT
 
