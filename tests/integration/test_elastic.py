@@ -15,11 +15,12 @@ import yaml
 
 from tests.support.cli import run_cli
 from tests.support.local_runs import alive, job_object, start_run
+from tests.support.paths import INTEGRATION_SCRIPTS
 from tests.support.servers import etcd_v2_keys
 from tests.support.waits import wait_until
 from torchjob.testing import make_job
 
-SCRIPT = Path(__file__).resolve().parent / "scripts" / "elastic_train.py"
+SCRIPT = INTEGRATION_SCRIPTS / "elastic_train.py"
 
 
 def elastic_job(tmp_path: Path, name: str, workers: int, low: int, high: int, steps: int, **policy: Any) -> Path:

@@ -6,11 +6,12 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-PROBE = Path(__file__).resolve().parent / "scripts" / "eviction_probe.py"
+from tests.support.paths import INTEGRATION_SCRIPTS
+
+PROBE = INTEGRATION_SCRIPTS / "eviction_probe.py"
 
 
 def noticed(mode: str) -> tuple[int, str]:

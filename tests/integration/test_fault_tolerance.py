@@ -10,11 +10,9 @@ import yaml
 
 from tests.support.cli import run_cli
 from tests.support.local_runs import condition, job_file, job_object, start_run
-from tests.support.paths import ROOT
+from tests.support.paths import INTEGRATION_SCRIPTS, ROOT
 from tests.support.waits import wait_until
 from torchjob.testing import make_job
-
-SCRIPTS = Path(__file__).resolve().parent / "scripts"
 
 
 def test_a_hung_rank_is_detected_named_and_the_group_recovers(tmp_path: Path, torchjob_home: Path) -> None:
@@ -22,7 +20,7 @@ def test_a_hung_rank_is_detected_named_and_the_group_recovers(tmp_path: Path, to
         make_job("hang")
         .master()
         .workers(1)
-        .command("python", str(SCRIPTS / "hang_train.py"), "--hang-rank", "1", "--hang-step", "5")
+        .command("python", str(INTEGRATION_SCRIPTS / "hang_train.py"), "--hang-rank", "1", "--hang-step", "5")
         .annotate(**{"torchjob.io/progress-deadline-seconds": "40", "torchjob.io/termination-grace-seconds": "2"})
     )
     result = run_cli("run", str(job_file(tmp_path, job)), home=torchjob_home)
@@ -49,7 +47,7 @@ def test_a_hung_process_of_a_replica_with_two_processes_is_named(tmp_path: Path,
         .command(
             "torchrun",
             "--nproc-per-node=2",
-            str(SCRIPTS / "hang_train.py"),
+            str(INTEGRATION_SCRIPTS / "hang_train.py"),
             "--hang-rank",
             "3",
             "--hang-step",
@@ -75,7 +73,7 @@ def test_the_exception_reaches_the_status_through_the_error_file(tmp_path: Path,
         make_job("hidden")
         .workers(1)
         .restart_policy("Never")
-        .command("python", str(SCRIPTS / "hang_train.py"), "--hide-and-raise")
+        .command("python", str(INTEGRATION_SCRIPTS / "hang_train.py"), "--hide-and-raise")
     )
     result = run_cli("run", str(job_file(tmp_path, job)), home=torchjob_home)
     assert result.returncode == 1

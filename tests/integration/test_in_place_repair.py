@@ -14,12 +14,12 @@ import pytest
 
 from tests.support.cli import run_cli
 from tests.support.local_runs import IN_PLACE_GLOBAL_BATCH, job_file, job_object, shim_pid, start_run, trained
+from tests.support.paths import INTEGRATION_SCRIPTS
 from tests.support.waits import wait_until
 from torchjob import worker_files
 from torchjob.testing import JobBuilder, make_job
 
-SCRIPTS = Path(__file__).resolve().parent / "scripts"
-STEPS, GLOBAL_BATCH = 60, IN_PLACE_GLOBAL_BATCH
+STEPS = 60
 REPLICAS = ("master-0", "worker-0", "worker-1")
 
 
@@ -33,7 +33,7 @@ def in_place_job(name: str, spares: int = 1, **annotations: str) -> JobBuilder:
         make_job(name)
         .master()
         .workers(2)
-        .command("python", str(SCRIPTS / "in_place_train.py"))
+        .command("python", str(INTEGRATION_SCRIPTS / "in_place_train.py"))
         .env(STEPS=str(STEPS))
         .annotate(**{"torchjob.io/spares": str(spares), **annotations})
         # A repair is a retry: it counts against backoffLimit like a restart (one allowed per spare here).
@@ -82,7 +82,10 @@ def assert_repaired_exactly(
             last_step_of[generation] = max(step, last_step_of.get(generation, step))
     for step, groups in last.items():
         generation = max(groups, key=int)
-        newest, expected = sorted(groups[generation]), list(range(step * GLOBAL_BATCH, (step + 1) * GLOBAL_BATCH))
+        newest, expected = (
+            sorted(groups[generation]),
+            list(range(step * IN_PLACE_GLOBAL_BATCH, (step + 1) * IN_PLACE_GLOBAL_BATCH)),
+        )
         if step == last_step_of[generation] and newest != expected:
             # A member frozen or killed after the step's collective, before it wrote its record, trained the
             # step (the others could not have completed it without it) but never said so: the last step of a
@@ -295,7 +298,7 @@ def test_a_lost_spare_is_replaced_and_the_group_never_notices(tmp_path: Path, to
         make_job("spareless")
         .master()
         .workers(1)
-        .command("python", str(SCRIPTS / "in_place_train.py"))
+        .command("python", str(INTEGRATION_SCRIPTS / "in_place_train.py"))
         .env(STEPS="250")  # 25 s: time for the next spare to warm up while the group trains
         .annotate(**{"torchjob.io/spares": "1"})
     )
@@ -317,7 +320,9 @@ def test_a_plain_script_with_spares_still_gets_a_group_restart(tmp_path: Path, t
         make_job("plainspares")
         .master()
         .workers(1)
-        .command("python", str(SCRIPTS / "hang_train.py"), "--first-attempt-steps", "100000", "--steps", "5")
+        .command(
+            "python", str(INTEGRATION_SCRIPTS / "hang_train.py"), "--first-attempt-steps", "100000", "--steps", "5"
+        )
         .annotate(**{"torchjob.io/spares": "1", "torchjob.io/termination-grace-seconds": "2"})
     )
     path = job_file(tmp_path, job)

@@ -10,10 +10,10 @@ import pytest
 import yaml
 from kfp import local
 
+from tests.support.paths import INTEGRATION_SCRIPTS
 from torchjob.pipelines import run_pytorchjob
 from torchjob.testing import make_job
 
-SCRIPTS = Path(__file__).resolve().parent / "scripts"
 # The local runner warns that the component names a container image; here it runs in this environment.
 pytestmark = pytest.mark.filterwarnings("ignore:You may be attemping to run a task:RuntimeWarning")
 
@@ -26,7 +26,7 @@ def kfp_local(tmp_path: Path, torchjob_home: Path, monkeypatch: pytest.MonkeyPat
 
 
 def test_the_step_runs_the_job_and_returns_its_outcome_and_metrics(kfp_local: Path) -> None:
-    (kfp_local / "train.py").write_text((SCRIPTS / "hang_train.py").read_text())
+    (kfp_local / "train.py").write_text((INTEGRATION_SCRIPTS / "hang_train.py").read_text())
     job = make_job("piped").master().workers(1).command("python", "train.py", "--steps", "20")  # relative path
     task = run_pytorchjob(job_yaml=yaml.safe_dump(job.wire()))
     assert task.outputs["state"] == "Succeeded"
@@ -41,7 +41,7 @@ def test_a_failed_job_fails_the_step_unless_asked_to_return_it(kfp_local: Path) 
     failing = (
         make_job("broken")
         .workers(1)
-        .command("python", str(SCRIPTS / "worker.py"), "--act", "worker-0:*:exit:3")
+        .command("python", str(INTEGRATION_SCRIPTS / "worker.py"), "--act", "worker-0:*:exit:3")
         .restart_policy("Never")
     )
     with pytest.raises(RuntimeError, match="FAILURE"):

@@ -18,13 +18,13 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.paths import INTEGRATION_SCRIPTS
 from torchjob import worker_files
 from torchjob.backends.kubernetes import warm_pods
 from torchjob.backends.kubernetes.report_board import ReportBoard
 from torchjob.backends.kubernetes.token_review import PodIdentity
 from torchjob.controller.report_server import report_server
 
-SCRIPTS = Path(__file__).parent / "scripts"
 POD = PodIdentity("team-a", "mnist-worker-0", "uid-1")
 
 
@@ -79,7 +79,9 @@ def _launch(operator: Operator, tmp_path: Path, command: list[str], plan: dict[s
         "PROBE_DO": json.dumps(plan),
     }
     launcher = [sys.executable, *warm_pods.LAUNCHER, *command]
-    return subprocess.Popen(launcher, cwd=SCRIPTS, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    return subprocess.Popen(
+        launcher, cwd=INTEGRATION_SCRIPTS, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
 
 
 def _probes(output: str) -> list[dict[str, object]]:
@@ -103,7 +105,9 @@ def test_a_killed_trainer_starts_again_warm_on_the_operators_order_as_the_same_c
     # with -m is not read, so it waits for the whole preload).
     assert (first["dynamo"], second["dynamo"]) == ((False, True) if form == "script" else (True, True))
     assert first["pid"] != second["pid"]
-    expected_argv = ["launcher_probe.py", "--lr", "0.1"] if form == "script" else [str(SCRIPTS / "launcher_probe.py")]
+    expected_argv = (
+        ["launcher_probe.py", "--lr", "0.1"] if form == "script" else [str(INTEGRATION_SCRIPTS / "launcher_probe.py")]
+    )
     assert first["argv"] == second["argv"] == expected_argv
     assert second["cmdline"] == command  # ps and pgrep -f show the script's own command line
     assert "PROBE_SUM 28" in output  # DataLoader workers forked from the warm trainer

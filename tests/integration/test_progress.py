@@ -23,11 +23,9 @@ import pytest
 from tests.support.cli import run_cli
 from tests.support.load import cpu_hogs
 from tests.support.local_runs import job_file, job_object, shim_pid, start_run
-from tests.support.paths import ROOT
+from tests.support.paths import INTEGRATION_SCRIPTS, ROOT
 from tests.support.waits import wait_until
 from torchjob.testing import make_job
-
-SCRIPTS = Path(__file__).resolve().parent / "scripts"
 
 
 def training_process(home: Path, job: str, replica: str, script: str = "hang_train.py") -> psutil.Process:
@@ -55,7 +53,9 @@ def test_a_sigstopped_process_is_named_as_hung_and_the_group_restarts(tmp_path: 
         make_job("frozen")
         .master()
         .workers(1)
-        .command("python", str(SCRIPTS / "hang_train.py"), "--first-attempt-steps", "100000", "--steps", "10")
+        .command(
+            "python", str(INTEGRATION_SCRIPTS / "hang_train.py"), "--first-attempt-steps", "100000", "--steps", "10"
+        )
         .annotate(**{"torchjob.io/termination-grace-seconds": "2"})
     )
     path = job_file(tmp_path, job)
@@ -90,7 +90,7 @@ def test_a_stall_of_the_machine_names_nobody_when_its_processes_resume_one_by_on
         make_job("stall")
         .master()
         .workers(1)
-        .command("python", str(SCRIPTS / "hang_train.py"), "--steps", "300")
+        .command("python", str(INTEGRATION_SCRIPTS / "hang_train.py"), "--steps", "300")
         .annotate(**{"torchjob.io/progress-deadline-seconds": "20", "torchjob.io/termination-grace-seconds": "2"})
     )
     run = start_run(job_file(tmp_path, job), torchjob_home)
@@ -128,7 +128,7 @@ def test_a_slow_start_and_a_long_evaluation_are_never_judged_hung_by_a_short_pro
     only from the first step; an evaluation longer than it, marked as a phase (``torchjob.train.section``): it
     has its own allowance. The job runs through on its first attempt."""
     evaluation = "--evaluate-at 4 --evaluate-seconds 12"
-    script = f"sleep 20; exec {sys.executable} {SCRIPTS / 'hang_train.py'} --steps 8 {evaluation}"
+    script = f"sleep 20; exec {sys.executable} {INTEGRATION_SCRIPTS / 'hang_train.py'} --steps 8 {evaluation}"
     job = (
         make_job("slow")
         .master()
@@ -213,7 +213,7 @@ def test_progress_moves_in_the_list_while_mnist_trains_and_ends_at_100(tmp_path:
 def test_on_a_terminal_run_shows_a_progress_bar_and_elsewhere_nothing_extra(
     tmp_path: Path, torchjob_home: Path
 ) -> None:
-    job = make_job("bar").workers(1).command("python", str(SCRIPTS / "hang_train.py"), "--steps", "150")
+    job = make_job("bar").workers(1).command("python", str(INTEGRATION_SCRIPTS / "hang_train.py"), "--steps", "150")
     path = job_file(tmp_path, job)
     env = {**os.environ, "TORCHJOB_HOME": str(torchjob_home), "TERM": "xterm", "COLUMNS": "120"}
     argv = [sys.executable, "-m", "torchjob.cli.main", "run", str(path)]
@@ -248,7 +248,7 @@ def test_a_deadlock_in_a_plain_script_is_found_by_a_learned_deadline_with_no_ann
     and shown by ``torchjob get``, and the next attempt, under the same learned deadline and the same load, is
     not falsely judged."""
     marker = tmp_path / "first-run-over"
-    script = str(SCRIPTS / "plain_deadlock.py")
+    script = str(INTEGRATION_SCRIPTS / "plain_deadlock.py")
     job = make_job("deadlock").master().workers(1).command("python", script, "--marker", str(marker))
     with cpu_hogs(1):
         result = run_cli("run", str(job_file(tmp_path, job)), home=torchjob_home, timeout=300)

@@ -13,16 +13,18 @@ import psutil
 import pytest
 
 from tests.support.local_runs import job_file, job_object, shim_pid, start_run, trained
+from tests.support.paths import INTEGRATION_SCRIPTS
 from tests.support.waits import wait_until
 from torchjob.testing import JobBuilder, make_job
 
-SCRIPTS = Path(__file__).resolve().parent / "scripts"
 STEPS = 120
 
 
 def pairs(name: str, script: str) -> JobBuilder:
     """A master and a worker of two processes each, running ``script`` directly."""
-    return make_job(name).master().workers(1).spec(nprocPerNode="2").command("python", str(SCRIPTS / script))
+    return (
+        make_job(name).master().workers(1).spec(nprocPerNode="2").command("python", str(INTEGRATION_SCRIPTS / script))
+    )
 
 
 def two_per_replica(name: str, spares: int) -> JobBuilder:
@@ -42,7 +44,7 @@ def processes_of(home: Path, name: str, replica: str) -> list[psutil.Process]:
 
 def no_process_left(home: Path, script_name: str = "in_place_train.py") -> bool:
     """Whether no process of ``script_name`` under the state directory ``home`` is left."""
-    script = str(SCRIPTS / script_name)
+    script = str(INTEGRATION_SCRIPTS / script_name)
     return not any(
         script in " ".join(p.info["cmdline"] or []) and str(home) in (p.info["environ"] or {}).get("TORCHJOB_HOME", "")
         for p in psutil.process_iter(["cmdline", "environ"])

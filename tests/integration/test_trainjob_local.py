@@ -13,9 +13,8 @@ import yaml
 
 from tests.support.cli import run_cli
 from tests.support.local_runs import condition, job_object, replica_records, shim_pid, start_run
+from tests.support.paths import INTEGRATION_SCRIPTS
 from tests.support.waits import wait_until
-
-SCRIPTS = Path(__file__).resolve().parent / "scripts"
 
 
 def _write(tmp_path: Path, name: str, trainer: dict[str, Any], *runtimes: dict[str, Any], **annotations: str) -> Path:
@@ -32,7 +31,7 @@ def _write(tmp_path: Path, name: str, trainer: dict[str, Any], *runtimes: dict[s
 
 
 def test_a_torchrun_trainjob_of_two_nodes_trains_with_trainers_variables(tmp_path: Path, torchjob_home: Path) -> None:
-    trainer = {"numNodes": 2, "command": ["torchrun", str(SCRIPTS / "worker.py")], "args": ["--ddp"]}
+    trainer = {"numNodes": 2, "command": ["torchrun", str(INTEGRATION_SCRIPTS / "worker.py")], "args": ["--ddp"]}
     result = run_cli("run", str(_write(tmp_path, "two-nodes", trainer)), home=torchjob_home)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "TrainJob two-nodes: 2 node(s) × 1 process(es)" in result.stderr
@@ -69,7 +68,7 @@ def test_a_failing_trainjob_is_restarted_as_its_runtime_allows_and_says_why(
         },
     }
     trainer = {
-        "command": ["python", str(SCRIPTS / "worker.py")],
+        "command": ["python", str(INTEGRATION_SCRIPTS / "worker.py")],
         "args": ["--act", "master-0:*:raise:bad shard 7", "--sleep", "30"],
     }
     result = run_cli("run", str(_write(tmp_path, "broken", trainer, runtime)), home=torchjob_home)
@@ -82,7 +81,7 @@ def test_a_failing_trainjob_is_restarted_as_its_runtime_allows_and_says_why(
 
 
 def test_a_member_of_a_trainjob_is_repaired_in_place_by_a_warm_spare(tmp_path: Path, torchjob_home: Path) -> None:
-    trainer = {"numNodes": 3, "command": ["python", str(SCRIPTS / "in_place_train.py")]}
+    trainer = {"numNodes": 3, "command": ["python", str(INTEGRATION_SCRIPTS / "in_place_train.py")]}
     trainer["env"] = [{"name": "STEPS", "value": "60"}]
     path = _write(tmp_path, "mend", trainer, **{"torchjob.io/spares": "1"})
     run = start_run(path, torchjob_home)

@@ -14,11 +14,11 @@ import yaml
 
 from tests.support.cli import run_cli
 from tests.support.local_runs import alive, all_pids, condition, job_object, start_run
+from tests.support.paths import INTEGRATION_SCRIPTS
 from tests.support.waits import wait_until
 from torchjob.testing import make_job
 
-SCRIPTS = Path(__file__).resolve().parent / "scripts"
-PROBE = SCRIPTS / "warm_probe.py"
+PROBE = INTEGRATION_SCRIPTS / "warm_probe.py"
 
 
 def probe_job(tmp_path: Path, name: str, *command: str, **annotations: str) -> Path:
@@ -46,7 +46,7 @@ def test_a_warm_replica_is_the_process_a_cold_python_would_have_been(tmp_path: P
         assert probe["frozen_objects"] > 10_000, replica  # torch's own objects, out of the collector's sight
         assert probe["name"] == "__main__"
         assert probe["argv"] == [str(PROBE), "--loader-workers", "2"]
-        assert probe["path0"] == str(SCRIPTS)
+        assert probe["path0"] == str(INTEGRATION_SCRIPTS)
         assert probe["cmdline"] == ["python", str(PROBE), "--loader-workers", "2"]  # what ps and pgrep -f show
         assert probe["threads"] == 1  # OMP_NUM_THREADS=1, as for a cold replica
         assert probe["loader_total"] == sum(range(64))  # a DataLoader's worker processes work from a warm fork
@@ -57,7 +57,7 @@ def test_a_warm_replica_is_the_process_a_cold_python_would_have_been(tmp_path: P
 def test_a_module_run_with_dash_m_starts_warm(tmp_path: Path, torchjob_home: Path) -> None:
     data = make_job("module").master().workers(1).command("python", "-m", "warm_probe").wire()
     for spec in data["spec"]["pytorchReplicaSpecs"].values():
-        spec["template"]["spec"]["containers"][0]["workingDir"] = str(SCRIPTS)
+        spec["template"]["spec"]["containers"][0]["workingDir"] = str(INTEGRATION_SCRIPTS)
     path = tmp_path / "module.yaml"
     path.write_text(yaml.safe_dump(data))
     result = run_cli("run", str(path), home=torchjob_home)
@@ -66,7 +66,7 @@ def test_a_module_run_with_dash_m_starts_warm(tmp_path: Path, torchjob_home: Pat
         assert probe["torch_was_loaded"] is True
         assert probe["name"] == "__main__"
         assert probe["argv"] == [str(PROBE)]  # runpy puts the module's file first, as python -m does
-        assert probe["path0"] == str(SCRIPTS)  # -m puts the working directory first
+        assert probe["path0"] == str(INTEGRATION_SCRIPTS)  # -m puts the working directory first
 
 
 def test_a_warm_restart_resumes_from_the_checkpoint_and_the_root_cause_is_named(
@@ -91,7 +91,9 @@ def test_a_warm_restart_resumes_from_the_checkpoint_and_the_root_cause_is_named(
 def test_a_script_without_ddp_starts_before_torch_dynamo_is_imported_and_its_restart_finds_it(
     tmp_path: Path, torchjob_home: Path
 ) -> None:
-    path = probe_job(tmp_path, "early", "python", str(SCRIPTS / "collective_probe.py"), "--fail-attempt", "0")
+    path = probe_job(
+        tmp_path, "early", "python", str(INTEGRATION_SCRIPTS / "collective_probe.py"), "--fail-attempt", "0"
+    )
     result = run_cli("run", str(path), home=torchjob_home)
     assert result.returncode == 0, result.stderr
     out = torchjob_home / "jobs" / "early" / "output"
@@ -142,7 +144,9 @@ def test_a_command_that_is_not_a_python_script_starts_cold_and_says_why(tmp_path
 def test_ctrl_c_during_a_warm_run_leaves_no_process_and_no_warm_interpreter(
     tmp_path: Path, torchjob_home: Path
 ) -> None:
-    path = probe_job(tmp_path, "stopwarm", "python", str(SCRIPTS / "worker.py"), "--sleep", "300", "--spawn-child")
+    path = probe_job(
+        tmp_path, "stopwarm", "python", str(INTEGRATION_SCRIPTS / "worker.py"), "--sleep", "300", "--spawn-child"
+    )
     run = start_run(path, torchjob_home)
     out = torchjob_home / "jobs" / "stopwarm" / "output"
     wait_until(lambda: len(list(out.glob("*-0.json"))) == 2, what="both replicas to start")
