@@ -43,7 +43,20 @@ def test_the_pass_is_asked_for_when_the_quietest_process_would_pass_its_liveness
     assert not verdict.hung and verdict.check_at == at(25 + 10 + progress.SILENCE_CHECK_MARGIN)
     assert verdict.check_at is not None
     later = (verdict.check_at - T0).total_seconds()
-    assert progress.check(JOB, group, at(1), at(later), started=at(1)).hung  # the others last beat 5 s before
+    beaten_on = [beating("master-0", 35), beating("worker-0", 35), group[2]]
+    assert progress.check(JOB, beaten_on, at(1), at(later), started=at(1)).hung
+
+
+def test_the_first_process_a_stalled_machine_stopped_is_not_named_a_beat_before_the_others() -> None:
+    """A stalled machine stops every process within a beat of each other: at the moment the first to stop passes
+    the liveness deadline, the others are silent nearly as long. They do not witness its silence: nobody is named
+    (CI: the replicas of a local job, SIGSTOPped for 14 s, restarted as a hang of the one that stopped 0.1 s first).
+    """
+    group = [beating("master-0", 19.9), beating("worker-0", 20.0), beating("worker-1", 20.1)]
+    verdict = progress.check(JOB, group, at(1), at(29.95), started=at(1))
+    assert not verdict.hung
+    assert verdict.check_at is not None  # it looks again when the next would pass the deadline
+    assert not progress.check(JOB, group, at(1), at(34), started=at(1)).hung  # all three past it: nobody
 
 
 def stepping(name: str, last_beat: float, last_step: float, longest_gap: float = 0.1) -> ReplicaObservation:

@@ -272,8 +272,8 @@ def liveness_deadline(job: PyTorchJob) -> float:
 def _silent_while_others_beat(
     job: PyTorchJob, running: list[ReplicaObservation], since: datetime, now: datetime
 ) -> HangVerdict | None:
-    """The one process that stopped beating for the liveness deadline while every other beat within it; only
-    when every running process has beaten since ``since`` (a group of one has nobody to compare with)."""
+    """The one process that stopped beating for the liveness deadline while every other beat within half of it;
+    only when every running process has beaten since ``since`` (a group of one has nobody to compare with)."""
     allowed = liveness_deadline(job)
     beats = [o.last_beat for o in running]
     if allowed <= 0 or len(running) < 2 or any(b is None or b <= since for b in beats):
@@ -284,7 +284,12 @@ def _silent_while_others_beat(
     if len(quiet) != 1:
         return None
     culprit, last = quiet[0]
-    if any(_stepped_on_without(o, last, allowed / 2) for o in running if o is not culprit):
+    others = [(o, b) for o, b in zip(running, beats, strict=True) if o is not culprit]
+    if any(b is not None and (now - b).total_seconds() > allowed / 2 for _, b in others):
+        # The others are silent too, just not for as long: a stalled machine stops every process within a beat or
+        # two of each other, and the first to stop would pass the deadline a beat before the rest.
+        return None
+    if any(_stepped_on_without(o, last, allowed / 2) for o, _ in others):
         return None
     witnessed = _witnessed_from(running)(culprit)
     if witnessed is None or (now - witnessed).total_seconds() <= allowed:
