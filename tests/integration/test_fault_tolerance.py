@@ -6,6 +6,7 @@ import signal
 from pathlib import Path
 
 import psutil
+import pytest
 import yaml
 
 from tests.support.cli import run_cli
@@ -36,6 +37,9 @@ def test_a_hung_rank_is_detected_named_and_the_group_recovers(tmp_path: Path, to
     assert "[worker-0#1] rank 1: done" in result.stdout
 
 
+@pytest.mark.heavy(
+    twin="tests/integration/test_fault_tolerance.py::test_a_hung_rank_is_detected_named_and_the_group_recovers"
+)
 def test_a_hung_process_of_a_replica_with_two_processes_is_named(tmp_path: Path, torchjob_home: Path) -> None:
     """nprocPerNode 2: replica worker-0 runs global ranks 2 and 3 under torchrun. Rank 3 hangs; the heartbeat
     files are keyed by replica and local rank, so the controller sees worker-0 stall and names it. (Start-up is not

@@ -121,7 +121,18 @@ def test_the_sharded_in_place_example_loses_a_rank_and_ends_with_the_model_of_a_
 
 
 @pytest.mark.parametrize(
-    ("copy_every", "per_replica"), [pytest.param(1, 2, id="stepped-two-per-replica"), pytest.param(11, 1, id="whole")]
+    ("copy_every", "per_replica"),
+    [
+        pytest.param(1, 2, id="stepped-two-per-replica"),
+        pytest.param(
+            11,
+            1,
+            id="whole",
+            marks=pytest.mark.heavy(
+                twin="tests/integration/test_gpt_example.py::test_plain_fsdp_in_place_loses_a_replica_and_the_neighbours_copies_make_the_group_whole[stepped-two-per-replica]"
+            ),
+        ),
+    ],
 )
 def test_plain_fsdp_in_place_loses_a_replica_and_the_neighbours_copies_make_the_group_whole(
     tmp_path: Path, copy_every: int, per_replica: int

@@ -54,12 +54,18 @@ def reference_parameters() -> list[float]:
 @pytest.mark.parametrize(
     ("fault", "lost"),
     [
-        (signal.SIGKILL, "worker-1 was killed by SIGKILL"),
+        pytest.param(signal.SIGKILL, "worker-1 was killed by SIGKILL", id="killed"),
         # Frozen: the others block in a collective with it but keep beating; at the progress deadline (60 s: it
         # bounds a loaded start-up too) it is named, stopped at once, and leaves like a lost one.
-        (signal.SIGSTOP, "worker-1 stopped responding (hung)"),
+        pytest.param(
+            signal.SIGSTOP,
+            "worker-1 stopped responding (hung)",
+            id="hung",
+            marks=pytest.mark.heavy(
+                twin="tests/integration/test_in_place_elastic.py::test_a_lost_member_leaves_at_once_and_its_replacement_joins_when_warm[killed]"
+            ),
+        ),
     ],
-    ids=["killed", "hung"],
 )
 def test_a_lost_member_leaves_at_once_and_its_replacement_joins_when_warm(
     tmp_path: Path, torchjob_home: Path, fault: signal.Signals, lost: str

@@ -367,7 +367,18 @@ def test_a_member_on_notice_of_eviction_hands_its_place_to_a_spare_and_no_step_f
     assert_repaired_exactly(torchjob_home, survivors, uninterrupted)
 
 
-@pytest.mark.parametrize("where", ["forward", "backward"])
+@pytest.mark.parametrize(
+    "where",
+    [
+        pytest.param(
+            "forward",
+            marks=pytest.mark.heavy(
+                twin="tests/integration/test_in_place_repair.py::test_a_survivor_computing_when_a_peer_is_lost_leaves_its_step_at_its_next_module_or_gradient[backward]"
+            ),
+        ),
+        "backward",
+    ],
+)
 def test_a_survivor_computing_when_a_peer_is_lost_leaves_its_step_at_its_next_module_or_gradient(
     tmp_path: Path, torchjob_home: Path, where: str
 ) -> None:

@@ -58,7 +58,19 @@ def _succeeded(cluster: Cluster, namespace: str, name: str) -> tuple[dict[str, A
     return finished["status"], events
 
 
-@pytest.mark.parametrize("fault", [signal.SIGKILL, signal.SIGSTOP], ids=["killed", "hung"])
+@pytest.mark.parametrize(
+    "fault",
+    [
+        pytest.param(signal.SIGKILL, id="killed"),
+        pytest.param(
+            signal.SIGSTOP,
+            id="hung",
+            marks=pytest.mark.heavy(
+                twin="tests/node/test_in_place_on_node.py::test_a_lost_worker_pod_is_replaced_by_a_warm_spare_and_the_survivors_pods_carry_on[killed]"
+            ),
+        ),
+    ],
+)
 def test_a_lost_worker_pod_is_replaced_by_a_warm_spare_and_the_survivors_pods_carry_on(
     cluster: Cluster, node_operator: OperatorProcess, fault: signal.Signals
 ) -> None:

@@ -15,6 +15,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from kuberig import Cluster
 from tests.support.cluster_waits import reported_step, wait_for_condition
 from tests.support.images import TEST_SCRIPTS
@@ -97,6 +99,9 @@ def test_a_sigstopped_pod_is_named_as_hung_and_its_attempts_output_is_kept(
     assert len(missing.stderr.strip().splitlines()) == 1
 
 
+@pytest.mark.heavy(
+    twin="tests/integration/test_progress.py::test_a_deadlock_in_a_plain_script_is_found_by_a_learned_deadline_with_no_annotation"
+)
 def test_a_deadlock_in_a_plain_script_in_pods_is_found_by_a_learned_deadline(
     cluster: Cluster, node_operator: OperatorProcess
 ) -> None:

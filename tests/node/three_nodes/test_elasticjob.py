@@ -19,6 +19,9 @@ from tests.support.cluster_waits import event_messages, wait_for_a_checkpoint, w
 from tests.support.paths import MNIST
 
 
+@pytest.mark.heavy(
+    twin="tests/node/test_elastic_on_node.py::test_the_elasticjob_example_meets_at_its_etcd_in_the_cluster_loses_a_pod_and_carries_on"
+)
 @pytest.mark.timeout(1200)  # the cluster's making, a checkpoint, thirty epochs with a node lost
 def test_an_elasticjob_carries_on_when_a_workers_node_vanishes_and_grows_back(three_nodes: Cluster) -> None:
     cluster = three_nodes

@@ -19,7 +19,24 @@ from tests.support.cluster_waits import wait_for_a_checkpoint
 from tests.support.mnist_jobs import mnist_on_a_claim
 
 
-@pytest.mark.parametrize("start", ["cold", "warm", "warm-4-per-pod"])
+@pytest.mark.parametrize(
+    "start",
+    [
+        pytest.param(
+            "cold",
+            marks=pytest.mark.heavy(
+                twin="tests/node/three_nodes/test_group_restart.py::test_a_node_lost_mid_training_restarts_the_group_on_the_survivors_from_the_checkpoint[warm-4-per-pod]"
+            ),
+        ),
+        pytest.param(
+            "warm",
+            marks=pytest.mark.heavy(
+                twin="tests/node/three_nodes/test_group_restart.py::test_a_node_lost_mid_training_restarts_the_group_on_the_survivors_from_the_checkpoint[warm-4-per-pod]"
+            ),
+        ),
+        "warm-4-per-pod",  # warm, with 4 ranks a Pod; a cold group restart is test_mnist_on_node's, on one node
+    ],
+)
 def test_a_node_lost_mid_training_restarts_the_group_on_the_survivors_from_the_checkpoint(
     three_nodes: Cluster, start: str
 ) -> None:

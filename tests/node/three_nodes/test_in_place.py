@@ -59,6 +59,9 @@ def test_in_place_a_spare_on_another_node_takes_the_place_of_a_replica_whose_nod
         kubelet.start(cluster.state, node)
 
 
+@pytest.mark.heavy(
+    twin="tests/node/three_nodes/test_in_place.py::test_in_place_a_spare_on_another_node_takes_the_place_of_a_replica_whose_node_vanished"
+)
 def test_in_place_a_spare_pod_of_four_ranks_takes_the_four_places_of_a_replica_lost_with_its_node(
     three_nodes: Cluster,
 ) -> None:
@@ -245,7 +248,18 @@ def test_in_place_a_spare_lost_with_the_members_node_is_replaced_and_the_group_w
         kubelet.start(cluster.state, node)
 
 
-@pytest.mark.parametrize("leader", ["elsewhere", "on-its-node"])
+@pytest.mark.parametrize(
+    "leader",
+    [
+        pytest.param(
+            "elsewhere",
+            marks=pytest.mark.heavy(
+                twin="tests/node/three_nodes/test_in_place.py::test_an_elastic_group_shrinks_at_once_when_a_members_node_vanishes_and_grows_back_on_another_node[on-its-node]"
+            ),
+        ),
+        "on-its-node",
+    ],
+)
 def test_an_elastic_group_shrinks_at_once_when_a_members_node_vanishes_and_grows_back_on_another_node(
     three_nodes: Cluster, leader: str
 ) -> None:

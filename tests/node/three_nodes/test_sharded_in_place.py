@@ -12,6 +12,7 @@ import re
 import time
 from typing import Any
 
+import pytest
 import yaml
 
 from kuberig import Cluster
@@ -34,6 +35,9 @@ def _losses_above_the_floor(log: str) -> list[float]:
     return [float(loss) - float(floor) for loss, floor in lines]
 
 
+@pytest.mark.heavy(
+    twin="tests/integration/test_gpt_example.py::test_plain_fsdp_in_place_loses_a_replica_and_the_neighbours_copies_make_the_group_whole[stepped-two-per-replica]"
+)
 def test_a_plain_fsdp_pod_lost_with_its_node_comes_back_from_the_copies_one_pod_over_on_the_spare(
     three_nodes: Cluster,
 ) -> None:
