@@ -71,14 +71,37 @@ def _all_heavy() -> list[HeavyMark]:
     return [mark for path in sorted((ROOT / "tests").rglob("test_*.py")) for mark in heavy_marks(path)]
 
 
+def _case_ids(test: ast.FunctionDef) -> set[str]:
+    """The ids of a parametrized test's cases that its decorators spell out: ``ids=[...]``, ``pytest.param``'s
+    ``id=`` or its plain values, and plain values (a tuple's joined by "-", as pytest joins them)."""
+    found: set[str] = set()
+    for decorator in test.decorator_list:
+        if not (isinstance(decorator, ast.Call) and ast.unparse(decorator.func) == "pytest.mark.parametrize"):
+            continue
+        for keyword in decorator.keywords:
+            if keyword.arg == "ids" and isinstance(keyword.value, (ast.List, ast.Tuple)):
+                found |= {str(e.value) for e in keyword.value.elts if isinstance(e, ast.Constant)}
+        values = decorator.args[1] if len(decorator.args) > 1 else None
+        for case in values.elts if isinstance(values, (ast.List, ast.Tuple)) else []:
+            if isinstance(case, ast.Call) and ast.unparse(case.func) == "pytest.param":
+                found.add(_param_marks(case)[0])
+            elif isinstance(case, ast.Constant):
+                found.add(str(case.value))
+            elif isinstance(case, ast.Tuple) and all(isinstance(e, ast.Constant) for e in case.elts):
+                found.add("-".join(str(e.value) for e in case.elts if isinstance(e, ast.Constant)))
+    return found
+
+
 def _defines(where: str) -> bool:
+    """Whether ``PATH::TEST`` (or ``PATH::TEST[ID]``) names a test function, and that case of it."""
     path, _, test = where.partition("::")
-    name = test.split("[")[0]
+    name, _, case = test.partition("[")
     file = ROOT / path
     if not file.is_file():
         return False
     tree = ast.parse(file.read_text())
-    return any(isinstance(n, ast.FunctionDef) and n.name == name for n in tree.body)
+    found = next((n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == name), None)
+    return found is not None and (not case or case.removesuffix("]") in _case_ids(found))
 
 
 def test_every_heavy_scenario_names_a_twin_that_exists_and_runs_in_ci() -> None:
@@ -89,7 +112,7 @@ def test_every_heavy_scenario_names_a_twin_that_exists_and_runs_in_ci() -> None:
     for mark in heavy:
         assert not mark.where.endswith("[?]"), f"{mark.where}: give the heavy case an id= to name it by"
         assert mark.twin, f"{mark.where}: pytest.mark.heavy needs twin='PATH::TEST', the smaller test CI runs"
-        assert _defines(mark.twin), f"{mark.where}: its twin {mark.twin} is not a test function of that file"
+        assert _defines(mark.twin), f"{mark.where}: its twin {mark.twin} is not a test (or a case of one) of that file"
         assert mark.twin not in where and mark.twin.split("[")[0] not in whole, (
             f"{mark.where}: its twin {mark.twin} is heavy too: CI would run neither"
         )
