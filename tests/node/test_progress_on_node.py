@@ -10,14 +10,13 @@ from __future__ import annotations
 import copy
 import os
 import signal
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from kuberig import Cluster
+from tests.support.cli import run_cli_on_cluster
 from tests.support.cluster_waits import reported_step, wait_for_condition
 from tests.support.images import TEST_SCRIPTS
 from tests.support.load import cpu_hogs
@@ -53,16 +52,6 @@ def _job(name: str, namespace: str) -> dict[str, Any]:
     }
 
 
-def _cli(cluster: Cluster, home: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "torchjob.cli.main", *args],
-        env={**cluster.env(), "TORCHJOB_HOME": str(home)},
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-
-
 def test_a_sigstopped_pod_is_named_as_hung_and_its_attempts_output_is_kept(
     cluster: Cluster, node_operator: OperatorProcess, tmp_path: Path
 ) -> None:
@@ -86,15 +75,17 @@ def test_a_sigstopped_pod_is_named_as_hung_and_its_attempts_output_is_kept(
     assert job["status"]["restartCount"] == 1 and job["status"]["attempt"] == 1
     assert job["status"]["trainerStatus"]["progressPercentage"] == 100
     # The first attempt's Pods are gone; their output was kept.
-    first = _cli(cluster, tmp_path, "logs", "--cluster", "frozen", "-n", namespace, "--attempt", "0")
+    first = run_cli_on_cluster(cluster, "logs", "--cluster", "frozen", "-n", namespace, "--attempt", "0", home=tmp_path)
     assert first.returncode == 0, first.stderr
     assert "[master-0] rank 0: attempt 0 started" in first.stdout, first.stdout[-2000:]
     assert "[worker-0] rank 1: attempt 0 started" in first.stdout
-    one = _cli(
-        cluster, tmp_path, "logs", "--cluster", "frozen", "-n", namespace, "--attempt", "1", "--replica=worker-0"
+    one = run_cli_on_cluster(
+        cluster, "logs", "--cluster", "frozen", "-n", namespace, "--attempt", "1", "--replica=worker-0", home=tmp_path
     )
     assert one.returncode == 0 and "rank 1: attempt 1 started" in one.stdout and "rank 1: done" in one.stdout, one
-    missing = _cli(cluster, tmp_path, "logs", "--cluster", "frozen", "-n", namespace, "--attempt", "7")
+    missing = run_cli_on_cluster(
+        cluster, "logs", "--cluster", "frozen", "-n", namespace, "--attempt", "7", home=tmp_path
+    )
     assert missing.returncode != 0 and "no Pods of attempt 7 and no output kept" in missing.stderr, missing
     assert len(missing.stderr.strip().splitlines()) == 1
 

@@ -25,11 +25,14 @@ def run_cli(*args: str, home: Path, timeout: float = 300, **kwargs: object) -> s
     )
 
 
-def run_cli_on_cluster(cluster: Cluster, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    """Run ``torchjob ARGS`` against ``cluster`` (its kubeconfig), with no local state directory to fall back on."""
+def run_cli_on_cluster(
+    cluster: Cluster, *args: str, timeout: float = 120, home: Path | None = None
+) -> subprocess.CompletedProcess[str]:
+    """Run ``torchjob ARGS`` against ``cluster`` (its kubeconfig), with ``home`` for its local state directory, or
+    none to fall back on."""
     return subprocess.run(
         [sys.executable, "-m", "torchjob.cli.main", *args],
-        env={**cluster.env(), "TORCHJOB_HOME": "/nonexistent-local-home"},
+        env={**cluster.env(), "TORCHJOB_HOME": str(home or "/nonexistent-local-home")},
         capture_output=True,
         text=True,
         timeout=timeout,

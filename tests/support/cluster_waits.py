@@ -5,29 +5,31 @@ that explains it (the Pods, the events, the log)."""
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 from typing import Any
-
-import pytest
 
 from kuberig import Cluster
 from tests.support.waits import wait_until
 
 
+def _pods(cluster: Cluster, namespace: str) -> str:
+    return str(cluster.kubectl("get", "pods", "-n", namespace, "-o", "wide", check=False).stdout)
+
+
 def wait_for_condition(cluster: Cluster, namespace: str, job: str, kinds: set[str], timeout: float) -> Any:
     """Poll the PyTorchJob until one of ``kinds`` is a true condition; return the job. On a timeout, fail with
     its status and the pods' state, which say why."""
-    deadline = time.monotonic() + timeout
-    while True:
-        found = json.loads(cluster.kubectl("get", "pytorchjob", job, "-n", namespace, "-o", "json").stdout)
-        conditions = found.get("status", {}).get("conditions", [])
-        if any(c["type"] in kinds and c["status"] == "True" for c in conditions):
-            return found
-        if time.monotonic() > deadline:
-            pods = cluster.kubectl("get", "pods", "-n", namespace, "-o", "wide", check=False).stdout
-            pytest.fail(f"{job} reached none of {sorted(kinds)} in {timeout:.0f}s: {conditions}\n{pods}")
-        time.sleep(1)
+
+    def reached() -> Any:
+        found = cluster.kubectl_json("get", "pytorchjob", job, "-n", namespace)
+        conditions = (found.get("status") or {}).get("conditions") or []
+        return found if any(c["type"] in kinds and c["status"] == "True" for c in conditions) else None
+
+    def why() -> str:
+        found = cluster.kubectl_json("get", "pytorchjob", job, "-n", namespace)
+        return f"{(found.get('status') or {}).get('conditions')}\n{_pods(cluster, namespace)}"
+
+    return wait_until(reached, timeout, f"{job} to reach one of {sorted(kinds)}", every=1, detail=why)
 
 
 def event_messages(cluster: Cluster, namespace: str) -> str:
@@ -37,48 +39,47 @@ def event_messages(cluster: Cluster, namespace: str) -> str:
 
 def wait_for_log(cluster: Cluster, namespace: str, pod: str, text: str, timeout: float) -> None:
     """Until ``pod``'s output says ``text`` (the job's Pods shown if it never does)."""
-    deadline = time.monotonic() + timeout
-    while text not in cluster.kubectl("logs", "-n", namespace, pod, check=False).stdout:
-        if time.monotonic() >= deadline:
-            pods = cluster.kubectl("get", "pods", "-n", namespace, "-o", "wide", check=False).stdout
-            raise AssertionError(f"{pod} never said {text!r}:\n{pods}")
-        time.sleep(0.5)
+
+    def said() -> bool:
+        return text in cluster.kubectl("logs", "-n", namespace, pod, check=False).stdout
+
+    wait_until(said, timeout, f"{pod} to say {text!r}", every=0.5, detail=lambda: _pods(cluster, namespace))
 
 
 def wait_beside_a_spare(cluster: Cluster, namespace: str, name: str, pod: str, text: str) -> None:
     """Until an in-place job's ``pod`` says ``text`` and its warm spare is reported ready."""
-    deadline = time.monotonic() + 300
-    while True:
+
+    def log() -> str:
+        return str(cluster.kubectl("logs", "-n", namespace, pod, check=False).stdout)
+
+    def ready() -> bool:
         found = cluster.kubectl_json("get", "pytorchjob", name, "-n", namespace)
-        log = cluster.kubectl("logs", "-n", namespace, pod, check=False).stdout
-        if text in log and (found.get("status") or {}).get("sparesReady") == 1:
-            return
-        if time.monotonic() > deadline:
-            pods = cluster.kubectl("get", "pods", "-n", namespace, "-o", "wide", check=False).stdout
-            events = cluster.kubectl("get", "events", "-n", namespace, check=False).stdout
-            pytest.fail(f"{pod} never said {text!r} beside a warm spare:\n{pods}\n{events[-3000:]}\n{log[-1500:]}")
-        time.sleep(0.5)
+        return text in log() and (found.get("status") or {}).get("sparesReady") == 1
+
+    def why() -> str:
+        events = cluster.kubectl("get", "events", "-n", namespace, check=False).stdout
+        return f"\n{_pods(cluster, namespace)}\n{events[-3000:]}\n{log()[-1500:]}"
+
+    wait_until(ready, 300, f"{pod} to say {text!r} beside a warm spare", every=0.5, detail=why)
 
 
 def wait_for_pod_phase(cluster: Cluster, namespace: str, pod: str, phase: str, timeout: float) -> None:
     """Waits for the Pod's phase; a Pod that ends in the other terminal phase fails at once, with its log."""
-    deadline = time.monotonic() + timeout
-    while True:
+
+    def now() -> str | None:
         found = cluster.kubectl("get", "pod", pod, "-n", namespace, "-o", "json", check=False)
-        now = json.loads(found.stdout).get("status", {}).get("phase") if found.returncode == 0 else None
-        if now == phase:
-            return
-        ended = now in ("Succeeded", "Failed")
-        if ended or time.monotonic() > deadline:
-            events = cluster.kubectl("get", "events", "-n", namespace, check=False).stdout
-            log = cluster.kubectl("logs", pod, "-n", namespace, "--all-containers", check=False)
-            said = f"its log:\n{(log.stdout + log.stderr)[-3000:]}\nevents:\n{events[-2000:]}"
-            pytest.fail(
-                f"pod {pod} ended {now}, never {phase}; {said}"
-                if ended
-                else f"pod {pod} never reached {phase} in {timeout:.0f}s ({now}); {said}"
-            )
-        time.sleep(0.5)
+        return json.loads(found.stdout).get("status", {}).get("phase") if found.returncode == 0 else None
+
+    def ended() -> str | None:
+        seen = now()
+        return f"pod {pod} ended {seen}" if seen in ("Succeeded", "Failed") and seen != phase else None
+
+    def said() -> str:
+        events = cluster.kubectl("get", "events", "-n", namespace, check=False).stdout
+        log = cluster.kubectl("logs", pod, "-n", namespace, "--all-containers", check=False)
+        return f"phase {now()}; its log:\n{(log.stdout + log.stderr)[-3000:]}\nevents:\n{events[-2000:]}"
+
+    wait_until(lambda: now() == phase, timeout, f"pod {pod} to be {phase}", every=0.5, detail=said, ended=ended)
 
 
 def wait_for_a_checkpoint(data: Path, timeout: float) -> None:

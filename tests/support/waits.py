@@ -17,13 +17,19 @@ def wait_until(
     what: str = "condition",
     every: float = 0.2,
     detail: Callable[[], object] | None = None,
+    ended: Callable[[], str | None] | None = None,
 ) -> T:
     """Call ``check`` every ``every`` seconds until it returns something true, and return that; fail after
-    ``timeout`` seconds, naming ``what`` and, where given, what ``detail`` says then (the state that explains it)."""
+    ``timeout`` seconds, naming ``what`` and, where given, what ``detail`` says then (the state that explains it).
+    ``ended``, where given, says what happened instead once waiting on is pointless (a Pod that ended in the other
+    phase): the wait fails at once with it."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         value = check()
         if value:
             return value
+        instead = ended() if ended is not None else None
+        if instead:
+            raise AssertionError(f"{instead}, waiting for {what}" + (f": {detail()}" if detail is not None else ""))
         time.sleep(every)
     raise AssertionError(f"timed out waiting for {what}" + (f": {detail()}" if detail is not None else ""))
