@@ -66,20 +66,22 @@ def wait_beside_a_spare(cluster: Cluster, namespace: str, name: str, pod: str, t
 def wait_for_pod_phase(cluster: Cluster, namespace: str, pod: str, phase: str, timeout: float) -> None:
     """Waits for the Pod's phase; a Pod that ends in the other terminal phase fails at once, with its log."""
 
-    def now() -> str | None:
+    seen: list[str | None] = [None]  # the phase the last look read: the check reads it, the others say it
+
+    def reached() -> bool:
         found = cluster.kubectl("get", "pod", pod, "-n", namespace, "-o", "json", check=False)
-        return json.loads(found.stdout).get("status", {}).get("phase") if found.returncode == 0 else None
+        seen[0] = json.loads(found.stdout).get("status", {}).get("phase") if found.returncode == 0 else None
+        return seen[0] == phase
 
     def ended() -> str | None:
-        seen = now()
-        return f"pod {pod} ended {seen}" if seen in ("Succeeded", "Failed") and seen != phase else None
+        return f"pod {pod} ended {seen[0]}" if seen[0] in ("Succeeded", "Failed") else None
 
     def said() -> str:
         events = cluster.kubectl("get", "events", "-n", namespace, check=False).stdout
         log = cluster.kubectl("logs", pod, "-n", namespace, "--all-containers", check=False)
-        return f"phase {now()}; its log:\n{(log.stdout + log.stderr)[-3000:]}\nevents:\n{events[-2000:]}"
+        return f"phase {seen[0]}; its log:\n{(log.stdout + log.stderr)[-3000:]}\nevents:\n{events[-2000:]}"
 
-    wait_until(lambda: now() == phase, timeout, f"pod {pod} to be {phase}", every=0.5, detail=said, ended=ended)
+    wait_until(reached, timeout, f"pod {pod} to be {phase}", every=0.5, detail=said, ended=ended)
 
 
 def wait_for_a_checkpoint(data: Path, timeout: float) -> None:
