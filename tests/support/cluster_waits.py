@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from kuberig import Cluster
+from tests.support.cluster_jobs import get_job
 from tests.support.waits import wait_until
 
 
@@ -21,12 +22,12 @@ def wait_for_condition(cluster: Cluster, namespace: str, job: str, kinds: set[st
     its status and the pods' state, which say why."""
 
     def reached() -> Any:
-        found = cluster.kubectl_json("get", "pytorchjob", job, "-n", namespace)
+        found = get_job(cluster, namespace, job)
         conditions = (found.get("status") or {}).get("conditions") or []
         return found if any(c["type"] in kinds and c["status"] == "True" for c in conditions) else None
 
     def why() -> str:
-        found = cluster.kubectl_json("get", "pytorchjob", job, "-n", namespace)
+        found = get_job(cluster, namespace, job)
         return f"{(found.get('status') or {}).get('conditions')}\n{_pods(cluster, namespace)}"
 
     return wait_until(reached, timeout, f"{job} to reach one of {sorted(kinds)}", every=1, detail=why)
@@ -53,7 +54,7 @@ def wait_beside_a_spare(cluster: Cluster, namespace: str, name: str, pod: str, t
         return str(cluster.kubectl("logs", "-n", namespace, pod, check=False).stdout)
 
     def ready() -> bool:
-        found = cluster.kubectl_json("get", "pytorchjob", name, "-n", namespace)
+        found = get_job(cluster, namespace, name)
         return text in log() and (found.get("status") or {}).get("sparesReady") == 1
 
     def why() -> str:
@@ -91,6 +92,6 @@ def wait_for_a_checkpoint(data: Path, timeout: float) -> None:
 
 def reported_step(cluster: Cluster, namespace: str, job: str) -> int:
     """The last step the job's scripts reported, as the operator keeps it in the PyTorchJob's status; -1 before any."""
-    found = cluster.kubectl_json("get", "pytorchjob", job, "-n", namespace)
+    found = get_job(cluster, namespace, job)
     metrics = ((found.get("status") or {}).get("trainerStatus") or {}).get("metrics") or []
     return next((int(m["value"]) for m in metrics if m["name"] == "step"), -1)
