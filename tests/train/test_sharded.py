@@ -38,16 +38,21 @@ def test_hsdp_replicas_hold_one_model_and_a_bad_layout_is_one_clear_error(tmp_pa
 
 def test_hsdp_keeping_gathered_weights_through_the_backward_trains_the_same_model(tmp_path: Path) -> None:
     resharded, _, said = _run_saying(4, "--ckpt", str(tmp_path / "a"), "--replicas", "2")
-    assert "GATHERED THROUGH BACKWARD False" in said
+    assert "FIRST UNIT GATHERED THROUGH BACKWARD False" in said
     kept, _, said = _run_saying(4, "--ckpt", str(tmp_path / "b"), "--replicas", "2", "--keep-gathered")
-    assert "GATHERED THROUGH BACKWARD True" in said  # one all-gather per step: the forward's weights stay
+    assert "FIRST UNIT GATHERED THROUGH BACKWARD True" in said  # one all-gather per step: the forward's weights stay
     assert kept == resharded  # the same arithmetic, to the printed digit
 
 
 def test_a_model_built_on_meta_and_filled_unit_by_unit_trains_as_the_eagerly_built_one(tmp_path: Path) -> None:
-    eager, _ = _run(2, "--ckpt", str(tmp_path / "eager"))
-    from_meta, _ = _run(2, "--ckpt", str(tmp_path / "meta"), "--from-meta")
+    eager, _, said_eager = _run_saying(2, "--ckpt", str(tmp_path / "eager"))
+    from_meta, _, said = _run_saying(2, "--ckpt", str(tmp_path / "meta"), "--from-meta")
     assert from_meta == eager  # the same initial weights, drawn in build()'s order from its seed
+    # Built either way, the units' weights are freed after their forward, but the last unit's, which the backward
+    # needs first (freed, it would be gathered again at once).
+    for output in (said_eager, said):
+        assert "FIRST UNIT GATHERED THROUGH BACKWARD False" in output, output
+        assert "LAST UNIT GATHERED THROUGH BACKWARD True" in output, output
 
 
 def test_an_async_save_into_the_buffers_of_the_one_before_holds_its_own_steps_state(tmp_path: Path) -> None:

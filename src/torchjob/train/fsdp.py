@@ -78,7 +78,8 @@ def shard_model(
     ``reshard_after_forward=False`` keeps each unit's gathered weights from its forward to its backward (FSDP2's
     option of that name): one all-gather per unit and step instead of two, for the whole model's weights in
     memory during the backward. Under HSDP, where the replica groups hold copies of every shard anyway and the
-    shard groups are small, that is often the better trade."""
+    shard groups are small, that is often the better trade. The last of ``units`` (give them in the order the
+    forward runs them) and the root keep theirs either way (``_frees_after_forward``)."""
     model = model.to(ctx.device)
     return shard_on(model, mesh_for(ctx, replicas), units, reshard_after_forward)
 
@@ -93,8 +94,8 @@ def shard_on(
     move to a device, for a model built on the meta device (torchjob.train.sharded_in_place)."""
     chosen = list(units) if units is not None else _default_units(model)
     for unit in chosen:
-        _shard(unit, mesh, reshard_after_forward)
-    _shard(model, mesh, reshard_after_forward)
+        _shard(unit, mesh, _frees_after_forward(unit, chosen, reshard_after_forward))
+    _shard(model, mesh, False)
     return model
 
 
@@ -141,10 +142,10 @@ def build_sharded(
         for child in module.children():
             fill(child)
         if id(module) in pending:
-            _shard(module, mesh, reshard_after_forward)
+            _shard(module, mesh, _frees_after_forward(module, chosen, reshard_after_forward))
 
     fill(model)
-    _shard(model, mesh, reshard_after_forward)
+    _shard(model, mesh, False)
     return model
 
 
@@ -158,6 +159,14 @@ def _shard(module: nn.Module, mesh: DeviceMesh, reshard_after_forward: bool) -> 
         except ImportError:  # a torch whose FSDP2 names its custom collectives otherwise: gloo's own
             return
         use_peer_collectives(sharded)
+
+
+def _frees_after_forward(unit: nn.Module, units: list[nn.Module], reshard_after_forward: bool) -> bool:
+    """Whether ``unit``'s gathered weights are freed after its forward. Never the last unit's (``units`` are in the
+    order the forward runs them) nor the root's: the backward begins with them, so freeing them would only gather
+    them again at once, one all-gather more a step for no lower peak (the root is FSDP2's own default; the last
+    block kept as torchtitan keeps it)."""
+    return reshard_after_forward and unit is not units[-1]
 
 
 def _holds_own(module: nn.Module) -> bool:

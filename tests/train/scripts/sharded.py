@@ -55,7 +55,8 @@ def step(number: int) -> None:
     optimizer.zero_grad()
     loss = nn.functional.mse_loss(model(x), y)
     if number == 1 and ctx.is_main:  # between the forward and the backward: a resharded weight is a DTensor again
-        print(f"GATHERED THROUGH BACKWARD {not isinstance(model[0].weight, DTensor)}", flush=True)
+        print(f"FIRST UNIT GATHERED THROUGH BACKWARD {not isinstance(model[0].weight, DTensor)}", flush=True)
+        print(f"LAST UNIT GATHERED THROUGH BACKWARD {not isinstance(model[4].weight, DTensor)}", flush=True)
     loss.backward()
     optimizer.step()
 
