@@ -12,7 +12,7 @@ def test_peer_collectives_give_gloos_numbers_and_a_sharded_model_trains_as_with_
     assert [r.returncode for r in results] == [0] * 4, "\n".join(r.stdout[-2000:] for r in results)
     for result in results:
         lines = [line for line in result.stdout.splitlines() if line.startswith(("ALL-GATHER", "REDUCE", "TRAINED"))]
-        assert len(lines) == 2 * 3 + 2, result.stdout
+        assert len(lines) == 2 * 4 + 2, result.stdout
         assert all(line.endswith(" True") for line in lines), result.stdout
         for replicas in (1, 2):
             assert f"COMMS replicas={replicas} ['PeerAllGather', 'PeerReduceScatter']" in result.stdout

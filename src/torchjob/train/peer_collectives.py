@@ -58,7 +58,8 @@ class PeerAllGather(_Empty, AllGather):
         others = [peer for peer in range(group.size()) if peer != me]
         receives = [dist.irecv(parts[peer], group=group, group_src=peer, tag=_GATHER_TAG) for peer in others]
         sends = [dist.isend(input_tensor, group=group, group_dst=peer, tag=_GATHER_TAG) for peer in others]
-        parts[me].copy_(input_tensor)
+        if not _same_memory(parts[me], input_tensor):  # FSDP2 copies its input into the output's part already
+            parts[me].copy_(input_tensor)
         _wait(receives, sends)
         return None
 
@@ -82,15 +83,20 @@ class PeerReduceScatter(_Empty, ReduceScatter):
         receives = [dist.irecv(into, group=group, group_src=peer, tag=_SCATTER_TAG) for peer, into in received.items()]
         sends = [dist.isend(parts[peer], group=group, group_dst=peer, tag=_SCATTER_TAG) for peer in received]
         _wait(receives, sends)
-        for peer in range(size):
-            part = parts[me] if peer == me else received[peer]
-            if peer == 0:
-                output_tensor.copy_(part)
-            else:
+        ordered = [parts[me] if peer == me else received[peer] for peer in range(size)]
+        if size == 1:
+            output_tensor.copy_(ordered[0])
+        else:  # ((p0 + p1) + p2) + ...: the first sum written into the output, not copied there first
+            torch.add(ordered[0], ordered[1], out=output_tensor)
+            for part in ordered[2:]:
                 output_tensor.add_(part)
         if op == dist.ReduceOp.AVG:
             output_tensor.div_(size)
         return None
+
+
+def _same_memory(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return a.data_ptr() == b.data_ptr() and a.shape == b.shape and a.dtype == b.dtype and a.stride() == b.stride()
 
 
 def _wait(receives: list[dist.Work | None], sends: list[dist.Work | None]) -> None:

@@ -50,6 +50,12 @@ for name, group in (("world", dist.group.WORLD), ("half", halves[rank // 2])):
     gather(ours, mine, group)
     dist.all_gather_into_tensor(theirs, mine, group=group)
     print(f"ALL-GATHER {name} {torch.equal(ours, theirs)}", flush=True)
+    # As FSDP2 calls it: this rank's input already in its part of the output (a view of it).
+    aliased = torch.empty(size * 999)
+    own = aliased[group.rank() * 999 : (group.rank() + 1) * 999]
+    own.copy_(mine)
+    gather(aliased, own, group)
+    print(f"ALL-GATHER {name} into its own part {torch.equal(aliased, theirs)}", flush=True)
     for op in (dist.ReduceOp.SUM, dist.ReduceOp.AVG):
         part, expected = torch.empty(999), torch.empty(999)
         scatter(part, whole, group, op)
