@@ -155,7 +155,10 @@ def test_a_plain_script_reports_its_steps_and_a_sigstopped_rank_is_named_within_
         make_job("plain")
         .master()
         .workers(1)
-        .command("python", script, "--epochs", "3", "--log-interval", "1000")
+        # Twenty epochs (~1,260 steps a rank): the stop must land while the rank trains. It beats once a second, and by
+        # its first beat here a rank had trained ~170 steps (of 189 in 3 epochs): CI's loaded run once stopped it only
+        # after its last step, and the job succeeded around a stopped rank.
+        .command("python", script, "--epochs", "20", "--log-interval", "1000")
         .annotate(**{"torchjob.io/termination-grace-seconds": "2"})
     )
     run = start_run(job_file(tmp_path, job), torchjob_home)
@@ -164,12 +167,13 @@ def test_a_plain_script_reports_its_steps_and_a_sigstopped_rank_is_named_within_
         wait_until(stepping, timeout=180, what="ten optimizer steps reported by a script that knows nothing of them")
         assert run.poll() is None, run.communicate()[1][-2000:]
         training_process(torchjob_home, "plain", "worker-0", "train_plain.py").send_signal(signal.SIGSTOP)
+        stopped_at = heartbeat_step(torchjob_home, "plain", "worker-0-0")
         _, stderr = run.communicate(timeout=300)
     finally:
         run.kill()
     assert run.returncode == 0, stderr[-2000:]
     status = job_object(torchjob_home, "plain")["status"]
-    assert (status["attempt"], status["restartCount"]) == (1, 1)
+    assert (status["attempt"], status["restartCount"]) == (1, 1), f"stopped at step {stopped_at}: {status}"
     outcome = status["attempts"][0]["outcome"]
     assert outcome.startswith("Hung: worker-0 stopped beating while the others beat (silent for "), outcome
 
