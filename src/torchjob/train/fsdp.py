@@ -25,7 +25,9 @@ from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.fsdp import fully_shard
 from torch.distributed.tensor import DTensor
 
+from torchjob.train import shared_memory
 from torchjob.train.context import DistContext
+from torchjob.train.shared_memory import SharedMemoryGather
 
 REPLICATE, SHARD = "replicate", "shard"
 
@@ -93,9 +95,10 @@ def shard_on(
     """Shard ``model`` where it is (FSDP2 over ``mesh``), unit by unit, then the root: ``shard_model`` without the
     move to a device, for a model built on the meta device (torchjob.train.sharded_in_place)."""
     chosen = list(units) if units is not None else _default_units(model)
+    shared = _shared_memory(mesh)
     for unit in chosen:
-        _shard(unit, mesh, _frees_after_forward(unit, chosen, reshard_after_forward))
-    _shard(model, mesh, False)
+        _shard(unit, mesh, _frees_after_forward(unit, chosen, reshard_after_forward), shared)
+    _shard(model, mesh, False, shared)
     return model
 
 
@@ -131,6 +134,7 @@ def build_sharded(
                 )
     chosen = list(units(model)) if units is not None else _default_units(model)
     mesh = mesh_for(ctx, replicas)
+    shared = _shared_memory(mesh)
     pending = {id(unit) for unit in chosen}
 
     def fill(module: nn.Module) -> None:
@@ -142,23 +146,30 @@ def build_sharded(
         for child in module.children():
             fill(child)
         if id(module) in pending:
-            _shard(module, mesh, _frees_after_forward(module, chosen, reshard_after_forward))
+            _shard(module, mesh, _frees_after_forward(module, chosen, reshard_after_forward), shared)
 
     fill(model)
-    _shard(model, mesh, False)
+    _shard(model, mesh, False, shared)
     return model
 
 
-def _shard(module: nn.Module, mesh: DeviceMesh, reshard_after_forward: bool) -> None:
+def _shared_memory(mesh: DeviceMesh) -> SharedMemoryGather | None:
+    """One model's all-gathers through shared memory between ranks of one machine, on the CPU (shared_memory.py:
+    a group uses it where every rank offers it, as each does unless ``TORCHJOB_SHARED_MEMORY=0``)."""
+    return SharedMemoryGather(shared_memory.enabled()) if mesh.device_type == "cpu" else None
+
+
+def _shard(module: nn.Module, mesh: DeviceMesh, reshard_after_forward: bool, shared: SharedMemoryGather | None) -> None:
     """``fully_shard`` one unit; on the CPU, its all-gathers and reduce-scatters sent between peers
-    (peer_collectives.py), where gloo's own reduce-scatter moves the whole unit."""
+    (peer_collectives.py), where gloo's own reduce-scatter moves the whole unit, and its all-gathers through
+    ``shared`` memory where the group's ranks can share it."""
     sharded = fully_shard(module, mesh=mesh, reshard_after_forward=reshard_after_forward)
     if mesh.device_type == "cpu" and hasattr(sharded, "set_custom_reduce_scatter"):
         try:
             from torchjob.train.peer_collectives import use_peer_collectives
         except ImportError:  # a torch whose FSDP2 names its custom collectives otherwise: gloo's own
             return
-        use_peer_collectives(sharded)
+        use_peer_collectives(sharded, shared)
 
 
 def _frees_after_forward(unit: nn.Module, units: list[nn.Module], reshard_after_forward: bool) -> bool:

@@ -12,7 +12,8 @@ gloo's ring would move for a reduce-scatter, none twice). They are waited for in
 once its group's connections are cut (``peers.done_or_left``), as the neighbours' copies are: gloo did not always
 wake them when a peer died (``_wait``). The parts are summed in the group's rank order, the same on every run.
 An asynchronous collective (FSDP2's calls are synchronous unless told otherwise) and any reduction but a sum or a
-mean are left to gloo's own.
+mean are left to gloo's own. Between ranks of one machine the all-gathers go through shared memory instead, where
+the model's sharding gave them a ``SharedMemoryGather`` and every rank of the group can use it (shared_memory.py).
 """
 
 from __future__ import annotations
@@ -26,15 +27,17 @@ from torch.distributed.fsdp._fully_shard._fsdp_api import AllGather, ReduceScatt
 
 from torchjob.train import peers
 from torchjob.train.kept_shard import wait_all
+from torchjob.train.shared_memory import SharedMemoryGather
 
 # Their own tags, apart from the other sends torchjob makes over the same group (the neighbours' copies use 0).
 _GATHER_TAG, _SCATTER_TAG = 71, 72
 
 
-def use_peer_collectives(module: FSDPModule) -> None:
+def use_peer_collectives(module: FSDPModule, shared: SharedMemoryGather | None = None) -> None:
     """Have ``module``'s all-gathers and reduce-scatters sent between peers (this module's docstring): for a
-    module sharded over a CPU mesh, where gloo carries them."""
-    module.set_custom_all_gather(PeerAllGather())
+    module sharded over a CPU mesh, where gloo carries them. With ``shared`` (one for every unit of a model), its
+    all-gathers go through shared memory where every rank of the group can (shared_memory.py)."""
+    module.set_custom_all_gather(PeerAllGather(shared))
     module.set_custom_reduce_scatter(PeerReduceScatter())
 
 
@@ -46,7 +49,11 @@ class _Empty:
 
 
 class PeerAllGather(_Empty, AllGather):
-    """Every rank's part of ``output`` from that rank; this rank's own copied in."""
+    """Every rank's part of ``output`` from that rank (through ``shared`` memory where the group has it); this
+    rank's own copied in."""
+
+    def __init__(self, shared: SharedMemoryGather | None = None) -> None:
+        self.shared = shared
 
     def __call__(
         self, output_tensor: torch.Tensor, input_tensor: torch.Tensor, group: dist.ProcessGroup, async_op: bool = False
@@ -55,11 +62,13 @@ class PeerAllGather(_Empty, AllGather):
             return dist.all_gather_into_tensor(output_tensor, input_tensor, group=group, async_op=True)
         parts = output_tensor.chunk(group.size())
         me = group.rank()
+        if not _same_memory(parts[me], input_tensor):  # FSDP2 copies its input into the output's part already
+            parts[me].copy_(input_tensor)
+        if self.shared is not None and self.shared.all_gather(output_tensor, input_tensor, group):
+            return None
         others = [peer for peer in range(group.size()) if peer != me]
         receives = [dist.irecv(parts[peer], group=group, group_src=peer, tag=_GATHER_TAG) for peer in others]
         sends = [dist.isend(input_tensor, group=group, group_dst=peer, tag=_GATHER_TAG) for peer in others]
-        if not _same_memory(parts[me], input_tensor):  # FSDP2 copies its input into the output's part already
-            parts[me].copy_(input_tensor)
         _wait(receives, sends)
         return None
 

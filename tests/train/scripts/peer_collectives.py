@@ -1,8 +1,11 @@
 """FSDP2's collectives sent between peers (torchjob.train.peer_collectives) against gloo's own, in one group of
 four ranks: the all-gather and the reduce-scatter (sum and mean) over the whole group and over each half, then a
 small model sharded by ``fsdp.shard_on`` (which uses them on the CPU) trained beside the same model sharded by
-FSDP2 alone, as FSDP and as HSDP. Prints what matched. With ``--die R``: rank R exits before a reduce-scatter, and
-every other rank prints how its own reduce-scatter ended."""
+FSDP2 alone, as FSDP and as HSDP; the all-gathers through shared memory too (torchjob.train.shared_memory), several
+in a row and one past the files' first size, and whether they went through it (not where rank ``--refuse`` does not
+offer it), and in the group re-formed with a new member. Prints what matched. With ``--die R``: rank R exits
+before a reduce-scatter (``--shared``: before a shared-memory gather, once the files are made), and every other
+rank prints how its own ended."""
 
 import argparse
 import os
@@ -16,9 +19,13 @@ from torch.distributed.fsdp import fully_shard
 from torchjob.train import fsdp
 from torchjob.train.context import DistContext
 from torchjob.train.peer_collectives import PeerAllGather, PeerReduceScatter
+from torchjob.train.shared_memory import SharedMemoryGather
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--die", type=int, default=-1)
+parser.add_argument("--shared", action="store_true")
+parser.add_argument("--refuse", type=int, default=-1)
+parser.add_argument("--folder", default="")  # the re-formed group's store
 args = parser.parse_args()
 rank = int(os.environ["RANK"])
 dist.init_process_group("gloo", rank=rank, world_size=4, timeout=timedelta(seconds=60))
@@ -31,13 +38,20 @@ def _param_groups(model: nn.Module) -> list[object]:
 
 
 if args.die >= 0:
+    what = "SHARED ALL-GATHER" if args.shared else "REDUCE-SCATTER"
+    shared = PeerAllGather(SharedMemoryGather())
+    if args.shared:
+        shared(torch.empty(4000), torch.ones(1000), dist.group.WORLD)  # the files made by every rank
     if rank == args.die:
         os._exit(3)
     try:
-        scatter(torch.empty(1000), torch.ones(4000), dist.group.WORLD, dist.ReduceOp.SUM)
-        print("REDUCE-SCATTER ENDED", flush=True)
+        if args.shared:
+            shared(torch.empty(4000), torch.ones(1000), dist.group.WORLD)
+        else:
+            scatter(torch.empty(1000), torch.ones(4000), dist.group.WORLD, dist.ReduceOp.SUM)
+        print(f"{what} ENDED", flush=True)
     except RuntimeError as error:
-        print(f"REDUCE-SCATTER FAILED: {str(error).splitlines()[0]}", flush=True)
+        print(f"{what} FAILED: {str(error).splitlines()[0]}", flush=True)
     os._exit(0)
 
 for name, group in (("world", dist.group.WORLD), ("half", halves[rank // 2])):
@@ -63,6 +77,15 @@ for name, group in (("world", dist.group.WORLD), ("half", halves[rank // 2])):
         if op == dist.ReduceOp.AVG:
             expected /= size
         print(f"REDUCE-SCATTER {name} {op} {torch.equal(part, expected)}", flush=True)
+    shared_gather = SharedMemoryGather(offered=rank != args.refuse)
+    # Five gathers in a row (the slots alternate), the last with parts past the files' first size (made anew).
+    for call, length in enumerate((999, 999, 999, 999, 5 * 2**20)):
+        mine = torch.randint(-1000, 1000, (length,), generator=generator).float()
+        ours, theirs = torch.empty(size * length), torch.empty(size * length)
+        PeerAllGather(shared_gather)(ours, mine, group)
+        dist.all_gather_into_tensor(theirs, mine, group=group)
+        used = shared_gather.used_by(group)
+        print(f"SHARED ALL-GATHER {name} {call} {torch.equal(ours, theirs)} shared memory used: {used}", flush=True)
 
 ctx = DistContext(rank, rank, 4, torch.device("cpu"), "gloo", "test")
 for replicas in (1, 2):
@@ -77,6 +100,8 @@ for replicas in (1, 2):
             comms = {type(group._reduce_scatter_comm).__name__ for group in _param_groups(model)}
             comms |= {type(group._all_gather_comm).__name__ for group in _param_groups(model)}
             print(f"COMMS replicas={replicas} {sorted(comms)}", flush=True)
+            gathers = {group._all_gather_comm for group in _param_groups(model)}
+            shard_group = mesh.get_group(fsdp.SHARD)
         else:
             for unit in (model[0], model[2], model[4], model):
                 fully_shard(unit, mesh=mesh)
@@ -88,8 +113,27 @@ for replicas in (1, 2):
             nn.functional.mse_loss(model(x), y).backward()
             optimizer.step()
         models.append([p.detach().full_tensor() for p in model.parameters()])
+    used = {gather.shared.used_by(shard_group) for gather in gathers}
+    print(f"SHARED TRAINING replicas={replicas} through shared memory: {sorted(used, key=str)}", flush=True)
     trained = all(not torch.equal(a, b) for a, b in zip(initial, models[0], strict=True))
     close = all(torch.allclose(a, b, rtol=1e-5, atol=1e-6) for a, b in zip(*models, strict=True))
     print(f"TRAINED ALIKE replicas={replicas} {trained and close}", flush=True)
+
+# The group re-formed, as an in-place repair does: its names are the old group's, and rank 3 joins it new (a spare,
+# with a model of its own) while the others keep the files their old group made.
+kept = SharedMemoryGather()
+PeerAllGather(kept)(torch.empty(4 * 999), torch.ones(999), dist.group.WORLD)
+old_name = dist.group.WORLD.group_name
+dist.destroy_process_group()
+store = dist.FileStore(os.path.join(args.folder, "reformed"), 4)
+dist.init_process_group("gloo", store=store, rank=rank, world_size=4, timeout=timedelta(seconds=60))
+joined = kept if rank != 3 else SharedMemoryGather()
+mine = torch.full((999,), float(rank))
+ours, theirs = torch.empty(4 * 999), torch.empty(4 * 999)
+PeerAllGather(joined)(ours, mine, dist.group.WORLD)
+dist.all_gather_into_tensor(theirs, mine)
+same_name = dist.group.WORLD.group_name == old_name
+used = joined.used_by(dist.group.WORLD)
+print(f"RE-FORMED ALL-GATHER same name {same_name} {torch.equal(ours, theirs)} shared memory used: {used}", flush=True)
 dist.barrier()
 dist.destroy_process_group()
