@@ -91,6 +91,7 @@ class Row:
     also: tuple[str, ...] = ()
     # torchjob's figure over the anchor's (a time: below 1 is faster), for tables with a ratio column
     ratio: Callable[[Cases], float] | None = None
+    above: str = "torchjob slower"  # what a ratio above 1 says (a row of memory: it holds more, not slower)
 
     def cases(self) -> set[str]:
         fields = re.findall(r"\{([^{}]+)\}", self.ours + self.anchor)
@@ -105,7 +106,7 @@ class Table:
     rows: tuple[Row, ...]
     columns: tuple[str, str] = ("torchjob", "anchor, the same run")
     judged: bool = True  # a target and met column
-    ratios: bool = False  # a column of torchjob ÷ anchor, saying plainly where torchjob is slower
+    ratios: bool = False  # a column of torchjob ÷ anchor, saying plainly where torchjob is slower (or holds more)
     notes: str = ""  # a line under the table (what the rows leave out)
 
 
@@ -167,7 +168,7 @@ def _ratio(row: Row, cases: Cases) -> str:
         found = row.ratio(cases)
     except ValueError:  # a case no trial reached
         return "—"
-    return f"{found:.2f}×" + (": **torchjob slower**" if found > 1 else "")
+    return f"{found:.2f}×" + (f": **{row.above}**" if found > 1 else "")
 
 
 def _judge(row: Row, cases: Cases) -> bool:

@@ -144,6 +144,7 @@ STATE = Table(
             "≤ 1.5× plain FSDP",
             lambda cases: over("fsdp in place peak", "fsdp plain peak")(cases) <= 1.5,
             ratio=over("fsdp in place peak", "fsdp plain peak"),
+            above="more memory",
         ),
         Row(
             "a step, steady, under plain FSDP with the neighbours' copies (the copies kept every step included)",
@@ -232,6 +233,7 @@ STATE_LARGE = Table(
             "**{1b warm restart peak:.0f} MB** under `torchjob run`",
             "{1b torchrun restart peak:.0f} MB under torchrun",
             ratio=over("1b warm restart peak", "1b torchrun restart peak"),
+            above="more memory",
         ),
         Row(
             "what does not fit beside it, not measured: the model state each would need (all ranks)",
