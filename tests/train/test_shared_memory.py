@@ -51,3 +51,8 @@ def _no_such_pid() -> int:
     while os.path.exists(f"/proc/{pid}"):
         pid += 1
     return pid
+
+
+def test_a_token_crosses_the_group_as_two_integers_unchanged() -> None:
+    for token in (bytes(16), b"\xff" * 16, os.urandom(16)):
+        assert shared_memory._joined(*shared_memory._halves(token)) == token

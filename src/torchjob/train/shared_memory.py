@@ -102,8 +102,7 @@ class SharedMemoryGather:
         return True
 
     def _all_written(self, group: dist.ProcessGroup) -> None:
-        work = dist.all_reduce(self._flag, group=group, async_op=True)
-        peers.done_or_left(lambda: wait_all(work), torch.device("cpu"), "a shared-memory gather's wait was")
+        _waited(dist.all_reduce(self._flag, group=group, async_op=True))
 
     def _files(self, group: dist.ProcessGroup, nbytes: int) -> _Files | None:
         if group in self._groups:
@@ -122,23 +121,38 @@ def _rounded(nbytes: int) -> int:
 
 def _made(group: dist.ProcessGroup, slot_bytes: int, offered: bool) -> _Files | None:
     """Each rank's file made and mapped by every rank of ``group``, or None on every rank where any rank could not
-    or did not offer (two collectives: every rank's file and token, then whether each mapped all)."""
+    or did not offer (two collectives, each waited for as a gather's all-reduce is: every rank's process, file and
+    token, then whether each mapped all)."""
     size = _HEADER + 2 * slot_bytes
     token = secrets.token_bytes(_TOKEN)
     fd = _reserved(size, token) if offered else None
-    mine = (os.getpid(), fd, token) if fd is not None else None
-    everyone: list[tuple[int, int, bytes] | None] = [None] * group.size()
+    mine = torch.tensor([os.getpid(), -1 if fd is None else fd, *_halves(token)], dtype=torch.int64)
+    table = torch.empty(group.size() * len(mine), dtype=torch.int64)
     try:
-        dist.all_gather_object(everyone, mine, group=group)
-        maps = _mapped(everyone, size) if all(entry is not None for entry in everyone) else None
+        _waited(dist.all_gather_into_tensor(table, mine, group=group, async_op=True))
+        rows = table.view(group.size(), -1).tolist()
+        everyone = [(pid, fd_of, _joined(high, low)) for pid, fd_of, high, low in rows]
+        maps = _mapped(everyone, size) if all(fd_of >= 0 for _, fd_of, _ in everyone) else None
         agreed = torch.tensor([1 if maps is not None else 0])
-        dist.all_reduce(agreed, op=dist.ReduceOp.MIN, group=group)  # after it, every peer has opened this file
+        _waited(dist.all_reduce(agreed, op=dist.ReduceOp.MIN, group=group, async_op=True))
     finally:
         if fd is not None:
-            os.close(fd)  # the mappings keep the pages; the file goes with the last of them
+            os.close(fd)  # after the agreement every peer has opened it; the mappings keep the pages
     if maps is None or not int(agreed.item()):
         return None
     return _Files(slot_bytes, maps)
+
+
+def _waited(work: dist.Work | None) -> None:
+    peers.done_or_left(lambda: wait_all(work), torch.device("cpu"), "a shared-memory collective's wait was")
+
+
+def _halves(token: bytes) -> tuple[int, int]:
+    return int.from_bytes(token[:8], "little", signed=True), int.from_bytes(token[8:], "little", signed=True)
+
+
+def _joined(high: int, low: int) -> bytes:
+    return high.to_bytes(8, "little", signed=True) + low.to_bytes(8, "little", signed=True)
 
 
 def _reserved(size: int, token: bytes) -> int | None:
@@ -157,12 +171,10 @@ def _reserved(size: int, token: bytes) -> int | None:
     return fd
 
 
-def _mapped(everyone: list[tuple[int, int, bytes] | None], size: int) -> list[torch.Tensor] | None:
+def _mapped(everyone: list[tuple[int, int, bytes]], size: int) -> list[torch.Tensor] | None:
     """Every rank's file mapped here, each checked to be that rank's (its size and its token), or None."""
     maps = []
-    for entry in everyone:
-        assert entry is not None
-        pid, fd, token = entry
+    for pid, fd, token in everyone:
         try:
             peer_fd = os.open(f"/proc/{pid}/fd/{fd}", os.O_RDWR | os.O_CLOEXEC)
         except OSError:
