@@ -1,12 +1,14 @@
 """How a rank checks a peer's shared file before it gathers through it (torchjob.train.shared_memory), in one
 process with real anonymous files (``memfd_create``) opened again through ``/proc``: a file that is not the one
-the peer said (another token, another size) or cannot be opened (no such process) is refused, and the group
-then keeps TCP; ``TORCHJOB_SHARED_MEMORY=0`` withdraws a rank's offer."""
+the peer said (another token, another size, not an anonymous file of ours: a plain file, a pipe) or cannot be
+opened (no such process) is refused, and the group then keeps TCP; ``TORCHJOB_SHARED_MEMORY=0`` withdraws a
+rank's offer."""
 
 from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -37,6 +39,18 @@ def test_a_file_that_is_not_the_peers_own_is_refused(own_file: tuple[int, int, b
     assert shared_memory._mapped([(pid, fd, os.urandom(16))], SIZE) is None  # another file at that pid and number
     assert shared_memory._mapped([(pid, fd, token)], SIZE + 4096) is None  # not the size the group agreed
     assert shared_memory._mapped([(_no_such_pid(), fd, token)], SIZE) is None  # another machine's or namespace's
+
+
+def test_only_a_file_of_ours_is_opened_at_all(tmp_path: Path) -> None:
+    plain = tmp_path / "plain"
+    plain.write_bytes(bytes(SIZE))
+    reading, writing = os.pipe()
+    with plain.open("rb") as opened:
+        for fd in (opened.fileno(), reading):  # a plain file of the right size, a pipe: looked at, never opened
+            assert not shared_memory._is_ours(f"/proc/{os.getpid()}/fd/{fd}", SIZE)
+            assert shared_memory._mapped([(os.getpid(), fd, bytes(16))], SIZE) is None
+    os.close(reading)
+    os.close(writing)
 
 
 def test_the_offer_is_withdrawn_by_the_environment_only_when_told() -> None:

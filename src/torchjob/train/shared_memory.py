@@ -22,7 +22,8 @@ and never tries again. A group's files are dropped with the group (a re-formed g
 makes its own at its first gather) or with the model.
 
 What it costs: every rank's resident memory counts the pages of every peer's slots it reads (shared, counted once
-by the machine, but in each rank's RSS): 2 × the largest part × the group's size.
+by the machine, but in each rank's RSS): 2 × the largest part × the group's size; and on this machine each rank's
+C heap ended larger, free within it (fragmented), for a reason not traced (``docs/examples/gpt.md``).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ import contextlib
 import mmap
 import os
 import secrets
+import stat
 import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -44,6 +46,7 @@ from torchjob.train.kept_shard import wait_all
 ENV_SHARED_MEMORY = "TORCHJOB_SHARED_MEMORY"
 _HEADER = 4096  # the token, then the slots on a page boundary of their own
 _TOKEN = 16
+_NAME = "torchjob-collectives"  # what /proc shows of each file (``/memfd:<name> (deleted)``)
 _SMALLEST_SLOT = 16 * 2**20  # so that a model's first few units (often the smallest) do not each remake the files
 
 
@@ -159,7 +162,7 @@ def _reserved(size: int, token: bytes) -> int | None:
     """An anonymous shared file of ``size`` bytes, every page reserved, ``token`` at its head; None where this
     machine cannot give it."""
     try:
-        fd = os.memfd_create("torchjob-gather", os.MFD_CLOEXEC)
+        fd = os.memfd_create(_NAME, os.MFD_CLOEXEC)
     except (AttributeError, OSError):
         return None
     try:
@@ -172,11 +175,15 @@ def _reserved(size: int, token: bytes) -> int | None:
 
 
 def _mapped(everyone: list[tuple[int, int, bytes]], size: int) -> list[torch.Tensor] | None:
-    """Every rank's file mapped here, each checked to be that rank's (its size and its token), or None."""
+    """Every rank's file mapped here, each checked to be that rank's (its size and its token), or None. In another
+    PID namespace the number a peer gave may be some other process's, here: nothing but a file of ours is opened."""
     maps = []
     for pid, fd, token in everyone:
+        path = f"/proc/{pid}/fd/{fd}"
+        if not _is_ours(path, size):
+            return None
         try:
-            peer_fd = os.open(f"/proc/{pid}/fd/{fd}", os.O_RDWR | os.O_CLOEXEC)
+            peer_fd = os.open(path, os.O_RDWR | os.O_CLOEXEC | os.O_NOCTTY | os.O_NONBLOCK)
         except OSError:
             return None
         try:
@@ -193,3 +200,13 @@ def _mapped(everyone: list[tuple[int, int, bytes]], size: int) -> list[torch.Ten
             return None
         maps.append(torch.frombuffer(mapping, dtype=torch.uint8))
     return maps
+
+
+def _is_ours(path: str, size: int) -> bool:
+    """Whether ``path`` (a descriptor under ``/proc``) is one of these anonymous files, of ``size`` bytes: looked at
+    before it is opened, as opening a device or a pipe of another process could do more than read it."""
+    try:
+        target, found = os.readlink(path), os.stat(path)
+    except OSError:
+        return False
+    return target.startswith(f"/memfd:{_NAME} ") and stat.S_ISREG(found.st_mode) and found.st_size == size
